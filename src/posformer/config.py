@@ -1,0 +1,222 @@
+"""`Config`: one flat dataclass that describes every model posformer builds.
+
+A config is plain data: it round-trips through dict, JSON and YAML, and
+`validate()` (called on construction) raises a `ValueError` that names the
+field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ARCHS = ("encoder", "decoder", "encoder_decoder")
+NORMS = ("layernorm", "rmsnorm", "deepnorm")
+NORM_PLACEMENTS = ("post", "pre", "sandwich")
+ATTN_IMPLS = ("sdpa", "eager")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish", "silu", "glu", "swiglu", "geglu", "reglu")
+HEADS = ("causal_lm", "masked_lm", "seq2seq_lm", "span_qa", "classification", "none")
+DEFAULT_HEAD = {"encoder": "masked_lm", "decoder": "causal_lm", "encoder_decoder": "seq2seq_lm"}
+
+
+def _fail(name: str, value: Any, expected: str) -> None:
+    raise ValueError(f"Config.{name}={value!r} is invalid: expected {expected}")
+
+
+@dataclass
+class Config:
+    """Everything needed to build a `posformer.Transformer`.
+
+    Sizes: `d_head` defaults to `d_model // n_heads`, `n_kv_heads` to `n_heads`
+    (fewer gives GQA, 1 gives MQA), `d_ff` to `4 * d_model`, and
+    `n_decoder_layers` (encoder-decoder only) to `n_layers`.
+    `attn_scale=None` means 1/sqrt(d_head); T5 uses 1.0.
+    `position` names a registered encoding (`posformer.positions.names()`);
+    `position_params` holds its parameters. `attn_impl` picks the attention
+    kernel: "sdpa" (PyTorch's fused kernel) or "eager" (plain matmuls);
+    encodings that need the probabilities use eager regardless.
+    `scale_embeddings` multiplies token embeddings by sqrt(d_model) (Vaswani et al.).
+    """
+
+    arch: str = "decoder"
+    vocab_size: int = 32000
+    d_model: int = 512
+    n_layers: int = 6
+    n_decoder_layers: int | None = None
+    n_heads: int = 8
+    n_kv_heads: int | None = None
+    d_head: int | None = None
+    d_ff: int | None = None
+    position: str = "sinusoidal"
+    position_params: dict = field(default_factory=dict)
+    max_positions: int = 512
+    norm: str = "layernorm"
+    norm_eps: float = 1e-5
+    norm_bias: bool = True
+    norm_placement: str = "pre"
+    final_norm: bool | None = None
+    embed_norm: bool = False
+    activation: str = "gelu"
+    dropout: float = 0.0
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    qkv_bias: bool = True
+    attn_out_bias: bool = True
+    ffn_bias: bool = True
+    attn_scale: float | None = None
+    attn_impl: str = "sdpa"
+    scale_embeddings: bool = False
+    tie_embeddings: bool = True
+    type_vocab_size: int = 0
+    head: str | None = None
+    num_labels: int = 2
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    decoder_start_token_id: int | None = None
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # ----------------------------------------------------------------- derived
+    @property
+    def head_dim(self) -> int:
+        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+
+    @property
+    def ff_dim(self) -> int:
+        return self.d_ff if self.d_ff is not None else 4 * self.d_model
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.n_decoder_layers if self.n_decoder_layers is not None else self.n_layers
+
+    @property
+    def head_kind(self) -> str:
+        return self.head if self.head is not None else DEFAULT_HEAD[self.arch]
+
+    @property
+    def scale(self) -> float:
+        return self.attn_scale if self.attn_scale is not None else 1.0 / math.sqrt(self.head_dim)
+
+    @property
+    def use_final_norm(self) -> bool:
+        if self.final_norm is not None:
+            return self.final_norm
+        return self.norm_placement != "post"
+
+    # -------------------------------------------------------------- validation
+    def validate(self) -> None:
+        """Raise `ValueError` naming the first invalid field."""
+        from posformer import positions  # late import: positions imports nothing from here
+
+        for name, allowed in (("arch", ARCHS), ("norm", NORMS), ("norm_placement", NORM_PLACEMENTS),
+                              ("activation", ACTIVATIONS), ("attn_impl", ATTN_IMPLS)):
+            if getattr(self, name) not in allowed:
+                _fail(name, getattr(self, name), f"one of {', '.join(allowed)}")
+        if self.head is not None and self.head not in HEADS:
+            _fail("head", self.head, f"one of {', '.join(HEADS)} (or None for the arch's default)")
+        if self.head_kind == "seq2seq_lm" and self.arch != "encoder_decoder":
+            _fail("head", self.head, "seq2seq_lm only with arch='encoder_decoder'")
+        if self.position not in positions.names():
+            _fail("position", self.position, f"one of {', '.join(positions.names())}")
+        if not isinstance(self.position_params, dict):
+            _fail("position_params", self.position_params, "a dict of the encoding's parameters")
+
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_positions", "num_labels"):
+            self._positive_int(name)
+        for name in ("n_decoder_layers", "n_kv_heads", "d_head", "d_ff"):
+            if getattr(self, name) is not None:
+                self._positive_int(name)
+        if not isinstance(self.type_vocab_size, int) or self.type_vocab_size < 0:
+            _fail("type_vocab_size", self.type_vocab_size, "an integer >= 0 (0: no token types)")
+        if self.d_head is None and self.d_model % self.n_heads != 0:
+            _fail("n_heads", self.n_heads, f"a divisor of d_model={self.d_model} (or set d_head)")
+        if self.n_heads % self.kv_heads != 0:
+            _fail("n_kv_heads", self.n_kv_heads, f"a divisor of n_heads={self.n_heads}")
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+                _fail(name, value, "a probability in [0, 1)")
+        for name in ("norm_eps", "init_std"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                _fail(name, value, "a number > 0")
+        if self.attn_scale is not None and not (isinstance(self.attn_scale, (int, float)) and self.attn_scale > 0):
+            _fail("attn_scale", self.attn_scale, "a number > 0, or None for 1/sqrt(d_head)")
+        if self.norm == "deepnorm" and self.norm_placement != "post":
+            _fail("norm_placement", self.norm_placement, "'post' when norm='deepnorm' (DeepNet is post-norm)")
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, int) and 0 <= value < self.vocab_size):
+                _fail(name, value, f"None or a token id in [0, {self.vocab_size})")
+        positions.get(self.position).check_config(self)
+
+    def _positive_int(self, name: str) -> None:
+        value = getattr(self, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            _fail(name, value, "a positive integer")
+
+    # ------------------------------------------------------------- round trips
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Config":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"Config has no field(s) {unknown}; known fields: {sorted(known)}")
+        return cls(**data)
+
+    def save(self, path: str | Path) -> None:
+        """Write JSON (`.json`) or YAML (`.yaml`/`.yml`), chosen by suffix."""
+        path = Path(path)
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            text = yaml.safe_dump(self.to_dict(), sort_keys=False)
+        elif path.suffix == ".json":
+            text = json.dumps(self.to_dict(), indent=2) + "\n"
+        else:
+            raise ValueError(f"config file {path}: expected a .json, .yaml or .yml suffix")
+        path.write_text(text)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Config":
+        """Read a config written by `save` (JSON or YAML, chosen by suffix)."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file {path} does not exist")
+        text = path.read_text()
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        elif path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            raise ValueError(f"config file {path}: expected a .json, .yaml or .yml suffix")
+        if not isinstance(data, dict):
+            raise ValueError(f"config file {path}: expected a mapping of field names to values")
+        return cls.from_dict(data)
+
+    def replace(self, **changes: Any) -> "Config":
+        """A validated copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "Config":
+        """A named published configuration; `overrides` replace any of its fields."""
+        from posformer.presets import preset_fields
+
+        return cls.from_dict({**preset_fields(name), **overrides})

@@ -1,0 +1,1 @@
+"""Data: text corpora and tokenizers for language modelling."""

@@ -1,0 +1,50 @@
+"""The position-wise feed-forward network and its activations."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from posformer.config import Config
+
+ACTIVATION_FNS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "swish": F.silu,
+    "silu": F.silu,
+}
+
+# Gated linear units (Shazeer 2020): act(x W) * (x V). The activation of the gate:
+GATED = {"glu": "sigmoid", "swiglu": "silu", "geglu": "gelu", "reglu": "relu"}
+GATE_FNS: dict[str, Callable[[Tensor], Tensor]] = {
+    "sigmoid": F.sigmoid, "silu": F.silu, "gelu": F.gelu, "relu": F.relu,
+}
+
+
+class FeedForward(nn.Module):
+    """down(act(up(x))), or for gated units down(gate_act(x W) * (x V)) with W and V fused in `up`.
+
+    x: (B, T, d_model) -> (B, T, d_model). For gated units `up.weight` is
+    [W; V]: rows [0, d_ff) are the gate, rows [d_ff, 2 d_ff) the value.
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.gated = cfg.activation in GATED
+        self.act = GATE_FNS[GATED[cfg.activation]] if self.gated else ACTIVATION_FNS[cfg.activation]
+        self.d_ff = cfg.ff_dim
+        self.up = nn.Linear(cfg.d_model, self.d_ff * (2 if self.gated else 1), bias=cfg.ffn_bias)
+        self.down = nn.Linear(self.d_ff, cfg.d_model, bias=cfg.ffn_bias)
+        self.dropout = nn.Dropout(cfg.activation_dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.up(x)
+        if self.gated:
+            gate, value = h.split(self.d_ff, dim=-1)
+            h = self.act(gate) * value
+        else:
+            h = self.act(h)
+        return self.down(self.dropout(h))

@@ -1,0 +1,95 @@
+"""Output heads and their losses. Every loss ignores label -100."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from posformer.config import Config
+from posformer.feedforward import ACTIVATION_FNS
+
+IGNORE_INDEX = -100
+
+
+class LMHead(nn.Module):
+    """Hidden states to vocabulary logits: (B, T, d_model) -> (B, T, vocab). Causal and seq2seq LM."""
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.proj = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.proj(h)
+
+
+class MaskedLMHead(nn.Module):
+    """BERT's MLM head: dense, activation, LayerNorm, then the vocabulary projection with a bias."""
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.d_model, cfg.d_model)
+        self.act = ACTIVATION_FNS.get(cfg.activation, ACTIVATION_FNS["gelu"])
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.proj = nn.Linear(cfg.d_model, cfg.vocab_size, bias=True)
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.proj(self.norm(self.act(self.dense(h))))
+
+
+class SpanQAHead(nn.Module):
+    """Extractive QA: (B, T, d_model) -> start and end logits, each (B, T)."""
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.proj = nn.Linear(cfg.d_model, 2)
+
+    def forward(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        start, end = self.proj(h).unbind(-1)
+        return start, end
+
+
+class ClassificationHead(nn.Module):
+    """Sequence classification from the first token: pooler (dense + tanh), dropout, linear.
+
+    (B, T, d_model) -> (B, num_labels).
+    """
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.pooler = nn.Linear(cfg.d_model, cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.proj = nn.Linear(cfg.d_model, cfg.num_labels)
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.proj(self.dropout(self.pooler(h[:, 0]).tanh()))
+
+
+def build_head(cfg: Config) -> nn.Module | None:
+    kind = cfg.head_kind
+    if kind in ("causal_lm", "seq2seq_lm"):
+        return LMHead(cfg)
+    return {"masked_lm": MaskedLMHead, "span_qa": SpanQAHead, "classification": ClassificationHead}.get(
+        kind, lambda cfg: None
+    )(cfg)
+
+
+def token_loss(logits: Tensor, labels: Tensor, shift: bool) -> Tensor:
+    """Mean cross-entropy over tokens whose label is not -100.
+
+    logits: (B, T, V), labels: (B, T). With `shift`, position t predicts label t+1 (causal LM).
+    """
+    if shift:
+        logits, labels = logits[:, :-1], labels[:, 1:]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+def span_loss(start_logits: Tensor, end_logits: Tensor, start: Tensor, end: Tensor) -> Tensor:
+    """(CE(start) + CE(end)) / 2. logits: (B, T); start, end: (B,) token indices, -100 to ignore."""
+    length = start_logits.shape[1]
+    for name, value in (("start_positions", start), ("end_positions", end)):
+        bad = (value != IGNORE_INDEX) & ((value < 0) | (value >= length))
+        if bool(bad.any()):
+            raise ValueError(f"{name} must lie in [0, {length}) or be -100, got {value[bad].tolist()}")
+    start_loss = F.cross_entropy(start_logits.float(), start, ignore_index=IGNORE_INDEX)
+    end_loss = F.cross_entropy(end_logits.float(), end, ignore_index=IGNORE_INDEX)
+    return (start_loss + end_loss) / 2

@@ -1,0 +1,73 @@
+"""Attention masks: key padding, causal order and padded queries, combined once per forward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class AttentionMask:
+    """What one attention call may attend to.
+
+    additive: (B or 1, 1, Tq, Tk) with 0 where allowed and the dtype's most
+      negative finite value where not, or None when nothing is masked beyond
+      `is_causal`. Finite, so a row with nothing to attend to gives a uniform
+      (not NaN) distribution, and that row is then zeroed by `query_keep`.
+    is_causal: a plain causal mask with Tq == Tk and nothing else (the SDPA fast path).
+    query_keep: (B, Tq) bool, False for padded queries whose output is zeroed, or None.
+    """
+
+    additive: Tensor | None = None
+    is_causal: bool = False
+    query_keep: Tensor | None = None
+
+    def materialized(self, q_len: int, k_len: int, dtype: torch.dtype, device: torch.device) -> Tensor | None:
+        """The mask as an additive tensor, the causal part included (for the eager path and biases)."""
+        if not self.is_causal:
+            return self.additive
+        return causal_additive(q_len, k_len, dtype, device)
+
+
+def causal_allowed(q_len: int, k_len: int, device: torch.device) -> Tensor:
+    """(Tq, Tk) bool: query i, the (k_len - q_len + i)-th token, sees keys j <= k_len - q_len + i."""
+    offset = k_len - q_len
+    rows = torch.arange(q_len, device=device)[:, None] + offset
+    return torch.arange(k_len, device=device)[None, :] <= rows
+
+
+def causal_additive(q_len: int, k_len: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """(1, 1, Tq, Tk) additive causal mask."""
+    allowed = causal_allowed(q_len, k_len, device)
+    return torch.zeros((), dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
+
+
+def build_mask(
+    key_keep: Tensor | None,
+    causal: bool,
+    q_len: int,
+    k_len: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> AttentionMask:
+    """Combine a key padding mask (B, Tk) bool (True = a real token) with causal order.
+
+    Returns the cheapest `AttentionMask` that expresses the combination. A query
+    left with no key to attend to (a left pad under a causal mask) gets a zero output.
+    """
+    if key_keep is not None and bool(key_keep.all()):
+        key_keep = None
+    if key_keep is None:
+        if not causal or q_len == 1:
+            return AttentionMask()
+        if q_len == k_len:
+            return AttentionMask(is_causal=True)
+        return AttentionMask(additive=causal_additive(q_len, k_len, dtype, device))
+    allowed = key_keep[:, None, None, :]  # (B, 1, 1, Tk)
+    if causal:
+        allowed = allowed & causal_allowed(q_len, k_len, device)
+    query_keep = allowed.any(-1).squeeze(1)  # (B, Tq)
+    additive = torch.zeros((), dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+    return AttentionMask(additive=additive, query_keep=None if bool(query_keep.all()) else query_keep)

@@ -1,0 +1,297 @@
+"""`Transformer`: embeddings, one or two stacks of `Block`s, and a head.
+
+Encoder, decoder and encoder-decoder differ only in masks and in whether a
+block has cross-attention.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from posformer import positions
+from posformer.blocks import Block
+from posformer.cache import Cache, LayerCache
+from posformer.config import Config
+from posformer.heads import IGNORE_INDEX, build_head, span_loss, token_loss
+from posformer.masks import AttentionMask, build_mask
+from posformer.norms import deepnorm_constants, make_norm
+from posformer.outputs import ModelOutput
+
+
+class Stack(nn.Module):
+    """A position encoding, N blocks and an optional final norm. The encoder or the decoder."""
+
+    def __init__(self, cfg: Config, n_layers: int, causal: bool, cross: bool, alpha: float = 1.0) -> None:
+        super().__init__()
+        self.causal = causal
+        self.position = positions.build(cfg, causal=causal, n_layers=n_layers)
+        self.embed_norm = make_norm(cfg) if cfg.embed_norm else None
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(Block(cfg, cross=cross, alpha=alpha) for _ in range(n_layers))
+        self.norm = make_norm(cfg) if cfg.use_final_norm else None
+
+    def forward(
+        self,
+        x: Tensor,
+        pos: Tensor,
+        mask: AttentionMask,
+        cache: Cache | None = None,
+        memory: Tensor | None = None,
+        memory_mask: AttentionMask | None = None,
+        memory_pos: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[Tensor]]:
+        """x: (B, T, d_model) token embeddings, pos: (B, T) -> hidden states (B, T, d_model)."""
+        self.position.check_positions(pos)
+        x = self.position.embed(x, pos)
+        if self.embed_norm is not None:
+            x = self.embed_norm(x)
+        x = self.dropout(x)
+        weights: list[Tensor] = []
+        for i, block in enumerate(self.layers):
+            x, w = block(
+                x, mask, pos, self.position, i,
+                cache=None if cache is None else cache.self_attn[i],
+                memory=memory, memory_mask=memory_mask, memory_pos=memory_pos,
+                cross_cache=None if cache is None else cache.cross_attn[i],
+                need_weights=need_weights,
+            )
+            weights.extend(w)
+        if self.norm is not None:
+            x = self.norm(x)
+        return x, weights
+
+
+class Transformer(nn.Module):
+    """The model `cfg` describes. See `forward` for inputs and `ModelOutput` for outputs."""
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.token_types = nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size else None
+        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        alphas = self._deepnorm()
+        if cfg.arch in ("encoder", "encoder_decoder"):
+            self.encoder = Stack(cfg, cfg.n_layers, causal=False, cross=False, alpha=alphas["encoder"][0])
+        if cfg.arch in ("decoder", "encoder_decoder"):
+            self.decoder = Stack(
+                cfg, cfg.decoder_layers, causal=True, cross=cfg.arch == "encoder_decoder", alpha=alphas["decoder"][0]
+            )
+        self.head = build_head(cfg)
+        self.apply(self._init_weights)
+        self._init_deepnorm(alphas)
+        if cfg.tie_embeddings and self.head is not None and hasattr(self.head, "proj") \
+                and self.head.proj.weight.shape == self.embed_tokens.weight.shape:
+            self.head.proj.weight = self.embed_tokens.weight
+
+    # ---------------------------------------------------------------- init
+    def _deepnorm(self) -> dict[str, tuple[float, float]]:
+        cfg = self.cfg
+        if cfg.norm != "deepnorm":
+            return {"encoder": (1.0, 1.0), "decoder": (1.0, 1.0)}
+        return {s: deepnorm_constants(cfg.arch, cfg.n_layers, cfg.decoder_layers, s) for s in ("encoder", "decoder")}
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=self.cfg.init_std)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    def _init_deepnorm(self, constants: dict[str, tuple[float, float]]) -> None:
+        """DeepNet init: Xavier normal, with gain beta on the FFN, value and output projections."""
+        if self.cfg.norm != "deepnorm":
+            return
+        for name in ("encoder", "decoder"):
+            stack = getattr(self, name, None)
+            if stack is None:
+                continue
+            beta = constants[name][1]
+            for block in stack.layers:
+                for attn in filter(None, (block.attn, block.cross_attn)):
+                    fused = attn.qkv if not attn.cross else attn.kv
+                    nn.init.xavier_normal_(fused.weight)
+                    value_rows = attn.n_kv_heads * attn.head_dim
+                    with torch.no_grad():
+                        fused.weight[-value_rows:] *= beta
+                    if attn.cross:
+                        nn.init.xavier_normal_(attn.q.weight)
+                    nn.init.xavier_normal_(attn.out.weight, gain=beta)
+                nn.init.xavier_normal_(block.ffn.up.weight, gain=beta)
+                nn.init.xavier_normal_(block.ffn.down.weight, gain=beta)
+
+    # ------------------------------------------------------------- helpers
+    def _check_ids(self, ids: Tensor, name: str) -> None:
+        if ids.dim() != 2:
+            raise ValueError(f"{name} must have shape (batch, length), got {tuple(ids.shape)}")
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.cfg.vocab_size):
+            raise ValueError(
+                f"{name} holds token ids in [{int(ids.min())}, {int(ids.max())}], outside [0, vocab_size="
+                f"{self.cfg.vocab_size})"
+            )
+
+    @staticmethod
+    def _keep(mask: Tensor | None, batch: int, length: int, name: str) -> Tensor | None:
+        """Validate a (B, length) 0/1 padding mask and return it as bool."""
+        if mask is None:
+            return None
+        if tuple(mask.shape) != (batch, length):
+            raise ValueError(f"{name} has shape {tuple(mask.shape)}; expected (batch, length) = ({batch}, {length})")
+        return mask.bool()
+
+    @staticmethod
+    def _positions(pos: Tensor | None, ids: Tensor, start: int, name: str) -> Tensor:
+        batch, length = ids.shape
+        if pos is None:
+            return torch.arange(start, start + length, device=ids.device).expand(batch, length)
+        if tuple(pos.shape) != (batch, length):
+            raise ValueError(f"{name} has shape {tuple(pos.shape)}; expected ({batch}, {length})")
+        return pos.long()
+
+    def _embed(self, ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
+        x = self.embed_tokens(ids) * self.embed_scale
+        if self.token_types is not None:
+            if token_type_ids is None:
+                token_type_ids = torch.zeros_like(ids)
+            elif token_type_ids.shape != ids.shape or int(token_type_ids.max()) >= self.cfg.type_vocab_size:
+                raise ValueError(
+                    f"token_type_ids must have shape {tuple(ids.shape)} and values in [0, {self.cfg.type_vocab_size})"
+                )
+            x = x + self.token_types(token_type_ids)
+        return x
+
+    # ------------------------------------------------------------- forward
+    def encode(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, position_ids: Tensor | None = None,
+        token_type_ids: Tensor | None = None, output_attentions: bool = False,
+    ) -> tuple[Tensor, list[Tensor]]:
+        """Run the encoder stack: (B, S) ids -> (B, S, d_model)."""
+        self._check_ids(input_ids, "input_ids")
+        batch, length = input_ids.shape
+        keep = self._keep(attention_mask, batch, length, "attention_mask")
+        pos = self._positions(position_ids, input_ids, 0, "position_ids")
+        x = self._embed(input_ids, token_type_ids)
+        mask = build_mask(keep, False, length, length, x.dtype, x.device)
+        return self.encoder(x, pos, mask, need_weights=output_attentions)
+
+    def decode(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, position_ids: Tensor | None = None,
+        cache: Cache | None = None, memory: Tensor | None = None, memory_mask: Tensor | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[Tensor, list[Tensor]]:
+        """Run the decoder stack on (B, T) ids after `len(cache)` cached positions -> (B, T, d_model).
+
+        attention_mask covers the cached positions too: (B, len(cache) + T).
+        """
+        self._check_ids(input_ids, "decoder input_ids")
+        batch, length = input_ids.shape
+        past = 0 if cache is None else len(cache)
+        keep = self._keep(attention_mask, batch, past + length, "attention_mask (cached + new positions)")
+        pos = self._positions(position_ids, input_ids, past, "position_ids")
+        x = self._embed(input_ids)
+        mask = build_mask(keep, True, length, past + length, x.dtype, x.device)
+        memory_attn, memory_pos = None, None
+        if memory is not None:
+            src = memory.shape[1]
+            memory_keep = self._keep(memory_mask, batch, src, "encoder attention_mask")
+            memory_attn = build_mask(memory_keep, False, length, src, x.dtype, x.device)
+            memory_pos = torch.arange(src, device=x.device).expand(batch, src)
+        return self.decoder(x, pos, mask, cache, memory, memory_attn, memory_pos, output_attentions)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        decoder_input_ids: Tensor | None = None,
+        decoder_attention_mask: Tensor | None = None,
+        decoder_position_ids: Tensor | None = None,
+        start_positions: Tensor | None = None,
+        end_positions: Tensor | None = None,
+        cache: Cache | None = None,
+        use_cache: bool = False,
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        """input_ids: (B, T) token ids; attention_mask: (B, T) with 1 for tokens, 0 for padding;
+        position_ids: (B, T), default 0.. T-1 (after any cached positions).
+
+        Decoder with a cache: pass the new tokens only, an attention_mask over
+        cached + new positions, and the `Cache` from the previous output.
+        Encoder-decoder: `decoder_input_ids` default to `labels` shifted right.
+        labels: (B, T) token labels (-100 ignored), or (B,) class labels.
+        """
+        cfg = self.cfg
+        if use_cache and cache is None and cfg.arch != "encoder":
+            cache = Cache(len(self.decoder.layers))
+        out = ModelOutput(cache=cache)
+        if cfg.arch == "encoder":
+            hidden, out.attentions = self.encode(input_ids, attention_mask, position_ids, token_type_ids,
+                                                 output_attentions)
+        elif cfg.arch == "decoder":
+            hidden, out.attentions = self.decode(input_ids, attention_mask, position_ids, cache,
+                                                 output_attentions=output_attentions)
+        else:
+            if decoder_input_ids is None:
+                if labels is None:
+                    raise ValueError("an encoder_decoder model needs decoder_input_ids or labels")
+                decoder_input_ids = self.shift_right(labels)
+            if cache is not None and cache.encoder_hidden is not None:
+                memory, attention_mask = cache.encoder_hidden, cache.encoder_mask
+            else:
+                memory, out.attentions = self.encode(input_ids, attention_mask, position_ids, token_type_ids,
+                                                     output_attentions)
+                if cache is not None:
+                    cache.encoder_hidden, cache.encoder_mask = memory, attention_mask
+            hidden, weights = self.decode(decoder_input_ids, decoder_attention_mask, decoder_position_ids, cache,
+                                          memory, attention_mask, output_attentions)
+            out.attentions += weights
+            out.encoder_last_hidden_state = memory
+        out.last_hidden_state = hidden
+        self._apply_head(out, hidden, labels, start_positions, end_positions)
+        return out
+
+    def _apply_head(self, out: ModelOutput, hidden: Tensor, labels: Tensor | None,
+                    start_positions: Tensor | None, end_positions: Tensor | None) -> None:
+        kind = self.cfg.head_kind
+        if kind == "span_qa":
+            out.start_logits, out.end_logits = self.head(hidden)
+            if start_positions is not None and end_positions is not None:
+                out.loss = span_loss(out.start_logits, out.end_logits, start_positions, end_positions)
+        elif kind == "classification":
+            out.logits = self.head(hidden)
+            if labels is not None:
+                out.loss = F.cross_entropy(out.logits.float(), labels, ignore_index=IGNORE_INDEX)
+        elif kind != "none":
+            out.logits = self.head(hidden)
+            if labels is not None:
+                if labels.shape != out.logits.shape[:2]:
+                    raise ValueError(f"labels has shape {tuple(labels.shape)}; expected {tuple(out.logits.shape[:2])}")
+                out.loss = token_loss(out.logits, labels, shift=kind == "causal_lm")
+
+    def shift_right(self, labels: Tensor) -> Tensor:
+        """Decoder inputs for teacher forcing: [decoder_start, labels[:-1]], with -100 replaced by pad."""
+        start = self.cfg.decoder_start_token_id
+        if start is None:
+            raise ValueError("Config.decoder_start_token_id is None: it is needed to build decoder_input_ids from labels")
+        shifted = labels.new_full(labels.shape, start)
+        shifted[:, 1:] = labels[:, :-1]
+        pad = self.cfg.pad_token_id if self.cfg.pad_token_id is not None else start
+        return shifted.masked_fill(shifted == IGNORE_INDEX, pad)
+
+    def generate(self, input_ids: Tensor, max_new_tokens: int = 32, **kwargs) -> Tensor:
+        """Autoregressive decoding over the KV cache; see `posformer.generation.generate`."""
+        from posformer.generation import generate
+
+        return generate(self, input_ids, max_new_tokens=max_new_tokens, **kwargs)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

@@ -1,0 +1,54 @@
+"""Normalisation layers and the DeepNorm constants of "DeepNet" (Wang et al. 2022)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from posformer.config import Config
+
+
+class RMSNorm(nn.Module):
+    """y = x / sqrt(mean(x^2) + eps) * weight (Zhang & Sennrich 2019), computed in float32.
+
+    x: (..., d) -> (..., d).
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        x32 = x.float()
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * normed.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+def make_norm(cfg: Config) -> nn.Module:
+    """The norm `cfg.norm` over d_model: LayerNorm (DeepNorm uses LayerNorm too) or RMSNorm."""
+    if cfg.norm == "rmsnorm":
+        return RMSNorm(cfg.d_model, cfg.norm_eps)
+    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.norm_bias)
+
+
+def deepnorm_constants(arch: str, n_encoder: int, n_decoder: int, stack: str) -> tuple[float, float]:
+    """(alpha, beta) of DeepNet, Figure 2 / Table 1, for the `stack` ("encoder" or "decoder").
+
+    alpha scales the residual: x_{l+1} = LN(alpha * x_l + f(x_l)); beta scales the
+    initialisation of the FFN, value and output projections.
+      encoder-only  (N layers): alpha = (2N)^(1/4),  beta = (8N)^(-1/4)
+      decoder-only  (M layers): alpha = (2M)^(1/4),  beta = (8M)^(-1/4)
+      encoder-decoder: encoder alpha = 0.81 (N^4 M)^(1/16), beta = 0.87 (N^4 M)^(-1/16);
+                       decoder alpha = (3M)^(1/4),          beta = (12M)^(-1/4)
+    """
+    if arch == "encoder_decoder":
+        n, m = n_encoder, n_decoder
+        if stack == "encoder":
+            return 0.81 * (n**4 * m) ** (1 / 16), 0.87 * (n**4 * m) ** (-1 / 16)
+        return (3 * m) ** 0.25, (12 * m) ** -0.25
+    layers = n_encoder if arch == "encoder" else n_decoder
+    return (2 * layers) ** 0.25, (8 * layers) ** -0.25

@@ -1,0 +1,84 @@
+"""Absolute encodings, added once to the token embeddings: none (NoPE), sinusoidal, learned."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from posformer.positions.base import PositionEncoding, frequencies
+from posformer.positions.registry import register
+
+SINUSOIDAL_LAYOUTS = ("interleaved", "half")
+
+
+def sinusoidal_angles_to_table(angles: Tensor, layout: str) -> Tensor:
+    """angles: (..., dim/2) -> (..., dim) as sin/cos pairs ("interleaved") or [sin | cos] ("half")."""
+    sin, cos = angles.sin(), angles.cos()
+    if layout == "interleaved":
+        return torch.stack((sin, cos), dim=-1).flatten(-2)
+    return torch.cat((sin, cos), dim=-1)
+
+
+def sinusoidal_table(n_positions: int, dim: int, base: float = 10000.0, layout: str = "interleaved") -> Tensor:
+    """The table of "Attention Is All You Need", section 3.5: (n_positions, dim) float32.
+
+    PE[pos, 2i] = sin(pos / base^(2i/dim)) and PE[pos, 2i+1] = cos(pos / base^(2i/dim));
+    with layout="half" the sines fill the first dim/2 columns and the cosines the rest.
+    """
+    if dim % 2:
+        raise ValueError(f"sinusoidal_table: dim={dim} must be even")
+    pos = torch.arange(n_positions, dtype=torch.float32)
+    return sinusoidal_angles_to_table(pos[:, None] * frequencies(dim, base), layout)
+
+
+@register("none")
+class NoPosition(PositionEncoding):
+    """NoPE: no position information at all (a causal mask still orders a decoder)."""
+
+
+@register("sinusoidal")
+class Sinusoidal(PositionEncoding):
+    """Fixed sinusoids added to the embeddings; `base` (N) and `layout` configurable. Any length."""
+
+    defaults = {"base": 10000.0, "layout": "interleaved"}
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        super().check_config(cfg)
+        params = {**cls.defaults, **cfg.position_params}
+        if params["layout"] not in SINUSOIDAL_LAYOUTS:
+            raise cls.param_error(cls.name, "layout", params["layout"], f"one of {SINUSOIDAL_LAYOUTS}")
+        if not isinstance(params["base"], (int, float)) or params["base"] <= 1:
+            raise cls.param_error(cls.name, "base", params["base"], "a number > 1")
+        if cfg.d_model % 2:
+            raise ValueError(f"Config.d_model={cfg.d_model} must be even for position='sinusoidal'")
+
+    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
+        super().__init__(cfg, causal, n_layers)
+        self.register_buffer("inv_freq", frequencies(cfg.d_model, float(self.params["base"])), persistent=False)
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        angles = pos[..., None].to(torch.float32) * self.inv_freq  # (B, T, d/2)
+        return x + sinusoidal_angles_to_table(angles, self.params["layout"]).to(x.dtype)
+
+
+@register("learned")
+class Learned(PositionEncoding):
+    """A trained table of `Config.max_positions` vectors (BERT, GPT-2). Cannot go past its length."""
+
+    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
+        super().__init__(cfg, causal, n_layers)
+        self.table = nn.Embedding(cfg.max_positions, cfg.d_model)
+
+    def check_positions(self, pos: Tensor) -> None:
+        super().check_positions(pos)
+        longest = int(pos.max()) + 1 if pos.numel() else 0
+        if longest > self.table.num_embeddings:
+            raise ValueError(
+                f"position {longest - 1} is beyond the learned position table of {self.table.num_embeddings} "
+                f"positions (Config.max_positions={self.table.num_embeddings}); 'learned' cannot extrapolate: "
+                f"shorten the input or use an encoding such as 'rope' or 'sinusoidal'"
+            )
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        return x + self.table(pos)

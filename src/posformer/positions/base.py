@@ -1,0 +1,102 @@
+"""The position-encoding contract: four hooks, each a no-op unless overridden.
+
+Position information enters a Transformer in one of four places. An encoding
+is one class that overrides only the hooks it uses:
+
+- `embed(x, pos)`: added to the token embeddings once (absolute encodings).
+- `rotate(q, k, q_pos, k_pos, layer)`: applied to q and k in every layer (rotary).
+- `bias(q, k, q_pos, k_pos, layer)`: added to the attention logits.
+- `values(probs, q_pos, k_pos, layer)`: added to the attention output.
+
+Positions are always explicit integer tensors, never a loop counter, so
+KV-cached decoding and left padding are correct for every encoding.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from posformer.config import Config
+
+
+class PositionEncoding(nn.Module):
+    """Base class of every position encoding.
+
+    One instance serves one stack (the encoder or the decoder); hooks that
+    keep per-layer parameters index them with `layer`.
+
+    Class attributes a subclass sets:
+      name: the registry name.
+      defaults: the accepted `Config.position_params` and their default values.
+      sdpa_compatible: False when the encoding needs the attention
+        probabilities themselves (the `values` hook), which forces the eager path.
+    """
+
+    name: ClassVar[str] = ""
+    defaults: ClassVar[dict[str, Any]] = {}
+    sdpa_compatible: ClassVar[bool] = True
+
+    def __init__(self, cfg: "Config", causal: bool, n_layers: int) -> None:
+        super().__init__()
+        self.params = {**self.defaults, **cfg.position_params}
+        self.causal = causal
+        self.n_layers = n_layers
+        self.n_heads = cfg.n_heads
+        self.head_dim = cfg.head_dim
+        self.d_model = cfg.d_model
+
+    # ------------------------------------------------------------ validation
+    @classmethod
+    def check_config(cls, cfg: "Config") -> None:
+        """Raise `ValueError` naming the parameter when `cfg.position_params` is not valid here."""
+        unknown = sorted(set(cfg.position_params) - set(cls.defaults))
+        if unknown:
+            allowed = ", ".join(sorted(cls.defaults)) or "none"
+            raise ValueError(
+                f"Config.position_params has unknown key(s) {unknown} for position={cls.name!r}: "
+                f"allowed keys are {allowed}"
+            )
+
+    @staticmethod
+    def param_error(name: str, key: str, value: Any, expected: str) -> ValueError:
+        return ValueError(
+            f"Config.position_params[{key!r}]={value!r} is invalid for position={name!r}: expected {expected}"
+        )
+
+    def check_positions(self, pos: Tensor) -> None:
+        """Raise `ValueError` when `pos` (B, T) holds positions this encoding cannot represent."""
+        if pos.numel() and int(pos.min()) < 0:
+            raise ValueError(f"position_ids must be >= 0, got minimum {int(pos.min())}")
+
+    # ----------------------------------------------------------------- hooks
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        """x: (B, T, d_model), pos: (B, T) -> (B, T, d_model)."""
+        return x
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> tuple[Tensor, Tensor]:
+        """q: (B, H, Tq, dh), k: (B, Hkv, Tk, dh), q_pos: (B, Tq), k_pos: (B, Tk) -> (q, k)."""
+        return q, k
+
+    def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor | None:
+        """q: (B, H, Tq, dh), k: (B, Hkv, Tk, dh) -> additive logits (B or 1, H, Tq, Tk), or None."""
+        return None
+
+    def values(self, probs: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor | None:
+        """probs: (B, H, Tq, Tk) -> a term (B, H, Tq, dh) added to the attention output, or None."""
+        return None
+
+    @property
+    def uses_values(self) -> bool:
+        return type(self).values is not PositionEncoding.values
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+
+
+def frequencies(dim: int, base: float, device: torch.device | None = None) -> Tensor:
+    """The inverse frequencies base^(-2i/dim) for i in [0, dim/2): (dim/2,) float32."""
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim))

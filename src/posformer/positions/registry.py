@@ -1,0 +1,41 @@
+"""Registry of position encodings: name -> class."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from posformer.positions.base import PositionEncoding
+
+if TYPE_CHECKING:
+    from posformer.config import Config
+
+_REGISTRY: dict[str, type[PositionEncoding]] = {}
+
+
+def register(name: str) -> Callable[[type[PositionEncoding]], type[PositionEncoding]]:
+    """Class decorator: make an encoding available as `Config(position=name)`."""
+
+    def add(cls: type[PositionEncoding]) -> type[PositionEncoding]:
+        if name in _REGISTRY:
+            raise ValueError(f"position encoding {name!r} is already registered by {_REGISTRY[name].__name__}")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return add
+
+
+def names() -> list[str]:
+    """Every registered encoding name, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> type[PositionEncoding]:
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown position encoding {name!r}: expected one of {', '.join(names())}")
+    return _REGISTRY[name]
+
+
+def build(cfg: "Config", causal: bool, n_layers: int) -> PositionEncoding:
+    """The encoding `cfg.position` for one stack of `n_layers` layers."""
+    return get(cfg.position)(cfg, causal=causal, n_layers=n_layers)

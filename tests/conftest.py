@@ -1,0 +1,21 @@
+"""Shared fixtures: deterministic seeds and tiny configs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import posformer as pf
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
+
+
+def tiny(arch: str = "decoder", **overrides) -> pf.Config:
+    """A tiny config for fast tests; any field can be overridden."""
+    fields = dict(arch=arch, vocab_size=61, d_model=32, n_layers=2, n_heads=4, d_ff=48, max_positions=64,
+                  decoder_start_token_id=0 if arch == "encoder_decoder" else None)
+    fields.update(overrides)
+    return pf.Config(**fields)

@@ -1,0 +1,148 @@
+"""Attention: SDPA equals eager, KV-cached decoding equals the full pass, masks do what they say."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import posformer as pf
+from posformer.masks import build_mask
+from tests.conftest import tiny
+
+ARCHS = ["encoder", "decoder", "encoder_decoder"]
+
+
+def run_both(cfg: pf.Config, **inputs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits of the same weights under attn_impl sdpa and eager."""
+    sdpa = pf.Transformer(cfg).eval()
+    eager = pf.Transformer(cfg.replace(attn_impl="eager")).eval()
+    eager.load_state_dict(sdpa.state_dict())
+    return sdpa(**inputs).logits, eager(**inputs).logits
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_sdpa_equals_eager(arch: str, kv_heads: int) -> None:
+    cfg = tiny(arch, n_kv_heads=kv_heads, position="rope")
+    ids = torch.randint(0, cfg.vocab_size, (3, 9))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    mask[1, -2:] = 0
+    kwargs = dict(input_ids=ids, attention_mask=mask)
+    if arch == "encoder_decoder":
+        kwargs["decoder_input_ids"] = torch.randint(0, cfg.vocab_size, (3, 5))
+    a, b = run_both(cfg, **kwargs)
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_causal_mask_of_length_5_is_lower_triangular() -> None:
+    mask = build_mask(None, True, 5, 5, torch.float32, torch.device("cpu"))
+    allowed = mask.materialized(5, 5, torch.float32, torch.device("cpu"))[0, 0] == 0
+    assert torch.equal(allowed, torch.tril(torch.ones(5, 5, dtype=torch.bool)))
+    cfg = tiny("decoder", n_layers=1, attn_impl="eager")
+    out = pf.Transformer(cfg)(torch.randint(0, cfg.vocab_size, (1, 5)), output_attentions=True)
+    weights = out.attentions[0][0]  # (H, 5, 5)
+    assert torch.equal(weights != 0, torch.tril(torch.ones(5, 5, dtype=torch.bool)).expand_as(weights))
+
+
+def test_future_tokens_do_not_change_the_past() -> None:
+    cfg = tiny("decoder")
+    model = pf.Transformer(cfg).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2, 10))
+    changed = ids.clone()
+    changed[:, 6:] = (changed[:, 6:] + 1) % cfg.vocab_size
+    torch.testing.assert_close(model(ids).logits[:, :6], model(changed).logits[:, :6])
+
+
+def test_key_padding_hides_padded_keys() -> None:
+    cfg = tiny("encoder")
+    model = pf.Transformer(cfg).eval()
+    ids = torch.randint(1, cfg.vocab_size, (1, 8))
+    mask = torch.tensor([[1] * 5 + [0] * 3])
+    other = ids.clone()
+    other[:, 5:] = 0
+    a = model(ids, attention_mask=mask).logits[:, :5]
+    b = model(other, attention_mask=mask).logits[:, :5]
+    alone = model(ids[:, :5]).logits
+    torch.testing.assert_close(a, b)
+    torch.testing.assert_close(a, alone, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("position", ["none", "sinusoidal", "learned", "rope"])
+@pytest.mark.parametrize("kv_heads", [4, 1])
+def test_kv_cache_decoder_equals_full_pass(position: str, kv_heads: int) -> None:
+    cfg = tiny("decoder", position=position, n_kv_heads=kv_heads)
+    model = pf.Transformer(cfg).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2, 11))
+    full = model(ids).logits
+    cache = pf.Cache(cfg.n_layers)
+    steps = [model(ids[:, :4], cache=cache).logits]
+    for t in range(4, ids.shape[1]):
+        steps.append(model(ids[:, t : t + 1], cache=cache).logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("position", ["sinusoidal", "rope"])
+def test_kv_cache_encoder_decoder_equals_full_pass(position: str) -> None:
+    cfg = tiny("encoder_decoder", position=position)
+    model = pf.Transformer(cfg).eval()
+    src = torch.randint(0, cfg.vocab_size, (2, 7))
+    src_mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
+    tgt = torch.randint(0, cfg.vocab_size, (2, 6))
+    full = model(src, attention_mask=src_mask, decoder_input_ids=tgt).logits
+    out = model(src, attention_mask=src_mask, decoder_input_ids=tgt[:, :1], use_cache=True)
+    steps = [out.logits]
+    for t in range(1, tgt.shape[1]):
+        out = model(src, decoder_input_ids=tgt[:, t : t + 1], cache=out.cache,
+                    decoder_position_ids=torch.full((2, 1), t))
+        steps.append(out.logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("position", ["none", "sinusoidal", "learned", "rope"])
+def test_left_padding_with_position_ids_matches_unpadded(position: str) -> None:
+    cfg = tiny("decoder", position=position)
+    model = pf.Transformer(cfg).eval()
+    short = torch.randint(1, cfg.vocab_size, (1, 5))
+    long = torch.randint(1, cfg.vocab_size, (1, 8))
+    batch = torch.cat((torch.cat((torch.zeros(1, 3, dtype=torch.long), short), 1), long))
+    mask = torch.tensor([[0] * 3 + [1] * 5, [1] * 8])
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(batch, attention_mask=mask, position_ids=pos).logits
+    torch.testing.assert_close(logits[0, 3:], model(short).logits[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(logits[1], model(long).logits[0], atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(logits).all()
+
+
+def test_generate_with_cache_equals_recomputation() -> None:
+    cfg = tiny("decoder", position="rope")
+    model = pf.Transformer(cfg).eval()
+    prompt = torch.randint(0, cfg.vocab_size, (2, 4))
+    tokens = model.generate(prompt, max_new_tokens=6)
+    expected = prompt
+    for _ in range(6):
+        expected = torch.cat((expected, model(expected).logits[:, -1].argmax(-1, keepdim=True)), 1)
+    assert torch.equal(tokens, expected)
+
+
+def test_generate_left_padded_batch_matches_single_rows() -> None:
+    cfg = tiny("decoder", position="rope")
+    model = pf.Transformer(cfg).eval()
+    a = torch.randint(1, cfg.vocab_size, (1, 3))
+    b = torch.randint(1, cfg.vocab_size, (1, 6))
+    batch = torch.cat((torch.cat((torch.zeros(1, 3, dtype=torch.long), a), 1), b))
+    mask = torch.tensor([[0] * 3 + [1] * 3, [1] * 6])
+    out = model.generate(batch, max_new_tokens=5, attention_mask=mask)
+    assert torch.equal(out[0, 3:], model.generate(a, max_new_tokens=5)[0])
+    assert torch.equal(out[1], model.generate(b, max_new_tokens=5)[0])
+
+
+def test_encoder_decoder_generate_equals_recomputation() -> None:
+    cfg = tiny("encoder_decoder", position="sinusoidal")
+    model = pf.Transformer(cfg).eval()
+    src = torch.randint(0, cfg.vocab_size, (2, 5))
+    out = model.generate(src, max_new_tokens=4)
+    tgt = torch.zeros(2, 1, dtype=torch.long)
+    for _ in range(4):
+        tgt = torch.cat((tgt, model(src, decoder_input_ids=tgt).logits[:, -1].argmax(-1, keepdim=True)), 1)
+    assert torch.equal(out, tgt)
