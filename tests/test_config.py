@@ -322,11 +322,6 @@ def _run_tiny(cfg: pf.Config) -> None:
     assert torch.isfinite(out.loss)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library bug: the llama preset hard-codes n_kv_heads=32, so overriding n_heads alone fails "
-           "('Config.n_kv_heads=32 is invalid: expected a divisor of n_heads=4')",
-)
 def test_preset_llama_small_override_builds_and_runs():
     cfg = pf.Config.preset("llama", vocab_size=100, d_model=64, n_layers=2, n_heads=4, d_ff=128)
     assert cfg.kv_heads == 4

@@ -154,3 +154,12 @@ def test_seq2seq_head_tied_or_untied(tie: bool) -> None:
     assert torch.isfinite(out.loss)
     shifted = model.shift_right(labels)
     assert shifted[:, 0].tolist() == [0, 0] and torch.equal(shifted[1, 1:], labels[1, :-1])
+
+
+def test_loss_with_nothing_to_predict_is_zero_not_nan() -> None:
+    cfg = tiny("decoder")
+    model = pf.Transformer(cfg)
+    ids = torch.randint(0, cfg.vocab_size, (2, 1))
+    out = model(ids, labels=ids)
+    assert out.loss.item() == 0.0
+    out.loss.backward()

@@ -77,10 +77,15 @@ def token_loss(logits: Tensor, labels: Tensor, shift: bool) -> Tensor:
     """Mean cross-entropy over tokens whose label is not -100.
 
     logits: (B, T, V), labels: (B, T). With `shift`, position t predicts label t+1 (causal LM).
+    A batch with no label to predict (all -100, or one token under the shift)
+    has loss 0, not NaN.
     """
     if shift:
         logits, labels = logits[:, :-1], labels[:, 1:]
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+    labels = labels.reshape(-1)
+    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels, ignore_index=IGNORE_INDEX,
+                            reduction="sum")
+    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
 
 
 def span_loss(start_logits: Tensor, end_logits: Tensor, start: Tensor, end: Tensor) -> Tensor:

@@ -13,7 +13,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "vanilla": dict(
         arch="encoder_decoder", vocab_size=37000, d_model=512, n_layers=6, n_decoder_layers=6, n_heads=8,
         d_ff=2048, position="sinusoidal", max_positions=512, norm="layernorm", norm_placement="post",
-        activation="relu", dropout=0.1, tie_embeddings=True, scale_embeddings=True,
+        activation="relu", dropout=0.1, tie_embeddings=True, scale_embeddings=True, pad_token_id=0,
+        decoder_start_token_id=0,
     ),
     # bert-base-uncased.
     "bert": dict(
@@ -31,7 +32,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
     # LLaMA-2 7B shape: RMSNorm pre-norm, SwiGLU, RoPE, no biases, untied head.
     "llama": dict(
-        arch="decoder", vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=32, d_ff=11008,
+        arch="decoder", vocab_size=32000, d_model=4096, n_layers=32, n_heads=32, d_ff=11008,
         position="rope", position_params={"theta": 10000.0}, max_positions=4096, norm="rmsnorm",
         norm_eps=1e-5, norm_placement="pre", activation="swiglu", qkv_bias=False, attn_out_bias=False,
         ffn_bias=False, tie_embeddings=False, bos_token_id=1, eos_token_id=2,

@@ -1,0 +1,75 @@
+"""The training job, checkpoints and the command line, end to end on tiny settings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import posformer as pf
+from posformer.checkpoint import load_pretrained, save_pretrained
+from posformer.cli import main
+from posformer.data.text import CharTokenizer, default_corpus, read_text
+
+
+def test_checkpoint_round_trip_keeps_logits_and_ties(tmp_path) -> None:
+    cfg = pf.Config(arch="encoder_decoder", vocab_size=40, d_model=16, n_layers=1, n_heads=2,
+                    decoder_start_token_id=0, position="rope")
+    model = pf.Transformer(cfg).eval()
+    save_pretrained(model, tmp_path)
+    loaded = load_pretrained(tmp_path).eval()
+    assert loaded.head.proj.weight is loaded.embed_tokens.weight
+    src, tgt = torch.randint(0, 40, (2, 5)), torch.randint(0, 40, (2, 3))
+    torch.testing.assert_close(model(src, decoder_input_ids=tgt).logits, loaded(src, decoder_input_ids=tgt).logits)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".saving")]
+
+
+def test_load_errors_name_the_file(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        load_pretrained(tmp_path)
+
+
+def test_shipped_corpus_and_char_tokenizer_round_trip(tmp_path) -> None:
+    text = read_text(default_corpus())
+    assert text.startswith("First Citizen:") and len(text) == 300_000
+    tokenizer = CharTokenizer.from_text(text)
+    assert tokenizer.decode(tokenizer.encode(text[:500])) == text[:500]
+    tokenizer.save(tmp_path / "tok.json")
+    assert CharTokenizer.load(tmp_path / "tok.json").chars == tokenizer.chars
+    with pytest.raises(ValueError, match="not in the tokenizer"):
+        tokenizer.encode("€")
+
+
+def test_train_command_lowers_the_loss_and_saves(tmp_path, capsys) -> None:
+    out = tmp_path / "run"
+    code = main(["train", "--steps", "40", "--eval-every", "20", "--batch-size", "8", "--seq-len", "32",
+                 "--d-model", "32", "--n-layers", "1", "--n-heads", "2", "--d-ff", "64", "--out-dir", str(out),
+                 "--sample-tokens", "20", "--lr", "1e-2", "--warmup", "5"])
+    assert code == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    first, last = metrics["history"][0], metrics["history"][-1]
+    assert last["step"] == 40 and last["val_loss"] < first["val_loss"]
+    assert "sample after 40 steps" in capsys.readouterr().out
+    assert main(["generate", "--model", str(out), "--prompt", "ROMEO:", "--max-new-tokens", "10"]) == 0
+    assert capsys.readouterr().out.startswith("ROMEO:")
+
+
+def test_cli_reports_bad_input_clearly(tmp_path, capsys) -> None:
+    assert main(["train", "--corpus", str(tmp_path / "missing.txt")]) == 2
+    assert "missing.txt" in capsys.readouterr().err
+    assert main(["train", "--position", "nonsense", "--steps", "1", "--out-dir", str(tmp_path)]) == 2
+    assert "Config.position='nonsense'" in capsys.readouterr().err
+
+
+def test_info_command(capsys) -> None:
+    assert main(["info", "--preset", "gpt2"]) == 0
+    assert "124,439,808" in capsys.readouterr().out
+
+
+def test_every_command_has_help(capsys) -> None:
+    for command in (["--help"], ["info", "--help"], ["train", "--help"], ["generate", "--help"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(command)
+        assert exit_info.value.code == 0
+    assert "--position" in capsys.readouterr().out
