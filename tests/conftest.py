@@ -8,6 +8,15 @@ import torch
 import posformer as pf
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    """Tiny models run far faster on one intra-op thread on a shared 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)

@@ -16,15 +16,6 @@ TINY = dict(vocab_size=32, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_posit
 AVAILABLE_PRESETS = ["vanilla", "bert", "gpt2", "llama", "seed-encoder"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run far faster on one intra-op thread on a shared machine; restore afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def custom_config() -> pf.Config:
     return pf.Config(
         arch="decoder", vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=48,

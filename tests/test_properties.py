@@ -20,15 +20,6 @@ ROPE_FRACTIONS = {4: [0.5, 1.0], 8: [0.25, 0.5, 0.75, 1.0]}
 probabilities = st.sampled_from([0.0, 0.0, 0.1, 0.25, 0.5])
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run far faster on one intra-op thread on a shared machine; restore afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @st.composite
 def valid_config_dicts(draw) -> dict:
     arch = draw(st.sampled_from(C.ARCHS))

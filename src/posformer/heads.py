@@ -80,8 +80,8 @@ def token_loss(logits: Tensor, labels: Tensor, shift: bool) -> Tensor:
     A batch with no label to predict (all -100, or one token under the shift)
     has loss 0, not NaN.
     """
-    if shift:
-        logits, labels = logits[:, :-1], labels[:, 1:]
+    if shift:  # shift the labels, not the (large) logits, so nothing is copied
+        labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
     labels = labels.reshape(-1)
     total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels, ignore_index=IGNORE_INDEX,
                             reduction="sum")

@@ -48,6 +48,7 @@ class PositionEncoding(nn.Module):
         self.n_heads = cfg.n_heads
         self.head_dim = cfg.head_dim
         self.d_model = cfg.d_model
+        self.scale = cfg.scale  # the attention scale: a bias hook that mimics a q.k term multiplies by it
 
     # ------------------------------------------------------------ validation
     @classmethod
@@ -82,7 +83,10 @@ class PositionEncoding(nn.Module):
         return q, k
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor | None:
-        """q: (B, H, Tq, dh), k: (B, Hkv, Tk, dh) -> additive logits (B or 1, H, Tq, Tk), or None."""
+        """q: (B, H, Tq, dh), k: (B, Hkv, Tk, dh) -> additive logits (B or 1, H, Tq, Tk), or None.
+
+        The bias is added after the attention scale: logits = scale * q.k + bias.
+        """
         return None
 
     def values(self, probs: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor | None:
