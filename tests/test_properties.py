@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import string
 
-import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st

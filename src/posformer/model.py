@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from posformer import positions
 from posformer.blocks import Block
-from posformer.cache import Cache, LayerCache
+from posformer.cache import Cache
 from posformer.config import Config
 from posformer.heads import IGNORE_INDEX, build_head, span_loss, token_loss
 from posformer.masks import AttentionMask, build_mask

@@ -66,6 +66,8 @@ class Sinusoidal(PositionEncoding):
 class Learned(PositionEncoding):
     """A trained table of `Config.max_positions` vectors (BERT, GPT-2). Cannot go past its length."""
 
+    extrapolates = False
+
     def __init__(self, cfg, causal: bool, n_layers: int) -> None:
         super().__init__(cfg, causal, n_layers)
         self.table = nn.Embedding(cfg.max_positions, cfg.d_model)

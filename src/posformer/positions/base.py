@@ -34,11 +34,15 @@ class PositionEncoding(nn.Module):
       defaults: the accepted `Config.position_params` and their default values.
       sdpa_compatible: False when the encoding needs the attention
         probabilities themselves (the `values` hook), which forces the eager path.
+      extrapolates: False when positions past `Config.max_positions` cannot be
+        represented (a table indexed by position or distance); `check_positions`
+        then raises a clear error instead of failing inside an embedding lookup.
     """
 
     name: ClassVar[str] = ""
     defaults: ClassVar[dict[str, Any]] = {}
     sdpa_compatible: ClassVar[bool] = True
+    extrapolates: ClassVar[bool] = True
 
     def __init__(self, cfg: "Config", causal: bool, n_layers: int) -> None:
         super().__init__()

@@ -1,0 +1,131 @@
+"""The shared conformance suite: every registered position encoding x every arch.
+
+A newly registered encoding is covered here with no new test code.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import posformer as pf
+
+TRAIN_LENGTH = 16
+ARCHS = ["encoder", "decoder", "encoder_decoder"]
+CASES = [(name, arch) for name in pf.positions.names() for arch in ARCHS]
+DECODING = [(name, arch) for name, arch in CASES if arch != "encoder"]
+
+
+def config(position: str, arch: str, **overrides) -> pf.Config:
+    fields = dict(arch=arch, vocab_size=53, d_model=32, n_layers=2, n_heads=4, d_ff=48, position=position,
+                  max_positions=TRAIN_LENGTH, decoder_start_token_id=0 if arch == "encoder_decoder" else None)
+    fields.update(overrides)
+    return pf.Config(**fields)
+
+
+def inputs(cfg: pf.Config, batch: int = 2, length: int = 7, tgt_length: int = 5) -> dict:
+    ids = torch.randint(1, cfg.vocab_size, (batch, length))
+    kwargs = {"input_ids": ids}
+    if cfg.arch == "encoder_decoder":
+        kwargs["decoder_input_ids"] = torch.randint(1, cfg.vocab_size, (batch, tgt_length))
+    return kwargs
+
+
+@pytest.mark.parametrize("name, arch", CASES)
+def test_forward_backward_reaches_every_encoding_parameter(name: str, arch: str) -> None:
+    cfg = config(name, arch)
+    model = pf.Transformer(cfg)
+    kwargs = inputs(cfg)
+    labels = kwargs.get("decoder_input_ids", kwargs["input_ids"])
+    out = model(**kwargs, labels=labels)
+    assert torch.isfinite(out.loss)
+    out.loss.backward()
+    stacks = [s for s in (getattr(model, "encoder", None), getattr(model, "decoder", None)) if s is not None]
+    for stack in stacks:
+        for pname, param in stack.position.named_parameters():
+            assert param.grad is not None, f"{name}: no gradient reaches {pname}"
+            assert torch.isfinite(param.grad).all() and param.grad.abs().sum() > 0, f"{name}: zero grad {pname}"
+
+
+@pytest.mark.parametrize("name, arch", DECODING)
+def test_kv_cached_decoding_equals_full_pass(name: str, arch: str) -> None:
+    cfg = config(name, arch)
+    model = pf.Transformer(cfg).eval()
+    kwargs = inputs(cfg, length=9, tgt_length=9)
+    if arch == "decoder":
+        ids = kwargs["input_ids"]
+        full = model(ids).logits
+        cache = pf.Cache(cfg.decoder_layers)
+        steps = [model(ids[:, :3], cache=cache).logits]
+        steps += [model(ids[:, t : t + 1], cache=cache).logits for t in range(3, ids.shape[1])]
+    else:
+        src, tgt = kwargs["input_ids"], kwargs["decoder_input_ids"]
+        full = model(src, decoder_input_ids=tgt).logits
+        out = model(src, decoder_input_ids=tgt[:, :1], use_cache=True)
+        steps = [out.logits]
+        for t in range(1, tgt.shape[1]):
+            out = model(src, decoder_input_ids=tgt[:, t : t + 1], cache=out.cache,
+                        decoder_position_ids=torch.full((tgt.shape[0], 1), t))
+            steps.append(out.logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name, arch", CASES)
+def test_left_padding_with_position_ids_equals_each_row_alone(name: str, arch: str) -> None:
+    cfg = config(name, arch)
+    model = pf.Transformer(cfg).eval()
+    short = torch.randint(1, cfg.vocab_size, (1, 4))
+    long = torch.randint(1, cfg.vocab_size, (1, 7))
+    batch = torch.cat((torch.cat((torch.zeros(1, 3, dtype=torch.long), short), 1), long))
+    mask = torch.tensor([[0] * 3 + [1] * 4, [1] * 7])
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    if arch == "encoder_decoder":
+        tgt = torch.randint(1, cfg.vocab_size, (2, 5))
+        padded = model(batch, attention_mask=mask, position_ids=pos, decoder_input_ids=tgt).logits
+        torch.testing.assert_close(padded[0], model(short, decoder_input_ids=tgt[:1]).logits[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(padded[1], model(long, decoder_input_ids=tgt[1:]).logits[0], atol=1e-5, rtol=1e-5)
+        return
+    padded = model(batch, attention_mask=mask, position_ids=pos).logits
+    torch.testing.assert_close(padded[0, 3:], model(short).logits[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(padded[1], model(long).logits[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name, arch", CASES)
+def test_sdpa_and_eager_paths_agree(name: str, arch: str) -> None:
+    cfg = config(name, arch)
+    sdpa = pf.Transformer(cfg).eval()
+    eager = pf.Transformer(cfg.replace(attn_impl="eager")).eval()
+    eager.load_state_dict(sdpa.state_dict())
+    kwargs = inputs(cfg)
+    kwargs["attention_mask"] = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
+    torch.testing.assert_close(sdpa(**kwargs).logits, eager(**kwargs).logits, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name, arch", CASES)
+def test_four_times_the_training_length(name: str, arch: str) -> None:
+    cfg = config(name, arch)
+    model = pf.Transformer(cfg).eval()
+    kwargs = inputs(cfg, batch=1, length=4 * TRAIN_LENGTH, tgt_length=4 * TRAIN_LENGTH)
+    if not pf.positions.get(name).extrapolates:
+        with pytest.raises(ValueError, match="max_positions"):
+            model(**kwargs)
+        return
+    with torch.no_grad():
+        assert torch.isfinite(model(**kwargs).logits).all()
+
+
+@pytest.mark.parametrize("name, arch", CASES)
+def test_bfloat16_forward_runs(name: str, arch: str) -> None:
+    cfg = config(name, arch)
+    model = pf.Transformer(cfg).to(torch.bfloat16).eval()
+    with torch.no_grad():
+        logits = model(**inputs(cfg)).logits
+    assert logits.dtype == torch.bfloat16 and torch.isfinite(logits.float()).all()
+
+
+def test_every_encoding_declares_a_valid_contract() -> None:
+    for name in pf.positions.names():
+        cls = pf.positions.get(name)
+        assert issubclass(cls, pf.positions.PositionEncoding) and cls.name == name
+        if cls.values is not pf.positions.PositionEncoding.values:
+            assert not cls.sdpa_compatible, f"{name} uses the values hook, so it cannot run on SDPA"
