@@ -4,9 +4,21 @@ from posformer.positions.base import PositionEncoding
 from posformer.positions.registry import build, get, names, register
 from posformer.positions.absolute import Learned, NoPosition, Sinusoidal, sinusoidal_table
 from posformer.positions.rotary import Rotary, apply_rotary, rope_inv_freq
+from posformer.positions.xpos import XPos
+from posformer.positions.t5 import T5Bias, t5_bucket
+from posformer.positions.alibi import ALiBi, alibi_slopes
+from posformer.positions.kerple import KerpleLog
+from posformer.positions.fire import FIRE
+from posformer.positions.relative_bert import RelativeKey, RelativeKeyQuery
+from posformer.positions.shaw import Shaw
+from posformer.positions.transformer_xl import TransformerXL
+from posformer.positions.deberta import DeBERTa, log_bucket_position
 
 __all__ = [
     "PositionEncoding", "build", "get", "names", "register",
     "NoPosition", "Sinusoidal", "Learned", "sinusoidal_table",
     "Rotary", "apply_rotary", "rope_inv_freq",
+    "XPos",
+    "T5Bias", "t5_bucket", "ALiBi", "alibi_slopes", "KerpleLog", "FIRE",
+    "RelativeKey", "RelativeKeyQuery", "Shaw", "TransformerXL", "DeBERTa", "log_bucket_position",
 ]

@@ -5,6 +5,7 @@ Two layouts of the rotated pairs:
                  (`precompute_freqs_cis` / `apply_rotary_emb`).
   "half":        dims (i, i + d/2) form a pair, Hugging Face `rotate_half`.
 Only the first `rotary_fraction * head_dim` dims are rotated (GPT-NeoX partial rotary).
+Context-extension scalings (linear, ntk, dynamic, yarn, llama3) live in `rope_scaling`.
 """
 
 from __future__ import annotations
@@ -12,21 +13,72 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from posformer.positions.base import PositionEncoding, frequencies
+from posformer.positions.base import PositionEncoding
 from posformer.positions.registry import register
+from posformer.positions.rope_scaling import check_scaling, scaled_inv_freq
 
 ROPE_LAYOUTS = ("half", "interleaved")
 
 
-def rope_inv_freq(dim: int, base: float = 10000.0) -> Tensor:
-    """Inverse frequencies theta_i = base^(-2i/dim), i in [0, dim/2): (dim/2,) float32."""
-    if dim % 2:
-        raise ValueError(f"rope_inv_freq: rotary dim={dim} must be even")
-    return frequencies(dim, base)
+def rope_inv_freq(
+    dim: int, base: float = 10000.0, scaling: dict | None = None, seq_len: int | None = None
+) -> tuple[Tensor, float]:
+    """The inverse frequencies of RoPE with an optional context-extension scaling.
+
+    dim: the rotary dimension (even); base: theta; scaling: None or a dict
+    {"type": one of linear, ntk, dynamic, yarn, llama3, "factor": ..., <the type's keys>}
+    (see `posformer.positions.rope_scaling`); seq_len: the current length (largest
+    position + 1), used by "dynamic" only (None: unscaled, as at initialisation).
+
+    Returns `(inv_freq, attention_factor)`:
+      inv_freq: (dim/2,) float32 on the CPU; pair i of a vector at position m is
+        rotated by the angle m * inv_freq[i]. Unscaled, inv_freq[i] = base^(-2i/dim).
+      attention_factor: a Python float by which cos and sin are multiplied (so q.k is
+        multiplied by its square); 1.0 for every type except "yarn".
+    Equal to Hugging Face `ROPE_INIT_FUNCTIONS[type](config, device, seq_len)` for linear,
+    dynamic, yarn and llama3. Raises `ValueError` naming the offending key.
+    """
+    if dim <= 0 or dim % 2:
+        raise ValueError(f"rope_inv_freq: rotary dim={dim} must be even and > 0")
+    check_scaling(scaling, dim)
+    return scaled_inv_freq(dim, float(base), scaling, seq_len)
 
 
 def rotary_dim(head_dim: int, fraction: float) -> int:
     return int(head_dim * fraction)
+
+
+def check_rotary_params(cls: type[PositionEncoding], cfg, params: dict) -> int:
+    """Validate theta, layout and rotary_fraction of a rotary encoding; return its rotary dimension."""
+    if params["layout"] not in ROPE_LAYOUTS:
+        raise cls.param_error(cls.name, "layout", params["layout"], f"one of {ROPE_LAYOUTS}")
+    theta = params["theta"]
+    if not isinstance(theta, (int, float)) or isinstance(theta, bool) or not theta > 1:
+        raise cls.param_error(cls.name, "theta", theta, "a number > 1")
+    fraction = params["rotary_fraction"]
+    if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
+        raise cls.param_error(cls.name, "rotary_fraction", fraction, "a number in (0, 1]")
+    dim = rotary_dim(cfg.head_dim, fraction)
+    if dim == 0 or dim % 2:
+        raise cls.param_error(
+            cls.name, "rotary_fraction", fraction,
+            f"a fraction giving an even, non-zero rotary dimension (head_dim={cfg.head_dim} "
+            f"* {fraction} = {cfg.head_dim * fraction:g})",
+        )
+    return dim
+
+
+def rope_cos_sin(pos: Tensor, inv_freq: Tensor, factor: float = 1.0) -> tuple[Tensor, Tensor]:
+    """pos: (B, T), inv_freq: (r/2,) -> factor * cos, factor * sin of the angles: (B, 1, T, r/2).
+
+    Float32 (float64 when inv_freq is float64, as after `.double()`), whatever the model's dtype.
+    """
+    dtype = torch.promote_types(inv_freq.dtype, torch.float32)
+    angles = pos[:, None, :, None].to(dtype) * inv_freq.to(dtype)
+    cos, sin = angles.cos(), angles.sin()
+    if factor != 1.0:
+        cos, sin = cos * factor, sin * factor
+    return cos, sin
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
@@ -45,51 +97,73 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     return torch.cat((rotated, rest), dim=-1) if rest.shape[-1] else rotated
 
 
+def _longest(q_pos: Tensor, k_pos: Tensor) -> int | None:
+    """The largest position in q_pos and k_pos, plus one (None when both are empty)."""
+    ends = [int(p.max()) + 1 for p in (q_pos, k_pos) if p.numel()]
+    return max(ends) if ends else None
+
+
 @register("rope")
 class Rotary(PositionEncoding):
-    """RoPE: score(q at m, k at n) depends on m - n only. Parameter-free; any length."""
+    """RoPE: score(q at m, k at n) depends on m - n only. Parameter-free; any length.
 
-    defaults = {"theta": 10000.0, "layout": "half", "rotary_fraction": 1.0}
+    `scaling` (None or a dict, see `rope_inv_freq`) extends the context. Its attention
+    factor multiplies cos and sin, as in Hugging Face. "dynamic" recomputes the
+    frequencies in every forward from L = the largest position of that forward + 1
+    (over q_pos and k_pos, all rows): as in Hugging Face, keys already in a KV cache
+    keep the frequencies they were rotated with, so once L exceeds
+    original_max_position_embeddings cached decoding no longer equals a full pass.
+    Hugging Face additionally keeps the grown frequencies while L stays above the
+    original length (its `max_seq_len_cached`); here each forward depends on its own L only.
+    """
+
+    defaults = {"theta": 10000.0, "layout": "half", "rotary_fraction": 1.0, "scaling": None}
 
     @classmethod
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
-        p = {**cls.defaults, **cfg.position_params}
-        if p["layout"] not in ROPE_LAYOUTS:
-            raise cls.param_error(cls.name, "layout", p["layout"], f"one of {ROPE_LAYOUTS}")
-        if not isinstance(p["theta"], (int, float)) or p["theta"] <= 1:
-            raise cls.param_error(cls.name, "theta", p["theta"], "a number > 1")
-        fraction = p["rotary_fraction"]
-        if not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
-            raise cls.param_error(cls.name, "rotary_fraction", fraction, "a number in (0, 1]")
-        dim = rotary_dim(cfg.head_dim, fraction)
-        if dim == 0 or dim % 2:
-            raise cls.param_error(
-                cls.name, "rotary_fraction", fraction,
-                f"a fraction giving an even, non-zero rotary dimension (head_dim={cfg.head_dim} "
-                f"* {fraction} = {cfg.head_dim * fraction:g})",
-            )
+        params = {**cls.defaults, **cfg.position_params}
+        dim = check_rotary_params(cls, cfg, params)
+        check_scaling(params["scaling"], dim, "Config.position_params['scaling']")
 
     def __init__(self, cfg, causal: bool, n_layers: int) -> None:
         super().__init__(cfg, causal, n_layers)
-        dim = rotary_dim(cfg.head_dim, float(self.params["rotary_fraction"]))
-        self.register_buffer("inv_freq", rope_inv_freq(dim, float(self.params["theta"])), persistent=False)
-        self._memo: tuple[Tensor, Tensor, Tensor] | None = None
+        self.rotary_dim = rotary_dim(cfg.head_dim, float(self.params["rotary_fraction"]))
+        self.theta = float(self.params["theta"])
+        self.scaling = None if self.params["scaling"] is None else dict(self.params["scaling"])
+        inv_freq, self.attention_factor = rope_inv_freq(self.rotary_dim, self.theta, self.scaling)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self._memo: tuple[Tensor, Tensor, tuple] | None = None
+
+    @property
+    def dynamic(self) -> bool:
+        return self.scaling is not None and self.scaling["type"] == "dynamic"
+
+    def frequencies_for(self, seq_len: int | None) -> tuple[Tensor, float]:
+        """inv_freq (r/2,) and attention factor for a forward whose largest position is seq_len - 1."""
+        if not self.dynamic or seq_len is None or seq_len <= self.scaling["original_max_position_embeddings"]:
+            return self.inv_freq, self.attention_factor
+        inv_freq, factor = rope_inv_freq(self.rotary_dim, self.theta, self.scaling, seq_len=seq_len)
+        return inv_freq.to(self.inv_freq.device, torch.promote_types(self.inv_freq.dtype, torch.float32)), factor
 
     def cos_sin(self, pos: Tensor) -> tuple[Tensor, Tensor]:
-        """pos: (B, T) -> cos, sin: (B, 1, T, r/2) float32, memoised for the positions of one forward."""
-        if self._memo is not None and self._memo[0] is pos:
-            return self._memo[1], self._memo[2]
-        angles = pos[:, None, :, None].to(torch.float32) * self.inv_freq
-        cos, sin = angles.cos(), angles.sin()
-        self._memo = (pos, cos, sin)
-        return cos, sin
+        """pos: (B, T) -> cos, sin: (B, 1, T, r/2) float32, times the attention factor; memoised."""
+        return self.tables(pos, pos)[0]
+
+    def tables(self, q_pos: Tensor, k_pos: Tensor) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
+        """((cos, sin) at q_pos, (cos, sin) at k_pos), as `cos_sin`; memoised for the positions of one forward."""
+        if self._memo is not None and self._memo[0] is q_pos and self._memo[1] is k_pos:
+            return self._memo[2]
+        inv_freq, factor = self.frequencies_for(_longest(q_pos, k_pos) if self.dynamic else None)
+        q_table = rope_cos_sin(q_pos, inv_freq, factor)
+        k_table = q_table if k_pos is q_pos else rope_cos_sin(k_pos, inv_freq, factor)
+        self._memo = (q_pos, k_pos, (q_table, k_table))
+        return q_table, k_table
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> tuple[Tensor, Tensor]:
         layout = self.params["layout"]
-        cos, sin = self.cos_sin(q_pos)
-        q = apply_rotary(q, cos.to(q.dtype), sin.to(q.dtype), layout)
-        if k_pos is not q_pos:
-            cos, sin = self.cos_sin(k_pos)
-        k = apply_rotary(k, cos.to(k.dtype), sin.to(k.dtype), layout)
+        (cos_q, sin_q), (cos_k, sin_k) = self.tables(q_pos, k_pos)
+        q = apply_rotary(q, cos_q.to(q.dtype), sin_q.to(q.dtype), layout)
+        k = apply_rotary(k, cos_k.to(k.dtype), sin_k.to(k.dtype), layout)
         return q, k
+

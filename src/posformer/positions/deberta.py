@@ -1,0 +1,143 @@
+"""DeBERTa's disentangled attention (He et al. 2021, "DeBERTa: Decoding-enhanced BERT with
+Disentangled Attention", section 3.1), in its DeBERTa-v2/v3 form with log-bucketed distances
+(`transformers` 4.57.6 `DisentangledSelfAttention`, `build_relative_position`,
+`make_log_bucket_position`).
+
+One table P of 2 * span relative-position embeddings of size d_model is shared by
+all layers (Hugging Face `encoder.rel_embeddings`, optionally LayerNorm-ed:
+`norm_rel_ebd="layer_norm"`, `encoder.LayerNorm`). Layer l projects it into keys
+and queries of positions with its own linears (`pos_key_proj[l]`, `pos_query_proj[l]`,
+d_model -> n_heads * head_dim, with bias):
+
+    K^r_l = pos_key_proj[l](P),   Q^r_l = pos_query_proj[l](P)        (H, 2 span, dh) per head
+    idx(i, j) = clamp(bucket(i - j) + span, 0, 2 span - 1)
+    c2c_ij = q_i . k_j   (computed by the attention itself)
+    c2p_ij = q_i . K^r_l[idx(i, j)]          (content -> position, "c2p")
+    p2c_ij = k_j . Q^r_l[idx(i, j)]          (position -> content, "p2c")
+    logits_ij = (c2c_ij + c2p_ij + p2c_ij) / sqrt(head_dim * (1 + number of position terms))
+
+bucket(d) = d for |d| <= span / 2 and grows logarithmically beyond, up to
+`max_relative_positions` (`make_log_bucket_position`; span = `position_buckets`).
+With `position_buckets <= 0` there are no buckets: span = `max_relative_positions`
+and idx clamps the raw distance. When max_relative_positions - 1 <= position_buckets / 2
+(e.g. 256 buckets on a tiny model with 64 positions) the logarithmic part is
+degenerate (Hugging Face divides by log of a number <= 1); every distance up to
+span / 2 keeps its own bucket either way, and beyond it idx clamps the raw distance. The Hugging Face index of p2c, -bucket(j - i),
+equals bucket(i - j) because the bucketing is odd.
+
+Scale: the bias hook returns scale * (c2p + p2c) with scale = `Config.attn_scale`,
+the scale the attention applies to c2c. DeBERTa divides all three terms by
+sqrt(3 * head_dim) (two position terms), so a DeBERTa config sets
+`attn_scale = 1 / sqrt(3 * head_dim)` (1 / sqrt(2 * head_dim) with one position term);
+the default 1/sqrt(head_dim) gives an unscaled-by-3 variant.
+
+Hugging Face's `share_att_key=True` (DeBERTa-v3) projects P with the attention's
+own query/key linears instead of separate ones; a converter reproduces it by
+copying the layer's query and key weights into `pos_query_proj[l]` and
+`pos_key_proj[l]`. Parameters: `position_buckets` (256), `max_relative_positions`
+(-1: Config.max_positions), `norm_rel_ebd` ("none" or "layer_norm"),
+`pos_att_type` (a list of "c2p" and/or "p2c"). Any length (distances beyond the
+buckets share the last ones).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from posformer.positions.base import PositionEncoding
+from posformer.positions.registry import register
+from posformer.positions.relative_scores import (
+    expand_heads,
+    key_position_scores,
+    query_position_scores,
+    relative_distance,
+)
+
+POS_ATT_TYPES = ("c2p", "p2c")
+NORM_REL_EBD = ("none", "layer_norm")
+
+
+def log_bucket_position(rel: Tensor, bucket_size: int, max_position: int) -> Tensor:
+    """DeBERTa-v2's `make_log_bucket_position`: relative distances (any shape, long) -> buckets (long).
+
+    |d| <= bucket_size // 2 stays d; beyond, sign(d) * (mid + ceil(log(|d| / mid) / log((max_position - 1)
+    / mid) * (mid - 1))) with mid = bucket_size // 2.
+    """
+    sign = torch.sign(rel)
+    mid = bucket_size // 2
+    small = (rel < mid) & (rel > -mid)
+    abs_pos = torch.where(small, torch.tensor(mid - 1).type_as(rel), rel.abs())
+    log_pos = torch.ceil(
+        torch.log(abs_pos / mid) / torch.log(torch.tensor((max_position - 1) / mid)) * (mid - 1)
+    ) + mid
+    return torch.where(abs_pos <= mid, rel.type_as(log_pos), log_pos * sign).long()
+
+
+@register("deberta")
+class DeBERTa(PositionEncoding):
+    """Disentangled content/position attention with a shared, log-bucketed relative table. Any length."""
+
+    defaults = {"position_buckets": 256, "max_relative_positions": -1, "norm_rel_ebd": "none",
+                "pos_att_type": ["c2p", "p2c"]}
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        super().check_config(cfg)
+        p = {**cls.defaults, **cfg.position_params}
+        for key in ("position_buckets", "max_relative_positions"):
+            if not isinstance(p[key], int) or isinstance(p[key], bool):
+                raise cls.param_error(cls.name, key, p[key], "an integer (<= 0: off / Config.max_positions)")
+        if p["norm_rel_ebd"] not in NORM_REL_EBD:
+            raise cls.param_error(cls.name, "norm_rel_ebd", p["norm_rel_ebd"], f"one of {NORM_REL_EBD}")
+        kinds = p["pos_att_type"]
+        if not isinstance(kinds, (list, tuple)) or not kinds or any(t not in POS_ATT_TYPES for t in kinds) \
+                or len(set(kinds)) != len(kinds):
+            raise cls.param_error(cls.name, "pos_att_type", kinds, f"a non-empty list of distinct {POS_ATT_TYPES}")
+        if p["position_buckets"] == 1:
+            raise cls.param_error(cls.name, "position_buckets", 1, "<= 0 (no buckets) or an integer >= 2")
+
+    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
+        super().__init__(cfg, causal, n_layers)
+        max_rel = int(self.params["max_relative_positions"])
+        self.max_relative_positions = max_rel if max_rel > 0 else cfg.max_positions
+        self.position_buckets = int(self.params["position_buckets"])
+        self.span = self.position_buckets if self.position_buckets > 0 else self.max_relative_positions
+        self.kinds = tuple(self.params["pos_att_type"])
+        self.rel_embeddings = nn.Embedding(2 * self.span, cfg.d_model)
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if self.params["norm_rel_ebd"] == "layer_norm" \
+            else None
+        self.dropout = nn.Dropout(cfg.dropout)
+        inner = cfg.n_heads * cfg.head_dim
+        if "c2p" in self.kinds:
+            self.pos_key_proj = nn.ModuleList(nn.Linear(cfg.d_model, inner) for _ in range(n_layers))
+        if "p2c" in self.kinds:
+            self.pos_query_proj = nn.ModuleList(nn.Linear(cfg.d_model, inner) for _ in range(n_layers))
+
+    def index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """idx(i, j) = clamp(bucket(i - j) + span, 0, 2 span - 1): (B, Tq, Tk)."""
+        rel = relative_distance(q_pos, k_pos)
+        if self.position_buckets > 0 and self.max_relative_positions - 1 > self.position_buckets // 2:
+            rel = log_bucket_position(rel, self.position_buckets, self.max_relative_positions)
+        return (rel + self.span).clamp(0, 2 * self.span - 1)
+
+    def relative_embeddings(self) -> Tensor:
+        """The shared table P, normalised if configured: (2 span, d_model)."""
+        table = self.rel_embeddings.weight
+        return self.dropout(self.norm(table) if self.norm is not None else table)
+
+    def _heads(self, proj: nn.Linear, table: Tensor) -> Tensor:
+        """(2 span, d_model) -> (H, 2 span, dh)."""
+        return proj(table).unflatten(-1, (self.n_heads, self.head_dim)).transpose(0, 1)
+
+    def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
+        """scale * (c2p + p2c): (B, H, Tq, Tk)."""
+        index = self.index(q_pos, k_pos)
+        table = self.relative_embeddings()
+        score = torch.zeros((), dtype=q.dtype, device=q.device)
+        if "c2p" in self.kinds:
+            score = score + query_position_scores(q, self._heads(self.pos_key_proj[layer], table), index)
+        if "p2c" in self.kinds:
+            k = expand_heads(k, q.shape[1])
+            score = score + key_position_scores(k, self._heads(self.pos_query_proj[layer], table), index)
+        return score * self.scale

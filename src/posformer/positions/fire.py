@@ -1,0 +1,99 @@
+"""FIRE, functional interpolation for relative positions (Li et al. 2023, "Functional
+Interpolation for Relative Positions Improves Long Context Transformers", ICLR 2024).
+
+A small MLP of a normalised, log-compressed distance gives one bias per head:
+
+    logits[b, h, i, j] = scale * q_i . k_j + f_theta( psi(|i - j|) / psi(max(L, i)) )[h]
+    psi(x) = log(c * x + 1)
+
+with i = q_pos[b, i] and j = k_pos[b, j] (positions, not indices). Learned:
+c > 0 (used as |c|, init `init_c`), the threshold L = |L_mult| * init_L (L_mult
+init 1, so L starts at `init_L`, 512 in the paper), and f_theta: 1 -> mlp_width
+-> n_heads with a ReLU. Progressive interpolation: in a causal stack the input
+of f_theta lies in [0, 1] at every attended pair (0 <= i - j <= i <= max(L, i)),
+whatever the length. The encoder (bidirectional) form uses |i - j|, which can
+exceed 1 once a key lies beyond max(L, i). The causal form uses |i - j| too:
+equal to i - j wherever attention is allowed, and finite (so gradients stay
+finite) at masked pairs. A small eps (1e-6) keeps the denominator positive, as
+in the paper's reference code.
+
+`shared=True` (default): one FIRE for the whole stack (the paper notes that
+sharing across layers works and is cheaper); `shared=False`: one per layer.
+The MLP weights are plain parameters initialised as PyTorch's `nn.Linear`
+default (uniform in +-1/sqrt(fan_in)), the paper code's init; the model-wide
+normal init of `nn.Linear` layers does not touch them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from posformer.positions.base import PositionEncoding
+from posformer.positions.registry import register
+
+EPS = 1e-6
+
+
+@register("fire")
+class FIRE(PositionEncoding):
+    """f_theta(psi(|i - j|) / psi(max(L, i))), psi(x) = log(c x + 1); learned c, L, f_theta. Any length."""
+
+    defaults: ClassVar[dict[str, Any]] = {"mlp_width": 32, "init_c": 0.1, "init_L": 512.0, "shared": True}
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        super().check_config(cfg)
+        p = {**cls.defaults, **cfg.position_params}
+        width = p["mlp_width"]
+        if not isinstance(width, int) or isinstance(width, bool) or width < 1:
+            raise cls.param_error(cls.name, "mlp_width", width, "a positive integer")
+        for key in ("init_c", "init_L"):
+            value = p[key]
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                raise cls.param_error(cls.name, key, value, "a number > 0")
+        if not isinstance(p["shared"], bool):
+            raise cls.param_error(cls.name, "shared", p["shared"], "True or False")
+
+    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
+        super().__init__(cfg, causal, n_layers)
+        groups = 1 if self.params["shared"] else n_layers
+        width, heads = int(self.params["mlp_width"]), cfg.n_heads
+        self.register_buffer("init_L", torch.tensor(float(self.params["init_L"])), persistent=False)
+        self.c = nn.Parameter(torch.full((groups,), float(self.params["init_c"])))
+        self.L_mult = nn.Parameter(torch.ones(groups))
+        self.w1 = nn.Parameter(torch.empty(groups, width))  # f_theta layer 1: (groups, width), fan_in 1
+        self.b1 = nn.Parameter(torch.empty(groups, width))
+        self.w2 = nn.Parameter(torch.empty(groups, width, heads))  # layer 2: (groups, width, H)
+        self.b2 = nn.Parameter(torch.empty(groups, heads))
+        with torch.no_grad():
+            for tensor, fan_in in ((self.w1, 1), (self.b1, 1), (self.w2, width), (self.b2, width)):
+                bound = 1.0 / math.sqrt(fan_in)
+                tensor.uniform_(-bound, bound)
+
+    def group(self, layer: int) -> int:
+        return 0 if self.params["shared"] else layer
+
+    def mlp(self, x: Tensor, layer: int) -> Tensor:
+        """f_theta of `layer`: x (...) -> (..., H)."""
+        g = self.group(layer)
+        x = x.to(self.w1.dtype)
+        hidden = torch.relu(x[..., None] * self.w1[g] + self.b1[g])
+        return hidden @ self.w2[g] + self.b2[g]
+
+    def normalized_distance(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
+        """psi(|i - j|) / psi(max(L, i)): q_pos (B, Tq), k_pos (B, Tk) -> (B, Tq, Tk) float32."""
+        g = self.group(layer)
+        c = self.c[g].abs().float()
+        threshold = (self.L_mult[g].float() * self.init_L.float()).abs()
+        i = q_pos.to(torch.float32)
+        distance = (i[:, :, None] - k_pos[:, None, :].to(torch.float32)).abs()
+        normalizer = torch.log(c * torch.maximum(i, threshold) + 1) + EPS  # (B, Tq)
+        return torch.log(c * distance + 1) / normalizer[:, :, None]
+
+    def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
+        """-> f_theta(normalized distance): (B, H, Tq, Tk)."""
+        return self.mlp(self.normalized_distance(q_pos, k_pos, layer), layer).permute(0, 3, 1, 2)

@@ -1,0 +1,88 @@
+"""BERT's relative position embeddings: Hugging Face `position_embedding_type` "relative_key" and
+"relative_key_query".
+
+Shaw et al. 2018 without clipping, in the variants of Huang et al. 2020, "Improve
+Transformer Models with Better Relative Position Embeddings" (methods 3 and 4),
+as implemented by `transformers` `BertSelfAttention` (4.57.6). Each layer l has a
+table E_l of 2 * max_positions - 1 vectors of size head_dim, one per distance
+i - j in [-(max_positions - 1), max_positions - 1] (row i - j + max_positions - 1):
+
+    relative_key:        logits_ij = scale * (q_i . k_j + q_i . E_l[i - j])
+    relative_key_query:  logits_ij = scale * (q_i . k_j + q_i . E_l[i - j] + k_j . E_l[i - j])
+
+Both position terms are added before BERT divides by sqrt(head_dim), hence the
+factor `scale`. Note that the key term uses the same row i - j as the query term
+(Hugging Face's `einsum("bhrd,lrd->bhlr", key, E)`). Positions must lie in
+[0, max_positions): the table cannot extrapolate.
+
+Parameters: `distance[l].weight`, (2 * max_positions - 1, head_dim), is Hugging
+Face's `encoder.layer.{l}.attention.self.distance_embedding.weight`.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from posformer.positions.base import PositionEncoding
+from posformer.positions.registry import register
+from posformer.positions.relative_scores import (
+    expand_heads,
+    key_position_scores,
+    query_position_scores,
+    relative_distance,
+)
+
+
+@register("relative_key")
+class RelativeKey(PositionEncoding):
+    """bias_ij = scale * q_i . E_l[i - j]; one (2 * max_positions - 1, head_dim) table per layer."""
+
+    key_term = False
+    extrapolates = False
+
+    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
+        super().__init__(cfg, causal, n_layers)
+        self.max_positions = cfg.max_positions
+        self.distance = nn.ModuleList(
+            nn.Embedding(2 * cfg.max_positions - 1, cfg.head_dim) for _ in range(n_layers)
+        )
+
+    def check_positions(self, pos: Tensor) -> None:
+        super().check_positions(pos)
+        if pos.numel() and int(pos.max()) >= self.max_positions:
+            raise ValueError(
+                f"position {int(pos.max())} is beyond the relative distance table of position={self.name!r}, "
+                f"which covers distances up to {self.max_positions - 1} (Config.max_positions="
+                f"{self.max_positions}, so positions in [0, {self.max_positions})); shorten the input or use "
+                f"an encoding that extrapolates such as 'shaw', 't5' or 'rope'"
+            )
+
+    def table_and_index(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> tuple[Tensor, Tensor]:
+        """The rows of E_l that these positions use, (R, head_dim), and the row of each pair, (B, Tq, Tk).
+
+        Only the distances in [min(i - j), max(i - j)] are scored, not the whole table.
+        """
+        dist = relative_distance(q_pos, k_pos)
+        low, high = int(dist.min()), int(dist.max())
+        if low < -(self.max_positions - 1) or high > self.max_positions - 1:
+            raise ValueError(
+                f"relative distances in [{low}, {high}] exceed the table of position={self.name!r} "
+                f"(|i - j| <= {self.max_positions - 1}, Config.max_positions={self.max_positions})"
+            )
+        offset = self.max_positions - 1
+        table = self.distance[layer].weight[low + offset : high + offset + 1]
+        return table, dist - low
+
+    def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
+        table, index = self.table_and_index(q_pos, k_pos, layer)
+        scores = query_position_scores(q, table, index)
+        if self.key_term:
+            scores = scores + key_position_scores(expand_heads(k, q.shape[1]), table, index)
+        return scores * self.scale
+
+
+@register("relative_key_query")
+class RelativeKeyQuery(RelativeKey):
+    """bias_ij = scale * (q_i . E_l[i - j] + k_j . E_l[i - j]); one table per layer."""
+
+    key_term = True

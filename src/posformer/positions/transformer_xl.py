@@ -1,0 +1,90 @@
+"""Transformer-XL relative positions (Dai et al. 2019, "Transformer-XL: Attentive Language Models
+Beyond a Fixed-Length Context", section 3.3).
+
+The score of query i and key j splits into four terms:
+
+    A_ij = q_i . k_j                      (a) content-content (computed by the attention itself)
+         + q_i . W_R,l R_{i-j}            (b) content-position
+         + u_l . k_j                      (c) global content bias
+         + v_l . W_R,l R_{i-j}            (d) global position bias
+
+R_d is a fixed sinusoid of the distance d = i - j over d_model dims in the
+[sin | cos] layout of the paper's code and of Hugging Face TransfoXL
+(inv_freq = 1 / base^(2m / d_model)); W_R,l (`proj[l]`, d_model -> n_heads * head_dim,
+no bias) is layer l's own projection of it, and u_l, v_l (n_heads, head_dim) are
+Hugging Face's `r_w_bias` and `r_r_bias`. The bias hook returns
+
+    bias_ij = scale * ((q_i + v_l) . W_R,l R_{i-j} + u_l . k_j)      (B, H, Tq, Tk)
+
+since TransfoXL scales the whole sum (a)+(b)+(c)+(d). The distance comes from the
+position tensors, so cached decoding and left padding work; it may be negative
+(an encoder), and any length works. Parameters: `base` (10000), `untie_r`
+(True: u, v per layer, shape (n_layers, H, dh); False: shared, shape (1, H, dh),
+Hugging Face's `untie_r=False`), `clamp_len` (> 0: |i - j| is clamped to it, as
+TransfoXL's `clamp_len`; -1: no clamp).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from posformer.positions.absolute import sinusoidal_angles_to_table
+from posformer.positions.base import PositionEncoding, frequencies
+from posformer.positions.registry import register
+from posformer.positions.relative_scores import (
+    expand_heads,
+    query_position_scores,
+    relative_distance,
+)
+
+
+@register("transformer_xl")
+class TransformerXL(PositionEncoding):
+    """Sinusoidal relative positions projected per layer, with global biases u and v. Any length."""
+
+    defaults = {"base": 10000.0, "untie_r": True, "clamp_len": -1}
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        super().check_config(cfg)
+        p = {**cls.defaults, **cfg.position_params}
+        if not isinstance(p["base"], (int, float)) or isinstance(p["base"], bool) or p["base"] <= 1:
+            raise cls.param_error(cls.name, "base", p["base"], "a number > 1")
+        if not isinstance(p["untie_r"], bool):
+            raise cls.param_error(cls.name, "untie_r", p["untie_r"], "True or False")
+        clamp = p["clamp_len"]
+        if not isinstance(clamp, int) or isinstance(clamp, bool) or (clamp <= 0 and clamp != -1):
+            raise cls.param_error(cls.name, "clamp_len", clamp, "a positive integer, or -1 for no clamp")
+        if cfg.d_model % 2:
+            raise ValueError(f"Config.d_model={cfg.d_model} must be even for position='transformer_xl'")
+
+    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
+        super().__init__(cfg, causal, n_layers)
+        self.clamp_len = int(self.params["clamp_len"])
+        self.register_buffer("inv_freq", frequencies(cfg.d_model, float(self.params["base"])), persistent=False)
+        inner = cfg.n_heads * cfg.head_dim
+        self.proj = nn.ModuleList(nn.Linear(cfg.d_model, inner, bias=False) for _ in range(n_layers))
+        n_bias = n_layers if self.params["untie_r"] else 1
+        self.u = nn.Parameter(torch.randn(n_bias, cfg.n_heads, cfg.head_dim) * cfg.init_std)
+        self.v = nn.Parameter(torch.randn(n_bias, cfg.n_heads, cfg.head_dim) * cfg.init_std)
+
+    def sinusoid(self, dist: Tensor) -> Tensor:
+        """R_d for distances d: (N,) -> (N, d_model), [sin | cos] layout."""
+        angles = dist.to(torch.float32)[:, None] * self.inv_freq
+        return sinusoidal_angles_to_table(angles, "half")
+
+    def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
+        dist = relative_distance(q_pos, k_pos)  # (B, Tq, Tk)
+        if self.clamp_len > 0:
+            dist = dist.clamp(-self.clamp_len, self.clamp_len)
+        low, high = int(dist.min()), int(dist.max())
+        distances = torch.arange(low, high + 1, device=dist.device)
+        w = self.proj[layer]
+        r = w(self.sinusoid(distances).to(w.weight.dtype))  # (R, H * dh)
+        r = r.unflatten(-1, (self.n_heads, self.head_dim)).transpose(0, 1)  # (H, R, dh)
+        i = layer if self.u.shape[0] > 1 else 0
+        u, v = self.u[i], self.v[i]  # (H, dh)
+        position = query_position_scores(q + v[:, None].to(q.dtype), r, dist - low)  # (b) + (d)
+        content = torch.matmul(expand_heads(k, q.shape[1]), u[:, :, None].to(k.dtype)).transpose(-1, -2)  # (c)
+        return (position + content) * self.scale

@@ -1,0 +1,80 @@
+"""xPos (Sun et al. 2022, "A Length-Extrapolatable Transformer"): RoPE with an exponential decay.
+
+Pair i of q at position m is rotated as in RoPE and multiplied by zeta_i^(m / scale_base);
+pair i of k at position n by the inverse, zeta_i^(-n / scale_base), where
+zeta_i = (2i + 0.4 d) / (1.4 d) for i in [0, d/2) and d the rotary dimension. The score
+then carries zeta_i^((m - n) / scale_base): it depends on m - n only, and decays with the
+distance when m > n (causal attention).
+
+Positions: the explicit positions are used as they are. The reference implementation
+(torchscale `XPOS`) centres them on the middle of the sequence before the power to keep
+zeta^(n/scale_base) near 1; the centre cancels between q and k within one pass, but it
+moves as a sequence grows, so keys stored in a KV cache (rotated with their own positions
+before they enter it) would no longer match the queries of later steps. Without centring
+the relative property holds exactly for any mix of cached and new positions; the price is
+range: zeta_0 = 2/7, so in float32 the factors stay finite (below e^87) up to positions
+of about 69 * scale_base (35k with 512). float16 reaches e^11 only: about 9 * scale_base (4.5k with 512).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from posformer.positions.base import PositionEncoding
+from posformer.positions.registry import register
+from posformer.positions.rotary import apply_rotary, check_rotary_params, rope_cos_sin, rope_inv_freq, rotary_dim
+
+
+def xpos_zeta(dim: int) -> Tensor:
+    """zeta_i = (2i + 0.4 dim) / (1.4 dim) for i in [0, dim/2): (dim/2,) float32, in [2/7, 1)."""
+    return (torch.arange(0, dim, 2, dtype=torch.float32) + 0.4 * dim) / (1.4 * dim)
+
+
+@register("xpos")
+class XPos(PositionEncoding):
+    """xPos: RoPE rotation times zeta^(m/scale_base) on q and zeta^(-n/scale_base) on k. Any length.
+
+    Parameters: theta, layout ("interleaved" by default, as the reference), rotary_fraction
+    (as in "rope") and scale_base (512).
+    """
+
+    defaults = {"theta": 10000.0, "layout": "interleaved", "rotary_fraction": 1.0, "scale_base": 512.0}
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        super().check_config(cfg)
+        params = {**cls.defaults, **cfg.position_params}
+        check_rotary_params(cls, cfg, params)
+        base = params["scale_base"]
+        if not isinstance(base, (int, float)) or isinstance(base, bool) or not 0 < base < float("inf"):
+            raise cls.param_error(cls.name, "scale_base", base, "a number > 0")
+
+    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
+        super().__init__(cfg, causal, n_layers)
+        dim = rotary_dim(cfg.head_dim, float(self.params["rotary_fraction"]))
+        self.scale_base = float(self.params["scale_base"])
+        self.register_buffer("inv_freq", rope_inv_freq(dim, float(self.params["theta"]))[0], persistent=False)
+        self.register_buffer("zeta", xpos_zeta(dim), persistent=False)
+        self._memo: tuple[Tensor, Tensor, tuple] | None = None
+
+    def tables(self, q_pos: Tensor, k_pos: Tensor) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
+        """((cos, sin) for q, (cos, sin) for k): (B, 1, T, r/2) float32 with the xPos factors
+        zeta^(+pos/scale_base) (q) and zeta^(-pos/scale_base) (k) folded in; memoised per forward."""
+        if self._memo is not None and self._memo[0] is q_pos and self._memo[1] is k_pos:
+            return self._memo[2]
+        tables = []
+        for pos, sign in ((q_pos, 1.0), (k_pos, -1.0)):
+            cos, sin = rope_cos_sin(pos, self.inv_freq)
+            dtype = torch.promote_types(self.zeta.dtype, torch.float32)
+            factor = self.zeta.to(dtype) ** (pos[:, None, :, None].to(dtype) * (sign / self.scale_base))
+            tables.append((cos * factor, sin * factor))
+        self._memo = (q_pos, k_pos, (tables[0], tables[1]))
+        return tables[0], tables[1]
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> tuple[Tensor, Tensor]:
+        layout = self.params["layout"]
+        (cos_q, sin_q), (cos_k, sin_k) = self.tables(q_pos, k_pos)
+        q = apply_rotary(q, cos_q.to(q.dtype), sin_q.to(q.dtype), layout)
+        k = apply_rotary(k, cos_k.to(k.dtype), sin_k.to(k.dtype), layout)
+        return q, k

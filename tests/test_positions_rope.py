@@ -1,0 +1,508 @@
+"""RoPE and xPos: scalings against Hugging Face, and the defining properties of the rotation.
+
+Oracles: `transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS` and Llama's rotary
+embedding (transformers 4.57.6) for the scalings, closed formulas for "ntk", explicit
+rotation matrices for the efficient form, and torchscale's `XPOS` for xPos.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from transformers import LlamaConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+import posformer as pf
+from posformer.positions import rope_inv_freq
+from posformer.positions.rope_scaling import SCALING_TYPES
+from tests.conftest import tiny
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+LAYOUTS = ["half", "interleaved"]
+LLAMA31 = {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+           "original_max_position_embeddings": 8192}
+STATIC_SCALINGS = [  # scalings whose frequencies do not depend on the length
+    None,
+    {"type": "linear", "factor": 4.0},
+    {"type": "ntk", "factor": 4.0},
+    {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32},
+    {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 16},
+]
+
+
+def hf_config(dim: int, theta: float, scaling: dict, max_positions: int) -> LlamaConfig:
+    """A LlamaConfig with head_dim=dim and our scaling dict written the Hugging Face way."""
+    rope_scaling = {("rope_type" if k == "type" else k): v for k, v in scaling.items()}
+    if scaling["type"] == "dynamic":  # HF's dynamic reads its original length from max_position_embeddings
+        rope_scaling.pop("original_max_position_embeddings")
+    return LlamaConfig(hidden_size=2 * dim, num_attention_heads=2, head_dim=dim, rope_theta=theta,
+                       max_position_embeddings=max_positions, rope_scaling=rope_scaling)
+
+
+def hf_inv_freq(dim: int, theta: float, scaling: dict, max_positions: int, seq_len=None):
+    cfg = hf_config(dim, theta, scaling, max_positions)
+    return ROPE_INIT_FUNCTIONS[scaling["type"]](cfg, torch.device("cpu"), seq_len=seq_len)
+
+
+def assert_same_freqs(ours: tuple, theirs: tuple) -> None:
+    torch.testing.assert_close(ours[0], theirs[0], rtol=1e-6, atol=0)
+    assert ours[0].dtype == torch.float32 and ours[0].shape == theirs[0].shape
+    assert ours[1] == pytest.approx(theirs[1], rel=1e-12)
+
+
+# ------------------------------------------------------------- rope_inv_freq against Hugging Face
+DIMS, FACTORS = [32, 64, 128], [2.0, 4.0, 8.0]
+
+
+@pytest.mark.parametrize("dim", DIMS)
+@pytest.mark.parametrize("factor", FACTORS)
+def test_linear_matches_hf(dim: int, factor: float) -> None:
+    scaling = {"type": "linear", "factor": factor}
+    assert_same_freqs(rope_inv_freq(dim, 10000.0, scaling), hf_inv_freq(dim, 10000.0, scaling, 2048))
+    torch.testing.assert_close(rope_inv_freq(dim, 10000.0, scaling)[0], rope_inv_freq(dim)[0] / factor)
+
+
+@pytest.mark.parametrize("dim", DIMS)
+@pytest.mark.parametrize("factor", FACTORS)
+@pytest.mark.parametrize("seq_len", [None, 100, 2048, 2049, 3000, 20000])
+def test_dynamic_matches_hf(dim: int, factor: float, seq_len: int | None) -> None:
+    scaling = {"type": "dynamic", "factor": factor, "original_max_position_embeddings": 2048}
+    ours = rope_inv_freq(dim, 10000.0, scaling, seq_len=seq_len)
+    assert_same_freqs(ours, hf_inv_freq(dim, 10000.0, scaling, 2048, seq_len))
+    unscaled = rope_inv_freq(dim, 10000.0)[0]
+    assert torch.equal(ours[0], unscaled) == (seq_len is None or seq_len <= 2048)
+
+
+def test_dynamic_matches_hf_with_a_tensor_length() -> None:
+    """HF's own forward passes seq_len as a tensor (max position + 1), computed in float32."""
+    scaling = {"type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 2048}
+    theirs = hf_inv_freq(64, 10000.0, scaling, 2048, torch.tensor(5000))
+    torch.testing.assert_close(rope_inv_freq(64, 10000.0, scaling, seq_len=5000)[0], theirs[0], rtol=1e-5, atol=0)
+
+
+YARN_VARIANTS = [
+    {},
+    {"truncate": False},
+    {"beta_fast": 16.0, "beta_slow": 2.0},
+    {"mscale": 0.707, "mscale_all_dim": 0.707},  # DeepSeek-V2 style: the factors cancel to 1.0
+    {"mscale": 1.0, "mscale_all_dim": 0.5},
+    {"mscale": 1.0},  # without mscale_all_dim: 0.1 ln(s) + 1
+    {"attention_factor": 1.5},  # an explicit factor wins
+]
+
+
+@pytest.mark.parametrize("dim", DIMS)
+@pytest.mark.parametrize("factor", FACTORS)
+@pytest.mark.parametrize("variant", YARN_VARIANTS, ids=lambda v: "-".join(v) or "defaults")
+def test_yarn_matches_hf(dim: int, factor: float, variant: dict) -> None:
+    scaling = {"type": "yarn", "factor": factor, "original_max_position_embeddings": 2048, **variant}
+    ours = rope_inv_freq(dim, 10000.0, scaling)
+    assert_same_freqs(ours, hf_inv_freq(dim, 10000.0, scaling, int(2048 * factor)))
+    if not variant:
+        assert ours[1] == pytest.approx(0.1 * math.log(factor) + 1)
+        unscaled = rope_inv_freq(dim)[0]
+        assert ours[0][0] == unscaled[0]  # the highest frequency is extrapolated, unchanged
+        torch.testing.assert_close(ours[0][-1], unscaled[-1] / factor)  # the lowest is interpolated
+
+
+@pytest.mark.parametrize("dim", DIMS)
+@pytest.mark.parametrize("factor", FACTORS)
+@pytest.mark.parametrize("theta", [10000.0, 500000.0])
+def test_llama3_matches_hf(dim: int, factor: float, theta: float) -> None:
+    scaling = {**LLAMA31, "factor": factor}
+    assert_same_freqs(rope_inv_freq(dim, theta, scaling), hf_inv_freq(dim, theta, scaling, 131072))
+
+
+def test_llama31_settings_match_hf() -> None:
+    ours = rope_inv_freq(128, 500000.0, LLAMA31)
+    assert_same_freqs(ours, hf_inv_freq(128, 500000.0, LLAMA31, 131072))
+    unscaled = rope_inv_freq(128, 500000.0)[0]
+    wavelen = 2 * math.pi / unscaled
+    short, long = wavelen < 8192 / 4, wavelen > 8192 / 1
+    assert short.any() and long.any()
+    assert torch.equal(ours[0][short], unscaled[short])
+    torch.testing.assert_close(ours[0][long], unscaled[long] / 8)
+
+
+@pytest.mark.parametrize("dim", [4, 32, 64, 128])
+@pytest.mark.parametrize("factor", FACTORS)
+def test_ntk_matches_its_closed_formula(dim: int, factor: float) -> None:
+    inv_freq, attention_factor = rope_inv_freq(dim, 10000.0, {"type": "ntk", "factor": factor})
+    base = 10000.0 * factor ** (dim / (dim - 2))
+    expected = torch.tensor([base ** (-2 * i / dim) for i in range(dim // 2)], dtype=torch.float64)
+    torch.testing.assert_close(inv_freq.double(), expected, rtol=1e-6, atol=0)
+    assert attention_factor == 1.0
+    unscaled = rope_inv_freq(dim)[0]
+    assert inv_freq[0] == unscaled[0]  # the highest frequency is kept ...
+    torch.testing.assert_close(inv_freq[-1], unscaled[-1] / factor)  # ... the lowest is interpolated
+
+
+def test_unscaled_default_matches_hf() -> None:
+    cfg = LlamaConfig(hidden_size=64, num_attention_heads=1, rope_theta=500000.0)
+    assert_same_freqs(rope_inv_freq(64, 500000.0), ROPE_INIT_FUNCTIONS["default"](cfg, torch.device("cpu")))
+
+
+# ------------------------------------------------------------------------------- validation
+def rope_cfg(**params) -> pf.Config:
+    return tiny("decoder", position="rope", position_params=params)
+
+
+def config_error(**params) -> str:
+    with pytest.raises(ValueError) as info:
+        rope_cfg(**params)
+    return str(info.value)
+
+
+def test_unknown_scaling_type_names_the_param_and_the_allowed_types() -> None:
+    message = config_error(scaling={"type": "longrope", "factor": 2.0})
+    assert "position_params['scaling']" in message and "'longrope'" in message
+    assert all(kind in message for kind in SCALING_TYPES)
+    message = config_error(scaling={"rope_type": "linear", "factor": 2.0})
+    assert "position_params['scaling']" in message and "'type'" in message
+    assert "position_params['scaling']" in config_error(scaling="linear")
+
+
+@pytest.mark.parametrize("scaling, key", [
+    ({"type": "linear"}, "factor"),
+    ({"type": "dynamic", "factor": 2.0}, "original_max_position_embeddings"),
+    ({"type": "yarn", "factor": 2.0}, "original_max_position_embeddings"),
+    ({**LLAMA31, "low_freq_factor": None}, "low_freq_factor"),
+    ({k: v for k, v in LLAMA31.items() if k != "high_freq_factor"}, "high_freq_factor"),
+])
+def test_missing_key_is_named(scaling: dict, key: str) -> None:
+    message = config_error(scaling=scaling)
+    assert "position_params['scaling']" in message and repr(key) in message
+    with pytest.raises(ValueError, match=key):
+        rope_inv_freq(16, 10000.0, scaling)
+
+
+@pytest.mark.parametrize("scaling, key", [
+    ({"type": "linear", "factor": 0.5}, "factor"),
+    ({"type": "linear", "factor": True}, "factor"),
+    ({"type": "linear", "factor": 2.0, "beta_fast": 4.0}, "beta_fast"),
+    ({"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 0}, "original_max_position_embeddings"),
+    ({"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64, "beta_fast": 1.0}, "beta_fast"),
+    ({"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64, "truncate": 1}, "truncate"),
+    ({**LLAMA31, "high_freq_factor": 1.0}, "high_freq_factor"),
+])
+def test_bad_scaling_value_is_named(scaling: dict, key: str) -> None:
+    message = config_error(scaling=scaling)
+    assert "position_params['scaling']" in message and repr(key) in message
+
+
+def test_ntk_needs_a_rotary_dim_above_two() -> None:
+    message = config_error(scaling={"type": "ntk", "factor": 2.0}, rotary_fraction=0.25)  # head_dim 8 -> 2
+    assert "position_params['scaling']" in message and "'ntk'" in message
+
+
+@pytest.mark.parametrize("position", ["rope", "xpos"])
+@pytest.mark.parametrize("d_model, fraction", [(32, 0.375), (24, 0.5), (40, 0.3)])
+def test_odd_rotary_dim_names_rotary_fraction(position: str, d_model: int, fraction: float) -> None:
+    with pytest.raises(ValueError, match="rotary_fraction"):
+        tiny("decoder", d_model=d_model, position=position, position_params={"rotary_fraction": fraction})
+
+
+def test_rope_inv_freq_refuses_an_odd_dim() -> None:
+    with pytest.raises(ValueError, match="even"):
+        rope_inv_freq(7)
+
+
+def test_scaling_round_trips_through_the_config() -> None:
+    cfg = rope_cfg(scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32, "truncate": False})
+    assert pf.Config.from_dict(cfg.to_dict()) == cfg
+    assert pf.positions.get("rope").defaults["scaling"] is None
+
+
+# ------------------------------------------------------------ the encoding against Hugging Face's Llama
+@pytest.mark.parametrize("scaling", [
+    {"type": "linear", "factor": 4.0},
+    {"type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 16},
+    {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+    {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "mscale": 1.0, "mscale_all_dim": 0.5},
+    {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 16},
+], ids=lambda s: s["type"])
+def test_rotary_encoding_matches_hf_llama_rotary(scaling: dict) -> None:
+    """Rotary (layout "half") rotates q and k as Llama's rotary embedding + apply_rotary_pos_emb,
+    attention factor on cos and sin included; "dynamic" from this forward's positions (max 39 > 16)."""
+    cfg = tiny("decoder", d_model=32, n_heads=2, position="rope", position_params={"scaling": scaling})
+    ours = pf.positions.build(cfg, causal=True, n_layers=1)
+    hf = LlamaRotaryEmbedding(hf_config(16, 10000.0, scaling, 16 if scaling["type"] == "dynamic" else 64))
+    pos = torch.stack((torch.arange(20, 40), torch.arange(3, 23)))
+    q, k = torch.randn(2, 2, 20, 16), torch.randn(2, 2, 20, 16)
+    cos, sin = hf(q, pos)
+    expected = apply_rotary_pos_emb(q, k, cos, sin)
+    got = ours.rotate(q, k, pos, pos, 0)
+    torch.testing.assert_close(got[0], expected[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[1], expected[1], rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- the defining properties
+def encoding(position: str = "rope", d_head: int = 8, **params):
+    cfg = tiny("decoder", d_model=2 * d_head, n_heads=2, position=position, position_params=params)
+    return pf.positions.build(cfg, causal=True, n_layers=1)
+
+
+def score(enc, q: torch.Tensor, k: torch.Tensor, m: int, n: int) -> torch.Tensor:
+    """q.k after rotating q (B, H, 1, dh) at position m and k at position n: (B, H)."""
+    batch = q.shape[0]
+    q_rot, k_rot = enc.rotate(q, k, torch.full((batch, 1), m), torch.full((batch, 1), n), 0)
+    return (q_rot * k_rot).sum(-1)[..., 0]
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(layout=st.sampled_from(LAYOUTS), scaling=st.sampled_from(STATIC_SCALINGS),
+       fraction=st.sampled_from([0.5, 1.0]), m=st.integers(0, 4000), n=st.integers(0, 4000),
+       shift=st.integers(0, 20000), seed=st.integers(0, 2**16))
+def test_rope_score_depends_on_the_offset_only(layout, scaling, fraction, m, n, shift, seed) -> None:
+    """score(q at m, k at n) == score(q at m+s, k at n+s), in float64 (the tables follow the buffers)."""
+    enc = encoding(layout=layout, scaling=scaling, rotary_fraction=fraction).double()
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(2, 2, 1, 8, generator=g, dtype=torch.float64), torch.randn(2, 2, 1, 8, generator=g,
+                                                                                 dtype=torch.float64)
+    torch.testing.assert_close(score(enc, q, k, m + shift, n + shift), score(enc, q, k, m, n), rtol=1e-8, atol=1e-8)
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(layout=st.sampled_from(LAYOUTS), m=st.integers(0, 300), n=st.integers(0, 300), shift=st.integers(0, 300),
+       seed=st.integers(0, 2**16))
+def test_rope_score_depends_on_the_offset_only_in_float32(layout, m, n, shift, seed) -> None:
+    enc = encoding(layout=layout)
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(1, 2, 1, 8, generator=g), torch.randn(1, 2, 1, 8, generator=g)
+    torch.testing.assert_close(score(enc, q, k, m + shift, n + shift), score(enc, q, k, m, n), rtol=1e-3, atol=1e-3)
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(layout=st.sampled_from(LAYOUTS), m=st.integers(0, 3000), n=st.integers(0, 3000),
+       shift=st.integers(0, 10000), seed=st.integers(0, 2**16))
+def test_xpos_score_depends_on_the_offset_only(layout, m, n, shift, seed) -> None:
+    enc = encoding("xpos", layout=layout).double()
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(1, 2, 1, 8, generator=g, dtype=torch.float64), torch.randn(1, 2, 1, 8, generator=g,
+                                                                                 dtype=torch.float64)
+    torch.testing.assert_close(score(enc, q, k, m + shift, n + shift), score(enc, q, k, m, n), rtol=1e-8, atol=1e-12)
+
+
+def rotation_matrix(inv_freq: torch.Tensor, position: int, layout: str, d_head: int) -> torch.Tensor:
+    """The block-diagonal R(theta, m) (d_head, d_head): [[cos, -sin], [sin, cos]] on each pair, identity after."""
+    r = 2 * inv_freq.numel()
+    matrix = torch.eye(d_head, dtype=torch.float64)
+    for i, theta in enumerate(inv_freq.double().tolist()):
+        a, b = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + r // 2)
+        c, s = math.cos(position * theta), math.sin(position * theta)
+        matrix[a, a], matrix[a, b], matrix[b, a], matrix[b, b] = c, -s, s, c
+    return matrix
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("fraction", [0.5, 1.0])
+def test_efficient_form_equals_the_rotation_matrix(layout: str, fraction: float) -> None:
+    enc = encoding(d_head=8, layout=layout, rotary_fraction=fraction).double()
+    positions = [0, 1, 5, 77, 1000]
+    q = torch.randn(1, 2, len(positions), 8, dtype=torch.float64)
+    rotated, _ = enc.rotate(q, q, torch.tensor([positions]), torch.tensor([positions]), 0)
+    for t, m in enumerate(positions):
+        matrix = rotation_matrix(enc.inv_freq, m, layout, 8)
+        torch.testing.assert_close(rotated[0, :, t], q[0, :, t] @ matrix.T)
+        # and R(m)^T R(n) = R(n - m): the relative property in matrix form
+        torch.testing.assert_close(matrix.T @ rotation_matrix(enc.inv_freq, m + 9, layout, 8),
+                                   rotation_matrix(enc.inv_freq, 9, layout, 8))
+
+
+def interleaved_to_half(d: int) -> torch.Tensor:
+    """perm with (P x)[j] = x[perm[j]]: interleaved pair (2i, 2i+1) lands on half pair (i, i + d/2)."""
+    return torch.cat((torch.arange(0, d, 2), torch.arange(1, d, 2)))
+
+
+@settings(max_examples=20, **SETTINGS)
+@given(seed=st.integers(0, 2**16), positions=st.lists(st.integers(0, 5000), min_size=1, max_size=5))
+def test_layouts_agree_up_to_a_permutation(seed, positions) -> None:
+    half, interleaved = encoding(layout="half").double(), encoding(layout="interleaved").double()
+    perm = interleaved_to_half(8)
+    q = torch.randn(1, 2, len(positions), 8, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    pos = torch.tensor([positions])
+    torch.testing.assert_close(half.rotate(q[..., perm], q[..., perm], pos, pos, 0)[0],
+                               interleaved.rotate(q, q, pos, pos, 0)[0][..., perm])
+
+
+def permute_qk_rows(state: dict, cfg: pf.Config, perm: torch.Tensor) -> dict:
+    """Reorder the q and k rows of every fused qkv projection, head by head (v untouched)."""
+    dh, n_qk_heads = cfg.head_dim, cfg.n_heads + cfg.kv_heads
+    rows = torch.arange(n_qk_heads * dh).view(n_qk_heads, dh)[:, perm].flatten()
+    out = {}
+    for name, tensor in state.items():
+        if name.endswith(("qkv.weight", "qkv.bias")):
+            tensor = tensor.clone()
+            tensor[: n_qk_heads * dh] = tensor[rows]
+        out[name] = tensor
+    return out
+
+
+@pytest.mark.parametrize("fraction", [1.0, 0.5])
+def test_decoders_in_both_layouts_agree_once_qk_rows_are_permuted(fraction: float) -> None:
+    cfg = tiny("decoder", position="rope", n_kv_heads=2,
+               position_params={"layout": "interleaved", "rotary_fraction": fraction})
+    half_cfg = cfg.replace(position_params={"layout": "half", "rotary_fraction": fraction})
+    interleaved, half = pf.Transformer(cfg).eval(), pf.Transformer(half_cfg).eval()
+    r = int(cfg.head_dim * fraction)
+    perm = torch.cat((interleaved_to_half(r), torch.arange(r, cfg.head_dim)))
+    half.load_state_dict(permute_qk_rows(interleaved.state_dict(), cfg, perm))
+    ids = torch.randint(0, cfg.vocab_size, (2, 9))
+    pos = torch.tensor([list(range(9)), list(range(100, 109))])
+    torch.testing.assert_close(half(ids, position_ids=pos).logits, interleaved(ids, position_ids=pos).logits,
+                               rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(pf.Transformer(half_cfg).eval()(ids).logits, interleaved(ids).logits)
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(layout=st.sampled_from(LAYOUTS), fraction=st.sampled_from([0.25, 0.5, 1.0]),
+       positions=st.lists(st.integers(0, 100000), min_size=1, max_size=6), seed=st.integers(0, 2**16))
+def test_rotation_keeps_the_norm(layout, fraction, positions, seed) -> None:
+    enc = encoding(layout=layout, rotary_fraction=fraction)
+    q = torch.randn(2, 2, len(positions), 8, generator=torch.Generator().manual_seed(seed))
+    pos = torch.tensor([positions, positions])
+    rotated, _ = enc.rotate(q, q, pos, pos, 0)
+    torch.testing.assert_close(rotated.norm(dim=-1), q.norm(dim=-1), rtol=1e-5, atol=1e-6)
+
+
+def test_yarn_multiplies_the_rotated_dims_by_its_attention_factor() -> None:
+    scaling = {"type": "yarn", "factor": 8.0, "original_max_position_embeddings": 16}
+    enc = encoding(layout="half", rotary_fraction=0.5, scaling=scaling)
+    assert enc.attention_factor == pytest.approx(0.1 * math.log(8.0) + 1)
+    q = torch.randn(1, 2, 5, 8)
+    pos = torch.tensor([[0, 3, 17, 40, 999]])
+    rotated, _ = enc.rotate(q, q, pos, pos, 0)
+    torch.testing.assert_close(rotated[..., :4].norm(dim=-1), enc.attention_factor * q[..., :4].norm(dim=-1))
+    assert torch.equal(rotated[..., 4:], q[..., 4:])
+
+
+@pytest.mark.parametrize("position", ["rope", "xpos"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("fraction", [0.25, 0.5])
+def test_partial_rotary_leaves_the_other_dims_alone(position: str, layout: str, fraction: float) -> None:
+    enc = encoding(position, d_head=16, layout=layout, rotary_fraction=fraction)
+    r = int(16 * fraction)
+    q, k = torch.randn(2, 2, 6, 16), torch.randn(2, 2, 6, 16)
+    pos = torch.tensor([[0, 1, 2, 3, 50, 500], [7, 8, 9, 10, 11, 12]])
+    q_rot, k_rot = enc.rotate(q, k, pos, pos, 0)
+    assert torch.equal(q_rot[..., r:], q[..., r:]) and torch.equal(k_rot[..., r:], k[..., r:])
+    torch.testing.assert_close(q_rot[0, :, 0], q[0, :, 0])  # position 0: the identity
+    assert not torch.allclose(q_rot[..., 1:, :r], q[..., 1:, :r])
+
+
+# ---------------------------------------------------------------------------------------- xPos
+def torchscale_xpos(x: torch.Tensor, downscale: bool, scale_base: float = 512.0) -> torch.Tensor:
+    """torchscale `XPOS.forward(x, offset=0, downscale)` for x (N, T, d): positions centred on T // 2."""
+    length, dim = x.shape[1], x.shape[2]
+    zeta = (torch.arange(0, dim, 2) + 0.4 * dim) / (1.4 * dim)
+    min_pos = -length // 2
+    scale = zeta ** torch.arange(min_pos, length + min_pos).to(zeta).div(scale_base)[:, None]
+    half = scale.shape[1]
+    angles = torch.arange(length, dtype=torch.float)[:, None] * (1.0 / (10000 ** (torch.arange(0, half) / half)))
+    sin, cos = angles.sin(), angles.cos()
+    if downscale:
+        scale = 1 / scale
+    sin, cos = ((t * scale).repeat_interleave(2, dim=-1) for t in (sin, cos))
+    rotated_two = torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+    return x * cos + rotated_two * sin
+
+
+@pytest.mark.parametrize("scale_base", [512.0, 8.0])
+def test_xpos_scores_match_the_torchscale_reference(scale_base: float) -> None:
+    """Same scores as the reference; its centring cancels in q.k, so only the scores are comparable."""
+    enc = encoding("xpos", d_head=16, scale_base=scale_base)
+    q, k = torch.randn(1, 2, 11, 16), torch.randn(1, 2, 11, 16)
+    pos = torch.arange(11)[None]
+    q_rot, k_rot = enc.rotate(q, k, pos, pos, 0)
+    ref_q, ref_k = torchscale_xpos(q[0], False, scale_base), torchscale_xpos(k[0], True, scale_base)
+    torch.testing.assert_close(q_rot[0] @ k_rot[0].transpose(-1, -2), ref_q @ ref_k.transpose(-1, -2),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_xpos_is_rope_times_a_relative_decay() -> None:
+    """score_xpos(m, n) for a single pair i is score_rope(m, n) * zeta_i^((m - n) / scale_base)."""
+    xpos, rope = encoding("xpos", d_head=8).double(), encoding(layout="interleaved", d_head=8).double()
+    zeta = (torch.arange(0, 8, 2, dtype=torch.float64) + 3.2) / 11.2
+    for i in range(4):
+        q, k = torch.zeros(1, 1, 1, 8, dtype=torch.float64), torch.zeros(1, 1, 1, 8, dtype=torch.float64)
+        q[..., 2 * i : 2 * i + 2], k[..., 2 * i : 2 * i + 2] = torch.randn(2, dtype=torch.float64), torch.randn(2)
+        for m, n in [(10, 3), (700, 0), (5, 5), (2, 9)]:
+            expected = score(rope, q, k, m, n) * zeta[i] ** ((m - n) / 512)
+            torch.testing.assert_close(score(xpos, q, k, m, n), expected)
+
+
+def test_xpos_params_are_validated() -> None:
+    with pytest.raises(ValueError, match="scale_base"):
+        tiny("decoder", position="xpos", position_params={"scale_base": 0})
+    with pytest.raises(ValueError, match="scaling"):
+        tiny("decoder", position="xpos", position_params={"scaling": None})
+    assert pf.positions.get("xpos").defaults["scale_base"] == 512.0
+    assert "xpos" in pf.positions.names()
+
+
+# ------------------------------------------------------------------------------- KV-cached decoding
+def cached_logits(model: pf.Transformer, ids: torch.Tensor, prompt: int) -> torch.Tensor:
+    cache = pf.Cache(model.cfg.n_layers)
+    steps = [model(ids[:, :prompt], cache=cache).logits]
+    for t in range(prompt, ids.shape[1]):
+        steps.append(model(ids[:, t : t + 1], cache=cache).logits)
+    return torch.cat(steps, dim=1)
+
+
+@pytest.mark.parametrize("position, params", [
+    ("rope", {"scaling": {"type": "linear", "factor": 4.0}}),
+    ("rope", {"scaling": {"type": "ntk", "factor": 4.0}, "layout": "interleaved"}),
+    ("rope", {"scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4}}),
+    ("rope", {"scaling": {**LLAMA31, "original_max_position_embeddings": 8}, "rotary_fraction": 0.5}),
+    ("rope", {"scaling": {"type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 11}}),
+    ("xpos", {}),
+    ("xpos", {"layout": "half", "scale_base": 4.0}),
+], ids=["linear", "ntk", "yarn", "llama3", "dynamic", "xpos", "xpos-half"])
+def test_kv_cache_equals_full_pass(position: str, params: dict) -> None:
+    """For "dynamic" only while the whole sequence stays within original_max_position_embeddings (11 here)."""
+    cfg = tiny("decoder", position=position, position_params=params, n_kv_heads=2, init_std=0.3)
+    model = pf.Transformer(cfg).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2, 11))
+    torch.testing.assert_close(cached_logits(model, ids, 4), model(ids).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_dynamic_cache_agrees_below_the_original_length_only() -> None:
+    """Dynamic NTK recomputes the frequencies per forward from its largest position (as Hugging Face does).
+    A cached step rotates its new key with the frequencies of its own length and keeps the older keys as
+    they were rotated; a full pass rotates every key with the frequencies of the whole length. So the
+    two agree while the length is <= original_max_position_embeddings (6) and legitimately differ after."""
+    scaling = {"type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 6}
+    cfg = tiny("decoder", position="rope", position_params={"scaling": scaling}, init_std=0.3)
+    model = pf.Transformer(cfg).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2, 11))
+    cached = cached_logits(model, ids, 3)
+    torch.testing.assert_close(cached[:, :6], model(ids[:, :6]).logits, rtol=1e-5, atol=1e-5)
+    full = model(ids).logits
+    assert not torch.allclose(cached[:, 6:], full[:, 6:], rtol=1e-3, atol=1e-3)
+    assert not torch.allclose(full[:, :6], model(ids[:, :6]).logits, rtol=1e-3, atol=1e-3)
+    # within the original length dynamic NTK is plain RoPE
+    unscaled = pf.Transformer(cfg.replace(position_params={})).eval()
+    unscaled.load_state_dict(model.state_dict())
+    torch.testing.assert_close(cached[:, :6], unscaled(ids[:, :6]).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_dynamic_rotates_with_the_frequencies_of_the_forward_length() -> None:
+    scaling = {"type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 8}
+    enc = encoding(layout="half", scaling=scaling).double()
+    q = torch.randn(1, 2, 3, 8, dtype=torch.float64)
+    pos = torch.tensor([[0, 5, 19]])
+    rotated, _ = enc.rotate(q, q, pos, pos, 0)
+    inv_freq = rope_inv_freq(8, 10000.0, scaling, seq_len=20)[0]
+    assert not torch.equal(inv_freq, rope_inv_freq(8)[0])
+    for t, m in enumerate([0, 5, 19]):
+        torch.testing.assert_close(rotated[0, :, t], q[0, :, t] @ rotation_matrix(inv_freq, m, "half", 8).T)
+    short = torch.tensor([[0, 5, 7]])  # length 8 <= 8: unscaled
+    rotated, _ = enc.rotate(q, q, short, short, 0)
+    torch.testing.assert_close(rotated[0, :, 2], q[0, :, 2] @ rotation_matrix(rope_inv_freq(8)[0], 7, "half", 8).T)
