@@ -68,52 +68,6 @@ def test_key_padding_hides_padded_keys() -> None:
     torch.testing.assert_close(a, alone, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("position", ["none", "sinusoidal", "learned", "rope"])
-@pytest.mark.parametrize("kv_heads", [4, 1])
-def test_kv_cache_decoder_equals_full_pass(position: str, kv_heads: int) -> None:
-    cfg = tiny("decoder", position=position, n_kv_heads=kv_heads)
-    model = pf.Transformer(cfg).eval()
-    ids = torch.randint(0, cfg.vocab_size, (2, 11))
-    full = model(ids).logits
-    cache = pf.Cache(cfg.n_layers)
-    steps = [model(ids[:, :4], cache=cache).logits]
-    for t in range(4, ids.shape[1]):
-        steps.append(model(ids[:, t : t + 1], cache=cache).logits)
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("position", ["sinusoidal", "rope"])
-def test_kv_cache_encoder_decoder_equals_full_pass(position: str) -> None:
-    cfg = tiny("encoder_decoder", position=position)
-    model = pf.Transformer(cfg).eval()
-    src = torch.randint(0, cfg.vocab_size, (2, 7))
-    src_mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
-    tgt = torch.randint(0, cfg.vocab_size, (2, 6))
-    full = model(src, attention_mask=src_mask, decoder_input_ids=tgt).logits
-    out = model(src, attention_mask=src_mask, decoder_input_ids=tgt[:, :1], use_cache=True)
-    steps = [out.logits]
-    for t in range(1, tgt.shape[1]):
-        out = model(src, decoder_input_ids=tgt[:, t : t + 1], cache=out.cache,
-                    decoder_position_ids=torch.full((2, 1), t))
-        steps.append(out.logits)
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("position", ["none", "sinusoidal", "learned", "rope"])
-def test_left_padding_with_position_ids_matches_unpadded(position: str) -> None:
-    cfg = tiny("decoder", position=position)
-    model = pf.Transformer(cfg).eval()
-    short = torch.randint(1, cfg.vocab_size, (1, 5))
-    long = torch.randint(1, cfg.vocab_size, (1, 8))
-    batch = torch.cat((torch.cat((torch.zeros(1, 3, dtype=torch.long), short), 1), long))
-    mask = torch.tensor([[0] * 3 + [1] * 5, [1] * 8])
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(batch, attention_mask=mask, position_ids=pos).logits
-    torch.testing.assert_close(logits[0, 3:], model(short).logits[0], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(logits[1], model(long).logits[0], atol=1e-5, rtol=1e-5)
-    assert torch.isfinite(logits).all()
-
-
 def test_generate_with_cache_equals_recomputation() -> None:
     cfg = tiny("decoder", position="rope")
     model = pf.Transformer(cfg).eval()
