@@ -356,3 +356,12 @@ def test_sdpa_equals_eager_in_an_encoder(position: str) -> None:
     with torch.no_grad():
         a, b = sdpa(ids, attention_mask=mask).logits, eager(ids, attention_mask=mask).logits
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("types", [["c2p", "p2c"], ["c2p"]])
+def test_deberta_default_scale_is_hugging_faces(types: list[str]) -> None:
+    """HF DeBERTa-v2 divides every term by sqrt(head_dim * (1 + number of position terms))."""
+    cfg = pf.Config(arch="encoder", vocab_size=20, d_model=32, n_layers=1, n_heads=4, position="deberta",
+                    position_params={"pos_att_type": types})
+    assert cfg.scale == pytest.approx(1 / math.sqrt(8 * (1 + len(types))))
+    assert cfg.replace(attn_scale=0.5).scale == 0.5

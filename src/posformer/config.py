@@ -106,7 +106,13 @@ class Config:
 
     @property
     def scale(self) -> float:
-        return self.attn_scale if self.attn_scale is not None else 1.0 / math.sqrt(self.head_dim)
+        """`attn_scale`, else the position encoding's own default, else 1/sqrt(d_head)."""
+        from posformer import positions
+
+        if self.attn_scale is not None:
+            return self.attn_scale
+        own = positions.get(self.position).default_attn_scale(self)
+        return own if own is not None else 1.0 / math.sqrt(self.head_dim)
 
     @property
     def use_final_norm(self) -> bool:

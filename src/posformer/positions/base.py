@@ -66,6 +66,14 @@ class PositionEncoding(nn.Module):
                 f"allowed keys are {allowed}"
             )
 
+    @classmethod
+    def default_attn_scale(cls, cfg: "Config") -> float | None:
+        """The attention scale this encoding's paper uses when `Config.attn_scale` is None.
+
+        None means the usual 1/sqrt(head_dim).
+        """
+        return None
+
     @staticmethod
     def param_error(name: str, key: str, value: Any, expected: str) -> ValueError:
         return ValueError(

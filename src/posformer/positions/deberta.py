@@ -25,11 +25,10 @@ degenerate (Hugging Face divides by log of a number <= 1); every distance up to
 span / 2 keeps its own bucket either way, and beyond it idx clamps the raw distance. The Hugging Face index of p2c, -bucket(j - i),
 equals bucket(i - j) because the bucketing is odd.
 
-Scale: the bias hook returns scale * (c2p + p2c) with scale = `Config.attn_scale`,
-the scale the attention applies to c2c. DeBERTa divides all three terms by
-sqrt(3 * head_dim) (two position terms), so a DeBERTa config sets
-`attn_scale = 1 / sqrt(3 * head_dim)` (1 / sqrt(2 * head_dim) with one position term);
-the default 1/sqrt(head_dim) gives an unscaled-by-3 variant.
+Scale: the bias hook returns scale * (c2p + p2c) with scale the one the attention
+applies to c2c. DeBERTa divides all three terms by sqrt(head_dim * (1 + number of
+position terms)), i.e. sqrt(3 * head_dim) with c2p and p2c, as Hugging Face does;
+that is the default when `Config.attn_scale` is None (`default_attn_scale`).
 
 Hugging Face's `share_att_key=True` (DeBERTa-v3) projects P with the attention's
 own query/key linears instead of separate ones; a converter reproduces it by
@@ -41,6 +40,8 @@ buckets share the last ones).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor, nn
@@ -80,6 +81,12 @@ class DeBERTa(PositionEncoding):
 
     defaults = {"position_buckets": 256, "max_relative_positions": -1, "norm_rel_ebd": "none",
                 "pos_att_type": ["c2p", "p2c"]}
+
+    @classmethod
+    def default_attn_scale(cls, cfg) -> float:
+        """1 / sqrt(head_dim * (1 + number of position terms)): 1 / sqrt(3 head_dim) for c2p + p2c."""
+        kinds = {**cls.defaults, **cfg.position_params}["pos_att_type"]
+        return 1.0 / math.sqrt(cfg.head_dim * (1 + len(kinds)))
 
     @classmethod
     def check_config(cls, cfg) -> None:
