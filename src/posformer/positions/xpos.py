@@ -23,7 +23,7 @@ from torch import Tensor
 
 from posformer.positions.base import PositionEncoding
 from posformer.positions.registry import register
-from posformer.positions.rotary import apply_rotary, check_rotary_params, rope_cos_sin, rope_inv_freq, rotary_dim
+from posformer.positions.rotary import Rotary, check_rotary_params, rope_cos_sin, rope_inv_freq, rotary_dim
 
 
 def xpos_zeta(dim: int) -> Tensor:
@@ -72,9 +72,4 @@ class XPos(PositionEncoding):
         self._memo = (q_pos, k_pos, (tables[0], tables[1]))
         return tables[0], tables[1]
 
-    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> tuple[Tensor, Tensor]:
-        layout = self.params["layout"]
-        (cos_q, sin_q), (cos_k, sin_k) = self.tables(q_pos, k_pos)
-        q = apply_rotary(q, cos_q.to(q.dtype), sin_q.to(q.dtype), layout)
-        k = apply_rotary(k, cos_k.to(k.dtype), sin_k.to(k.dtype), layout)
-        return q, k
+    rotate = Rotary.rotate  # the RoPE rotation, applied with this class's scaled tables
