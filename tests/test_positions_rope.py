@@ -15,11 +15,10 @@ from hypothesis import strategies as st
 import posformer as pf
 from posformer.positions import rope_inv_freq
 from tests.conftest import tiny
+from tests.test_positions_rope_scaling import LLAMA31
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 LAYOUTS = ["half", "interleaved"]
-LLAMA31 = {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-           "original_max_position_embeddings": 8192}
 STATIC_SCALINGS = [  # scalings whose frequencies do not depend on the length
     None,
     {"type": "linear", "factor": 4.0},

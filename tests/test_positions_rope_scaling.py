@@ -8,7 +8,6 @@ import math
 
 import pytest
 import torch
-from hypothesis import HealthCheck
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
@@ -18,18 +17,8 @@ from posformer.positions import rope_inv_freq
 from posformer.positions.rope_scaling import SCALING_TYPES
 from tests.conftest import tiny
 
-SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-LAYOUTS = ["half", "interleaved"]
 LLAMA31 = {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
            "original_max_position_embeddings": 8192}
-STATIC_SCALINGS = [  # scalings whose frequencies do not depend on the length
-    None,
-    {"type": "linear", "factor": 4.0},
-    {"type": "ntk", "factor": 4.0},
-    {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32},
-    {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-     "original_max_position_embeddings": 16},
-]
 
 
 def hf_config(dim: int, theta: float, scaling: dict, max_positions: int) -> LlamaConfig:
