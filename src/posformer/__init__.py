@@ -1,11 +1,13 @@
 """posformer: Transformers from clean, interchangeable parts, with every position encoding behind one interface."""
 
-from posformer import positions
+from posformer import hf, positions
 from posformer.cache import Cache
 from posformer.config import Config
 from posformer.model import Transformer
 from posformer.outputs import ModelOutput
+from posformer.hf import from_hf, load_tokenizer, to_hf
 
 __version__ = "0.1.0"
 
-__all__ = ["Config", "Transformer", "ModelOutput", "Cache", "positions", "__version__"]
+__all__ = ["Config", "Transformer", "ModelOutput", "Cache", "positions", "hf", "from_hf", "to_hf", "load_tokenizer",
+           "__version__"]

@@ -42,7 +42,11 @@ class Residual(nn.Module):
 
 
 class Block(nn.Module):
-    """One Transformer layer. x: (B, T, d_model) -> (B, T, d_model)."""
+    """One Transformer layer. x: (B, T, d_model) -> (B, T, d_model).
+
+    Sequential: x = x + attn(...); x = x + ffn(...) (with the norms `Residual` places).
+    Parallel (`Config.parallel_residual`): x + attn(norm1(x)) + ffn(norm2(x)).
+    """
 
     def __init__(self, cfg: Config, cross: bool = False, alpha: float = 1.0) -> None:
         super().__init__()
@@ -52,6 +56,7 @@ class Block(nn.Module):
         self.cross_attn = Attention(cfg, cross=True) if cross else None
         self.ffn_res = Residual(cfg, alpha)
         self.ffn = FeedForward(cfg)
+        self.parallel = cfg.parallel_residual
 
     def forward(
         self,
@@ -75,6 +80,9 @@ class Block(nn.Module):
             weights.extend([] if probs is None else [probs])
             return out
 
+        if self.parallel:
+            ffn_out = self.ffn_res.dropout(self.ffn(self.ffn_res.norm(x)))
+            return self.attn_res(x, self_attention) + ffn_out, weights
         x = self.attn_res(x, self_attention)
         if self.cross_attn is not None:
 

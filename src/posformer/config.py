@@ -40,6 +40,13 @@ class Config:
     kernel: "sdpa" (PyTorch's fused kernel) or "eager" (plain matmuls);
     encodings that need the probabilities use eager regardless.
     `scale_embeddings` multiplies token embeddings by sqrt(d_model) (Vaswani et al.).
+    `parallel_residual` computes attention and FFN from the same input,
+    x + attn(norm1(x)) + ffn(norm2(x)) (GPT-NeoX, GPT-J); pre-norm, no cross-attention.
+    `head_bias` gives the LM head a bias (Marian's `final_logits_bias`).
+    `scale_tied_head` multiplies the hidden states by d_model**-0.5 before a tied
+    LM head (T5 v1.0, Mesh TensorFlow).
+    `hf_model_type` names the Hugging Face family `posformer.to_hf` writes
+    (set by `from_hf` and the presets; None: not exportable until set).
     """
 
     arch: str = "decoder"
@@ -70,7 +77,10 @@ class Config:
     attn_scale: float | None = None
     attn_impl: str = "sdpa"
     scale_embeddings: bool = False
+    parallel_residual: bool = False
     tie_embeddings: bool = True
+    head_bias: bool = False
+    scale_tied_head: bool = False
     type_vocab_size: int = 0
     head: str | None = None
     num_labels: int = 2
@@ -79,6 +89,7 @@ class Config:
     eos_token_id: int | None = None
     decoder_start_token_id: int | None = None
     init_std: float = 0.02
+    hf_model_type: str | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -159,6 +170,10 @@ class Config:
                 _fail(name, value, "a number > 0")
         if self.attn_scale is not None and not (isinstance(self.attn_scale, (int, float)) and self.attn_scale > 0):
             _fail("attn_scale", self.attn_scale, "a number > 0, or None for 1/sqrt(d_head)")
+        if self.parallel_residual and (self.norm_placement != "pre" or self.arch == "encoder_decoder"):
+            _fail("parallel_residual", True, "False unless norm_placement='pre' and arch is 'encoder' or 'decoder'")
+        if self.hf_model_type is not None and not isinstance(self.hf_model_type, str):
+            _fail("hf_model_type", self.hf_model_type, "None or a Hugging Face model_type string")
         if self.norm == "deepnorm" and self.norm_placement != "post":
             _fail("norm_placement", self.norm_placement, "'post' when norm='deepnorm' (DeepNet is post-norm)")
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):

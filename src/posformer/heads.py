@@ -12,14 +12,19 @@ IGNORE_INDEX = -100
 
 
 class LMHead(nn.Module):
-    """Hidden states to vocabulary logits: (B, T, d_model) -> (B, T, vocab). Causal and seq2seq LM."""
+    """Hidden states to vocabulary logits: (B, T, d_model) -> (B, T, vocab). Causal and seq2seq LM.
+
+    With `Config.scale_tied_head` (T5 v1.0) and tied embeddings the hidden states are
+    first multiplied by d_model**-0.5; `Config.head_bias` adds a bias (Marian).
+    """
 
     def __init__(self, cfg: Config) -> None:
         super().__init__()
-        self.proj = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.proj = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.head_bias)
+        self.input_scale = cfg.d_model**-0.5 if cfg.scale_tied_head and cfg.tie_embeddings else 1.0
 
     def forward(self, h: Tensor) -> Tensor:
-        return self.proj(h)
+        return self.proj(h * self.input_scale if self.input_scale != 1.0 else h)
 
 
 class MaskedLMHead(nn.Module):

@@ -64,23 +64,37 @@ class Sinusoidal(PositionEncoding):
 
 @register("learned")
 class Learned(PositionEncoding):
-    """A trained table of `Config.max_positions` vectors (BERT, GPT-2). Cannot go past its length."""
+    """A trained table of `Config.max_positions` vectors (BERT, GPT-2). Cannot go past its length.
 
+    Position p reads row p + `offset`; RoBERTa reserves rows 0 .. padding_idx, so its
+    offset is padding_idx + 1 (= 2) and its first token reads row 2.
+    """
+
+    defaults = {"offset": 0}
     extrapolates = False
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        super().check_config(cfg)
+        offset = {**cls.defaults, **cfg.position_params}["offset"]
+        if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < cfg.max_positions:
+            raise cls.param_error(cls.name, "offset", offset, f"an integer in [0, max_positions={cfg.max_positions})")
 
     def __init__(self, cfg, causal: bool, n_layers: int) -> None:
         super().__init__(cfg, causal, n_layers)
+        self.offset = int(self.params["offset"])
         self.table = nn.Embedding(cfg.max_positions, cfg.d_model)
 
     def check_positions(self, pos: Tensor) -> None:
         super().check_positions(pos)
+        usable = self.table.num_embeddings - self.offset
         longest = int(pos.max()) + 1 if pos.numel() else 0
-        if longest > self.table.num_embeddings:
+        if longest > usable:
             raise ValueError(
-                f"position {longest - 1} is beyond the learned position table of {self.table.num_embeddings} "
-                f"positions (Config.max_positions={self.table.num_embeddings}); 'learned' cannot extrapolate: "
-                f"shorten the input or use an encoding such as 'rope' or 'sinusoidal'"
+                f"position {longest - 1} is beyond the learned position table of {usable} positions "
+                f"(Config.max_positions={self.table.num_embeddings}, offset {self.offset}); 'learned' cannot "
+                f"extrapolate: shorten the input or use an encoding such as 'rope' or 'sinusoidal'"
             )
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
-        return x + self.table(pos)
+        return x + self.table(pos + self.offset if self.offset else pos)

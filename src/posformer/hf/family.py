@@ -1,0 +1,73 @@
+"""The registry of Hugging Face families: config mapping and weight rules, both directions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from posformer.config import Config
+from posformer.hf.mapping import Rule
+
+
+class UnsupportedCheckpoint(ValueError):
+    """A model_type posformer does not map, or a config feature it does not implement."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """One Hugging Face model family.
+
+    config_from_hf: HF config dict -> `Config` (raises `UnsupportedCheckpoint` naming the feature).
+    config_to_hf: `Config` -> HF config dict that `transformers` loads.
+    rules: `Config` -> the weight `Rule`s for the architecture (and head) it describes.
+    ignore: regexes of HF checkpoint keys read and deliberately dropped.
+    """
+
+    model_types: tuple[str, ...]
+    config_from_hf: Callable[[dict], Config]
+    config_to_hf: Callable[[Config], dict]
+    rules: Callable[[Config], list[Rule]]
+    ignore: Callable[[Config], tuple[str, ...]] = lambda cfg: ()
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+    for model_type in family.model_types:
+        FAMILIES[model_type] = family
+    return family
+
+
+def supported() -> list[str]:
+    return sorted(FAMILIES)
+
+
+def family_for(model_type: Any, source: str) -> Family:
+    if model_type not in FAMILIES:
+        raise UnsupportedCheckpoint(
+            f"{source}: model_type {model_type!r} is not supported; supported model types: {', '.join(supported())}"
+        )
+    return FAMILIES[model_type]
+
+
+def unsupported(model_type: str, feature: str) -> UnsupportedCheckpoint:
+    return UnsupportedCheckpoint(f"{model_type} checkpoint uses {feature}, which posformer does not implement")
+
+
+def architecture(hf: dict, heads: dict[str, str], default: str) -> str:
+    """The posformer head for the first of `hf['architectures']`, via `heads` (class-name suffix -> head).
+
+    A checkpoint without `architectures` gets `default`; an unknown class is an error naming the known ones.
+    """
+    names = hf.get("architectures") or []
+    if not names:
+        return default
+    name = names[0]
+    for suffix, head in heads.items():
+        if name.endswith(suffix):
+            return head
+    raise UnsupportedCheckpoint(
+        f"architecture {name!r} is not supported for model_type {hf.get('model_type')!r}; "
+        f"supported heads: {', '.join('*' + s for s in heads)}"
+    )

@@ -1,0 +1,114 @@
+"""LLaMA and the families that share its layout: Mistral and Qwen2.
+
+Pre-RMSNorm, RoPE (half layout), SwiGLU, GQA. Qwen2 adds q/k/v biases.
+Heads: *ForCausalLM (causal_lm) and *Model (none).
+"""
+
+from __future__ import annotations
+
+from posformer.config import Config
+from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.mapping import Rule, fused_linear, linear, norm, same
+from posformer.hf.rope import rope_params, rope_to_hf
+
+HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
+GATED = {"silu": "swiglu", "gelu": "geglu", "relu": "reglu"}
+HIDDEN_ACT = {ours: theirs for theirs, ours in GATED.items()}
+ARCH_NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}
+
+
+def _check_features(hf: dict) -> None:
+    model_type = hf["model_type"]
+    window = hf.get("sliding_window")
+    uses_window = hf.get("use_sliding_window", model_type == "mistral")
+    if uses_window and window is not None and window < hf.get("max_position_embeddings", 0):
+        raise unsupported(model_type, f"sliding-window attention (sliding_window={window})")
+    if hf.get("pretraining_tp", 1) not in (1, None):
+        raise unsupported(model_type, f"tensor-parallel slicing pretraining_tp={hf['pretraining_tp']}")
+    if hf.get("hidden_act", "silu") not in GATED:
+        raise unsupported(model_type, f"hidden_act={hf['hidden_act']!r} (supported: {', '.join(GATED)})")
+
+
+def config_from_hf(hf: dict) -> Config:
+    _check_features(hf)
+    model_type = hf["model_type"]
+    qkv_bias = hf.get("attention_bias", model_type == "qwen2")
+    return Config(
+        arch="decoder", vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_layers=hf["num_hidden_layers"],
+        n_heads=hf["num_attention_heads"], n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
+        d_head=hf.get("head_dim"), d_ff=hf["intermediate_size"], position="rope", position_params=rope_params(hf),
+        max_positions=hf.get("max_position_embeddings", 2048), norm="rmsnorm", norm_eps=hf.get("rms_norm_eps", 1e-6),
+        norm_placement="pre", activation=GATED[hf.get("hidden_act", "silu")],
+        attention_dropout=hf.get("attention_dropout", 0.0), qkv_bias=bool(qkv_bias),
+        attn_out_bias=bool(hf.get("attention_bias", False)), ffn_bias=bool(hf.get("mlp_bias", False)),
+        tie_embeddings=bool(hf.get("tie_word_embeddings", False)), head=architecture(hf, HEADS, "causal_lm"),
+        pad_token_id=hf.get("pad_token_id"), bos_token_id=hf.get("bos_token_id"),
+        eos_token_id=_first(hf.get("eos_token_id")), init_std=hf.get("initializer_range", 0.02),
+        hf_model_type=model_type,
+    )
+
+
+def _first(token_id):
+    """HF allows a list of eos ids; posformer keeps one (the first)."""
+    return token_id[0] if isinstance(token_id, list) and token_id else token_id
+
+
+def config_to_hf(cfg: Config) -> dict:
+    model_type = cfg.hf_model_type
+    if cfg.position != "rope" or cfg.norm != "rmsnorm" or cfg.activation not in HIDDEN_ACT:
+        raise unsupported(model_type, "a layout other than RoPE + RMSNorm + gated FFN (to_hf)")
+    if model_type == "qwen2" and not (cfg.qkv_bias and not cfg.attn_out_bias and not cfg.ffn_bias):
+        raise unsupported(model_type, "biases other than q/k/v only (to_hf)")
+    name = ARCH_NAMES[model_type]
+    out = {
+        "model_type": model_type,
+        "architectures": [f"{name}ForCausalLM" if cfg.head_kind == "causal_lm" else f"{name}Model"],
+        "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model, "intermediate_size": cfg.ff_dim,
+        "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.kv_heads,
+        "head_dim": cfg.head_dim, "hidden_act": HIDDEN_ACT[cfg.activation], "rms_norm_eps": cfg.norm_eps,
+        "attention_dropout": cfg.attention_dropout, "tie_word_embeddings": cfg.tie_embeddings,
+        "initializer_range": cfg.init_std, "pad_token_id": cfg.pad_token_id, "bos_token_id": cfg.bos_token_id,
+        "eos_token_id": cfg.eos_token_id, **rope_to_hf(cfg),
+    }
+    if model_type == "qwen2":
+        out["use_sliding_window"] = False
+    else:
+        out["attention_bias"] = cfg.qkv_bias
+        out["mlp_bias"] = cfg.ffn_bias
+        if model_type == "llama" and cfg.qkv_bias != cfg.attn_out_bias:
+            raise unsupported(model_type, "q/k/v biases without an output bias (use qwen2) (to_hf)")
+    if model_type == "mistral":
+        out["sliding_window"] = None
+    return out
+
+
+def rules(cfg: Config) -> list[Rule]:
+    base = "model." if cfg.head_kind == "causal_lm" else ""
+    q, kv = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    out = [same("embed_tokens.weight", f"{base}embed_tokens.weight")]
+    for i in range(cfg.n_layers):
+        ours, theirs = f"decoder.layers.{i}", f"{base}layers.{i}"
+        attn, mlp = f"{theirs}.self_attn", f"{theirs}.mlp"
+        out += norm(f"{ours}.attn_res.norm", f"{theirs}.input_layernorm", bias=False)
+        out += fused_linear(f"{ours}.attn.qkv", (f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"),
+                            (q, kv, kv), cfg.qkv_bias)
+        out += linear(f"{ours}.attn.out", f"{attn}.o_proj", cfg.attn_out_bias)
+        out += norm(f"{ours}.ffn_res.norm", f"{theirs}.post_attention_layernorm", bias=False)
+        out += fused_linear(f"{ours}.ffn.up", (f"{mlp}.gate_proj", f"{mlp}.up_proj"), (cfg.ff_dim, cfg.ff_dim),
+                            cfg.ffn_bias)
+        out += linear(f"{ours}.ffn.down", f"{mlp}.down_proj", cfg.ffn_bias)
+    out += norm("decoder.norm", f"{base}norm", bias=False)
+    if cfg.head_kind == "causal_lm" and not cfg.tie_embeddings:
+        out.append(same("head.proj.weight", "lm_head.weight"))
+    return out
+
+
+def ignore(cfg: Config) -> tuple[str, ...]:
+    """Rotary buffers of old checkpoints, and a stored copy of a tied head."""
+    patterns = [r".*rotary_emb\.inv_freq"]
+    if cfg.tie_embeddings:
+        patterns.append(r"lm_head\.weight")
+    return tuple(patterns)
+
+
+FAMILY = register(Family(("llama", "mistral", "qwen2"), config_from_hf, config_to_hf, rules, ignore))

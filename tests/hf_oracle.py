@@ -1,0 +1,75 @@
+"""Helpers of the Hugging Face parity tests: tiny random HF models as the oracle.
+
+Each family test builds a tiny random `transformers` model from a config, saves it,
+loads it with `posformer.from_hf`, and compares outputs on a batch with padding
+(full rows, right padding and left padding), then round-trips through `posformer.to_hf`.
+Outputs are compared where attention_mask is 1: what a model computes at a pad
+position is not defined (and differs between Hugging Face's own attention kernels).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+import posformer as pf
+
+TOLERANCE = 1e-4
+
+
+def padded_batch(vocab_size: int, length: int = 11, low: int = 3, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Three rows: full, right-padded (4 pads) and left-padded (3 pads). Pads hold token 0."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(low, vocab_size, (3, length), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, -4:] = 0
+    mask[2, :3] = 0
+    return {"input_ids": ids.masked_fill(mask == 0, 0), "attention_mask": mask}
+
+
+def right_padded_batch(vocab_size: int, length: int = 11, low: int = 3, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Two rows: full and right-padded (for models whose positions count from the first token)."""
+    batch = padded_batch(vocab_size, length, low, seed)
+    return {k: v[:2] for k, v in batch.items()}
+
+
+def save_hf(hf_model, directory: Path) -> Path:
+    hf_model.save_pretrained(directory, safe_serialization=True)
+    return directory
+
+
+def max_diff(ours: torch.Tensor, theirs: torch.Tensor, keep: torch.Tensor) -> float:
+    """max |ours - theirs| over the positions where keep (B, T) is 1. Tensors: (B, T, ...)."""
+    assert ours.shape == theirs.shape, (ours.shape, theirs.shape)
+    return float((ours - theirs).abs()[keep.bool()].max())
+
+
+@torch.no_grad()
+def assert_same_outputs(pf_model: pf.Transformer, hf_model, batch: dict, field: str = "logits",
+                        hf_field: str | None = None, **extra) -> float:
+    """Run both models on `batch` and assert max |diff| <= TOLERANCE on the kept positions."""
+    hf_model.eval()
+    pf_model.eval()
+    ours = getattr(pf_model(**batch, **extra), field)
+    theirs = getattr(hf_model(**batch, **extra), hf_field or field)
+    diff = max_diff(ours, theirs, batch["attention_mask"] if "decoder_input_ids" not in extra else
+                    extra.get("decoder_attention_mask", torch.ones(ours.shape[:2])))
+    assert diff <= TOLERANCE, f"{field}: max |diff| = {diff:.3g} > {TOLERANCE}"
+    return diff
+
+
+def round_trip(pf_model: pf.Transformer, hf_class, directory: Path):
+    """`pf.to_hf` into `directory`, then `hf_class.from_pretrained` (eager attention, float32)."""
+    pf.to_hf(pf_model, directory)
+    return hf_class.from_pretrained(directory, attn_implementation="eager").eval()
+
+
+def check_family(hf_model, hf_class, tmp_path: Path, batch: dict, field: str = "logits", **extra) -> pf.Transformer:
+    """The whole parity protocol: save, from_hf, compare, to_hf, from_pretrained, compare again."""
+    hf_model.eval()
+    model = pf.from_hf(save_hf(hf_model, tmp_path / "hf"))
+    assert_same_outputs(model, hf_model, batch, field, **extra)
+    reloaded = round_trip(model, hf_class, tmp_path / "roundtrip")
+    assert_same_outputs(model, reloaded, batch, field, **extra)
+    return model
