@@ -46,16 +46,47 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
-    from posformer.checkpoint import load_pretrained
-    from posformer.data.text import CharTokenizer
+    from posformer.loading import load_model, load_text_tokenizer
 
-    model = load_pretrained(args.model).eval()
-    tokenizer = CharTokenizer.load(f"{args.model}/tokenizer.json")
+    if args.num_beams < 1:
+        raise ValueError(f"--num-beams must be >= 1, got {args.num_beams}")
+    model = load_model(args.model)
+    tokenizer = load_text_tokenizer(args.model)
     prompt = torch.tensor([tokenizer.encode(args.prompt)])
-    generator = torch.Generator().manual_seed(args.seed)
-    out = model.generate(prompt, max_new_tokens=args.max_new_tokens, do_sample=args.temperature > 0,
-                         temperature=args.temperature or 1.0, top_k=args.top_k, top_p=args.top_p, generator=generator)
-    print(tokenizer.decode(out[0].tolist()))
+    options = dict(max_new_tokens=args.max_new_tokens)
+    if args.num_beams > 1:
+        options["num_beams"] = args.num_beams
+    elif args.temperature > 0:
+        options.update(do_sample=True, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                       generator=torch.Generator().manual_seed(args.seed))
+    out = model.generate(prompt, **options)[0].tolist()
+    print(tokenizer.decode(out if model.cfg.arch == "decoder" else out[1:]))
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from posformer.checkpoint import load_pretrained, save_pretrained
+    from posformer.hf import from_hf, to_hf
+    from posformer.hf.files import resolve
+    from posformer.loading import copy_tokenizer_files
+
+    if (args.from_hf is None) == (args.to_hf is None):
+        raise ValueError("give exactly one of --from-hf DIR (Hugging Face -> posformer) or --to-hf DIR "
+                         "(posformer -> Hugging Face)")
+    out = Path(args.out)
+    if args.from_hf is not None:
+        source = resolve(args.from_hf)
+        model = from_hf(source)
+        save_pretrained(model, out)
+    else:
+        source = Path(args.to_hf)
+        model = load_pretrained(source)
+        to_hf(model, out)
+    copied = copy_tokenizer_files(source, out, hf_only=args.to_hf is not None)
+    print(f"wrote {out}: {model.cfg.hf_model_type or 'posformer'} model, {model.num_parameters():,} parameters"
+          f"{'; tokenizer files: ' + ', '.join(copied) if copied else '; no tokenizer files'}")
     return 0
 
 
@@ -111,17 +142,34 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--activation", help="relu, gelu, gelu_tanh, swish, silu, glu, swiglu, geglu, reglu")
     train.set_defaults(func=cmd_train)
 
-    generate = sub.add_parser("generate", help="sample text from a checkpoint written by `posformer train`",
-                              description="Continue a prompt with a trained posformer checkpoint (KV-cached).")
-    generate.add_argument("--model", required=True, help="checkpoint folder (config.json, model.safetensors, "
-                                                         "tokenizer.json)")
-    generate.add_argument("--prompt", default="\n", help="text to continue")
+    generate = sub.add_parser(
+        "generate", help="continue a prompt with a posformer or Hugging Face checkpoint",
+        description="Continue a prompt with a model directory: a posformer checkpoint (`posformer train`, "
+                    "`posformer convert`) or a Hugging Face one (config.json + weights + tokenizer). Decoding "
+                    "runs on the KV cache: sampling when --temperature > 0, greedy at 0, beam search with "
+                    "--num-beams > 1. An encoder-decoder model (T5, Marian) reads the prompt as its input.",
+    )
+    generate.add_argument("--model", required=True, help="model directory (or a Hub id when online)")
+    generate.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     generate.add_argument("--max-new-tokens", dest="max_new_tokens", type=int, default=200)
-    generate.add_argument("--temperature", type=float, default=0.8, help="0 means greedy decoding")
-    generate.add_argument("--top-k", dest="top_k", type=int, default=None)
-    generate.add_argument("--top-p", dest="top_p", type=float, default=None)
-    generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument("--num-beams", dest="num_beams", type=int, default=1,
+                          help="beam search with this many beams (default: 1, no beam search)")
+    generate.add_argument("--temperature", type=float, default=0.8, help="0 means greedy decoding (default: 0.8)")
+    generate.add_argument("--top-k", dest="top_k", type=int, default=None, help="sample from the k likeliest tokens")
+    generate.add_argument("--top-p", dest="top_p", type=float, default=None, help="nucleus sampling mass")
+    generate.add_argument("--seed", type=int, default=0, help="seed of the sampler (default: 0)")
     generate.set_defaults(func=cmd_generate)
+
+    convert = sub.add_parser(
+        "convert", help="convert between Hugging Face and posformer checkpoints",
+        description="--from-hf DIR: read a Hugging Face checkpoint (config.json + safetensors or .bin, sharded "
+                    "or not) and write a posformer checkpoint. --to-hf DIR: write a posformer checkpoint as a "
+                    "Hugging Face one that transformers' from_pretrained loads. Tokenizer files are copied.",
+    )
+    convert.add_argument("--from-hf", dest="from_hf", metavar="DIR", help="Hugging Face checkpoint dir (or Hub id)")
+    convert.add_argument("--to-hf", dest="to_hf", metavar="DIR", help="posformer checkpoint dir")
+    convert.add_argument("--out", required=True, metavar="DIR", help="output directory (created if needed)")
+    convert.set_defaults(func=cmd_convert)
 
     bench = sub.add_parser("bench", help="speed benchmark against Hugging Face (run `posformer bench --help`)",
                            description="Forward and training tokens/s of posformer against Hugging Face "

@@ -1,0 +1,88 @@
+"""Load any model directory posformer meets: its own checkpoints and Hugging Face ones, with their tokenizers."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from posformer.checkpoint import CONFIG_FILE, load_pretrained
+from posformer.data.text import CharTokenizer
+from posformer.hf.api import from_hf, load_tokenizer
+from posformer.hf.files import resolve
+from posformer.model import Transformer
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
+                   "merges.txt", "spiece.model", "sentencepiece.bpe.model", "source.spm", "target.spm",
+                   "added_tokens.json", "generation_config.json")
+
+
+class TextTokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
+class HFTextTokenizer:
+    """A `transformers` tokenizer seen as text <-> ids: special tokens added on encode, dropped on decode."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text)["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def is_posformer_checkpoint(directory: Path) -> bool:
+    path = directory / CONFIG_FILE
+    if not path.is_file():
+        return False
+    try:
+        return "posformer" in json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return False
+
+
+def load_model(path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None,
+               device: str | None = None) -> Transformer:
+    """A posformer checkpoint (`save_pretrained`) or a Hugging Face one (`from_hf`), in eval mode."""
+    directory = resolve(path_or_hub_id)
+    if is_posformer_checkpoint(directory):
+        model = load_pretrained(directory, device=device).eval()
+        return model.to(dtype) if dtype is not None else model
+    return from_hf(directory, dtype=dtype, device=device)
+
+
+def _is_char_tokenizer(path: Path) -> bool:
+    try:
+        return json.loads(path.read_text()).get("type") == "char"
+    except (json.JSONDecodeError, AttributeError, OSError):
+        return False
+
+
+def load_text_tokenizer(path_or_hub_id: str | os.PathLike) -> TextTokenizer:
+    """The tokenizer stored beside a model: posformer's character tokenizer, or a Hugging Face one."""
+    directory = resolve(path_or_hub_id)
+    char_file = directory / "tokenizer.json"
+    if char_file.is_file() and _is_char_tokenizer(char_file):
+        return CharTokenizer.load(char_file)
+    return HFTextTokenizer(load_tokenizer(directory))
+
+
+def copy_tokenizer_files(source: Path, out_dir: Path, hf_only: bool = False) -> list[str]:
+    """Copy the tokenizer files of `source` into `out_dir`; `hf_only` skips posformer's character tokenizer."""
+    copied = []
+    for name in TOKENIZER_FILES:
+        path = source / name
+        if not path.is_file() or (hf_only and name == "tokenizer.json" and _is_char_tokenizer(path)):
+            continue
+        shutil.copyfile(path, out_dir / name)
+        copied.append(name)
+    return copied
