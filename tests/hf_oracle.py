@@ -46,17 +46,30 @@ def max_diff(ours: torch.Tensor, theirs: torch.Tensor, keep: torch.Tensor) -> fl
 
 
 @torch.no_grad()
-def assert_same_outputs(pf_model: pf.Transformer, hf_model, batch: dict, field: str = "logits",
-                        hf_field: str | None = None, **extra) -> float:
-    """Run both models on `batch` and assert max |diff| <= TOLERANCE on the kept positions."""
+def assert_same_outputs(pf_model: pf.Transformer, hf_model, batch: dict, field: str | tuple[str, ...] = "logits",
+                        hf_field: str | None = None, per_token: bool = True, **extra) -> float:
+    """Run both models on `batch` and assert max |diff| <= TOLERANCE on the kept positions.
+
+    `field` may name several outputs (QA: ("start_logits", "end_logits")); `per_token=False`
+    compares every entry of a (B, ...) sequence-level output (classification logits).
+    """
     hf_model.eval()
     pf_model.eval()
-    ours = getattr(pf_model(**batch, **extra), field)
-    theirs = getattr(hf_model(**batch, **extra), hf_field or field)
-    diff = max_diff(ours, theirs, batch["attention_mask"] if "decoder_input_ids" not in extra else
-                    extra.get("decoder_attention_mask", torch.ones(ours.shape[:2])))
-    assert diff <= TOLERANCE, f"{field}: max |diff| = {diff:.3g} > {TOLERANCE}"
-    return diff
+    fields = (field,) if isinstance(field, str) else tuple(field)
+    ours_out, theirs_out = pf_model(**batch, **extra), hf_model(**batch, **extra)
+    worst = 0.0
+    for name in fields:
+        ours = getattr(ours_out, name)
+        theirs = getattr(theirs_out, (hf_field or name) if len(fields) == 1 else name)
+        if per_token:
+            keep = batch["attention_mask"] if "decoder_input_ids" not in extra else \
+                extra.get("decoder_attention_mask", torch.ones(ours.shape[:2]))
+        else:
+            keep = torch.ones(ours.shape[:1])
+        diff = max_diff(ours, theirs, keep)
+        assert diff <= TOLERANCE, f"{name}: max |diff| = {diff:.3g} > {TOLERANCE}"
+        worst = max(worst, diff)
+    return worst
 
 
 def round_trip(pf_model: pf.Transformer, hf_class, directory: Path):
@@ -65,11 +78,12 @@ def round_trip(pf_model: pf.Transformer, hf_class, directory: Path):
     return hf_class.from_pretrained(directory, attn_implementation="eager").eval()
 
 
-def check_family(hf_model, hf_class, tmp_path: Path, batch: dict, field: str = "logits", **extra) -> pf.Transformer:
+def check_family(hf_model, hf_class, tmp_path: Path, batch: dict, field: str | tuple[str, ...] = "logits",
+                 per_token: bool = True, **extra) -> pf.Transformer:
     """The whole parity protocol: save, from_hf, compare, to_hf, from_pretrained, compare again."""
     hf_model.eval()
     model = pf.from_hf(save_hf(hf_model, tmp_path / "hf"))
-    assert_same_outputs(model, hf_model, batch, field, **extra)
+    assert_same_outputs(model, hf_model, batch, field, per_token=per_token, **extra)
     reloaded = round_trip(model, hf_class, tmp_path / "roundtrip")
-    assert_same_outputs(model, reloaded, batch, field, **extra)
+    assert_same_outputs(model, reloaded, batch, field, per_token=per_token, **extra)
     return model

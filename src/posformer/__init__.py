@@ -3,6 +3,7 @@
 from posformer import hf, positions
 from posformer.cache import Cache
 from posformer.config import Config
+from posformer.embeddings import sentence_embeddings
 from posformer.model import Transformer
 from posformer.outputs import ModelOutput
 from posformer.hf import from_hf, load_tokenizer, to_hf
@@ -10,4 +11,4 @@ from posformer.hf import from_hf, load_tokenizer, to_hf
 __version__ = "0.1.0"
 
 __all__ = ["Config", "Transformer", "ModelOutput", "Cache", "positions", "hf", "from_hf", "to_hf", "load_tokenizer",
-           "__version__"]
+           "sentence_embeddings", "__version__"]

@@ -18,7 +18,8 @@ ARCHS = ("encoder", "decoder", "encoder_decoder")
 NORMS = ("layernorm", "rmsnorm", "deepnorm")
 NORM_PLACEMENTS = ("post", "pre", "sandwich")
 ATTN_IMPLS = ("sdpa", "eager")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish", "silu", "glu", "swiglu", "geglu", "reglu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish", "silu", "glu", "swiglu", "geglu", "geglu_tanh",
+               "reglu")
 HEADS = ("causal_lm", "masked_lm", "seq2seq_lm", "span_qa", "classification", "none")
 DEFAULT_HEAD = {"encoder": "masked_lm", "decoder": "causal_lm", "encoder_decoder": "seq2seq_lm"}
 

@@ -17,10 +17,11 @@ ACTIVATION_FNS: dict[str, Callable[[Tensor], Tensor]] = {
     "silu": F.silu,
 }
 
-# Gated linear units (Shazeer 2020): act(x W) * (x V). The activation of the gate:
-GATED = {"glu": "sigmoid", "swiglu": "silu", "geglu": "gelu", "reglu": "relu"}
+# Gated linear units (Shazeer 2020): act(x W) * (x V). The activation of the gate
+# ("geglu_tanh": the tanh approximation of GELU, T5 v1.1's "gated-gelu"):
+GATED = {"glu": "sigmoid", "swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh", "reglu": "relu"}
 GATE_FNS: dict[str, Callable[[Tensor], Tensor]] = {
-    "sigmoid": F.sigmoid, "silu": F.silu, "gelu": F.gelu, "relu": F.relu,
+    "sigmoid": F.sigmoid, "silu": F.silu, "gelu": F.gelu, "gelu_tanh": ACTIVATION_FNS["gelu_tanh"], "relu": F.relu,
 }
 
 

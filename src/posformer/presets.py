@@ -28,7 +28,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         arch="decoder", vocab_size=50257, d_model=768, n_layers=12, n_heads=12, d_ff=3072,
         position="learned", max_positions=1024, norm="layernorm", norm_eps=1e-5, norm_placement="pre",
         activation="gelu_tanh", dropout=0.1, attention_dropout=0.1, tie_embeddings=True,
-        bos_token_id=50256, eos_token_id=50256,
+        bos_token_id=50256, eos_token_id=50256, hf_model_type="gpt2",
     ),
     # LLaMA-2 7B shape: RMSNorm pre-norm, SwiGLU, RoPE, no biases, untied head.
     "llama": dict(
@@ -43,7 +43,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         d_head=64, d_ff=2048, position="t5", position_params={"num_buckets": 32, "max_distance": 128},
         max_positions=512, norm="rmsnorm", norm_eps=1e-6, norm_placement="pre", activation="relu",
         dropout=0.1, qkv_bias=False, attn_out_bias=False, ffn_bias=False, attn_scale=1.0,
-        tie_embeddings=True, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+        tie_embeddings=True, scale_tied_head=True, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+        hf_model_type="t5",
     ),
     # The hand-written encoder of the study notes: bert-base-uncased sizes, pre-LayerNorm.
     "seed-encoder": dict(

@@ -45,6 +45,7 @@ def from_hf(path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None,
         raise ValueError(f"from_hf: dtype must be a floating-point dtype, got {dtype}")
     with _default_dtype(dtype):
         model = Transformer(cfg)
+    state = family.prepare_state(cfg, hf_config, state)
     import_state(model, family.rules(cfg), state, str(directory), family.ignore(cfg))
     return model.to(device=device).eval()
 
@@ -65,6 +66,7 @@ def to_hf(model: Transformer, out_dir: str | os.PathLike) -> Path:
     hf_config = family.config_to_hf(cfg)
     hf_config.setdefault("torch_dtype", str(next(model.parameters()).dtype).removeprefix("torch."))
     state = export_state(model, family.rules(cfg))
+    family.finish_export(model, hf_config, state)
     return write_checkpoint(out_dir, hf_config, state)
 
 

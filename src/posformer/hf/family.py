@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from torch import Tensor, nn
+
 from posformer.config import Config
 from posformer.hf.mapping import Rule
 
@@ -21,6 +23,10 @@ class Family:
     config_to_hf: `Config` -> HF config dict that `transformers` loads.
     rules: `Config` -> the weight `Rule`s for the architecture (and head) it describes.
     ignore: regexes of HF checkpoint keys read and deliberately dropped.
+    prepare_state: (`Config`, HF config dict, HF state) -> the HF state in the layout `rules` describe,
+      for layouts an HF config switch changes (a tensor HF shares between two uses, a renamed head).
+    finish_export: (model, HF config dict, exported state) -> None; edits both in place, for
+      choices that depend on the weights themselves (writing a shared tensor once).
     """
 
     model_types: tuple[str, ...]
@@ -28,6 +34,8 @@ class Family:
     config_to_hf: Callable[[Config], dict]
     rules: Callable[[Config], list[Rule]]
     ignore: Callable[[Config], tuple[str, ...]] = lambda cfg: ()
+    prepare_state: Callable[[Config, dict, dict[str, Tensor]], dict[str, Tensor]] = lambda cfg, hf, state: state
+    finish_export: Callable[[nn.Module, dict, dict[str, Tensor]], None] = lambda model, hf, state: None
 
 
 FAMILIES: dict[str, Family] = {}

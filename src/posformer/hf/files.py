@@ -24,6 +24,8 @@ SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 BIN = "pytorch_model.bin"
 BIN_INDEX = "pytorch_model.bin.index.json"
+# What a Hub download fetches: config, safetensors weights and tokenizer files (.bin only when no safetensors).
+HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.spm"]
 
 
 class CheckpointError(ValueError):
@@ -43,8 +45,10 @@ def resolve(path_or_hub_id: str | os.PathLike) -> Path:
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.model",
-                                                            "*.txt", "*.spm"]))
+        directory = Path(snapshot_download(name, allow_patterns=HUB_PATTERNS))
+        if not any((directory / f).is_file() for f in (SAFETENSORS, SAFETENSORS_INDEX)):
+            directory = Path(snapshot_download(name, allow_patterns=[*HUB_PATTERNS, "*.bin"]))
+        return directory
     except Exception as err:  # offline, unknown repo, no permission: all end here
         raise CheckpointError(
             f"{name!r} is not a local directory and could not be downloaded from the Hugging Face Hub "
