@@ -91,6 +91,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if "--generation" in args.rest:
+        from posformer.bench.generation import main as generation_main
+
+        return generation_main([arg for arg in args.rest if arg != "--generation"])
     from posformer.bench.speed import main as speed_main
 
     return speed_main(args.rest)
@@ -139,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--position-params", dest="position_params", help='JSON, e.g. \'{"theta": 500000}\'')
     group.add_argument("--norm", help="layernorm, rmsnorm or deepnorm")
     group.add_argument("--norm-placement", dest="norm_placement", help="pre, post or sandwich")
-    group.add_argument("--activation", help="relu, gelu, gelu_tanh, swish, silu, glu, swiglu, geglu, reglu")
+    group.add_argument("--activation", help="relu, gelu, gelu_tanh, swish, silu, glu, swiglu, geglu, geglu_tanh, reglu")
     train.set_defaults(func=cmd_train)
 
     generate = sub.add_parser(
@@ -171,9 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--out", required=True, metavar="DIR", help="output directory (created if needed)")
     convert.set_defaults(func=cmd_convert)
 
-    bench = sub.add_parser("bench", help="speed benchmark against Hugging Face (run `posformer bench --help`)",
+    bench = sub.add_parser("bench", help="speed benchmark against Hugging Face (run `posformer bench --help`; "
+                                         "`posformer bench --generation --help` for generation speed)",
                            description="Forward and training tokens/s of posformer against Hugging Face "
-                                       "LlamaForCausalLM on the identical config; options are passed on.",
+                                       "LlamaForCausalLM on the identical config; with --generation, greedy "
+                                       "generation tokens/s against GPT2LMHeadModel.generate. Options are passed on.",
                            add_help=False)
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(func=cmd_bench)
@@ -181,7 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # every later argument belongs to the benchmark's own parser, options included
+        args = argparse.Namespace(command="bench", func=cmd_bench, rest=argv[1:])
+    else:
+        args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError) as err:

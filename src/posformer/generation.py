@@ -1,11 +1,26 @@
-"""Autoregressive generation over the KV cache: greedy and sampling (temperature, top-k, top-p)."""
+"""Autoregressive generation over the KV cache: greedy, sampling (temperature, top-k, top-p) and beam search.
+
+`generate` is the one entry point (`Transformer.generate` forwards to it); beam
+search lives in `posformer.beam_search`. The conventions follow Hugging Face
+`generate` (transformers 4.57.6), token for token for greedy and beam search:
+
+- decoder prompts may be left-padded: positions count from each row's first real token;
+- an encoder-decoder model starts its output with `decoder_start_token_id`;
+- a row stops at an end-of-sequence token and is then padded with `pad_token_id`
+  (falling back to the first eos id), and generation stops when every row has stopped.
+"""
 
 from __future__ import annotations
+
+from typing import Sequence, Union
 
 import torch
 from torch import Tensor
 
+from posformer.beam_search import beam_search
 from posformer.cache import Cache
+
+EosIds = Union[int, Sequence[int], None]
 
 
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
@@ -30,10 +45,109 @@ def next_token(logits: Tensor, do_sample: bool, temperature: float, top_k: int |
     """Pick one token per row. logits: (B, V) -> (B,)."""
     if not do_sample:
         return logits.argmax(-1)
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
     probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+class Decoding:
+    """The incremental decoding state of a batch: model, KV cache, attention mask and positions.
+
+    `tokens` is the fixed prefix every continuation follows: the prompt (B, T)
+    for a decoder, the start token (B, 1) for an encoder-decoder. `start()` runs
+    the prefix (and the encoder) once; `step(new)` feeds one token per row;
+    `reorder(index)` selects rows (beam search) in the cache and in the state.
+    """
+
+    def __init__(self, model, input_ids: Tensor, attention_mask: Tensor | None) -> None:
+        self.model = model
+        self.cfg = cfg = model.cfg
+        self.source = input_ids
+        self.cache = Cache(len(model.decoder.layers))
+        batch = input_ids.shape[0]
+        if cfg.arch == "decoder":
+            self.mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()
+            self.pos = (self.mask.cumsum(-1) - 1).clamp(min=0)
+            self.tokens = input_ids
+        else:
+            if cfg.decoder_start_token_id is None:
+                raise ValueError("Config.decoder_start_token_id is None: needed to start encoder-decoder generation")
+            self.source_mask = attention_mask
+            self.tokens = input_ids.new_full((batch, 1), cfg.decoder_start_token_id)
+            self.length = 1
+
+    def start(self) -> Tensor:
+        """Run the prefix; the next-token logits (B, V) in float32."""
+        if self.cfg.arch == "decoder":
+            out = self.model(self.tokens, attention_mask=self.mask, position_ids=self.pos, cache=self.cache)
+        else:
+            out = self.model(self.source, attention_mask=self.source_mask, decoder_input_ids=self.tokens,
+                             cache=self.cache)
+        return out.logits[:, -1].float()
+
+    def step(self, new: Tensor) -> Tensor:
+        """Feed one new token per row, new: (B,); the next-token logits (B, V) in float32."""
+        new = new[:, None]
+        if self.cfg.arch == "decoder":
+            self.mask = torch.cat((self.mask, self.mask.new_ones(new.shape)), dim=1)
+            self.pos = self.pos[:, -1:] + 1
+            out = self.model(new, attention_mask=self.mask, position_ids=self.pos, cache=self.cache)
+        else:
+            out = self.model(self.source, decoder_input_ids=new, cache=self.cache,
+                             decoder_position_ids=torch.full_like(new, self.length))
+            self.length += 1
+        return out.logits[:, -1].float()
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep rows `index` (B',) of the batch, in that order, in the cache and the decoding state."""
+        self.cache.reorder(index)
+        self.source = self.source[index]
+        if self.cfg.arch == "decoder":
+            self.mask, self.pos = self.mask[index], self.pos[index]
+        self.tokens = self.tokens[index]
+
+
+def _eos_ids(eos_token_id: EosIds, default: int | None, vocab_size: int) -> list[int]:
+    """The end-of-sequence ids as a list (empty: never stop early)."""
+    eos = default if eos_token_id is None else eos_token_id
+    ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab_size for i in ids):
+        raise ValueError(f"eos_token_id must be token ids in [0, {vocab_size}), got {eos_token_id!r}")
+    return ids
+
+
+def _check_options(max_new_tokens: int, do_sample: bool, temperature: float, top_k: int | None,
+                   top_p: float | None, num_beams: int, num_return_sequences: int, length_penalty: float,
+                   early_stopping: bool | str) -> None:
+    """Raise ValueError naming the first invalid generation argument."""
+    def integer(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if not integer(max_new_tokens) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    if not integer(num_beams) or num_beams < 1:
+        raise ValueError(f"num_beams must be an integer >= 1, got {num_beams!r}")
+    if not integer(num_return_sequences) or num_return_sequences < 1:
+        raise ValueError(f"num_return_sequences must be an integer >= 1, got {num_return_sequences!r}")
+    if num_beams > 1:
+        if do_sample:
+            raise ValueError("do_sample=True with num_beams > 1 (beam sampling) is not supported: "
+                             "use num_beams=1 to sample or do_sample=False for beam search")
+        if num_return_sequences > num_beams:
+            raise ValueError(f"num_return_sequences={num_return_sequences} must be <= num_beams={num_beams}")
+    elif not do_sample and num_return_sequences != 1:
+        raise ValueError(f"greedy decoding returns one sequence per prompt, got num_return_sequences="
+                         f"{num_return_sequences}: use num_beams >= num_return_sequences or do_sample=True")
+    if early_stopping not in (True, False, "never"):
+        raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
+    if not isinstance(length_penalty, (int, float)) or isinstance(length_penalty, bool):
+        raise ValueError(f"length_penalty must be a number, got {length_penalty!r}")
+    if do_sample:
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
+        if top_k is not None and (not integer(top_k) or top_k < 0):
+            raise ValueError(f"top_k must be None or an integer >= 0 (0: no top-k filter), got {top_k!r}")
+        if top_p is not None and not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be None or in (0, 1], got {top_p!r}")
 
 
 @torch.no_grad()
@@ -46,54 +160,73 @@ def generate(
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
-    eos_token_id: int | None = None,
+    eos_token_id: EosIds = None,
+    pad_token_id: int | None = None,
     generator: torch.Generator | None = None,
+    num_beams: int = 1,
+    length_penalty: float = 1.0,
+    early_stopping: bool | str = False,
+    num_return_sequences: int = 1,
 ) -> Tensor:
     """Generate up to `max_new_tokens` tokens after input_ids (B, T).
 
-    Decoder: returns (B, T + new), the prompt followed by the continuation;
-    prompts may be left-padded (attention_mask 0 on the pads): positions are
-    counted from each row's first real token. Encoder-decoder: input_ids is the
-    source and the result (B, 1 + new) starts with decoder_start_token_id.
-    Rows that produce `eos_token_id` are padded with it afterwards.
+    Decoder: returns (B', T + new), the prompt followed by the continuation;
+    prompts may be left-padded (attention_mask (B, T) 0 on the pads). Encoder-decoder:
+    input_ids (B, S) is the source, with its padding mask attention_mask (B, S),
+    and the result (B', 1 + new) starts with decoder_start_token_id.
+    B' = B * num_return_sequences, the sequences of one prompt next to each other.
+
+    eos_token_id (default `Config.eos_token_id`; an int or a list): a row ends
+    at any of them and is then padded with pad_token_id (default
+    `Config.pad_token_id`, then the first eos id); new is the longest row.
+    do_sample: sample from softmax(logits / temperature) after the top_k / top_p
+    filters, drawing from `generator`; else greedy. num_beams > 1: beam search with
+    HF's `length_penalty` (score = sum of log-probs / generated length ** length_penalty)
+    and `early_stopping` (True, False or "never"); see `posformer.beam_search`.
     """
     cfg = model.cfg
     if cfg.arch == "encoder":
         raise ValueError("generate() needs a decoder: Config.arch is 'encoder'")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    eos = cfg.eos_token_id if eos_token_id is None else eos_token_id
-    batch = input_ids.shape[0]
-    cache = Cache(len(model.decoder.layers))
+    if cfg.head_kind not in ("causal_lm", "seq2seq_lm"):
+        raise ValueError(f"generate() needs a language-model head: Config.head is {cfg.head_kind!r}")
+    _check_options(max_new_tokens, do_sample, temperature, top_k, top_p, num_beams, num_return_sequences,
+                   length_penalty, early_stopping)
+    eos = _eos_ids(eos_token_id, cfg.eos_token_id, cfg.vocab_size)
+    pad = pad_token_id if pad_token_id is not None else cfg.pad_token_id if cfg.pad_token_id is not None \
+        else eos[0] if eos else None
     was_training = model.training
     model.eval()
     try:
-        if cfg.arch == "decoder":
-            mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()
-            pos = (mask.cumsum(-1) - 1).clamp(min=0)
-            out = model(input_ids, attention_mask=mask, position_ids=pos, cache=cache)
-            tokens = input_ids
-        else:
-            if cfg.decoder_start_token_id is None:
-                raise ValueError("Config.decoder_start_token_id is None: needed to start encoder-decoder generation")
-            tokens = torch.full((batch, 1), cfg.decoder_start_token_id, dtype=torch.long, device=input_ids.device)
-            out = model(input_ids, attention_mask=attention_mask, decoder_input_ids=tokens, cache=cache)
-        done = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
-        for step in range(max_new_tokens):
-            new = next_token(out.logits[:, -1], do_sample, temperature, top_k, top_p, generator)
-            if eos is not None:
-                new = new.masked_fill(done, eos)
-                done |= new == eos
-            tokens = torch.cat((tokens, new[:, None]), dim=1)
-            if step == max_new_tokens - 1 or bool(done.all()):
-                break
-            if cfg.arch == "decoder":
-                mask = torch.cat((mask, mask.new_ones(batch, 1)), dim=1)
-                pos = pos[:, -1:] + 1
-                out = model(new[:, None], attention_mask=mask, position_ids=pos, cache=cache)
-            else:
-                out = model(input_ids, decoder_input_ids=new[:, None], cache=cache,
-                            decoder_position_ids=torch.full_like(new[:, None], tokens.shape[1] - 1))
-        return tokens
+        if do_sample and num_return_sequences > 1:
+            input_ids = input_ids.repeat_interleave(num_return_sequences, dim=0)
+            if attention_mask is not None:
+                attention_mask = attention_mask.repeat_interleave(num_return_sequences, dim=0)
+        state = Decoding(model, input_ids, attention_mask)
+        if max_new_tokens == 0:
+            return state.tokens.repeat_interleave(num_return_sequences if num_beams > 1 else 1, dim=0)
+        if num_beams > 1:
+            return beam_search(state, max_new_tokens, num_beams, eos, pad, length_penalty, early_stopping,
+                               num_return_sequences)
+        return _greedy_or_sample(state, max_new_tokens, eos, pad, do_sample, temperature, top_k, top_p, generator)
     finally:
         model.train(was_training)
+
+
+def _greedy_or_sample(state: Decoding, max_new_tokens: int, eos: list[int], pad: int | None, do_sample: bool,
+                      temperature: float, top_k: int | None, top_p: float | None,
+                      generator: torch.Generator | None) -> Tensor:
+    """One token per row and step; a row that emitted an eos id gets `pad` afterwards. Returns (B, T + new)."""
+    tokens = state.tokens
+    eos_ids = torch.tensor(eos, dtype=torch.long, device=tokens.device)
+    done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
+    logits = state.start()
+    for step in range(max_new_tokens):
+        new = next_token(logits, do_sample, temperature, top_k, top_p, generator)
+        if eos:
+            new = new.masked_fill(done, pad)
+            done |= torch.isin(new, eos_ids)
+        tokens = torch.cat((tokens, new[:, None]), dim=1)
+        if step == max_new_tokens - 1 or bool(done.all()):
+            break
+        logits = state.step(new)
+    return tokens

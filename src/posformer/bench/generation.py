@@ -1,0 +1,181 @@
+"""Greedy generation speed of posformer against Hugging Face `GPT2LMHeadModel.generate`, identical weights.
+
+A random GPT-2 (by default GPT-2 small's shape: d_model 768, 12 layers, 12
+heads, vocab 50257) is built by `transformers`, saved, and loaded into posformer
+with `pf.from_hf`, so both models hold the same weights. Both decode greedily
+with their KV cache, from the same random prompts, exactly `new_tokens` tokens
+(no eos stop), with the same thread count. Iterations alternate between the
+models (ABAB); the median time of the timed iterations gives
+tokens/s = batch * new_tokens / time (the prompt pass included). The report
+also says whether the two produced the same tokens.
+
+    python -m posformer.bench.generation --help
+    posformer bench --generation --help
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from typing import Any, Callable
+
+import torch
+
+import posformer as pf
+from posformer.bench.speed import _HelpFormatter, _measure, _transformers, write_json
+
+NAMES = ("posformer", "hf")
+
+
+def hf_gpt2(d_model: int = 768, layers: int = 12, heads: int = 12, vocab: int = 50257, positions: int = 1024,
+            seed: int = 0) -> Any:
+    """A random Hugging Face `GPT2LMHeadModel` (SDPA attention, no dropout) in eval mode."""
+    transformers = _transformers()
+    config = transformers.GPT2Config(
+        vocab_size=vocab, n_embd=d_model, n_layer=layers, n_head=heads, n_positions=positions,
+        bos_token_id=vocab - 1, eos_token_id=vocab - 1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        attn_implementation="sdpa",
+    )
+    torch.manual_seed(seed)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def _steps(models: dict[str, Any], ids: torch.Tensor, new_tokens: int,
+           outputs: dict[str, torch.Tensor]) -> dict[str, Callable[[], None]]:
+    """One greedy generation of `new_tokens` per model; the last output of each lands in `outputs`."""
+    def ours() -> None:
+        outputs["posformer"] = models["posformer"].generate(ids, max_new_tokens=new_tokens, eos_token_id=[])
+
+    def theirs() -> None:
+        with torch.no_grad():
+            outputs["hf"] = models["hf"].generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, do_sample=False,
+                eos_token_id=None, pad_token_id=0,
+            )
+    return {"posformer": ours, "hf": theirs}
+
+
+def run(
+    batches: tuple[int, ...] = (1, 8), new_tokens: int = 128, prompt_length: int = 16, d_model: int = 768,
+    layers: int = 12, heads: int = 12, vocab: int = 50257, warmup: int = 1, iters: int = 3,
+    threads: int | None = None, progress: bool = True, seed: int = 0,
+) -> dict[str, Any]:
+    """Benchmark greedy generation per batch size; per batch: `posformer_tok_s`, `hf_tok_s`,
+    `ratio` = posformer / HF, the timed seconds of each model and `same_tokens`."""
+    for name, value, low in (("new_tokens", new_tokens, 1), ("prompt_length", prompt_length, 1),
+                             ("iters", iters, 1), ("warmup", warmup, 0)):
+        if value < low:
+            raise ValueError(f"{name}={value} is invalid: expected an integer >= {low}")
+    if not batches or min(batches) < 1:
+        raise ValueError(f"batches={batches} is invalid: expected one or more integers >= 1")
+    if prompt_length + new_tokens > 1024:
+        raise ValueError(f"prompt_length + new_tokens = {prompt_length + new_tokens} exceeds GPT-2's 1024 positions")
+    transformers = _transformers()
+    threads = torch.get_num_threads() if threads is None else threads
+    if threads < 1:
+        raise ValueError(f"threads={threads} is invalid: expected an integer >= 1")
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        hf = hf_gpt2(d_model, layers, heads, vocab, seed=seed)
+        with tempfile.TemporaryDirectory(prefix="posformer-bench-") as directory:
+            hf.save_pretrained(directory, safe_serialization=True)
+            models = {"posformer": pf.from_hf(directory).eval(), "hf": hf}
+        result: dict[str, Any] = {
+            "torch": torch.__version__, "transformers": transformers.__version__, "threads": threads,
+            "dtype": "float32", "new_tokens": new_tokens, "prompt_length": prompt_length, "warmup": warmup,
+            "iters": iters, "params": models["posformer"].num_parameters(),
+            "shape": {"d_model": d_model, "layers": layers, "heads": heads, "vocab": vocab},
+            "attn": {"posformer": models["posformer"].cfg.attn_impl, "hf": hf.config._attn_implementation},
+            "batches": {},
+        }
+        generator = torch.Generator().manual_seed(seed)
+        for batch in batches:
+            ids = torch.randint(0, vocab, (batch, prompt_length), generator=generator)
+            outputs: dict[str, torch.Tensor] = {}
+            times = _measure(_steps(models, ids, new_tokens, outputs), warmup, iters, f"batch {batch}", progress)
+            ours, theirs = (batch * new_tokens / statistics.median(times[name]) for name in NAMES)
+            result["batches"][batch] = {
+                "posformer_tok_s": ours, "hf_tok_s": theirs, "ratio": ours / theirs,
+                "posformer_s": times["posformer"], "hf_s": times["hf"],
+                "same_tokens": torch.equal(outputs["posformer"], outputs["hf"]),
+            }
+        return result
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def format_report(result: dict[str, Any]) -> str:
+    """A readable report of `run`'s result: versions, model shape and one row per batch size."""
+    shape = result["shape"]
+    lines = [
+        f"torch {result['torch']}, transformers {result['transformers']}, threads {result['threads']}",
+        f"model: random GPT-2, d_model={shape['d_model']}, layers={shape['layers']}, heads={shape['heads']}, "
+        f"vocab={shape['vocab']}, {result['params']:,} parameters, {result['dtype']}, attention "
+        f"posformer={result['attn']['posformer']} HF={result['attn']['hf']}",
+        f"greedy, KV cache, prompt {result['prompt_length']} tokens, {result['new_tokens']} new tokens per sequence; "
+        f"warmup {result['warmup']}, median of {result['iters']} timed iterations (ABAB)",
+        "",
+        f"{'batch':>5} {'posformer tok/s':>16} {'HF tok/s':>10} {'ratio':>7} {'same tokens':>12}",
+    ]
+    for batch, row in result["batches"].items():
+        lines.append(f"{batch:>5} {row['posformer_tok_s']:>16,.1f} {row['hf_tok_s']:>10,.1f} {row['ratio']:>7.3f} "
+                     f"{'yes' if row['same_tokens'] else 'NO':>12}")
+    lines.append("tok/s = batch * new tokens / median seconds per generate call; ratio = posformer / HF, "
+                 "> 1 means posformer is faster")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface of `main`."""
+    parser = argparse.ArgumentParser(
+        prog="posformer bench --generation", formatter_class=_HelpFormatter,
+        description="Measure greedy generation throughput (new tokens/s, KV cache) of posformer against Hugging "
+        "Face GPT2LMHeadModel.generate (attn_implementation='sdpa') on identical random weights loaded with "
+        "pf.from_hf, in float32 on the CPU, in the same run.",
+        epilog="Each iteration runs posformer then HF (ABAB); the median time per generate call gives "
+        "tokens/s = batch * new tokens / time. The ratio is posformer tok/s divided by HF tok/s: above 1 "
+        "posformer is faster. 'same tokens' says whether both generated identical ids.",
+    )
+    add = parser.add_argument
+    add("--batch", type=int, nargs="+", default=[1, 8], help="batch sizes to measure, each in turn")
+    add("--new-tokens", type=int, default=128, help="tokens generated per sequence (no eos stop)")
+    add("--prompt-length", type=int, default=16, help="random prompt tokens per sequence")
+    add("--d-model", type=int, default=768, help="hidden size (n_embd)")
+    add("--layers", type=int, default=12, help="number of layers (n_layer)")
+    add("--heads", type=int, default=12, help="attention heads (n_head)")
+    add("--vocab", type=int, default=50257, help="vocabulary size")
+    add("--warmup", type=int, default=1, help="untimed generate calls per model before timing, per batch size")
+    add("--iters", type=int, default=3, help="timed generate calls per model, per batch size; the median is reported")
+    add("--threads", type=int, default=torch.get_num_threads(), help="torch.set_num_threads for both models")
+    add("--json", metavar="PATH", help="also write the results as JSON to PATH (written atomically)")
+    add("--no-progress", action="store_true", help="hide the progress bars")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark from the command line; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result = run(
+            batches=tuple(args.batch), new_tokens=args.new_tokens, prompt_length=args.prompt_length,
+            d_model=args.d_model, layers=args.layers, heads=args.heads, vocab=args.vocab, warmup=args.warmup,
+            iters=args.iters, threads=args.threads, progress=not args.no_progress,
+        )
+    except ImportError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except ValueError as err:
+        parser.error(str(err))
+    print(format_report(result))
+    if args.json:
+        write_json(result, args.json)
+        print(f"results written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
