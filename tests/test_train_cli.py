@@ -41,25 +41,32 @@ def test_shipped_corpus_and_char_tokenizer_round_trip(tmp_path) -> None:
         tokenizer.encode("€")
 
 
+TINY = ["--set", "trainer.steps=40", "--set", "trainer.eval_every=20", "--set", "trainer.batch_size=8",
+        "--set", "data.seq_len=32", "--set", "model.d_model=32", "--set", "model.n_layers=1", "--set",
+        "model.n_heads=2", "--set", "model.d_ff=64", "--set", "trainer.sample_tokens=20", "--set", "trainer.lr=1e-2",
+        "--set", "trainer.warmup=5", "--no-progress"]
+
+
 def test_train_command_lowers_the_loss_and_saves(tmp_path, capsys) -> None:
     out = tmp_path / "run"
-    code = main(["train", "--steps", "40", "--eval-every", "20", "--batch-size", "8", "--seq-len", "32",
-                 "--d-model", "32", "--n-layers", "1", "--n-heads", "2", "--d-ff", "64", "--out-dir", str(out),
-                 "--sample-tokens", "20", "--lr", "1e-2", "--warmup", "5"])
-    assert code == 0
-    metrics = json.loads((out / "metrics.json").read_text())
-    first, last = metrics["history"][0], metrics["history"][-1]
-    assert last["step"] == 40 and last["val_loss"] < first["val_loss"]
+    assert main(["train", "--output-dir", str(out), *TINY]) == 0
+    evals = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "eval" in r]
+    assert [r["step"] for r in evals] == [20, 40] and evals[-1]["eval"]["val_loss"] < evals[0]["eval"]["val_loss"]
+    assert (out / "loss.png").stat().st_size > 0 and (out / "run_config.yaml").is_file()
     assert "sample after 40 steps" in capsys.readouterr().out
     assert main(["generate", "--model", str(out), "--prompt", "ROMEO:", "--max-new-tokens", "10"]) == 0
     assert capsys.readouterr().out.startswith("ROMEO:")
 
 
 def test_cli_reports_bad_input_clearly(tmp_path, capsys) -> None:
-    assert main(["train", "--corpus", str(tmp_path / "missing.txt")]) == 2
+    assert main(["train", "--set", f"data.train={tmp_path / 'missing.txt'}"]) == 2
     assert "missing.txt" in capsys.readouterr().err
-    assert main(["train", "--position", "nonsense", "--steps", "1", "--out-dir", str(tmp_path)]) == 2
+    assert main(["train", "--set", "model.position=nonsense", "--output-dir", str(tmp_path), *TINY]) == 2
     assert "Config.position='nonsense'" in capsys.readouterr().err
+    assert main(["train", "--set", "trainer.lr=-1", "--output-dir", str(tmp_path)]) == 2
+    assert "trainer.lr=-1 is invalid" in capsys.readouterr().err
+    assert main(["train", "--set", "lr=1", "--output-dir", str(tmp_path)]) == 2
+    assert "SECTION.KEY=VALUE" in capsys.readouterr().err
 
 
 def test_info_command(capsys) -> None:
@@ -72,4 +79,4 @@ def test_every_command_has_help(capsys) -> None:
         with pytest.raises(SystemExit) as exit_info:
             main(command)
         assert exit_info.value.code == 0
-    assert "--position" in capsys.readouterr().out
+    assert "--resume" in capsys.readouterr().out

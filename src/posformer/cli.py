@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from dataclasses import fields
 
 from posformer.presets import preset_names
 
@@ -24,22 +22,11 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from posformer.train.causal_lm import TrainSettings, train_causal_lm
+    from posformer.train.causal_lm import train_causal_lm
+    from posformer.train.settings import load_run_settings
 
-    settings = TrainSettings()
-    for f in fields(TrainSettings):
-        value = getattr(args, f.name, None)
-        if value is not None and f.name != "model":
-            setattr(settings, f.name, value)
-    model = dict(settings.model)
-    for key in ("d_model", "n_layers", "n_heads", "d_ff", "position", "norm", "norm_placement", "activation"):
-        value = getattr(args, key)
-        if value is not None:
-            model[key] = value
-    if args.position_params:
-        model["position_params"] = json.loads(args.position_params)
-    settings.model = model
-    train_causal_lm(settings)
+    settings = load_run_settings(args.config, args.set)
+    train_causal_lm(settings, args.output_dir, resume=args.resume, progress=not args.no_progress)
     return 0
 
 
@@ -117,33 +104,25 @@ def build_parser() -> argparse.ArgumentParser:
     info.set_defaults(func=cmd_info)
 
     train = sub.add_parser(
-        "train", help="train a small causal LM on a text file (default: the shipped Tiny Shakespeare sample)",
-        description="Train a character-level causal language model, print the train and validation loss, "
-                    "save the checkpoint (atomically, at every evaluation and on Ctrl-C) and print a sample. "
-                    "With no options it runs the ~2 minute demo on the shipped sample.",
+        "train", help="train a causal LM on text files (default: the ~2 minute demo on the shipped sample)",
+        description="Train a causal language model with posformer's trainer: AdamW, warm-up schedules, gradient "
+                    "accumulation and clipping, bf16/fp16, evaluation, a JSONL log, a loss-curve PNG, and "
+                    "atomic checksummed checkpoints that --resume continues exactly. The run config (YAML) has "
+                    "three sections, model (Config fields or preset), data and trainer; --set overrides any "
+                    "field. Runs unchanged under `torchrun --nproc_per_node N` (DDP; trainer.parallel=fsdp "
+                    "shards the model). With no options it trains the demo on the shipped Tiny Shakespeare sample.",
+        epilog="Example: posformer train --config run.yaml --output-dir runs/x --set trainer.lr=1e-3 "
+               "--set model.position=alibi",
     )
-    train.add_argument("--corpus", help="UTF-8 text file (default: the shipped Tiny Shakespeare sample)")
-    train.add_argument("--out-dir", dest="out_dir", help="checkpoint folder (default: runs/demo)")
-    train.add_argument("--steps", type=int, help="optimizer steps (default: 500)")
-    train.add_argument("--batch-size", dest="batch_size", type=int, help="sequences per step (default: 32)")
-    train.add_argument("--seq-len", dest="seq_len", type=int, help="training length in characters (default: 128)")
-    train.add_argument("--lr", type=float, help="peak learning rate (default: 3e-3)")
-    train.add_argument("--warmup", type=int, help="linear warm-up steps (default: 50)")
-    train.add_argument("--eval-every", dest="eval_every", type=int, help="evaluate and save every N steps (default: 100)")
-    train.add_argument("--max-minutes", dest="max_minutes", type=float, help="stop after this many minutes")
-    train.add_argument("--seed", type=int, help="random seed (default: 0)")
-    train.add_argument("--prompt", help="prompt of the final sample (default: 'ROMEO:\\n')")
-    train.add_argument("--sample-tokens", dest="sample_tokens", type=int, help="characters to sample (default: 200)")
-    group = train.add_argument_group("model (default: 4 layers, d_model 128, RoPE, RMSNorm, SwiGLU)")
-    group.add_argument("--d-model", dest="d_model", type=int)
-    group.add_argument("--n-layers", dest="n_layers", type=int)
-    group.add_argument("--n-heads", dest="n_heads", type=int)
-    group.add_argument("--d-ff", dest="d_ff", type=int)
-    group.add_argument("--position", help="a registered position encoding (see posformer.positions.names())")
-    group.add_argument("--position-params", dest="position_params", help='JSON, e.g. \'{"theta": 500000}\'')
-    group.add_argument("--norm", help="layernorm, rmsnorm or deepnorm")
-    group.add_argument("--norm-placement", dest="norm_placement", help="pre, post or sandwich")
-    group.add_argument("--activation", help="relu, gelu, gelu_tanh, swish, silu, glu, swiglu, geglu, geglu_tanh, reglu")
+    train.add_argument("--config", help="run config, YAML or JSON (default: the demo settings)")
+    train.add_argument("--output-dir", dest="output_dir", default="runs/demo",
+                       help="where checkpoints, metrics.jsonl, loss.png and run_config.yaml go (default: runs/demo)")
+    train.add_argument("--resume", action="store_true",
+                       help="continue from the newest valid checkpoint in --output-dir (falls back past corrupt ones)")
+    train.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                       help="override one setting, e.g. trainer.steps=100, data.seq_len=64, model.position=alibi "
+                            "(repeatable; values are YAML)")
+    train.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bar")
     train.set_defaults(func=cmd_train)
 
     generate = sub.add_parser(
@@ -194,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
         print(f"posformer {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

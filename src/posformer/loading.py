@@ -50,10 +50,22 @@ def is_posformer_checkpoint(directory: Path) -> bool:
         return False
 
 
+def checkpoint_dir(directory: Path) -> Path:
+    """A training run directory (no config.json, a checkpoints/ folder) stands for its newest valid checkpoint."""
+    if (directory / CONFIG_FILE).is_file() or not (directory / "checkpoints").is_dir():
+        return directory
+    from posformer.train.checkpoints import CheckpointManager
+
+    found = CheckpointManager(directory, keep_last=1, log=lambda message: None).latest_valid()
+    if found is None:
+        raise FileNotFoundError(f"{directory}/checkpoints holds no valid checkpoint")
+    return found[0].path
+
+
 def load_model(path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None,
                device: str | None = None) -> Transformer:
     """A posformer checkpoint (`save_pretrained`) or a Hugging Face one (`from_hf`), in eval mode."""
-    directory = resolve(path_or_hub_id)
+    directory = checkpoint_dir(resolve(path_or_hub_id))
     if is_posformer_checkpoint(directory):
         model = load_pretrained(directory, device=device).eval()
         return model.to(dtype) if dtype is not None else model
@@ -69,7 +81,7 @@ def _is_char_tokenizer(path: Path) -> bool:
 
 def load_text_tokenizer(path_or_hub_id: str | os.PathLike) -> TextTokenizer:
     """The tokenizer stored beside a model: posformer's character tokenizer, or a Hugging Face one."""
-    directory = resolve(path_or_hub_id)
+    directory = checkpoint_dir(resolve(path_or_hub_id))
     char_file = directory / "tokenizer.json"
     if char_file.is_file() and _is_char_tokenizer(char_file):
         return CharTokenizer.load(char_file)

@@ -1,132 +1,123 @@
-"""Train a small causal language model on a plain-text corpus (the `posformer train` job)."""
+"""The default training task: a causal LM on plain-text files (the `posformer train` job).
+
+It turns `RunSettings` into a tokenizer, token windows, a model and an evaluation
+function, and hands them to the shared `Trainer`. With no settings at all it is
+the ~2-minute demo on the shipped Tiny Shakespeare sample.
+"""
 
 from __future__ import annotations
 
 import json
 import math
-import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
-from posformer.checkpoint import save_pretrained
 from posformer.config import Config
-from posformer.data.text import CharTokenizer, TokenStream, default_corpus, read_text
+from posformer.data.text import CharTokenizer, TokenStream, read_text
+from posformer.loading import HFTextTokenizer
 from posformer.model import Transformer
+from posformer.train.batches import WindowBatches
+from posformer.train.rng import seed_everything
+from posformer.train.settings import DataSettings, RunSettings
+from posformer.train.trainer import FitResult, Trainer
 
 
-@dataclass
-class TrainSettings:
-    """Everything `train_causal_lm` needs; the CLI fills it from its flags."""
+class ByteTokenizer:
+    """UTF-8 bytes as ids 0..255."""
 
-    corpus: str = field(default_factory=lambda: str(default_corpus()))
-    out_dir: str = "runs/demo"
-    model: dict = field(default_factory=lambda: dict(
-        arch="decoder", d_model=128, n_layers=4, n_heads=4, d_ff=352, position="rope",
-        norm="rmsnorm", norm_placement="pre", activation="swiglu", qkv_bias=False, attn_out_bias=False,
-        ffn_bias=False, tie_embeddings=True, max_positions=128,
-    ))
-    seq_len: int = 128
-    batch_size: int = 32
-    steps: int = 500
-    lr: float = 3e-3
-    warmup: int = 50
-    weight_decay: float = 0.1
-    eval_every: int = 100
-    eval_batches: int = 8
-    seed: int = 0
-    max_minutes: float | None = None
-    prompt: str = "ROMEO:\n"
-    sample_tokens: int = 200
+    vocab_size = 256
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(ids).decode("utf-8", errors="replace")
 
 
-def learning_rate(step: int, settings: TrainSettings) -> float:
-    """Linear warm-up, then cosine decay to 10% of the peak."""
-    if step < settings.warmup:
-        return settings.lr * (step + 1) / settings.warmup
-    progress = (step - settings.warmup) / max(1, settings.steps - settings.warmup)
-    return settings.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+def build_tokenizer(data: DataSettings, train_text: str):
+    """(tokenizer, vocab_size, files to save beside the model) for `data.tokenizer`."""
+    if data.tokenizer == "char":
+        tokenizer = CharTokenizer.from_text(train_text)
+        return tokenizer, tokenizer.vocab_size, {"tokenizer.json": json.dumps({"type": "char",
+                                                                                "chars": tokenizer.chars})}
+    if data.tokenizer == "bytes":
+        return ByteTokenizer(), 256, {}
+    if not Path(data.tokenizer).is_dir():
+        raise ValueError(f"data.tokenizer={data.tokenizer!r}: expected 'char', 'bytes' or a directory holding a "
+                         "Hugging Face tokenizer")
+    from posformer.hf import load_tokenizer
+
+    hf = load_tokenizer(data.tokenizer)
+    return HFTextTokenizer(hf), len(hf), {}
 
 
-@torch.no_grad()
-def evaluate(model: Transformer, windows: torch.Tensor, batch_size: int) -> float:
-    """Mean causal-LM loss over windows (N, T)."""
-    model.eval()
-    losses = [model(chunk, labels=chunk).loss.item() for chunk in windows.split(batch_size)]
-    model.train()
-    return sum(losses) / len(losses)
+def build_model(model_fields: dict, vocab_size: int, seq_len: int) -> Transformer:
+    """A decoder from Config fields (or `preset` + overrides), sized to the tokenizer and the training length."""
+    fields = dict(model_fields)
+    preset = fields.pop("preset", None)
+    base = Config.preset(preset).to_dict() if preset else {}
+    merged = {**base, **fields, "vocab_size": vocab_size}
+    merged["max_positions"] = max(merged.get("max_positions", 0), seq_len)
+    cfg = Config.from_dict(merged)
+    if cfg.arch != "decoder":
+        raise ValueError(f"model.arch={cfg.arch!r}: the causal-LM task trains a decoder")
+    return Transformer(cfg)
 
 
-def train_causal_lm(settings: TrainSettings, log=print) -> dict:
-    """Train, evaluate, save and sample. Returns the metrics that were also written to `metrics.json`.
+def _ids(tokenizer, text: str) -> torch.Tensor:
+    return torch.tensor(tokenizer.encode(text), dtype=torch.long)
 
-    The checkpoint is saved atomically at every evaluation, at the end, and on
-    Ctrl-C, so an interrupted run keeps its latest weights.
-    """
-    torch.manual_seed(settings.seed)
-    text = read_text(settings.corpus)
-    tokenizer = CharTokenizer.from_text(text)
-    ids = tokenizer.encode(text)
-    split = int(0.9 * len(ids))
-    train, valid = TokenStream(ids[:split]), TokenStream(ids[split:])
-    eval_windows = valid.windows(settings.seq_len)[: settings.eval_batches * settings.batch_size]
-    if len(eval_windows) == 0:
-        raise ValueError(f"{settings.corpus}: the validation tenth is shorter than seq_len={settings.seq_len}")
-    cfg = Config(**{**settings.model, "vocab_size": tokenizer.vocab_size,
-                    "max_positions": max(settings.model.get("max_positions", 0), settings.seq_len)})
-    model = Transformer(cfg)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, betas=(0.9, 0.95),
-                                  weight_decay=settings.weight_decay)
-    generator = torch.Generator().manual_seed(settings.seed)
-    out_dir = Path(settings.out_dir)
-    log(f"corpus {settings.corpus}: {len(ids):,} characters, vocabulary {tokenizer.vocab_size}")
-    log(f"model: {cfg.arch}, {model.num_parameters():,} parameters, position={cfg.position}, "
-        f"d_model={cfg.d_model}, {cfg.n_layers} layers; writing to {out_dir}")
-    history: list[dict] = []
 
-    def checkpoint(step: int) -> None:
-        metrics = {"step": step, "history": history, "settings": asdict(settings)}
-        save_pretrained(model, out_dir, {"tokenizer.json": json.dumps({"type": "char", "chars": tokenizer.chars}),
-                                         "metrics.json": json.dumps(metrics, indent=2)})
+def perplexity_evaluator(windows: torch.Tensor, batch_size: int):
+    """The metric function: mean loss and perplexity over held-out windows (N, T)."""
 
-    start, step, running = time.monotonic(), 0, None
-    bar = tqdm(range(settings.steps), desc="training", unit="step", dynamic_ncols=True)
-    try:
-        for step in bar:
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate(step, settings)
-            batch = train.batch(settings.batch_size, settings.seq_len, generator)
-            loss = model(batch, labels=batch).loss
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            running = loss.item() if running is None else 0.9 * running + 0.1 * loss.item()
-            bar.set_postfix(loss=f"{running:.3f}")
-            last = step == settings.steps - 1
-            out_of_time = settings.max_minutes is not None and time.monotonic() - start > 60 * settings.max_minutes
-            if (step + 1) % settings.eval_every == 0 or last or out_of_time:
-                val = evaluate(model, eval_windows, settings.batch_size)
-                history.append({"step": step + 1, "train_loss": round(running, 4), "val_loss": round(val, 4),
-                                "seconds": round(time.monotonic() - start, 1)})
-                bar.write(f"step {step + 1:5d}  train loss {running:.3f}  val loss {val:.3f}")
-                checkpoint(step + 1)
-            if out_of_time:
-                bar.write(f"stopping after {settings.max_minutes} minutes (--max-minutes)")
-                break
-    except KeyboardInterrupt:
-        bar.write(f"interrupted at step {step}: saving the checkpoint to {out_dir}")
-        checkpoint(step)
-        raise
-    finally:
-        bar.close()
-    model.eval()
-    prompt = torch.tensor([tokenizer.encode(settings.prompt)])
-    sample = model.generate(prompt, max_new_tokens=settings.sample_tokens, do_sample=True, temperature=0.8,
-                            top_k=20, generator=torch.Generator().manual_seed(settings.seed))
-    text_out = tokenizer.decode(sample[0].tolist())
-    log(f"\nsample after {history[-1]['step']} steps:\n{text_out}\n")
-    log(f"saved {out_dir}/ (config.json, model.safetensors, tokenizer.json, metrics.json)")
-    return {"history": history, "sample": text_out}
+    def evaluate(model) -> dict[str, float]:
+        device = next(model.parameters()).device
+        total = sum(float(model(chunk.to(device), labels=chunk.to(device)).loss) * len(chunk)
+                    for chunk in windows.split(batch_size))
+        loss = total / len(windows)
+        return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}
+
+    return evaluate
+
+
+def train_causal_lm(settings: RunSettings, output_dir: str, resume: bool = False, log=print,
+                    progress: bool = True) -> FitResult:
+    """Train the causal LM `settings` describes into `output_dir`; print a sample at the end."""
+    settings.validate()
+    data, trainer_settings = settings.data, settings.trainer
+    texts = [read_text(p) for p in data.train]
+    train_text = "\n".join(texts)
+    tokenizer, vocab_size, files = build_tokenizer(data, train_text)
+    ids = _ids(tokenizer, train_text)
+    if data.valid:
+        valid_ids = _ids(tokenizer, "\n".join(read_text(p) for p in data.valid))
+    else:
+        split = int((1 - data.valid_fraction) * len(ids))
+        ids, valid_ids = ids[:split], ids[split:]
+    windows = TokenStream(valid_ids).windows(data.seq_len)[: trainer_settings.eval_batches * trainer_settings.batch_size]
+    if len(windows) == 0:
+        raise ValueError(f"the validation text has {len(valid_ids)} tokens, fewer than data.seq_len={data.seq_len}")
+    seed_everything(trainer_settings.seed)  # the initial weights are a function of the seed
+    model = build_model(settings.model, vocab_size, data.seq_len)
+    log(f"data: {len(ids):,} training and {len(valid_ids):,} validation tokens, vocabulary {vocab_size}")
+    log(f"model: {model.num_parameters():,} parameters, position={model.cfg.position}, d_model={model.cfg.d_model}, "
+        f"{model.cfg.n_layers} layers; writing to {output_dir}")
+    trainer = Trainer(model, WindowBatches(ids, data.seq_len, trainer_settings.seed), trainer_settings, output_dir,
+                      evaluate=perplexity_evaluator(windows, trainer_settings.batch_size),
+                      run_config=settings.to_dict(), extra_files=files, log=log, progress=progress)
+    result = trainer.fit(resume=resume)
+    prompt = trainer_settings.sample_prompt
+    if prompt and trainer.ctx.is_main and trainer_settings.sample_tokens:
+        try:
+            prompt_ids = tokenizer.encode(prompt)
+        except ValueError as err:
+            log(f"no sample: the prompt {prompt!r} does not fit the tokenizer ({err})")
+            return result
+        model.eval()
+        start = torch.tensor([prompt_ids], device=next(model.parameters()).device)
+        out = model.generate(start, max_new_tokens=trainer_settings.sample_tokens, do_sample=True, temperature=0.8,
+                             top_k=20, generator=torch.Generator(start.device).manual_seed(trainer_settings.seed))
+        log(f"\nsample after {result.step} steps:\n{tokenizer.decode(out[0].tolist())}\n")
+    return result

@@ -1,0 +1,53 @@
+"""AdamW with decoupled weight decay (no decay on biases, norms and embeddings) and warm-up schedules."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from posformer.train.settings import TrainerSettings
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Two AdamW groups: matrices of linear layers decay; biases, norm weights and embeddings do not.
+
+    A parameter decays when it has two or more dimensions and does not belong to an
+    embedding table (token, position and relative-distance tables are lookups, not maps).
+    """
+    decay, no_decay, seen = [], [], set()
+    for module in model.modules():
+        for name, param in module.named_parameters(recurse=False):
+            if not param.requires_grad or id(param) in seen:
+                continue
+            seen.add(id(param))
+            is_table = isinstance(module, nn.Embedding)
+            (decay if param.dim() >= 2 and not is_table else no_decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def build_optimizer(model: nn.Module, settings: TrainerSettings) -> torch.optim.AdamW:
+    return torch.optim.AdamW(parameter_groups(model, settings.weight_decay), lr=settings.lr,
+                             betas=tuple(settings.betas))
+
+
+def lr_factor(step: int, settings: TrainerSettings) -> float:
+    """The multiplier of the peak lr at optimizer step `step` (0-based).
+
+    Warm-up: (step + 1) / warmup. Then constant: 1; linear: from 1 down to
+    min_lr_ratio at `steps`; cosine: min_lr_ratio + (1 - min_lr_ratio) * (1 + cos(pi * progress)) / 2.
+    """
+    if step < settings.warmup:
+        return (step + 1) / settings.warmup
+    if settings.schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - settings.warmup) / max(1, settings.steps - settings.warmup))
+    floor = settings.min_lr_ratio
+    if settings.schedule == "linear":
+        return 1.0 - (1.0 - floor) * progress
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, settings: TrainerSettings) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, settings))

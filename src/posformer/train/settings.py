@@ -1,0 +1,227 @@
+"""A training run's settings: the model, the data and the trainer, read from YAML with `--set` overrides.
+
+```yaml
+model: {preset: llama, d_model: 128, n_layers: 4, n_heads: 4, d_ff: 352}   # or any Config fields
+data:  {train: [books.txt], valid: [held_out.txt], tokenizer: char, seq_len: 128}
+trainer: {steps: 500, batch_size: 32, lr: 3.0e-3, schedule: cosine, warmup: 50}
+```
+
+Every value is validated before any work starts; errors name the field
+(`trainer.lr=-1 is invalid: expected a number > 0`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from posformer.data.text import default_corpus
+
+SCHEDULES = ("constant", "linear", "cosine")
+PRECISIONS = ("fp32", "bf16", "fp16")
+DEVICES = ("auto", "cpu", "cuda")
+NAN_POLICIES = ("stop", "skip")
+PARALLEL = ("ddp", "fsdp")
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading 1e-3 as a number as YAML 1.2 does (YAML 1.1 needs 1.0e-3)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def parse_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)
+
+
+def _fail(name: str, value: Any, expected: str) -> None:
+    raise ValueError(f"{name}={value!r} is invalid: expected {expected}")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass
+class TrainerSettings:
+    """How to train: optimizer, schedule, precision, evaluation, checkpoints.
+
+    The batch of one optimizer step is batch_size * grad_accum * world_size
+    sequences. lr follows `schedule` after `warmup` linear steps; "linear" and
+    "cosine" decay to min_lr_ratio * lr at `steps`.
+    """
+
+    steps: int = 500
+    batch_size: int = 32
+    grad_accum: int = 1
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    schedule: str = "cosine"
+    warmup: int = 50
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    clip_grad: float | None = 1.0
+    precision: str = "fp32"
+    device: str = "auto"
+    parallel: str = "ddp"
+    eval_every: int = 100
+    eval_batches: int = 8
+    save_every: int | None = None
+    keep_last: int = 3
+    log_every: int = 10
+    seed: int = 0
+    nan_policy: str = "stop"
+    max_skipped_batches: int = 10
+    max_minutes: float | None = None
+    sample_prompt: str | None = "ROMEO:\n"
+    sample_tokens: int = 200
+
+    def validate(self) -> None:
+        for name in ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "keep_last", "log_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                _fail(f"trainer.{name}", value, "a positive integer")
+        for name in ("warmup", "max_skipped_batches", "sample_tokens", "seed"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                _fail(f"trainer.{name}", value, "an integer >= 0")
+        if self.save_every is not None and (not isinstance(self.save_every, int) or self.save_every < 1):
+            _fail("trainer.save_every", self.save_every, "a positive integer, or null for eval_every")
+        if not _number(self.lr) or not self.lr > 0:
+            _fail("trainer.lr", self.lr, "a number > 0")
+        if not _number(self.min_lr_ratio) or not 0 <= self.min_lr_ratio <= 1:
+            _fail("trainer.min_lr_ratio", self.min_lr_ratio, "a number in [0, 1]")
+        if not _number(self.weight_decay) or self.weight_decay < 0:
+            _fail("trainer.weight_decay", self.weight_decay, "a number >= 0")
+        if len(self.betas) != 2 or not all(_number(b) and 0 <= b < 1 for b in self.betas):
+            _fail("trainer.betas", self.betas, "two numbers in [0, 1)")
+        if self.clip_grad is not None and (not _number(self.clip_grad) or self.clip_grad <= 0):
+            _fail("trainer.clip_grad", self.clip_grad, "a number > 0, or null for no clipping")
+        if self.max_minutes is not None and (not _number(self.max_minutes) or self.max_minutes <= 0):
+            _fail("trainer.max_minutes", self.max_minutes, "a number > 0, or null")
+        for name, allowed in (("schedule", SCHEDULES), ("precision", PRECISIONS), ("device", DEVICES),
+                              ("nan_policy", NAN_POLICIES), ("parallel", PARALLEL)):
+            if getattr(self, name) not in allowed:
+                _fail(f"trainer.{name}", getattr(self, name), f"one of {', '.join(allowed)}")
+
+    @property
+    def checkpoint_every(self) -> int:
+        return self.save_every or self.eval_every
+
+
+@dataclass
+class DataSettings:
+    """Plain-text files for a causal LM. `valid` empty: the last `valid_fraction` of the training text.
+
+    tokenizer: "char" (one id per character of the training text), "bytes" (256
+    ids), or the path of a directory holding a Hugging Face tokenizer.
+    """
+
+    train: list[str] = field(default_factory=lambda: [str(default_corpus())])
+    valid: list[str] = field(default_factory=list)
+    valid_fraction: float = 0.1
+    tokenizer: str = "char"
+    seq_len: int = 128
+
+    def validate(self) -> None:
+        if isinstance(self.train, str):
+            self.train = [self.train]
+        if isinstance(self.valid, str):
+            self.valid = [self.valid]
+        if not self.train:
+            _fail("data.train", self.train, "at least one text file")
+        for name in ("train", "valid"):
+            for path in getattr(self, name):
+                if not Path(path).is_file():
+                    raise FileNotFoundError(f"data.{name}: text file {path} does not exist")
+        if not self.valid and not (_number(self.valid_fraction) and 0 < self.valid_fraction < 1):
+            _fail("data.valid_fraction", self.valid_fraction, "a number in (0, 1) when data.valid is empty")
+        if not isinstance(self.seq_len, int) or isinstance(self.seq_len, bool) or self.seq_len < 2:
+            _fail("data.seq_len", self.seq_len, "an integer >= 2")
+
+
+DEMO_MODEL = dict(arch="decoder", d_model=128, n_layers=4, n_heads=4, d_ff=352, position="rope", norm="rmsnorm",
+                  norm_placement="pre", activation="swiglu", qkv_bias=False, attn_out_bias=False, ffn_bias=False,
+                  tie_embeddings=True)
+
+
+@dataclass
+class RunSettings:
+    """The whole run: `model` holds Config fields (or `preset` plus overrides); vocab_size comes from the data."""
+
+    model: dict = field(default_factory=lambda: dict(DEMO_MODEL))
+    data: DataSettings = field(default_factory=DataSettings)
+    trainer: TrainerSettings = field(default_factory=TrainerSettings)
+
+    def validate(self) -> None:
+        if not isinstance(self.model, dict):
+            _fail("model", self.model, "a mapping of Config fields (optionally with 'preset')")
+        self.trainer.validate()
+        self.data.validate()
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunSettings":
+        unknown = sorted(set(data) - {"model", "data", "trainer"})
+        if unknown:
+            raise ValueError(f"run config has unknown section(s) {unknown}: expected model, data, trainer")
+        return cls(model=dict(data.get("model") or DEMO_MODEL),
+                   data=_section(DataSettings, data.get("data") or {}, "data"),
+                   trainer=_section(TrainerSettings, data.get("trainer") or {}, "trainer"))
+
+
+def _section(cls, values: dict, name: str):
+    if not isinstance(values, dict):
+        _fail(name, values, "a mapping")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"{name} has unknown key(s) {unknown}; known keys: {', '.join(sorted(known))}")
+    values = dict(values)
+    if "betas" in values:
+        values["betas"] = tuple(values["betas"])
+    return cls(**values)
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply `section.key=value` strings (values parsed as YAML) to a run-config dict."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or len(parts) != 2 or parts[0] not in ("model", "data", "trainer") or not parts[1]:
+            raise ValueError(f"--set {item!r}: expected SECTION.KEY=VALUE with SECTION one of model, data, trainer "
+                             "(e.g. trainer.lr=1e-3 or model.position=alibi)")
+        data.setdefault(parts[0], {})
+        if data[parts[0]] is None:
+            data[parts[0]] = {}
+        data[parts[0]][parts[1]] = parse_yaml(raw)
+    return data
+
+
+def load_run_settings(path: str | None, overrides: list[str] | None = None) -> RunSettings:
+    """Read a YAML (or JSON) run config, apply `--set` overrides and validate everything."""
+    data: dict = {}
+    if path is not None:
+        file = Path(path)
+        if not file.is_file():
+            raise FileNotFoundError(f"run config {file} does not exist")
+        data = parse_yaml(file.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"run config {file}: expected a mapping with sections model, data, trainer")
+    if "model" not in data and any(o.startswith("model.") for o in overrides or []):
+        data["model"] = dict(DEMO_MODEL)
+    settings = RunSettings.from_dict(apply_overrides(data, list(overrides or [])))
+    settings.validate()
+    return settings

@@ -1,0 +1,250 @@
+"""The trainer every posformer job shares: exact resume, safe checkpoints, torchrun DDP/FSDP, logs and plots.
+
+    trainer = Trainer(model, batches, settings, "runs/x", evaluate=fn, run_config=cfg_dict)
+    result = trainer.fit(resume=True)
+
+`batches` is any object with `next_batch(global_size, rank, world_size) -> dict`
+(model keyword arguments, labels included) and `state_dict` / `load_state_dict`
+(see `WindowBatches`). `evaluate(model) -> {"name": value}` is the task's metric
+function, run every `eval_every` steps and at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import yaml
+from safetensors.torch import load_model
+from tqdm.auto import tqdm
+
+from posformer.model import Transformer
+from posformer.train import distributed
+from posformer.train.checkpoints import CheckpointManager
+from posformer.train.metrics_log import MetricsLog, plot_losses
+from posformer.train.optim import build_optimizer, build_scheduler
+from posformer.train.rng import rng_state, seed_everything, set_rng_state
+from posformer.train.settings import TrainerSettings
+
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class TrainingStopped(RuntimeError):
+    """Training cannot go on (a non-finite loss); the message names the step and the last good checkpoint."""
+
+
+@dataclass
+class FitResult:
+    step: int
+    losses: list[float] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
+    checkpoint: Path | None = None
+
+
+def check_output_dir(output_dir: Path) -> None:
+    """Fail before any work when the output directory cannot be created or written."""
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe = output_dir / f".write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as err:
+        raise ValueError(f"output dir {output_dir} is not writable: {err.strerror or err}") from err
+
+
+class Trainer:
+    def __init__(self, model: Transformer, batches, settings: TrainerSettings, output_dir: str | os.PathLike, *,
+                 evaluate: Callable[[torch.nn.Module], dict[str, float]] | None = None,
+                 run_config: dict | None = None, extra_files: dict[str, str] | None = None,
+                 log: Callable[[str], None] = print, progress: bool = True) -> None:
+        settings.validate()
+        if settings.precision == "fp16" and distributed.resolve_device(settings.device).type != "cuda":
+            raise ValueError("trainer.precision='fp16' needs a CUDA device (its grad scaler); use bf16 or fp32 on CPU")
+        self.model, self.batches, self.settings = model, batches, settings
+        self.output_dir = Path(output_dir)
+        check_output_dir(self.output_dir)
+        self.evaluate_fn, self.run_config, self.extra_files = evaluate, run_config, extra_files or {}
+        self.log, self.progress = log, progress
+        self.checkpoints = CheckpointManager(self.output_dir, settings.keep_last, log)
+
+    # ------------------------------------------------------------------ set-up
+    def _setup(self, resume: bool) -> int:
+        s, ctx = self.settings, self.ctx
+        seed_everything(s.seed)
+        self.model.to(ctx.device)
+        self.wrapped = distributed.wrap(self.model, ctx, s.parallel)
+        self.optimizer = build_optimizer(self.model, s)
+        self.scheduler = build_scheduler(self.optimizer, s)
+        self.scaler = torch.amp.GradScaler("cuda") if s.precision == "fp16" else None
+        self.metrics = MetricsLog(self.output_dir / "metrics.jsonl", enabled=ctx.is_main)
+        self.skipped = 0
+        if not resume and self.checkpoints.checkpoints():
+            newest = self.checkpoints.checkpoints()[0]
+            raise ValueError(f"{self.output_dir} already holds checkpoints (newest: step {newest.step}); pass "
+                             "--resume (resume=True) to continue it, or choose another output dir")
+        start = self._resume() if resume else 0
+        if start == 0 and ctx.is_main:
+            self.metrics.truncate_after(0)
+        if ctx.is_main and self.run_config is not None:
+            tmp = self.output_dir / "run_config.yaml.tmp"
+            tmp.write_text(yaml.safe_dump(self.run_config, sort_keys=False))
+            os.replace(tmp, self.output_dir / "run_config.yaml")
+        return start
+
+    def _resume(self) -> int:
+        if self.ctx.is_main:
+            self.checkpoints.remove_partial_writes()
+        distributed.barrier(self.ctx)
+        found = self.checkpoints.latest_valid()
+        if found is None:
+            self.log(f"no valid checkpoint in {self.checkpoints.root}: starting from step 0")
+            return 0
+        checkpoint, state = found
+        saved = json.loads((checkpoint.path / "config.json").read_text()).get("posformer")
+        if saved != self.model.cfg.to_dict():
+            differ = sorted(k for k in self.model.cfg.to_dict() if (saved or {}).get(k) != getattr(self.model.cfg, k))
+            raise ValueError(f"checkpoint {checkpoint.path} was written by a different model (fields {differ}); "
+                             "resume with the same model settings or choose another output dir")
+        load_model(self.model, str(checkpoint.path / "model.safetensors"), device=str(self.ctx.device))
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.batches.load_state_dict(state["data"])
+        set_rng_state(state["rng"])
+        self.skipped = state.get("skipped", 0)
+        if self.ctx.is_main:
+            self.metrics.truncate_after(checkpoint.step)
+        self.log(f"resumed from {checkpoint.path} (step {checkpoint.step})")
+        return checkpoint.step
+
+    # -------------------------------------------------------------- checkpoints
+    def _save(self, step: int) -> Path | None:
+        path = None
+        if self.ctx.is_main:
+            state = {"step": step, "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                     "scaler": self.scaler.state_dict() if self.scaler else None, "data": self.batches.state_dict(),
+                     "rng": rng_state(), "skipped": self.skipped}
+            config_json = json.dumps({"posformer": self.model.cfg.to_dict()}, indent=2) + "\n"
+            path = self.checkpoints.save(step, self.model, config_json, state, self.extra_files)
+        distributed.barrier(self.ctx)
+        return path
+
+    def _last_good(self) -> str:
+        found = self.checkpoints.checkpoints()
+        return str(found[0].path) if found else "none (no checkpoint was written yet)"
+
+    # ------------------------------------------------------------------ a step
+    def _autocast(self):
+        s = self.settings
+        if s.precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.ctx.device.type, dtype=AUTOCAST[s.precision])
+
+    def _train_step(self) -> tuple[float, int]:
+        """One optimizer step over grad_accum micro-batches -> (mean loss over processes, tokens), or (nan, n)."""
+        s, ctx = self.settings, self.ctx
+        total, tokens, finite = torch.zeros((), device=ctx.device), 0, True
+        for micro in range(s.grad_accum):
+            batch = self.batches.next_batch(s.batch_size * ctx.world_size, ctx.rank, ctx.world_size)
+            batch = {k: v.to(ctx.device) for k, v in batch.items()}
+            tokens += batch["input_ids"].numel() * ctx.world_size
+            sync = micro == s.grad_accum - 1 or not isinstance(self.wrapped, torch.nn.parallel.DistributedDataParallel)
+            with (contextlib.nullcontext() if sync else self.wrapped.no_sync()), self._autocast():
+                loss = self.wrapped(**batch).loss / s.grad_accum
+            finite = finite and distributed.all_true(bool(torch.isfinite(loss)), ctx)
+            if finite:
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
+            total += loss.detach().float()
+        mean = distributed.mean_across(total, ctx)
+        if not math.isfinite(float(mean)):
+            self.optimizer.zero_grad(set_to_none=True)
+            return float("nan"), tokens
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        if s.clip_grad is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.clip_grad)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(mean), tokens
+
+    def _non_finite(self, step: int) -> None:
+        s = self.settings
+        self.skipped += 1
+        if s.nan_policy == "stop" or self.skipped > s.max_skipped_batches:
+            why = "" if s.nan_policy == "stop" else f" ({self.skipped} bad batches, over max_skipped_batches)"
+            raise TrainingStopped(f"non-finite loss at step {step}{why}; stopped. The last good checkpoint, "
+                                  f"intact: {self._last_good()}")
+        self.log(f"non-finite loss at step {step}: batch skipped ({self.skipped}/{s.max_skipped_batches})")
+
+    def _evaluate(self, step: int, bar) -> dict:
+        if self.evaluate_fn is None:
+            return {}
+        self.model.eval()
+        with torch.no_grad(), self._autocast():
+            metrics = self.evaluate_fn(self.model)
+        self.model.train()
+        self.metrics.write({"step": step, "eval": metrics})
+        if self.ctx.is_main:
+            bar.write(f"step {step:6d}  " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        return metrics
+
+    # ---------------------------------------------------------------------- fit
+    def fit(self, resume: bool = False) -> FitResult:
+        """Train to `settings.steps`, evaluating, logging and checkpointing; resume from the newest valid checkpoint."""
+        s = self.settings
+        self.ctx = distributed.init(s.device)
+        step = self._setup(resume)
+        result = FitResult(step)
+        self.model.train()
+        bar = tqdm(total=s.steps, initial=step, desc="training", unit="step", dynamic_ncols=True,
+                   disable=not (self.progress and self.ctx.is_main))
+        started, saved_at = time.monotonic(), step
+        try:
+            while step < s.steps:
+                t0 = time.monotonic()
+                lr = self.optimizer.param_groups[0]["lr"]
+                loss, tokens = self._train_step()
+                if not math.isfinite(loss):
+                    self._non_finite(step + 1)
+                    continue
+                step += 1
+                speed = tokens / max(time.monotonic() - t0, 1e-9)
+                result.losses.append(loss)
+                self.metrics.write({"step": step, "loss": loss, "lr": lr, "tokens_per_s": round(speed, 1)})
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{speed:,.0f}")
+                out_of_time = s.max_minutes is not None and time.monotonic() - started > 60 * s.max_minutes
+                last = step == s.steps or out_of_time
+                if step % s.eval_every == 0 or last:
+                    result.evals.append({"step": step, **self._evaluate(step, bar)})
+                if step % s.checkpoint_every == 0 or last:
+                    result.checkpoint, saved_at = self._save(step), step
+                if out_of_time:
+                    bar.write(f"stopping at step {step}: trainer.max_minutes={s.max_minutes} reached")
+                    break
+        except KeyboardInterrupt:
+            if step > saved_at:
+                bar.write(f"interrupted at step {step}: saving a checkpoint")
+                self._save(step)
+            raise
+        finally:
+            bar.close()
+        result.step = step
+        if self.ctx.is_main:
+            plot = plot_losses(self.metrics.records(), self.output_dir / "loss.png", f"{self.output_dir.name}")
+            if plot is not None:
+                self.log(f"loss curve: {plot}")
+        return result
