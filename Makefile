@@ -27,7 +27,7 @@ install: $(VENV)/.installed
 dev: $(VENV)/.installed-dev
 
 demo: $(VENV)/.installed
-	$(BIN)/posformer train
+	$(BIN)/posformer train --output-dir runs/demo --resume
 
 test: $(VENV)/.installed-dev
 	@$(BIN)/python -m pytest -q --durations=10; rc=$$?; \

@@ -22,11 +22,14 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from posformer.train import distributed
     from posformer.train.causal_lm import train_causal_lm
     from posformer.train.settings import load_run_settings
 
-    settings = load_run_settings(args.config, args.set)
+    overrides = args.set + ([f"trainer.seed={args.seed}"] if args.seed is not None else [])
+    settings = load_run_settings(args.config, overrides)
     train_causal_lm(settings, args.output_dir, resume=args.resume, progress=not args.no_progress)
+    distributed.shutdown()
     return 0
 
 
@@ -78,10 +81,16 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if "--generation" in args.rest and "--trainer" in args.rest:
+        raise ValueError("give at most one of --generation and --trainer")
     if "--generation" in args.rest:
         from posformer.bench.generation import main as generation_main
 
         return generation_main([arg for arg in args.rest if arg != "--generation"])
+    if "--trainer" in args.rest:
+        from posformer.bench.trainer import main as trainer_main
+
+        return trainer_main([arg for arg in args.rest if arg != "--trainer"])
     from posformer.bench.speed import main as speed_main
 
     return speed_main(args.rest)
@@ -122,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                        help="override one setting, e.g. trainer.steps=100, data.seq_len=64, model.position=alibi "
                             "(repeatable; values are YAML)")
+    train.add_argument("--seed", type=int, help="the run's one seed: weights, data order, dropout (= --set trainer.seed=N)")
     train.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bar")
     train.set_defaults(func=cmd_train)
 
@@ -155,10 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
     convert.set_defaults(func=cmd_convert)
 
     bench = sub.add_parser("bench", help="speed benchmark against Hugging Face (run `posformer bench --help`; "
-                                         "`posformer bench --generation --help` for generation speed)",
+                                         "`posformer bench --generation --help` for generation speed, "
+                                         "`posformer bench --trainer --help` for the trainer's)",
                            description="Forward and training tokens/s of posformer against Hugging Face "
                                        "LlamaForCausalLM on the identical config; with --generation, greedy "
-                                       "generation tokens/s against GPT2LMHeadModel.generate. Options are passed on.",
+                                       "generation tokens/s against GPT2LMHeadModel.generate; with --trainer, "
+                                       "training tokens/s of posformer's Trainer against a plain PyTorch loop. "
+                                       "Options are passed on.",
                            add_help=False)
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(func=cmd_bench)

@@ -17,10 +17,11 @@ from posformer.config import Config
 from posformer.data.text import CharTokenizer, TokenStream, read_text
 from posformer.loading import HFTextTokenizer
 from posformer.model import Transformer
+from posformer.train import distributed
 from posformer.train.batches import WindowBatches
 from posformer.train.rng import seed_everything
 from posformer.train.settings import DataSettings, RunSettings
-from posformer.train.trainer import FitResult, Trainer
+from posformer.train.trainer import FitResult, Trainer, check_output_dir
 
 
 class ByteTokenizer:
@@ -82,10 +83,20 @@ def perplexity_evaluator(windows: torch.Tensor, batch_size: int):
     return evaluate
 
 
+def _quiet(message: str) -> None:
+    """The log of ranks other than 0."""
+
+
 def train_causal_lm(settings: RunSettings, output_dir: str, resume: bool = False, log=print,
                     progress: bool = True) -> FitResult:
-    """Train the causal LM `settings` describes into `output_dir`; print a sample at the end."""
+    """Train the causal LM `settings` describes into `output_dir`; print a sample at the end.
+
+    Under torchrun only rank 0 logs.
+    """
+    if not distributed.launched_as_main():
+        log = _quiet
     settings.validate()
+    check_output_dir(Path(output_dir))  # before reading the data: an unwritable path fails at once
     data, trainer_settings = settings.data, settings.trainer
     texts = [read_text(p) for p in data.train]
     train_text = "\n".join(texts)
@@ -104,12 +115,14 @@ def train_causal_lm(settings: RunSettings, output_dir: str, resume: bool = False
     log(f"data: {len(ids):,} training and {len(valid_ids):,} validation tokens, vocabulary {vocab_size}")
     log(f"model: {model.num_parameters():,} parameters, position={model.cfg.position}, d_model={model.cfg.d_model}, "
         f"{model.cfg.n_layers} layers; writing to {output_dir}")
+    resolved = {**settings.to_dict(), "model": model.cfg.to_dict()}  # every Config field, as built
     trainer = Trainer(model, WindowBatches(ids, data.seq_len, trainer_settings.seed), trainer_settings, output_dir,
                       evaluate=perplexity_evaluator(windows, trainer_settings.batch_size),
-                      run_config=settings.to_dict(), extra_files=files, log=log, progress=progress)
+                      run_config=resolved, extra_files=files, log=log, progress=progress)
     result = trainer.fit(resume=resume)
     prompt = trainer_settings.sample_prompt
-    if prompt and trainer.ctx.is_main and trainer_settings.sample_tokens:
+    sharded = distributed.is_sharded(model)  # FSDP: every rank must take part in each forward pass
+    if prompt and (trainer.ctx.is_main or sharded) and trainer_settings.sample_tokens:
         try:
             prompt_ids = tokenizer.encode(prompt)
         except ValueError as err:
@@ -119,5 +132,6 @@ def train_causal_lm(settings: RunSettings, output_dir: str, resume: bool = False
         start = torch.tensor([prompt_ids], device=next(model.parameters()).device)
         out = model.generate(start, max_new_tokens=trainer_settings.sample_tokens, do_sample=True, temperature=0.8,
                              top_k=20, generator=torch.Generator(start.device).manual_seed(trainer_settings.seed))
-        log(f"\nsample after {result.step} steps:\n{tokenizer.decode(out[0].tolist())}\n")
+        if trainer.ctx.is_main:
+            log(f"\nsample after {result.step} steps:\n{tokenizer.decode(out[0].tolist())}\n")
     return result

@@ -66,19 +66,32 @@ def verify(path: Path) -> dict:
         raise CorruptCheckpoint(f"{path}: no {MANIFEST} (the write did not finish)")
     try:
         manifest = json.loads(manifest_path.read_text())
-        files = manifest["files"]
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        files = {name: (int(entry["bytes"]), str(entry["sha256"])) for name, entry in manifest["files"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as err:  # not UTF-8, not JSON, or not its layout
         raise CorruptCheckpoint(f"{manifest_path} is unreadable: {err}") from err
-    for name, expected in files.items():
+    unlisted = sorted({WEIGHTS_FILE, CONFIG_FILE, STATE_FILE} - set(files))
+    if unlisted:
+        raise CorruptCheckpoint(f"{manifest_path} does not list {unlisted}")
+    for name, (expected_bytes, expected_sha256) in files.items():
         file = path / name
         if not file.is_file():
             raise CorruptCheckpoint(f"{file} is missing")
         size = file.stat().st_size
-        if size != expected["bytes"]:
-            raise CorruptCheckpoint(f"{file} has {size} bytes, the manifest says {expected['bytes']} (truncated?)")
-        if _sha256(file) != expected["sha256"]:
+        if size != expected_bytes:
+            raise CorruptCheckpoint(f"{file} has {size} bytes, the manifest says {expected_bytes} (truncated?)")
+        if _sha256(file) != expected_sha256:
             raise CorruptCheckpoint(f"{file} does not match its SHA-256 checksum (corrupt)")
     return manifest
+
+
+class _StateDict:
+    """A state dict as safetensors' `save_model` reads a module (it calls only `state_dict()`)."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.tensors = tensors
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return dict(self.tensors)
 
 
 class CheckpointManager:
@@ -99,16 +112,20 @@ class CheckpointManager:
                 found.append(Checkpoint(int(path.name[len(PREFIX):]), path))
         return sorted(found, key=lambda c: c.step, reverse=True)
 
-    def save(self, step: int, model: nn.Module, config_json: str, state: dict,
+    def save(self, step: int, model: nn.Module | dict[str, torch.Tensor], config_json: str, state: dict,
              extra_files: dict[str, str] | None = None) -> Path:
-        """Write checkpoint `step` atomically and prune to the newest `keep_last`. Returns its path."""
+        """Write checkpoint `step` atomically and prune to the newest `keep_last`. Returns its path.
+
+        `model` is the module, or its full state dict (gathered from FSDP shards) with
+        tied names sharing one tensor; either way tied tensors are stored once.
+        """
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.root / f"{PREFIX}{step:08d}"
         staging = self.root / f".tmp-{final.name}-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         try:
-            save_model(model, str(staging / WEIGHTS_FILE))
+            save_model(model if isinstance(model, nn.Module) else _StateDict(model), str(staging / WEIGHTS_FILE))
             (staging / CONFIG_FILE).write_text(config_json)
             for name, text in (extra_files or {}).items():
                 (staging / name).write_text(text)
@@ -131,7 +148,10 @@ class CheckpointManager:
 
     def prune(self) -> None:
         for old in self.checkpoints()[self.keep_last:]:
-            shutil.rmtree(old.path, ignore_errors=True)
+            doomed = self.root / f".tmp-delete-{old.path.name}"  # a kill mid-delete leaves a .tmp-* folder only
+            shutil.rmtree(doomed, ignore_errors=True)
+            os.replace(old.path, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
 
     def remove_partial_writes(self) -> None:
         """Delete temporary folders left by a write that was killed."""

@@ -32,6 +32,11 @@ class Context:
         return self.world_size > 1
 
 
+def launched_as_main() -> bool:
+    """True unless torchrun started this process with a rank other than 0 (readable before `init`)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def resolve_device(setting: str, local_rank: int = 0) -> torch.device:
     """"auto": CUDA when available, else the CPU; "cuda" without a GPU is an error."""
     if setting == "cuda" and not torch.cuda.is_available():
@@ -90,6 +95,74 @@ def barrier(ctx: Context) -> None:
         dist.barrier()
 
 
-def shutdown(ctx: Context) -> None:
-    if ctx.distributed and dist.is_initialized():
+def shutdown() -> None:
+    """Leave the process group, if any (the command line's job is done; NCCL warns at exit otherwise)."""
+    if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def is_sharded(model: nn.Module) -> bool:
+    """True for a model wrapped by FSDP2's `fully_shard` (its parameters are DTensor shards)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def _reshard(model: nn.Module) -> None:
+    """Put FSDP's sharded parameters back in place: a forward under no_grad (evaluation) leaves the root's
+    parameters gathered, and the optimizer and the state-dict functions know the sharded ones only."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
+def tied_names(model: nn.Module) -> list[list[str]]:
+    """Groups of parameter names that share one parameter (tied embeddings), each sorted."""
+    groups: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(param), []).append(name)
+    return [sorted(names) for names in groups.values() if len(names) > 1]
+
+
+def full_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module | dict, dict]:
+    """(weights, optimizer state) to save, whole and on the CPU; every process must call this (FSDP gathers).
+
+    weights: the model itself when it is not sharded (safetensors' `save_model` stores
+    tied tensors once), else its full state dict with tied names sharing one tensor, so
+    it is stored the same way. The optimizer state is keyed by parameter name
+    (`get_optimizer_state_dict`), the same for one process, DDP and FSDP, so a run
+    can be resumed under another parallel mode. Processes other than rank 0 get empty
+    dicts under FSDP.
+    """
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict)
+
+    _reshard(model)
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    optimizer_state = get_optimizer_state_dict(model, optimizer, options=options)
+    if not is_sharded(model):
+        return model, optimizer_state
+    weights = get_model_state_dict(model, options=options)
+    for names in tied_names(model):
+        if names[0] in weights:
+            weights.update({name: weights[names[0]] for name in names})
+    return weights, optimizer_state
+
+
+def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, weights: dict[str, torch.Tensor],
+                    optimizer_state: dict) -> None:
+    """Load whole (unsharded) weights and optimizer state into a plain, DDP or FSDP model; every process calls this."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                         set_optimizer_state_dict)
+
+    weights = dict(weights)
+    for names in tied_names(model):  # safetensors stored one name of each tied group
+        present = [name for name in names if name in weights]
+        if present:
+            weights.update({name: weights[present[0]] for name in names})
+    _reshard(model)
+    options = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, weights, options=options)
+    set_optimizer_state_dict(model, optimizer, optimizer_state, options=options)

@@ -13,17 +13,18 @@ from posformer.train.settings import TrainerSettings
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Two AdamW groups: matrices of linear layers decay; biases, norm weights and embeddings do not.
 
-    A parameter decays when it has two or more dimensions and does not belong to an
-    embedding table (token, position and relative-distance tables are lookups, not maps).
+    A parameter decays when it is the weight of an `nn.Linear` and not also an embedding
+    table (a tied output head is the token table: token, position and relative-distance
+    tables are lookups, not maps). Position encodings' own parameters (Transformer-XL's
+    u and v, KERPLE's r, FIRE's per-layer MLP) are biases stacked per layer, not
+    linear maps, even when they have two dimensions: they do not decay.
     """
-    decay, no_decay, seen = [], [], set()
-    for module in model.modules():
-        for name, param in module.named_parameters(recurse=False):
-            if not param.requires_grad or id(param) in seen:
-                continue
-            seen.add(id(param))
-            is_table = isinstance(module, nn.Embedding)
-            (decay if param.dim() >= 2 and not is_table else no_decay).append(param)
+    tables = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters(recurse=False)}
+    matrices = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    decay, no_decay = [], []
+    for param in model.parameters():  # a shared (tied) parameter once
+        if param.requires_grad:
+            (decay if id(param) in matrices and id(param) not in tables else no_decay).append(param)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 

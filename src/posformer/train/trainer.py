@@ -15,6 +15,9 @@ import contextlib
 import json
 import math
 import os
+import signal
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +25,7 @@ from typing import Callable
 
 import torch
 import yaml
-from safetensors.torch import load_model
+from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from posformer.model import Transformer
@@ -38,6 +41,34 @@ AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 class TrainingStopped(RuntimeError):
     """Training cannot go on (a non-finite loss); the message names the step and the last good checkpoint."""
+
+
+class _HeldInterrupt:
+    """Holds Ctrl-C (SIGINT) until the step in flight has finished, so the checkpoint it triggers is exact.
+
+    A second Ctrl-C stops at once, without a checkpoint. Only in the main thread and
+    over Python's default handler; elsewhere Ctrl-C stops at once (the last checkpoint stays).
+    """
+
+    def __init__(self) -> None:
+        self.requested, self.previous = False, None
+
+    def _hold(self, signum: int, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\nCtrl-C: stopping after this step, with a checkpoint (press again to stop at once)",
+              file=sys.stderr, flush=True)
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self.previous = signal.signal(signal.SIGINT, self._hold)
+
+    def restore(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+            self.previous = None
 
 
 @dataclass
@@ -104,7 +135,12 @@ class Trainer:
         distributed.barrier(self.ctx)
         found = self.checkpoints.latest_valid()
         if found is None:
-            self.log(f"no valid checkpoint in {self.checkpoints.root}: starting from step 0")
+            unusable = self.checkpoints.checkpoints()
+            if unusable:  # starting over would truncate the log and overwrite them: let the user decide
+                raise ValueError(f"--resume: none of the {len(unusable)} checkpoints in {self.checkpoints.root} is "
+                                 "usable (see the reasons above); move them away to start again from step 0, or "
+                                 "choose another output dir")
+            self.log(f"no checkpoint in {self.checkpoints.root}: starting from step 0")
             return 0
         checkpoint, state = found
         saved = json.loads((checkpoint.path / "config.json").read_text()).get("posformer")
@@ -112,8 +148,8 @@ class Trainer:
             differ = sorted(k for k in self.model.cfg.to_dict() if (saved or {}).get(k) != getattr(self.model.cfg, k))
             raise ValueError(f"checkpoint {checkpoint.path} was written by a different model (fields {differ}); "
                              "resume with the same model settings or choose another output dir")
-        load_model(self.model, str(checkpoint.path / "model.safetensors"), device=str(self.ctx.device))
-        self.optimizer.load_state_dict(state["optimizer"])
+        distributed.load_full_state(self.model, self.optimizer, load_file(checkpoint.path / "model.safetensors"),
+                                    state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
@@ -128,12 +164,13 @@ class Trainer:
     # -------------------------------------------------------------- checkpoints
     def _save(self, step: int) -> Path | None:
         path = None
+        weights, optimizer_state = distributed.full_state(self.model, self.optimizer)  # every rank: FSDP gathers
         if self.ctx.is_main:
-            state = {"step": step, "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            state = {"step": step, "optimizer": optimizer_state, "scheduler": self.scheduler.state_dict(),
                      "scaler": self.scaler.state_dict() if self.scaler else None, "data": self.batches.state_dict(),
                      "rng": rng_state(), "skipped": self.skipped}
             config_json = json.dumps({"posformer": self.model.cfg.to_dict()}, indent=2) + "\n"
-            path = self.checkpoints.save(step, self.model, config_json, state, self.extra_files)
+            path = self.checkpoints.save(step, weights, config_json, state, self.extra_files)
         distributed.barrier(self.ctx)
         return path
 
@@ -212,8 +249,15 @@ class Trainer:
         bar = tqdm(total=s.steps, initial=step, desc="training", unit="step", dynamic_ncols=True,
                    disable=not (self.progress and self.ctx.is_main))
         started, saved_at = time.monotonic(), step
+        ctrl_c = _HeldInterrupt()
         try:
+            ctrl_c.install()
             while step < s.steps:
+                if not distributed.all_true(not ctrl_c.requested, self.ctx):  # every rank stops at the same step
+                    if step > saved_at:
+                        bar.write(f"interrupted at step {step}: saving a checkpoint")
+                        self._save(step)
+                    raise KeyboardInterrupt
                 t0 = time.monotonic()
                 lr = self.optimizer.param_groups[0]["lr"]
                 loss, tokens = self._train_step()
@@ -235,12 +279,8 @@ class Trainer:
                 if out_of_time:
                     bar.write(f"stopping at step {step}: trainer.max_minutes={s.max_minutes} reached")
                     break
-        except KeyboardInterrupt:
-            if step > saved_at:
-                bar.write(f"interrupted at step {step}: saving a checkpoint")
-                self._save(step)
-            raise
         finally:
+            ctrl_c.restore()
             bar.close()
         result.step = step
         if self.ctx.is_main:
