@@ -178,3 +178,15 @@ def test_cli_generate_greedy_matches_hf(tmp_path, hf_llama, capsys):
     assert main(["generate", "--model", str(tmp_path), "--prompt", prompt, "--temperature", "0",
                  "--max-new-tokens", "6"]) == 0
     assert capsys.readouterr().out.rstrip("\n") == tokenizer.decode(expected[0], skip_special_tokens=True)
+
+
+def test_cli_generate_beam_search_matches_hf(tmp_path, hf_llama, capsys):
+    tokenizer = _tiny_tokenizer(tmp_path)
+    hf_llama.save_pretrained(tmp_path)
+    prompt = "a dog"
+    ids = torch.tensor([tokenizer(prompt)["input_ids"]])
+    expected = hf_llama.generate(ids, max_new_tokens=5, do_sample=False, num_beams=3, eos_token_id=None,
+                                 pad_token_id=0)
+    assert main(["generate", "--model", str(tmp_path), "--prompt", prompt, "--num-beams", "3",
+                 "--max-new-tokens", "5"]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == tokenizer.decode(expected[0], skip_special_tokens=True)
