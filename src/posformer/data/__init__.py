@@ -1,1 +1,1 @@
-"""Data: text corpora and tokenizers for language modelling."""
+"""Data: text corpora and tokenizers for language modelling, and SQuAD-style QA data (`squad`)."""

@@ -1,0 +1,1 @@
+"""Tasks: question answering (SQuAD v2) and its official metric."""

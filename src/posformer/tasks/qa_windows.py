@@ -1,0 +1,188 @@
+"""Generative (T5-style) question answering over long contexts, with doc_stride windows.
+
+The encoder input of a window is "question: {q} context: {window}". Every window keeps
+the whole question; only the context is split. The context is tokenized once (with
+character offsets from a fast tokenizer) and cut into token windows of equal budget,
+consecutive windows overlapping by exactly `doc_stride` tokens (the meaning of `stride`
+in Hugging Face tokenizers and of `--doc_stride` in run_qa.py); the last window may be
+shorter. Together the windows cover every context token.
+
+Examples only need the attributes `id`, `question`, `context`, `answers` (list of str,
+empty when unanswerable) and `answer_starts` (list of int, character offsets).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import torch
+from torch import Tensor
+
+
+class QAExampleLike(Protocol):
+    """What the windowing needs from a QA example (e.g. posformer.data.squad.QAExample)."""
+
+    id: str
+    question: str
+    context: str
+    answers: list[str]
+    answer_starts: list[int]
+
+
+@dataclass(frozen=True)
+class Seq2SeqWindow:
+    """One encoder input for one example.
+
+    input_ids: the full encoder input, special tokens included, len <= max_seq_length.
+    char_span: (start, end) characters of the context this window covers (end exclusive).
+    token_span: (start, end) indices into the context's own tokenization (end exclusive).
+    target: the answer text if the first gold answer lies entirely inside char_span, else "".
+    """
+
+    example_id: str
+    window_index: int
+    input_ids: list[int]
+    char_span: tuple[int, int]
+    token_span: tuple[int, int]
+    target: str
+
+
+def special_token_frame(tokenizer) -> tuple[list[int], list[int]]:
+    """The special tokens the tokenizer puts before and after a single sequence.
+
+    Found by encoding a probe text with and without special tokens, so it works for
+    T5 (`[] , [</s>]`), BERT (`[CLS], [SEP]`) and raw `PreTrainedTokenizerFast`s whose
+    post-processor adds them.
+    """
+    probe = "question"
+    plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    full = tokenizer(probe, add_special_tokens=True)["input_ids"]
+    for start in range(len(full) - len(plain) + 1):
+        if full[start:start + len(plain)] == plain:
+            return list(full[:start]), list(full[start + len(plain):])
+    raise ValueError("cannot locate the text inside the tokenizer's special-token template")
+
+
+def question_prefix(question: str) -> str:
+    """The text before the context in the encoder input: "question: {q} context:"."""
+    return f"question: {question.strip()} context:"
+
+
+def window_token_spans(n_tokens: int, budget: int, doc_stride: int) -> list[tuple[int, int]]:
+    """Token windows [start, end) of at most `budget` tokens over `n_tokens` tokens.
+
+    Consecutive windows overlap by exactly `doc_stride` tokens; the last one may be shorter.
+    An empty context yields the single window (0, 0).
+    """
+    if budget <= doc_stride:
+        raise ValueError(f"the context budget per window ({budget} tokens) must exceed doc_stride ({doc_stride}); "
+                         "raise max_seq_length or lower doc_stride")
+    if doc_stride < 0:
+        raise ValueError(f"doc_stride must be >= 0, got {doc_stride}")
+    spans = []
+    start = 0
+    while True:
+        end = min(start + budget, n_tokens)
+        spans.append((start, end))
+        if end >= n_tokens:
+            return spans
+        start = end - doc_stride
+
+
+def seq2seq_windows(example: QAExampleLike, tokenizer, max_seq_length: int, doc_stride: int) -> list[Seq2SeqWindow]:
+    """All windows of one example, each "question: {q} context: {window}" plus special tokens.
+
+    Raises ValueError when the question alone leaves no room for more than doc_stride
+    context tokens (every window must keep the whole question).
+    """
+    before, after = special_token_frame(tokenizer)
+    prefix = tokenizer(question_prefix(example.question), add_special_tokens=False)["input_ids"]
+    encoded = tokenizer(example.context, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+    budget = max_seq_length - len(before) - len(prefix) - len(after)
+    try:
+        spans = window_token_spans(len(ids), budget, doc_stride)
+    except ValueError as err:
+        raise ValueError(f"example {example.id}: question of {len(prefix)} tokens: {err}") from err
+    answer = None
+    if example.answers:
+        answer = (example.answer_starts[0], example.answer_starts[0] + len(example.answers[0]))
+    windows = []
+    for index, (start, end) in enumerate(spans):
+        chars = (offsets[start][0], offsets[end - 1][1]) if end > start else (0, 0)
+        inside = answer is not None and chars[0] <= answer[0] and answer[1] <= chars[1]
+        windows.append(Seq2SeqWindow(
+            example_id=example.id, window_index=index,
+            input_ids=before + prefix + list(ids[start:end]) + after,
+            char_span=chars, token_span=(start, end),
+            target=example.answers[0] if inside else "",
+        ))
+    return windows
+
+
+def seq2seq_eval_windows(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int,
+                         doc_stride: int) -> list[Seq2SeqWindow]:
+    """The windows of every example, in order; each keeps `example_id` to map generations back."""
+    return [w for example in examples for w in seq2seq_windows(example, tokenizer, max_seq_length, doc_stride)]
+
+
+def pad_windows(windows: Sequence[Seq2SeqWindow], pad_id: int, length: int | None = None) -> dict[str, Tensor]:
+    """Right-padded encoder batch: input_ids and attention_mask, both (len(windows), length).
+
+    `length` defaults to the longest window.
+    """
+    length = length or max((len(w.input_ids) for w in windows), default=1)
+    input_ids = torch.full((len(windows), length), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(windows), length), dtype=torch.long)
+    for row, window in enumerate(windows):
+        input_ids[row, :len(window.input_ids)] = torch.tensor(window.input_ids, dtype=torch.long)
+        attention_mask[row, :len(window.input_ids)] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def seq2seq_training_features(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int,
+                              doc_stride: int, max_target_length: int) -> dict[str, Tensor]:
+    """Training tensors for every window of every example.
+
+    Windows containing the first gold answer are trained on its text; all other windows
+    (and unanswerable questions) on "". Returns input_ids and attention_mask of shape
+    (n_windows, max_seq_length), and labels of shape (n_windows, max_target_length) with
+    padding replaced by -100 (the target's own end-of-sequence token is kept).
+    """
+    windows = seq2seq_eval_windows(examples, tokenizer, max_seq_length, doc_stride)
+    pad_id = tokenizer.pad_token_id
+    if pad_id is None:
+        raise ValueError("the tokenizer has no pad token")
+    batch = pad_windows(windows, pad_id, max_seq_length)
+    targets = tokenizer([w.target for w in windows], max_length=max_target_length, truncation=True,
+                        padding="max_length", return_tensors="pt")
+    labels = targets["input_ids"].masked_fill(targets["attention_mask"] == 0, -100)
+    batch["labels"] = labels
+    return batch
+
+
+def select_seq2seq_answer(candidates: Sequence[tuple[str, float]],
+                          null_score_diff_threshold: float = 0.0) -> tuple[str, float]:
+    """Pick one answer among the windows' generations of one example.
+
+    candidates: (generated text, sequence score) per window; text that is empty after
+    stripping whitespace counts as "". The best non-empty answer wins only if its score
+    exceeds the best "" score by more than the threshold (no "" window: null score -inf).
+    Returns (answer, null odds) where null odds = best "" score - best non-empty score
+    (+inf when no window answered, -inf when every window answered).
+    """
+    null_score = -math.inf
+    best_text, best_score = "", -math.inf
+    for text, score in candidates:
+        text = text.strip()
+        if not text:
+            null_score = max(null_score, score)
+        elif score > best_score:
+            best_text, best_score = text, score
+    if best_score == -math.inf:
+        return "", math.inf
+    odds = null_score - best_score
+    if best_score - null_score > null_score_diff_threshold:
+        return best_text, odds
+    return "", odds
