@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from posformer.cli_qa import add_qa_parser
 from posformer.presets import preset_names
 
 EPILOG = "Run `posformer COMMAND --help` for the options of each command."
@@ -175,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
                            add_help=False)
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(func=cmd_bench)
+    add_qa_parser(sub)
     return parser
 
 
