@@ -69,11 +69,13 @@ class Finished:
 
 
 def beam_search(state: "Decoding", max_new_tokens: int, num_beams: int, eos: list[int], pad: int | None,
-                length_penalty: float, early_stopping: bool | str, num_return_sequences: int) -> Tensor:
+                length_penalty: float, early_stopping: bool | str,
+                num_return_sequences: int) -> tuple[Tensor, Tensor]:
     """Beam search from `state` (the prefix not run yet); max_new_tokens >= 1.
 
-    Returns (B * num_return_sequences, T + new): each prompt's prefix (B, T)
-    followed by its best hypotheses, padded with `pad` to the longest one.
+    Returns the sequences (B * num_return_sequences, T + new): each prompt's prefix
+    (B, T) followed by its best hypotheses, padded with `pad` to the longest one;
+    and their scores (B * num_return_sequences,), HF's `sequences_scores`.
     """
     prefix = state.tokens
     batch, device = prefix.shape[0], prefix.device
@@ -123,9 +125,9 @@ def beam_search(state: "Decoding", max_new_tokens: int, num_beams: int, eos: lis
     return _assemble(prefix, finished, num_return_sequences)
 
 
-def _assemble(prefix: Tensor, finished: Finished, num_return_sequences: int) -> Tensor:
-    """The prefix (B, T) followed by the best hypotheses -> (B * R, T + longest)."""
+def _assemble(prefix: Tensor, finished: Finished, num_return_sequences: int) -> tuple[Tensor, Tensor]:
+    """The prefix (B, T) followed by the best hypotheses -> (B * R, T + longest), and their scores (B * R,)."""
     r = num_return_sequences
     longest = int(finished.lengths[:, :r].max())
     best = finished.tokens[:, :r, :longest].flatten(0, 1)
-    return torch.cat((prefix.repeat_interleave(r, dim=0), best), dim=1)
+    return torch.cat((prefix.repeat_interleave(r, dim=0), best), dim=1), finished.scores[:, :r].flatten()

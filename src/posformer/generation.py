@@ -8,6 +8,9 @@ search lives in `posformer.beam_search`. The conventions follow Hugging Face
 - an encoder-decoder model starts its output with `decoder_start_token_id`;
 - a row stops at an end-of-sequence token and is then padded with `pad_token_id`
   (falling back to the first eos id), and generation stops when every row has stopped.
+
+`return_scores=True` also returns each sequence's score, as HF's
+`compute_transition_scores(...).sum(-1)` (greedy, up to the eos) and `sequences_scores` (beam).
 """
 
 from __future__ import annotations
@@ -167,7 +170,8 @@ def generate(
     length_penalty: float = 1.0,
     early_stopping: bool | str = False,
     num_return_sequences: int = 1,
-) -> Tensor:
+    return_scores: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Generate up to `max_new_tokens` tokens after input_ids (B, T).
 
     Decoder: returns (B', T + new), the prompt followed by the continuation;
@@ -183,6 +187,11 @@ def generate(
     filters, drawing from `generator`; else greedy. num_beams > 1: beam search with
     HF's `length_penalty` (score = sum of log-probs / generated length ** length_penalty)
     and `early_stopping` (True, False or "never"); see `posformer.beam_search`.
+
+    return_scores: return (sequences, scores) with scores (B',) float32. Greedy and
+    sampling: the sum of the chosen tokens' log-probs (log_softmax of the float32
+    logits, before temperature and filters) up to and including the eos. Beam search:
+    the finished hypothesis' score, sum of log-probs / new_tokens ** length_penalty.
     """
     cfg = model.cfg
     if cfg.arch == "encoder":
@@ -203,25 +212,35 @@ def generate(
                 attention_mask = attention_mask.repeat_interleave(num_return_sequences, dim=0)
         state = Decoding(model, input_ids, attention_mask)
         if max_new_tokens == 0:
-            return state.tokens.repeat_interleave(num_return_sequences if num_beams > 1 else 1, dim=0)
-        if num_beams > 1:
-            return beam_search(state, max_new_tokens, num_beams, eos, pad, length_penalty, early_stopping,
-                               num_return_sequences)
-        return _greedy_or_sample(state, max_new_tokens, eos, pad, do_sample, temperature, top_k, top_p, generator)
+            tokens = state.tokens.repeat_interleave(num_return_sequences if num_beams > 1 else 1, dim=0)
+            scores = torch.zeros(tokens.shape[0], device=tokens.device)
+        elif num_beams > 1:
+            tokens, scores = beam_search(state, max_new_tokens, num_beams, eos, pad, length_penalty,
+                                         early_stopping, num_return_sequences)
+        else:
+            tokens, scores = _greedy_or_sample(state, max_new_tokens, eos, pad, do_sample, temperature, top_k,
+                                               top_p, generator)
+        return (tokens, scores) if return_scores else tokens
     finally:
         model.train(was_training)
 
 
 def _greedy_or_sample(state: Decoding, max_new_tokens: int, eos: list[int], pad: int | None, do_sample: bool,
                       temperature: float, top_k: int | None, top_p: float | None,
-                      generator: torch.Generator | None) -> Tensor:
-    """One token per row and step; a row that emitted an eos id gets `pad` afterwards. Returns (B, T + new)."""
+                      generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """One token per row and step; a row that emitted an eos id gets `pad` afterwards.
+
+    Returns the sequences (B, T + new) and their log-prob sums up to the eos (B,).
+    """
     tokens = state.tokens
     eos_ids = torch.tensor(eos, dtype=torch.long, device=tokens.device)
     done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
+    scores = torch.zeros(tokens.shape[0], device=tokens.device)
     logits = state.start()
     for step in range(max_new_tokens):
         new = next_token(logits, do_sample, temperature, top_k, top_p, generator)
+        chosen = torch.log_softmax(logits, dim=-1).gather(-1, new[:, None]).squeeze(-1)
+        scores += chosen.masked_fill(done, 0.0)
         if eos:
             new = new.masked_fill(done, pad)
             done |= torch.isin(new, eos_ids)
@@ -229,4 +248,4 @@ def _greedy_or_sample(state: Decoding, max_new_tokens: int, eos: list[int], pad:
         if step == max_new_tokens - 1 or bool(done.all()):
             break
         logits = state.step(new)
-    return tokens
+    return tokens, scores

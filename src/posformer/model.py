@@ -287,7 +287,7 @@ class Transformer(nn.Module):
         pad = self.cfg.pad_token_id if self.cfg.pad_token_id is not None else start
         return shifted.masked_fill(shifted == IGNORE_INDEX, pad)
 
-    def generate(self, input_ids: Tensor, max_new_tokens: int = 32, **kwargs) -> Tensor:
+    def generate(self, input_ids: Tensor, max_new_tokens: int = 32, **kwargs) -> Tensor | tuple[Tensor, Tensor]:
         """Autoregressive decoding over the KV cache; see `posformer.generation.generate`."""
         from posformer.generation import generate
 

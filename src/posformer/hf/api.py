@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 import os
 from pathlib import Path
 
 import torch
 
-from posformer.hf.family import UnsupportedCheckpoint, family_for, supported
+from posformer.heads import build_head
+from posformer.hf.family import Family, UnsupportedCheckpoint, family_for, supported
 from posformer.hf.files import CONFIG, read_config, read_state, resolve, write_checkpoint
 from posformer.hf.mapping import export_state, import_state
 from posformer.model import Transformer
+
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -25,12 +30,48 @@ def _default_dtype(dtype: torch.dtype):
         torch.set_default_dtype(previous)
 
 
+def _hf_names(family: Family, model: Transformer, prefix: str = "head.") -> list[str]:
+    """The Hugging Face names of the model's tensors under `prefix` (posformer names where no rule maps them)."""
+    rules = {rule.ours: rule.theirs for rule in family.rules(model.cfg)}
+    ours = [k for k in model.state_dict() if k.startswith(prefix)]
+    return sorted({name for k in ours for name in rules.get(k, (k,))})
+
+
+def replace_head(model: Transformer, head: str) -> list[str]:
+    """Give `model` a freshly initialised head of kind `head` (a `Config.head`), in place.
+
+    The old head's tensors are dropped; the body (embeddings, layers) is untouched. New
+    linear and embedding weights are drawn from N(0, cfg.init_std), biases are 0, as
+    `Transformer` initialises them; an LM head is tied to the token embeddings when the
+    config ties them. Returns the posformer names of the newly initialised tensors.
+    """
+    cfg = dataclasses.replace(model.cfg, head=head)
+    reference = next(model.parameters())
+    with _default_dtype(reference.dtype):
+        new_head = build_head(cfg)
+    model.cfg, model.head = cfg, new_head
+    if new_head is None:
+        return []
+    new_head.to(reference.device).apply(model._init_weights)
+    if cfg.tie_embeddings and hasattr(new_head, "proj") and new_head.proj.weight.shape == model.embed_tokens.weight.shape:
+        new_head.proj.weight = model.embed_tokens.weight
+    return sorted(f"head.{k}" for k, v in new_head.named_parameters() if v is not model.embed_tokens.weight)
+
+
 def from_hf(path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None,
-            device: str | torch.device | None = None) -> Transformer:
+            device: str | torch.device | None = None, head: str | None = None) -> Transformer:
     """Load a Hugging Face checkpoint (a local directory, or a Hub id when online) as a `Transformer`.
 
     The config is mapped to a `posformer.Config` and the weights onto posformer's modules.
     dtype: the parameters' dtype (default float32, as `transformers` does); device: where they live.
+    head: a `Config.head` ("span_qa", "classification", ...) to start a task model from this
+    checkpoint, as `AutoModelFor...` does from a base checkpoint: every tensor of the body is
+    loaded and the new head is initialised freshly (N(0, init_std) weights, zero biases); a
+    warning names the newly initialised tensors. A checkpoint whose own head differs (a
+    BertForMaskedLM asked for "span_qa") loses its head's tensors explicitly, and a warning
+    names the dropped ones. None, or the checkpoint's own head, loads the checkpoint as it is.
+    (Unlike transformers, a pooler that a base checkpoint stores is not reused by a new
+    "classification" head: it is initialised freshly too.)
     Raises `UnsupportedCheckpoint` for a model_type or a feature posformer does not implement,
     `CheckpointError` for a missing, truncated or corrupt file, and `WeightMapError` listing
     every missing, unknown and mis-shaped tensor.
@@ -39,6 +80,8 @@ def from_hf(path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None,
     hf_config = read_config(directory)
     family = family_for(hf_config.get("model_type"), str(directory / CONFIG))
     cfg = family.config_from_hf(hf_config)
+    if head is not None:
+        dataclasses.replace(cfg, head=head)  # validates `head` before any weight is read
     state = read_state(directory)
     dtype = dtype or torch.float32
     if not dtype.is_floating_point:
@@ -47,6 +90,16 @@ def from_hf(path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None,
         model = Transformer(cfg)
     state = family.prepare_state(cfg, hf_config, state)
     import_state(model, family.rules(cfg), state, str(directory), family.ignore(cfg))
+    if head is not None and head != cfg.head_kind:
+        dropped = _hf_names(family, model)
+        fresh = replace_head(model, head)
+        if dropped:
+            log.warning("%s: the checkpoint's %r head was dropped for a new %r head; unused tensors: %s",
+                        directory, cfg.head_kind, head, ", ".join(dropped))
+        if fresh:
+            log.warning("%s: these tensors of the %r head were not in the checkpoint and are newly "
+                        "initialised: %s. Train the model on a %s task before using it.",
+                        directory, head, ", ".join(fresh), head)
     return model.to(device=device).eval()
 
 

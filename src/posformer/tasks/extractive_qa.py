@@ -1,0 +1,138 @@
+"""Extractive question answering (`--head span`) as library code: training tensors, batched prediction
+and the Trainer's metric function.
+
+    features = span_train_tensors(train_examples, tokenizer, 384, 128, model.cfg)   # for a feature sampler
+    evaluate = span_evaluator(eval_examples, tokenizer, 384, 128)                    # Trainer(evaluate=...)
+    predictions, null_odds = predict_span(model, tokenizer, eval_examples, 384, 128)
+
+The logic is run_qa.py's (see `posformer.tasks.span_qa`): question first, context windows
+overlapping by `doc_stride` tokens, start/end logits, the n-best spans of every window, the
+maximum answer length, the minimum null (CLS) score over the windows and a threshold.
+The model is any posformer `Transformer` with the "span_qa" head (`pf.from_hf(dir, head="span_qa")`
+starts one from a BERT-family base checkpoint).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from posformer.config import Config
+from posformer.tasks.qa_windows import QAExampleLike
+from posformer.tasks.span_qa import postprocess_span_predictions, span_eval_features, span_training_features
+from posformer.tasks.squad_metric import squad_v2_evaluate
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def _check_span_model(model: nn.Module) -> None:
+    cfg = getattr(model, "cfg", None)
+    if cfg is not None and cfg.head_kind != "span_qa":
+        raise ValueError(f"extractive QA needs a model with the 'span_qa' head, this one has {cfg.head_kind!r}; "
+                         "start one from a base checkpoint with pf.from_hf(path, head='span_qa')")
+
+
+def _model_inputs(features: dict[str, Any], cfg: Config | None) -> list[str]:
+    """The feature tensors the model takes: token_type_ids only when it has token-type embeddings."""
+    keys = [k for k in MODEL_INPUTS if k in features]
+    if cfg is not None and not cfg.type_vocab_size and "token_type_ids" in keys:
+        keys.remove("token_type_ids")
+    return keys
+
+
+def span_train_tensors(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int, doc_stride: int,
+                       cfg: Config | None = None) -> dict[str, Tensor]:
+    """The training set as tensors with one row per window, ready for a sampler of rows.
+
+    Keys: input_ids, attention_mask (and token_type_ids when the tokenizer makes them and
+    `cfg`, if given, has token-type embeddings), all (n_windows, max_seq_length) long;
+    start_positions, end_positions (n_windows,) long: the first gold answer's first and last
+    token, or the CLS index for an unanswerable question or a window that does not hold the
+    whole answer (run_qa.py's labels). Every row is a valid set of model keyword arguments.
+    """
+    if not examples:
+        raise ValueError("no training examples for extractive QA")
+    features = span_training_features(examples, tokenizer, max_seq_length, doc_stride)
+    keep = _model_inputs(features, cfg) + ["start_positions", "end_positions"]
+    return {k: features[k] for k in keep}
+
+
+@torch.no_grad()
+def span_logits(model: nn.Module, features: dict[str, Any], batch_size: int = 32) -> tuple[Tensor, Tensor]:
+    """Start and end logits, each (n_windows, max_seq_length) float32 on the CPU, for eval `features`.
+
+    Each batch is cut to its longest row (attention_mask) before the forward pass; the cut
+    positions (padding) get -inf. The model is put in eval mode and its mode restored after.
+    """
+    _check_span_model(model)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    keys = _model_inputs(features, getattr(model, "cfg", None))
+    rows, width = features["input_ids"].shape
+    device = next(model.parameters()).device
+    start = torch.full((rows, width), -math.inf)
+    end = torch.full((rows, width), -math.inf)
+    was_training = model.training
+    model.eval()
+    try:
+        for first in range(0, rows, batch_size):
+            part = slice(first, first + batch_size)
+            length = int(features["attention_mask"][part].sum(dim=1).max()) if "attention_mask" in features else width
+            batch = {k: features[k][part, :length].to(device) for k in keys}
+            out = model(**batch)
+            start[part, :length] = out.start_logits.float().cpu()
+            end[part, :length] = out.end_logits.float().cpu()
+    finally:
+        model.train(was_training)
+    return start, end
+
+
+def predict_span(model: nn.Module, tokenizer, examples: Sequence[QAExampleLike], max_seq_length: int = 384,
+                 doc_stride: int = 128, batch_size: int = 32, n_best_size: int = 20, max_answer_length: int = 30,
+                 null_score_diff_threshold: float = 0.0) -> tuple[dict[str, str], dict[str, float]]:
+    """Answer `examples` with a span-QA model: windows -> start/end logits -> best span over all windows.
+
+    Returns (predictions id -> answer text, "" for no answer; null odds id -> null score minus
+    the best span score, +inf when no valid span exists), the official file formats.
+    See `postprocess_span_predictions` for n_best_size, max_answer_length and the threshold.
+    """
+    if not examples:
+        return {}, {}
+    features = span_eval_features(examples, tokenizer, max_seq_length, doc_stride)
+    start, end = span_logits(model, features, batch_size)
+    return postprocess_span_predictions(examples, features, start, end, n_best_size, max_answer_length,
+                                        null_score_diff_threshold)
+
+
+def span_metrics(examples: Sequence[QAExampleLike], predictions: dict[str, str],
+                 null_odds: dict[str, float]) -> dict[str, float]:
+    """The official SQuAD v2.0 scores of `predictions` (percent): exact, f1, total, HasAns_* and NoAns_*
+    as the predictions stand (the threshold was applied when they were made), plus best_exact / best_f1
+    and their thresholds over the null odds."""
+    return squad_v2_evaluate(examples, predictions, null_odds, na_prob_thresh=math.inf)
+
+
+def span_evaluator(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int = 384, doc_stride: int = 128,
+                   batch_size: int = 32, n_best_size: int = 20, max_answer_length: int = 30,
+                   null_score_diff_threshold: float = 0.0) -> Callable[[nn.Module], dict[str, float]]:
+    """The Trainer's `evaluate`: model -> the SQuAD v2.0 scores of its predictions on `examples`.
+
+    The eval windows are built once, here; each call computes the logits, post-processes them
+    and scores the predictions (`span_metrics`). The latest predictions and null odds are kept on
+    the function as `.predictions` and `.null_odds`, for writing the official files.
+    """
+    if not examples:
+        raise ValueError("no evaluation examples for extractive QA")
+    features = span_eval_features(examples, tokenizer, max_seq_length, doc_stride)
+
+    def evaluate(model: nn.Module) -> dict[str, float]:
+        start, end = span_logits(model, features, batch_size)
+        predictions, null_odds = postprocess_span_predictions(examples, features, start, end, n_best_size,
+                                                              max_answer_length, null_score_diff_threshold)
+        evaluate.predictions, evaluate.null_odds = predictions, null_odds
+        return span_metrics(examples, predictions, null_odds)
+
+    evaluate.predictions, evaluate.null_odds = {}, {}
+    return evaluate

@@ -1,0 +1,189 @@
+"""Generative (T5-style) SQuAD v2 question answering: tokenizer, scratch model, batches, prediction, metric.
+
+Training rows are the doc_stride windows of `posformer.tasks.qa_windows`: the window
+holding the first gold answer is trained on its text, every other window (and every
+window of an unanswerable question) on "". Prediction generates for every window of an
+example and keeps, with `select_seq2seq_answer`, the best-scoring non-empty answer unless
+the best "" generation scores within `null_score_diff_threshold` of it. The score of a
+generation is `generate(..., return_scores=True)`'s: the log-prob sum for greedy decoding,
+the length-penalized beam score for beam search.
+
+`max_answer_tokens` counts answer tokens without the end-of-sequence token: targets are
+cut to max_answer_tokens + 1 tokens with the eos, and generation runs for as many.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+from posformer.config import Config
+from posformer.model import Transformer
+from posformer.tasks.feature_batches import FeatureBatches
+from posformer.tasks.qa_windows import (QAExampleLike, pad_windows, question_prefix, select_seq2seq_answer,
+                                        seq2seq_eval_windows, seq2seq_training_features)
+from posformer.tasks.squad_metric import squad_v2_evaluate
+
+PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
+TOKENIZER_KINDS = ("unigram", "bpe")
+
+
+def qa_training_texts(examples: Iterable[QAExampleLike]) -> list[str]:
+    """The texts a scratch tokenizer learns from: each distinct context once, every question in its
+    encoder-input frame ("question: {q} context:", so the frame's words and colons are in the vocabulary)
+    and every answer."""
+    contexts: dict[str, None] = {}
+    texts = []
+    for example in examples:
+        contexts.setdefault(example.context, None)
+        texts.append(question_prefix(example.question))
+        texts.extend(example.answers)
+    return list(contexts) + texts
+
+
+def train_qa_tokenizer(texts: Iterable[str], kind: str = "unigram", vocab_size: int = 8000):
+    """A `PreTrainedTokenizerFast` trained by `tokenizers` on `texts`, with T5's special-token ids.
+
+    <pad> = 0, </s> = 1, <unk> = 2 (the `t5` preset's pad 0, eos 1 and decoder start 0);
+    every encoding ends with </s>. kind: "unigram" (SentencePiece-like, as T5) or "bpe";
+    both split on whitespace with the "▁" metaspace, so decoding restores the spaces.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if kind not in TOKENIZER_KINDS:
+        raise ValueError(f"tokenizer kind must be one of {', '.join(TOKENIZER_KINDS)}, got {kind!r}")
+    specials = [PAD, EOS, UNK]
+    if kind == "unigram":
+        tokenizer = Tokenizer(models.Unigram())
+        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token=UNK,
+                                          show_progress=False)
+    else:
+        tokenizer = Tokenizer(models.BPE(unk_token=UNK))
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
+    tokenizer.normalizer = normalizers.NFKC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    tokenizer.train_from_iterator(list(texts), trainer=trainer)
+    ids = [tokenizer.token_to_id(t) for t in specials]
+    if ids != [0, 1, 2]:
+        raise RuntimeError(f"the trained tokenizer put {specials} at ids {ids}, expected [0, 1, 2]")
+    tokenizer.post_processor = processors.TemplateProcessing(single=f"$A {EOS}", pair=f"$A {EOS} $B {EOS}",
+                                                             special_tokens=[(EOS, 1)])
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token=PAD, eos_token=EOS, unk_token=UNK,
+                                   padding_side="right", model_input_names=["input_ids", "attention_mask"])
+
+
+def build_scratch_t5(tokenizer, **overrides: Any) -> Transformer:
+    """A freshly initialised `t5`-preset model whose vocabulary and special ids fit `tokenizer`.
+
+    overrides: any `Config` fields (d_model, n_layers, dropout, ...) on top of the preset.
+    """
+    fields: dict[str, Any] = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                                  eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id)
+    fields.update(overrides)
+    model = Transformer(Config.preset("t5", **fields))
+    t5_init_(model)
+    return model
+
+
+@torch.no_grad()
+def t5_init_(model: Transformer, factor: float = 1.0) -> Transformer:
+    """Re-initialise `model` in place as Hugging Face T5 does (`T5PreTrainedModel._init_weights`).
+
+    The t5 preset has no 1/sqrt(d_head) attention scale and scales the tied head by
+    d_model ** -0.5, so it relies on T5's init: embeddings N(0, 1), queries N(0, (d_model d_head)^-1/2),
+    keys and values N(0, d_model^-1/2), attention outputs N(0, inner^-1/2), FFN up N(0, d_model^-1/2),
+    down N(0, d_ff^-1/2), relative position tables N(0, d_model^-1/2). With the generic N(0, 0.02)
+    init, attention stays uniform and the logits near 0 for hundreds of steps: a scratch model
+    barely learns to copy an answer span.
+    """
+    d_model = model.cfg.d_model
+    model.embed_tokens.weight.normal_(0.0, factor)
+    for name, weight in model.named_parameters():
+        if weight.dim() != 2 or name == "embed_tokens.weight":
+            continue
+        rows, cols = weight.shape
+        if name.endswith("position.table.weight"):
+            weight.normal_(0.0, factor * d_model ** -0.5)
+        elif name.endswith("attn.qkv.weight"):
+            inner = rows // 3
+            weight[:inner].normal_(0.0, factor * (d_model * inner / model.cfg.n_heads) ** -0.5)
+            weight[inner:].normal_(0.0, factor * d_model ** -0.5)
+        elif name.endswith("attn.q.weight"):
+            weight.normal_(0.0, factor * (d_model * rows / model.cfg.n_heads) ** -0.5)
+        elif name.endswith(("attn.kv.weight", "ffn.up.weight")):
+            weight.normal_(0.0, factor * d_model ** -0.5)
+        elif name.endswith(("attn.out.weight", "ffn.down.weight")):
+            weight.normal_(0.0, factor * cols ** -0.5)
+        else:
+            weight.normal_(0.0, factor)
+    return model
+
+
+def training_batches(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int, doc_stride: int,
+                     max_answer_tokens: int, seed: int) -> FeatureBatches:
+    """The training windows of `examples` as a `FeatureBatches` of input_ids, attention_mask
+    (N, max_seq_length) and labels (N, max_answer_tokens + 1), pads as -100."""
+    features = seq2seq_training_features(examples, tokenizer, max_seq_length, doc_stride, max_answer_tokens + 1)
+    return FeatureBatches(features, seed)
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.no_grad()
+def predict_seq2seq(model: Transformer, tokenizer, examples: Sequence[QAExampleLike], max_seq_length: int,
+                    doc_stride: int, num_beams: int = 1, batch_size: int = 32, max_answer_tokens: int = 30,
+                    null_score_diff_threshold: float = 0.0,
+                    length_penalty: float = 1.0) -> tuple[dict[str, str], dict[str, float]]:
+    """Answer every example from all its windows.
+
+    Windows go through `model.generate` in batches of `batch_size`, right-padded
+    (input_ids, attention_mask: (b, longest window)); each generation's text and score
+    becomes a candidate of its example. Returns (predictions id -> text,
+    null odds id -> best "" score minus best answer score, +-inf when one kind is missing).
+    """
+    windows = seq2seq_eval_windows(examples, tokenizer, max_seq_length, doc_stride)
+    candidates: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    device = _device(model)
+    for first in range(0, len(windows), batch_size):
+        chunk = windows[first : first + batch_size]
+        batch = {k: v.to(device) for k, v in pad_windows(chunk, tokenizer.pad_token_id).items()}
+        tokens, scores = model.generate(**batch, max_new_tokens=max_answer_tokens + 1, num_beams=num_beams,
+                                        length_penalty=length_penalty, eos_token_id=tokenizer.eos_token_id,
+                                        pad_token_id=tokenizer.pad_token_id, return_scores=True)
+        texts = tokenizer.batch_decode(tokens[:, 1:].cpu(), skip_special_tokens=True)
+        for window, text, score in zip(chunk, texts, scores.tolist()):
+            candidates[window.example_id].append((text, score))
+    predictions, null_odds = {}, {}
+    for example in examples:
+        predictions[example.id], null_odds[example.id] = select_seq2seq_answer(candidates[example.id],
+                                                                               null_score_diff_threshold)
+    return predictions, null_odds
+
+
+def evaluate_seq2seq(model: Transformer, tokenizer, examples: Sequence[QAExampleLike], **options: Any) -> dict:
+    """The official SQuAD v2 report (exact, f1, total, HasAns_*, NoAns_*) of `predict_seq2seq` on `examples`.
+
+    options: the keyword arguments of `predict_seq2seq` (max_seq_length and doc_stride required).
+    """
+    predictions, _ = predict_seq2seq(model, tokenizer, examples, **options)
+    return squad_v2_evaluate(examples, predictions)
+
+
+def seq2seq_evaluator(tokenizer, examples: Sequence[QAExampleLike], max_seq_length: int, doc_stride: int,
+                      num_beams: int = 1, batch_size: int = 32, max_answer_tokens: int = 30,
+                      null_score_diff_threshold: float = 0.0) -> Callable[[torch.nn.Module], dict[str, float]]:
+    """The `Trainer(evaluate=...)` function: model -> {exact, f1, total, HasAns_*, NoAns_*} on `examples`."""
+    def evaluate(model: torch.nn.Module) -> dict[str, float]:
+        report = evaluate_seq2seq(model, tokenizer, examples, max_seq_length=max_seq_length, doc_stride=doc_stride,
+                                  num_beams=num_beams, batch_size=batch_size, max_answer_tokens=max_answer_tokens,
+                                  null_score_diff_threshold=null_score_diff_threshold)
+        return {k: float(v) for k, v in report.items()}
+
+    return evaluate
+

@@ -1,0 +1,70 @@
+"""`generate(..., return_scores=True)` equals Hugging Face's sequence scores (transformers 4.57.6).
+
+Greedy: the sum of `compute_transition_scores(..., normalize_logits=True)` over the
+generated tokens up to and including the eos. Beam search: `sequences_scores`.
+The tiny random models and batches are those of test_generation_hf.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_generation_hf import NEW, PAD, _batch, _hf_model
+
+import posformer as pf
+
+
+@pytest.fixture(scope="module", params=["t5", "llama"])
+def pair(request, tmp_path_factory):
+    """(HF model, posformer model with the same weights, batch, an eos id the model emits early)."""
+    family = request.param
+    hf = _hf_model(family).eval()
+    directory = tmp_path_factory.mktemp(family)
+    hf.save_pretrained(directory, safe_serialization=True)
+    batch = _batch(family)
+    with torch.no_grad():
+        free = hf.generate(**batch, max_new_tokens=NEW, do_sample=False, eos_token_id=None, pad_token_id=PAD)
+    return hf, pf.from_hf(directory), batch, int(free[0, -NEW + 2])
+
+
+def _until_eos(new_tokens: torch.Tensor, eos: int) -> torch.Tensor:
+    """(B, n) bool: the generated tokens up to and including each row's first eos."""
+    is_eos = (new_tokens == eos).long()
+    return (is_eos.cumsum(1) - is_eos) == 0
+
+
+def test_greedy_scores_equal_hf_transition_scores(pair):
+    hf, ours, batch, eos = pair
+    tokens, scores = ours.generate(**batch, max_new_tokens=NEW, eos_token_id=eos, pad_token_id=PAD,
+                                   return_scores=True)
+    with torch.no_grad():
+        out = hf.generate(**batch, do_sample=False, max_new_tokens=NEW, eos_token_id=eos, pad_token_id=PAD,
+                          output_scores=True, return_dict_in_generate=True)
+    assert torch.equal(tokens, out.sequences)
+    steps = hf.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
+    new = out.sequences[:, -steps.shape[1]:]
+    expected = steps.masked_fill(~_until_eos(new, eos), 0.0).sum(1)
+    assert scores.shape == (batch["input_ids"].shape[0],) and scores.dtype == torch.float32
+    assert (new == eos).any(1).any(), "no row ended early: the masking after eos is not exercised"
+    torch.testing.assert_close(scores, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("beams,length_penalty,returned", [(3, 1.0, 2), (4, 2.0, 4), (2, 0.0, 1)])
+def test_beam_scores_equal_hf_sequences_scores(pair, beams, length_penalty, returned):
+    hf, ours, batch, eos = pair
+    options = dict(num_beams=beams, length_penalty=length_penalty, num_return_sequences=returned,
+                   eos_token_id=eos, pad_token_id=PAD, max_new_tokens=NEW)
+    tokens, scores = ours.generate(**batch, return_scores=True, **options)
+    with torch.no_grad():
+        out = hf.generate(**batch, do_sample=False, output_scores=True, return_dict_in_generate=True, **options)
+    assert torch.equal(tokens, out.sequences)
+    assert scores.shape == (batch["input_ids"].shape[0] * returned,)
+    torch.testing.assert_close(scores, out.sequences_scores, rtol=1e-4, atol=1e-4)
+
+
+def test_scores_are_opt_in_and_zero_without_new_tokens(pair):
+    _, ours, batch, _ = pair
+    assert isinstance(ours.generate(**batch, max_new_tokens=2), torch.Tensor)
+    tokens, scores = ours.generate(**batch, max_new_tokens=0, num_beams=2, num_return_sequences=2,
+                                   return_scores=True)
+    assert scores.shape == (tokens.shape[0],) and not scores.any()

@@ -1,0 +1,184 @@
+"""Generative (T5-style) SQuAD v2 QA: overfit through the whole path, windowing, tokenizer, feature batches."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from posformer.data.squad import QAExample, load_squad_json, squad_sample
+from posformer.tasks.feature_batches import FeatureBatches
+from posformer.tasks.qa_windows import question_prefix, seq2seq_eval_windows
+from posformer.tasks.seq2seq_qa import (build_scratch_t5, predict_seq2seq, qa_training_texts, seq2seq_evaluator,
+                                        train_qa_tokenizer, training_batches)
+from posformer.train.settings import TrainerSettings
+from posformer.train.trainer import Trainer
+
+MAX_SEQ, STRIDE, ANSWER_TOKENS = 96, 32, 16
+LONG_STRIDE = 16  # windows of the long context advance by more than a sentence
+
+
+def _overfit_examples() -> list[QAExample]:
+    """32 questions on the 8 shortest contexts of the shipped sample: 17 answerable, 15 not, 2-3 windows each."""
+    examples = list(load_squad_json(squad_sample()))
+    contexts = sorted({e.context for e in examples}, key=len)[:8]
+    return [e for c in contexts for e in examples if e.context == c][:32]
+
+
+def test_overfit_32_examples_reaches_90_exact(tmp_path):
+    """windows -> Trainer -> generate every window -> select across windows -> official metric.
+
+    Finding: a model that fits every window is near-certain of both its answers and its
+    "" windows, so an answer's log-prob sum (a few tokens, e.g. -0.02) is below the best
+    "" score of the example's other windows (one eos token, about -0.001), and at
+    null_score_diff_threshold=0 the answer loses although every window's generation is
+    right (exact ~59 here: every NoAns and the single-answer-window HasAns). A negative
+    threshold lets an answer win over confident "" windows.
+    """
+    started = time.monotonic()
+    examples = _overfit_examples()
+    assert sum(e.is_impossible for e in examples) >= 8
+    tokenizer = train_qa_tokenizer(qa_training_texts(examples), kind="unigram", vocab_size=800)
+    torch.manual_seed(0)
+    model = build_scratch_t5(tokenizer, d_model=64, n_layers=2, n_decoder_layers=2, n_heads=4, d_head=16, d_ff=128,
+                             dropout=0.0)
+    batches = training_batches(examples, tokenizer, MAX_SEQ, STRIDE, ANSWER_TOKENS, seed=0)
+    assert len(batches) > len(examples)  # several windows per example
+    options = dict(max_seq_length=MAX_SEQ, doc_stride=STRIDE, max_answer_tokens=ANSWER_TOKENS)
+    evaluate = seq2seq_evaluator(tokenizer, examples, null_score_diff_threshold=-1.0, **options)
+    settings = TrainerSettings(steps=300, batch_size=16, lr=3e-3, warmup=20, weight_decay=0.0, eval_every=300,
+                               log_every=50, sample_prompt=None)
+    result = Trainer(model, batches, settings, tmp_path / "run", evaluate=evaluate, progress=False,
+                     log=lambda _: None).fit()
+    assert result.losses[-1] < 0.1, result.losses[::25]
+    report = result.evals[-1]
+    assert report["exact"] >= 90.0, report
+    assert report["HasAns_total"] > 0 and report["NoAns_total"] > 0
+
+    windows = seq2seq_eval_windows(examples, tokenizer, MAX_SEQ, STRIDE)
+    predictions, null_odds = predict_seq2seq(model, tokenizer, examples, batch_size=64, **options)
+    assert set(predictions) == set(null_odds) == {e.id for e in examples}
+    generated = _generate_each_window(model, tokenizer, windows)
+    right = sum(g.strip() == w.target for g, w in zip(generated, windows))
+    assert right >= 0.9 * len(windows), f"{right}/{len(windows)} windows generate their target"
+    assert time.monotonic() - started < 300
+
+
+def _generate_each_window(model, tokenizer, windows) -> list[str]:
+    from posformer.tasks.qa_windows import pad_windows
+
+    batch = pad_windows(windows, tokenizer.pad_token_id)
+    tokens = model.generate(**batch, max_new_tokens=ANSWER_TOKENS + 1, eos_token_id=tokenizer.eos_token_id)
+    return tokenizer.batch_decode(tokens[:, 1:], skip_special_tokens=True)
+
+
+class _ReadingModel(nn.Module):
+    """A stand-in generator: answers `answer` (score -0.05) from a window whose text contains it, else ""
+    (score -2.0); records the decoded encoder inputs it was given."""
+
+    def __init__(self, tokenizer, answer: str) -> None:
+        super().__init__()
+        self.anchor = nn.Parameter(torch.zeros(1))
+        self.tokenizer = tokenizer
+        self.answer = answer
+        self.answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
+        self.inputs: list[str] = []
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, return_scores, eos_token_id, pad_token_id,
+                 **_) -> tuple[torch.Tensor, torch.Tensor]:
+        rows, scores = [], []
+        for ids, mask in zip(input_ids.tolist(), attention_mask.tolist()):
+            self.inputs.append(self.tokenizer.decode(ids[:sum(mask)], skip_special_tokens=True))
+            found = self.answer in self.inputs[-1]
+            new = (self.answer_ids + [eos_token_id]) if found else [eos_token_id]
+            rows.append([0] + new + [pad_token_id] * (max_new_tokens - len(new)))
+            scores.append(-0.05 if found else -2.0)
+        return torch.tensor(rows), torch.tensor(scores)
+
+
+def _third_window_example(tokenizer) -> QAExample:
+    """A long context whose answer sentence lies entirely inside window 2 only (of >= 4 windows)."""
+    question = "What is the secret code of the old harbour?"
+    filler = [f"Sentence number {k} tells nothing about the harbour." for k in range(60)]
+    answer = "Zanzibar"
+    for k in range(len(filler)):
+        context = " ".join(filler[:k] + [f"The secret code of the old harbour is {answer}."] + filler[k:])
+        example = QAExample(id="long", title="t", context=context, question=question, answers=[answer],
+                            answer_starts=[context.index(answer)])
+        targets = [w.target for w in seq2seq_eval_windows([example], tokenizer, MAX_SEQ, LONG_STRIDE)]
+        if len(targets) >= 4 and targets[:3] == ["", "", answer] and not any(targets[3:]):
+            return example
+    raise AssertionError("no placement puts the answer only in the third window")
+
+
+def test_answer_only_in_third_window_is_found_and_every_window_keeps_the_question():
+    texts = [" ".join(f"Sentence number {k} tells nothing about the harbour." for k in range(60)),
+             "question: What is the secret code of the old harbour? context: The secret code of the old harbour "
+             "is Zanzibar."]
+    tokenizer = train_qa_tokenizer(texts, kind="bpe", vocab_size=300)
+    example = _third_window_example(tokenizer)
+    windows = seq2seq_eval_windows([example], tokenizer, MAX_SEQ, LONG_STRIDE)
+    model = _ReadingModel(tokenizer, "Zanzibar")
+    predictions, null_odds = predict_seq2seq(model, tokenizer, [example], MAX_SEQ, LONG_STRIDE, batch_size=3,
+                                             max_answer_tokens=8)
+    assert predictions == {"long": "Zanzibar"}
+    assert null_odds["long"] == pytest.approx(-2.0 + 0.05)
+    assert len(model.inputs) == len(windows) >= 4
+    prefix = question_prefix(example.question)
+    assert all(text.startswith(prefix) for text in model.inputs)
+    assert ["Zanzibar" in text for text in model.inputs] == [False, False, True] + [False] * (len(windows) - 3)
+    assert all(len(w.input_ids) <= MAX_SEQ for w in windows)
+
+
+@pytest.mark.parametrize("kind", ["unigram", "bpe"])
+def test_tokenizer_has_t5_special_ids_and_round_trips(kind):
+    examples = _overfit_examples()
+    tokenizer = train_qa_tokenizer(qa_training_texts(examples), kind=kind, vocab_size=600)
+    assert (tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id) == (0, 1, 2)
+    text = examples[0].context[:200]
+    ids = tokenizer(text)["input_ids"]
+    assert ids[-1] == 1 and 0 not in ids
+    assert tokenizer.decode(ids, skip_special_tokens=True) == text
+    model = build_scratch_t5(tokenizer, d_model=32, n_layers=1, n_decoder_layers=1, n_heads=2, d_head=16, d_ff=32)
+    assert model.cfg.vocab_size == len(tokenizer)
+    assert (model.cfg.pad_token_id, model.cfg.eos_token_id, model.cfg.decoder_start_token_id) == (0, 1, 0)
+
+
+def _features(n: int = 10) -> dict[str, torch.Tensor]:
+    return {"input_ids": torch.arange(n)[:, None].repeat(1, 3), "labels": torch.arange(n)}
+
+
+def _draw(batches: FeatureBatches, count: int, size: int = 4) -> list[list[int]]:
+    return [batches.next_batch(size)["labels"].tolist() for _ in range(count)]
+
+
+def test_feature_batches_epochs_are_seeded_permutations():
+    a, b, c = FeatureBatches(_features(), 1), FeatureBatches(_features(), 1), FeatureBatches(_features(), 2)
+    drawn = _draw(a, 5)
+    assert drawn == _draw(b, 5) and drawn != _draw(c, 5)
+    flat = [i for batch in drawn for i in batch]
+    assert sorted(flat[:10]) == list(range(10)) and sorted(flat[10:20]) == list(range(10))
+    batch = FeatureBatches(_features(), 1).next_batch(4)
+    assert torch.equal(batch["input_ids"][:, 0], batch["labels"])  # rows stay aligned across tensors
+
+
+def test_feature_batches_resume_and_shard():
+    full = FeatureBatches(_features(), 3)
+    expected = _draw(full, 7)
+    first = FeatureBatches(_features(), 3)
+    head = _draw(first, 3)
+    resumed = FeatureBatches(_features(), 3)
+    resumed.load_state_dict(first.state_dict())
+    assert head + _draw(resumed, 4) == expected
+    ranks = [FeatureBatches(_features(), 3) for _ in range(2)]
+    for step in range(7):
+        parts = [r.next_batch(4, rank, 2)["labels"].tolist() for rank, r in enumerate(ranks)]
+        assert parts[0] + parts[1] == expected[step]
+    with pytest.raises(ValueError, match="seed"):
+        FeatureBatches(_features(), 4).load_state_dict(full.state_dict())
+    with pytest.raises(ValueError, match="rows"):
+        FeatureBatches(_features(12), 3).load_state_dict(full.state_dict())
+    with pytest.raises(ValueError, match="same number of rows"):
+        FeatureBatches({"a": torch.zeros(3), "b": torch.zeros(4)}, 0)
