@@ -24,7 +24,8 @@ from typing import Any, Callable
 import torch
 
 import posformer as pf
-from posformer.bench.speed import _HelpFormatter, _measure, _transformers, write_json
+from posformer.bench.common import HelpFormatter, run_cli
+from posformer.bench.speed import _measure, _transformers
 
 NAMES = ("posformer", "hf")
 
@@ -131,7 +132,7 @@ def format_report(result: dict[str, Any]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface of `main`."""
     parser = argparse.ArgumentParser(
-        prog="posformer bench --generation", formatter_class=_HelpFormatter,
+        prog="posformer bench --generation", formatter_class=HelpFormatter,
         description="Measure greedy generation throughput (new tokens/s, KV cache) of posformer against Hugging "
         "Face GPT2LMHeadModel.generate (attn_implementation='sdpa') on identical random weights loaded with "
         "pf.from_hf, in float32 on the CPU, in the same run.",
@@ -157,24 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark from the command line; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        result = run(
-            batches=tuple(args.batch), new_tokens=args.new_tokens, prompt_length=args.prompt_length,
-            d_model=args.d_model, layers=args.layers, heads=args.heads, vocab=args.vocab, warmup=args.warmup,
-            iters=args.iters, threads=args.threads, progress=not args.no_progress,
-        )
-    except ImportError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except ValueError as err:
-        parser.error(str(err))
-    print(format_report(result))
-    if args.json:
-        write_json(result, args.json)
-        print(f"results written to {args.json}")
-    return 0
+    return run_cli(build_parser(), argv, lambda args: run(
+        batches=tuple(args.batch), new_tokens=args.new_tokens, prompt_length=args.prompt_length,
+        d_model=args.d_model, layers=args.layers, heads=args.heads, vocab=args.vocab, warmup=args.warmup,
+        iters=args.iters, threads=args.threads, progress=not args.no_progress,
+    ), format_report)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,9 @@ timed iterations gives tokens/s = batch * length / time.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -26,6 +22,7 @@ from torch import nn
 from tqdm import tqdm
 
 import posformer as pf
+from posformer.bench.common import HelpFormatter, run_cli
 
 HF_REQUIREMENT = "transformers==4.57.6"
 ADAMW = {"lr": 1e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
@@ -176,29 +173,10 @@ def format_report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_json(result: dict[str, Any], path: str | Path) -> None:
-    """Write `result` as JSON through a temporary file in the same folder, renamed into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(result, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface of `main`."""
     parser = argparse.ArgumentParser(
-        prog="python -m posformer.bench.speed", formatter_class=_HelpFormatter,
+        prog="python -m posformer.bench.speed", formatter_class=HelpFormatter,
         description="Measure forward and training throughput (tokens/s) of posformer's Transformer built from the "
         "'llama' preset against Hugging Face LlamaForCausalLM (attn_implementation='sdpa') on the identical "
         "config, in float32 on the CPU, in the same run.",
@@ -226,24 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark from the command line; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        result = run(
-            batch=args.batch, length=args.length, d_model=args.d_model, layers=args.layers, heads=args.heads,
-            vocab=args.vocab, d_ff=args.d_ff, warmup=args.warmup, iters=args.iters, threads=args.threads,
-            train=not args.skip_train, progress=not args.no_progress,
-        )
-    except ImportError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except ValueError as err:
-        parser.error(str(err))
-    print(format_report(result))
-    if args.json:
-        write_json(result, args.json)
-        print(f"results written to {args.json}")
-    return 0
+    return run_cli(build_parser(), argv, lambda args: run(
+        batch=args.batch, length=args.length, d_model=args.d_model, layers=args.layers, heads=args.heads,
+        vocab=args.vocab, d_ff=args.d_ff, warmup=args.warmup, iters=args.iters, threads=args.threads,
+        train=not args.skip_train, progress=not args.no_progress,
+    ), format_report)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,8 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 import posformer as pf
-from posformer.bench.speed import _HelpFormatter, bench_config, write_json
+from posformer.bench.common import HelpFormatter, run_cli
+from posformer.bench.speed import bench_config
 from posformer.data.text import CharTokenizer, default_corpus, read_text
 from posformer.train.batches import WindowBatches
 from posformer.train.settings import TrainerSettings
@@ -282,7 +283,7 @@ def format_report(result: dict[str, Any]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface of `main`."""
     parser = argparse.ArgumentParser(
-        prog="posformer bench --trainer", formatter_class=_HelpFormatter,
+        prog="posformer bench --trainer", formatter_class=HelpFormatter,
         description="Measure training tokens/s of posformer's Trainer against a plain hand-written PyTorch loop "
         "(AdamW, LambdaLR, zero_grad/forward/backward/clip/step) on the same model (identical initial "
         "weights), the same batches and the same number of steps, in float32 on the CPU, in the same run.",
@@ -313,22 +314,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark from the command line; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        result = run(
-            batch=args.batch, seq_len=args.seq_len, d_model=args.d_model, layers=args.layers, heads=args.heads,
-            d_ff=args.d_ff, vocab=args.vocab, steps=args.steps, warmup_steps=args.warmup_steps,
-            repeats=args.repeats, threads=args.threads, lr=args.lr, lr_warmup=args.lr_warmup, seed=args.seed,
-            progress=not args.no_progress,
-        )
-    except ValueError as err:
-        parser.error(str(err))
-    print(format_report(result))
-    if args.json:
-        write_json(result, args.json)
-        print(f"results written to {args.json}")
-    return 0
+    return run_cli(build_parser(), argv, lambda args: run(
+        batch=args.batch, seq_len=args.seq_len, d_model=args.d_model, layers=args.layers, heads=args.heads,
+        d_ff=args.d_ff, vocab=args.vocab, steps=args.steps, warmup_steps=args.warmup_steps,
+        repeats=args.repeats, threads=args.threads, lr=args.lr, lr_warmup=args.lr_warmup, seed=args.seed,
+        progress=not args.no_progress,
+    ), format_report)
 
 
 if __name__ == "__main__":
