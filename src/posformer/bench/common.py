@@ -1,33 +1,16 @@
-"""What every benchmark's command line shares: the help layout, the JSON file and `main`'s flow."""
+"""What every benchmark's command line shares: the help layout and `main`'s flow (report, then `--json`)."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any, Callable
+
+from posformer.atomic import write_json_atomic
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Defaults shown after each option; the description and epilog kept as written."""
-
-
-def write_json(result: dict[str, Any], path: str | Path) -> None:
-    """Write `result` as JSON through a temporary file in the same folder, renamed into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(result, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def run_cli(parser: argparse.ArgumentParser, argv: list[str] | None,
@@ -48,6 +31,6 @@ def run_cli(parser: argparse.ArgumentParser, argv: list[str] | None,
         parser.error(str(err))
     print(report(result))
     if args.json:
-        write_json(result, args.json)
+        write_json_atomic(args.json, result)
         print(f"results written to {args.json}")
     return 0

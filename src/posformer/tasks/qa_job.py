@@ -36,6 +36,7 @@ import yaml
 from posformer.data.squad import (QAData, QAExample, load_hf_dataset, load_qa_file, split_by_article,
                                   squad_sample)
 from posformer.model import Transformer
+from posformer.atomic import write_json_atomic
 from posformer.tasks.squad_metric import squad_v2_evaluate, write_predictions
 
 HEADS = ("seq2seq", "span")
@@ -281,7 +282,7 @@ class QAEvaluator:
         """Write predictions.json, null_odds.json and eval_results.json (the report plus `info`)."""
         write_predictions(out_dir, self.predictions, self.null_odds)
         results = {**self.report, **info}
-        (Path(out_dir) / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")
+        write_json_atomic(Path(out_dir) / "eval_results.json", results)
         return results
 
 

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import string
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from posformer.atomic import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -159,18 +159,6 @@ def squad_v2_evaluate(gold: Mapping[str, Sequence[str]] | Iterable[Any], predict
     return report
 
 
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, ensure_ascii=False, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_predictions(out_dir: str | Path, predictions: Mapping[str, str],
                       null_odds: Mapping[str, float] | None = None) -> dict[str, Path]:
     """Write ``predictions.json`` (id -> text) and, if given, ``null_odds.json`` (id -> float), atomically.
@@ -181,10 +169,10 @@ def write_predictions(out_dir: str | Path, predictions: Mapping[str, str],
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"predictions": out / "predictions.json"}
-    _write_json_atomic(paths["predictions"], {str(k): str(v) for k, v in predictions.items()})
+    write_json_atomic(paths["predictions"], {str(k): str(v) for k, v in predictions.items()})
     if null_odds is not None:
         paths["null_odds"] = out / "null_odds.json"
-        _write_json_atomic(paths["null_odds"], {str(k): float(v) for k, v in null_odds.items()})
+        write_json_atomic(paths["null_odds"], {str(k): float(v) for k, v in null_odds.items()})
     return paths
 
 
