@@ -297,6 +297,12 @@ def _check_options(o: QAJobOptions) -> None:
         raise ValueError(f"--doc-stride {o.doc_stride} must be smaller than --max-seq-length {o.max_seq_length}")
 
 
+def eval_settings(o: QAJobOptions) -> dict[str, Any]:
+    """The options that shape predictions, recorded in eval_results.json beside the scores."""
+    return {k: getattr(o, k) for k in ("max_seq_length", "doc_stride", "max_answer_length", "num_beams",
+                                       "null_score_diff_threshold", "n_best_size")}
+
+
 def print_report(report: dict[str, Any], log: Callable[[str], None] = print) -> None:
     """The official keys (exact, f1, total, HasAns_*, NoAns_*, best_*) as JSON, as `qa score` prints them."""
     log(json.dumps(report, indent=2))
@@ -349,7 +355,8 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
     if not result.evals or result.evals[-1]["step"] != result.step:
         evaluator(model.eval())
     results = evaluator.write(o.output_dir, {"head": o.head, "model": source, "step": result.step,
-                                             "checkpoint": str(result.checkpoint or "")})
+                                             "checkpoint": str(result.checkpoint or ""),
+                                             **eval_settings(o)})
     print_report(evaluator.report, log)
     return results
 
@@ -383,6 +390,6 @@ def eval_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, An
     evaluator = QAEvaluator(head, tokenizer, examples, o)
     evaluator(model)
     Path(o.output_dir).mkdir(parents=True, exist_ok=True)
-    results = evaluator.write(o.output_dir, {"head": head, "model": str(directory)})
+    results = evaluator.write(o.output_dir, {"head": head, "model": str(directory), **eval_settings(o)})
     print_report(evaluator.report, log)
     return results
