@@ -1,0 +1,37 @@
+"""Figure 1: sinusoidal encoding tables for several bases N (Vaswani et al. 2017, section 3.5).
+
+Pair i of the table oscillates with wavelength 2*pi * N^(2i/d): the larger N, the
+longer the periods, so fewer dimensions complete a cycle over the same positions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from posformer.plots.figure import pyplot, save_png
+from posformer.positions import sinusoidal_table
+
+BASES = (100.0, 1000.0, 10000.0)
+
+
+def sinusoidal_tables(bases: tuple[float, ...] = BASES, n_positions: int = 1000,
+                      dim: int = 500) -> dict[float, np.ndarray]:
+    """base N -> its table PE (n_positions, dim): PE[p, 2i] = sin(p / N^(2i/dim)), PE[p, 2i+1] = cos(...)."""
+    return {base: sinusoidal_table(n_positions, dim, base).numpy() for base in bases}
+
+
+def draw_sinusoidal(path: str | Path, tables: dict[float, np.ndarray] | None = None) -> Path:
+    """One heatmap per base: position (rows) against dimension (columns)."""
+    tables = sinusoidal_tables() if tables is None else tables
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(tables), figsize=(5 * len(tables), 5), squeeze=False, layout="constrained")
+    for ax, (base, table) in zip(axes[0], tables.items()):
+        image = ax.imshow(table, aspect="auto", cmap="RdBu", vmin=-1, vmax=1, interpolation="nearest")
+        ax.set_title(f"N = {base:g}")
+        ax.set_xlabel(f"dimension (d = {table.shape[1]})")
+        ax.set_ylabel("position")
+    fig.colorbar(image, ax=axes, label="PE value (sin / cos)")
+    fig.suptitle("Sinusoidal position encoding: the periods lengthen as the base N grows")
+    return save_png(fig, path)
