@@ -12,7 +12,7 @@ from posformer import config as config_module
 
 TINY = dict(vocab_size=32, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_positions=16)
 
-AVAILABLE_PRESETS = ["vanilla", "bert", "gpt2", "llama", "seed-encoder"]
+AVAILABLE_PRESETS = ["vanilla", "bert", "gpt2", "llama", "t5", "seed-encoder"]
 
 
 def custom_config() -> pf.Config:
@@ -62,6 +62,16 @@ def test_json_file_is_plain_json(tmp_path):
     assert json.loads(path.read_text()) == cfg.to_dict()
 
 
+def test_json_without_init_field_loads_with_the_default(tmp_path):
+    """A config.json written before `Config.init` existed loads as init="normal"."""
+    data = pf.Config(**TINY).to_dict()
+    del data["init"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    assert pf.Config.load(path).init == "normal"
+    assert pf.Config.from_dict(data) == pf.Config(**TINY)
+
+
 def test_replace_validates():
     cfg = pf.Config(**TINY)
     assert cfg.replace(n_layers=2).n_layers == 2
@@ -80,7 +90,8 @@ def check_error(kwargs: dict, field: str, value_text: str | None = None) -> str:
     return message
 
 
-@pytest.mark.parametrize("field", ["arch", "norm", "norm_placement", "activation", "position", "attn_impl", "head"])
+@pytest.mark.parametrize("field", ["arch", "norm", "norm_placement", "activation", "position", "attn_impl", "head",
+                                   "init"])
 def test_unknown_names(field):
     message = check_error({**TINY, field: "bogus_name"}, field, "'bogus_name'")
     assert f"Config.{field}=" in message
@@ -174,6 +185,7 @@ def test_other_field_checks():
     check_error({**TINY, "type_vocab_size": -1}, "type_vocab_size", "-1")
     check_error({**TINY, "norm_eps": 0.0}, "norm_eps", "0.0")
     check_error({**TINY, "init_std": -1.0}, "init_std", "-1.0")
+    check_error({**TINY, "norm": "deepnorm", "norm_placement": "post", "init": "t5"}, "init", "'t5'")
     check_error({**TINY, "attn_scale": 0.0}, "attn_scale", "0.0")
     check_error({**TINY, "pad_token_id": 32}, "pad_token_id", "32")
     check_error({**TINY, "eos_token_id": -1}, "eos_token_id", "-1")

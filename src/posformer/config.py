@@ -20,6 +20,7 @@ NORM_PLACEMENTS = ("post", "pre", "sandwich")
 ATTN_IMPLS = ("sdpa", "eager")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish", "silu", "glu", "swiglu", "geglu", "geglu_tanh",
                "reglu")
+INITS = ("normal", "t5")
 HEADS = ("causal_lm", "masked_lm", "seq2seq_lm", "span_qa", "classification", "none")
 DEFAULT_HEAD = {"encoder": "masked_lm", "decoder": "causal_lm", "encoder_decoder": "seq2seq_lm"}
 
@@ -46,6 +47,9 @@ class Config:
     `head_bias` gives the LM head a bias (Marian's `final_logits_bias`).
     `scale_tied_head` multiplies the hidden states by d_model**-0.5 before a tied
     LM head (T5 v1.0, Mesh TensorFlow).
+    `init` picks the weight initialisation (`posformer.init`): "normal" draws every
+    linear and embedding weight from N(0, init_std); "t5" is Mesh TensorFlow's
+    fan-in scheme that T5 (attention scale 1.0) needs to train from scratch.
     `hf_model_type` names the Hugging Face family `posformer.to_hf` writes
     (set by `from_hf` and the presets; None: not exportable until set).
     """
@@ -90,6 +94,7 @@ class Config:
     eos_token_id: int | None = None
     decoder_start_token_id: int | None = None
     init_std: float = 0.02
+    init: str = "normal"
     hf_model_type: str | None = None
 
     def __post_init__(self) -> None:
@@ -138,7 +143,7 @@ class Config:
         from posformer import positions  # late import: positions imports nothing from here
 
         for name, allowed in (("arch", ARCHS), ("norm", NORMS), ("norm_placement", NORM_PLACEMENTS),
-                              ("activation", ACTIVATIONS), ("attn_impl", ATTN_IMPLS)):
+                              ("activation", ACTIVATIONS), ("attn_impl", ATTN_IMPLS), ("init", INITS)):
             if getattr(self, name) not in allowed:
                 _fail(name, getattr(self, name), f"one of {', '.join(allowed)}")
         if self.head is not None and self.head not in HEADS:
@@ -177,6 +182,8 @@ class Config:
             _fail("hf_model_type", self.hf_model_type, "None or a Hugging Face model_type string")
         if self.norm == "deepnorm" and self.norm_placement != "post":
             _fail("norm_placement", self.norm_placement, "'post' when norm='deepnorm' (DeepNet is post-norm)")
+        if self.norm == "deepnorm" and self.init != "normal":
+            _fail("init", self.init, "'normal' when norm='deepnorm' (DeepNet has its own init)")
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, int) and 0 <= value < self.vocab_size):

@@ -17,6 +17,7 @@ from posformer.blocks import Block
 from posformer.cache import Cache
 from posformer.config import Config
 from posformer.heads import IGNORE_INDEX, build_head, span_loss, token_loss
+from posformer.init import normal_init_, t5_init_
 from posformer.masks import AttentionMask, build_mask
 from posformer.norms import deepnorm_constants, make_norm
 from posformer.outputs import ModelOutput
@@ -89,6 +90,8 @@ class Transformer(nn.Module):
         if cfg.tie_embeddings and self.head is not None and hasattr(self.head, "proj") \
                 and self.head.proj.weight.shape == self.embed_tokens.weight.shape:
             self.head.proj.weight = self.embed_tokens.weight
+        if cfg.init == "t5":
+            t5_init_(self)
 
     # ---------------------------------------------------------------- init
     def _deepnorm(self) -> dict[str, tuple[float, float]]:
@@ -98,10 +101,8 @@ class Transformer(nn.Module):
         return {s: deepnorm_constants(cfg.arch, cfg.n_layers, cfg.decoder_layers, s) for s in ("encoder", "decoder")}
 
     def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, std=self.cfg.init_std)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                nn.init.zeros_(module.bias)
+        """The "normal" scheme (`posformer.init`), which every `Config.init` starts from."""
+        normal_init_(module, self.cfg.init_std)
 
     def _init_deepnorm(self, constants: dict[str, tuple[float, float]]) -> None:
         """DeepNet init: Xavier normal, with gain beta on the FFN, value and output projections."""

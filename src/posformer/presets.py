@@ -37,14 +37,15 @@ PRESETS: dict[str, dict[str, Any]] = {
         norm_eps=1e-5, norm_placement="pre", activation="swiglu", qkv_bias=False, attn_out_bias=False,
         ffn_bias=False, tie_embeddings=False, bos_token_id=1, eos_token_id=2,
     ),
-    # t5-small (v1.0): RMS-style norm without mean subtraction, pre-norm, ReLU, relative bias, scale 1.0.
+    # t5-small (v1.0): RMS-style norm without mean subtraction, pre-norm, ReLU, relative bias, scale 1.0,
+    # and T5's fan-in init (which the scale 1.0 needs).
     "t5": dict(
         arch="encoder_decoder", vocab_size=32128, d_model=512, n_layers=6, n_decoder_layers=6, n_heads=8,
         d_head=64, d_ff=2048, position="t5", position_params={"num_buckets": 32, "max_distance": 128},
         max_positions=512, norm="rmsnorm", norm_eps=1e-6, norm_placement="pre", activation="relu",
         dropout=0.1, qkv_bias=False, attn_out_bias=False, ffn_bias=False, attn_scale=1.0,
         tie_embeddings=True, scale_tied_head=True, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
-        hf_model_type="t5",
+        init="t5", hf_model_type="t5",
     ),
     # The hand-written encoder of the study notes: bert-base-uncased sizes, pre-LayerNorm.
     "seed-encoder": dict(

@@ -77,50 +77,15 @@ def train_qa_tokenizer(texts: Iterable[str], kind: str = "unigram", vocab_size: 
 
 
 def build_scratch_t5(tokenizer, **overrides: Any) -> Transformer:
-    """A freshly initialised `t5`-preset model whose vocabulary and special ids fit `tokenizer`.
+    """A freshly initialised `t5`-preset model (T5's own init, `Config.init="t5"`) whose vocabulary and
+    special ids fit `tokenizer`.
 
     overrides: any `Config` fields (d_model, n_layers, dropout, ...) on top of the preset.
     """
     fields: dict[str, Any] = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                                   eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id)
     fields.update(overrides)
-    model = Transformer(Config.preset("t5", **fields))
-    t5_init_(model)
-    return model
-
-
-@torch.no_grad()
-def t5_init_(model: Transformer, factor: float = 1.0) -> Transformer:
-    """Re-initialise `model` in place as Hugging Face T5 does (`T5PreTrainedModel._init_weights`).
-
-    The t5 preset has no 1/sqrt(d_head) attention scale and scales the tied head by
-    d_model ** -0.5, so it relies on T5's init: embeddings N(0, 1), queries N(0, (d_model d_head)^-1/2),
-    keys and values N(0, d_model^-1/2), attention outputs N(0, inner^-1/2), FFN up N(0, d_model^-1/2),
-    down N(0, d_ff^-1/2), relative position tables N(0, d_model^-1/2). With the generic N(0, 0.02)
-    init, attention stays uniform and the logits near 0 for hundreds of steps: a scratch model
-    barely learns to copy an answer span.
-    """
-    d_model = model.cfg.d_model
-    model.embed_tokens.weight.normal_(0.0, factor)
-    for name, weight in model.named_parameters():
-        if weight.dim() != 2 or name == "embed_tokens.weight":
-            continue
-        rows, cols = weight.shape
-        if name.endswith("position.table.weight"):
-            weight.normal_(0.0, factor * d_model ** -0.5)
-        elif name.endswith("attn.qkv.weight"):
-            inner = rows // 3
-            weight[:inner].normal_(0.0, factor * (d_model * inner / model.cfg.n_heads) ** -0.5)
-            weight[inner:].normal_(0.0, factor * d_model ** -0.5)
-        elif name.endswith("attn.q.weight"):
-            weight.normal_(0.0, factor * (d_model * rows / model.cfg.n_heads) ** -0.5)
-        elif name.endswith(("attn.kv.weight", "ffn.up.weight")):
-            weight.normal_(0.0, factor * d_model ** -0.5)
-        elif name.endswith(("attn.out.weight", "ffn.down.weight")):
-            weight.normal_(0.0, factor * cols ** -0.5)
-        else:
-            weight.normal_(0.0, factor)
-    return model
+    return Transformer(Config.preset("t5", **fields))
 
 
 def training_batches(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int, doc_stride: int,

@@ -1,0 +1,77 @@
+"""Weight initialisation schemes, chosen by `Config.init`.
+
+"normal": every `nn.Linear` and `nn.Embedding` weight N(0, init_std), biases 0
+(norm weights stay 1). "t5": the Mesh TensorFlow scheme of Hugging Face's
+`T5PreTrainedModel._init_weights` (initializer_factor 1), drawn after "normal":
+
+    token (and token-type) embeddings   N(0, 1)
+    attention queries                   N(0, (d_model * d_head) ** -0.5)
+    attention keys and values           N(0, d_model ** -0.5)
+    attention output                    N(0, (n_heads * d_head) ** -0.5)
+    FFN up (gate and value)             N(0, d_model ** -0.5)
+    FFN down                            N(0, d_ff ** -0.5)
+    T5 relative bias tables             N(0, d_model ** -0.5)
+    head projections (untied)           N(0, in_features ** -0.5)
+
+The t5 preset has no 1/sqrt(d_head) attention scale and scales a tied head by
+d_model ** -0.5, so it relies on this scheme: under N(0, 0.02) its attention stays
+uniform and its logits near 0 for hundreds of steps. Head projections follow
+HF's `qa_outputs` and classification layers (d_model ** -0.5) and Mesh TF's untied
+softmax layer (fan-in); HF 4.57 draws an untied `lm_head` from N(0, 1) instead.
+Other parameters (another position encoding's tables, biases, norms) keep "normal".
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+def normal_init_(module: nn.Module, std: float) -> None:
+    """The "normal" scheme for one module (use with `model.apply`)."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, std=std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+
+@torch.no_grad()
+def t5_init_(model: nn.Module) -> None:
+    """Re-draw `model`'s (a `Transformer`) weights with the "t5" scheme, in `model.modules()` order.
+
+    Tied weights are drawn once, as the token embedding.
+    """
+    from posformer.attention import Attention
+    from posformer.feedforward import FeedForward
+    from posformer.positions.t5 import T5Bias
+
+    cfg = model.cfg
+    seen: set[int] = set()
+
+    def draw(weight: Tensor, std: float) -> None:
+        if id(weight) not in seen:
+            seen.add(id(weight))
+            weight.normal_(0.0, std)
+
+    for module in model.modules():
+        if module is model.embed_tokens or module is model.token_types:
+            draw(module.weight, 1.0)
+        elif isinstance(module, T5Bias):
+            draw(module.table.weight, cfg.d_model**-0.5)
+        elif isinstance(module, Attention):
+            q_dim = module.n_heads * module.head_dim
+            q_std, kv_std = (cfg.d_model * module.head_dim) ** -0.5, cfg.d_model**-0.5
+            if module.cross:
+                draw(module.q.weight, q_std)
+                draw(module.kv.weight, kv_std)
+            else:
+                seen.add(id(module.qkv.weight))
+                module.qkv.weight[:q_dim].normal_(0.0, q_std)
+                module.qkv.weight[q_dim:].normal_(0.0, kv_std)
+            draw(module.out.weight, q_dim**-0.5)
+        elif isinstance(module, FeedForward):
+            draw(module.up.weight, cfg.d_model**-0.5)
+            draw(module.down.weight, module.d_ff**-0.5)
+        elif module is model.head:
+            for linear in (m for m in module.modules() if isinstance(m, nn.Linear)):
+                draw(linear.weight, linear.in_features**-0.5)
