@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # into .venv first; an installed torch is kept (see README).
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test bench install dev clean
+.PHONY: demo demo-lm demo-span test bench install dev clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,17 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 install: $(VENV)/.installed
 dev: $(VENV)/.installed-dev
 
+# The seed job: SQuAD v2 generative QA (a t5-preset model from scratch) on the shipped sample, ~5 min on CPU.
 demo: $(VENV)/.installed
-	$(BIN)/posformer train --output-dir runs/demo --resume
+	$(BIN)/posformer qa train --output-dir runs/demo --resume
+
+# Extractive QA from the bundled all-MiniLM-L6-v2 weights (a dev extra), ~10 min on CPU.
+demo-span: $(VENV)/.installed-dev
+	$(BIN)/posformer qa train --head span --output-dir runs/demo-span --resume
+
+# A small causal LM on the shipped Tiny Shakespeare sample, ~2 min on CPU.
+demo-lm: $(VENV)/.installed
+	$(BIN)/posformer train --output-dir runs/demo-lm --resume
 
 test: $(VENV)/.installed-dev
 	@$(BIN)/python -m pytest -q --durations=10; rc=$$?; \

@@ -1,0 +1,215 @@
+"""`posformer extrapolate`: train short, test long (Press, Smith & Lewis 2022, the ALiBi benchmark).
+
+One small causal LM per position encoding is trained at train_len L with the shared
+`Trainer`; everything but the encoding is identical: tokenizer, data order (one batch
+seed), steps and schedule, and the initial weights (every tensor of a reference model
+whose name and shape match is copied in). Each row is then evaluated at L, 2L, ... 16L
+on the same held-out tokens; the RoPE row also with eval-time scalings (linear/PI, NTK,
+dynamic NTK, YaRN; factor eval_len / L). Results go to OUTPUT/results.json and
+results.md (after each row, atomically) and ppl.png; row r's run is OUTPUT/rows/r.
+Re-running into the same OUTPUT skips recorded rows and resumes a half-trained one.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+import torch
+from tqdm.auto import tqdm
+
+from posformer.atomic import write_json_atomic
+from posformer.bench import extrapolation_data as data
+from posformer.bench.extrapolation_eval import perplexity
+from posformer.bench.extrapolation_report import markdown, plot, write_text_atomic
+from posformer.bench.extrapolation_settings import ExtrapolationSettings, model_config, rope_scaling
+from posformer.data.shared import default_data_dir
+from posformer.model import Transformer
+from posformer.train.batches import WindowBatches
+from posformer.train.rng import seed_everything
+from posformer.train.settings import TrainerSettings
+from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
+
+IGNORED_FOR_RESUME = ("positions", "threads")  # rows may be added to a finished run; threads change only speed
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for name in ("posformer", "torch", "transformers", "tokenizers"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def open_results(settings: ExtrapolationSettings, out: Path) -> dict:
+    """The results recorded in `out` (checked against `settings`), or a fresh record."""
+    path = out / "results.json"
+    config = settings.to_dict()
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        old = saved.get("config", {})
+        differ = sorted(k for k in set(old) | set(config)
+                        if k not in IGNORED_FOR_RESUME and old.get(k) != config.get(k))
+        if differ:
+            raise ValueError(f"{out} holds results of a different configuration (differing keys: {', '.join(differ)}"
+                             f"; saved {({k: old.get(k) for k in differ})}); use the same settings or another "
+                             "--output-dir")
+        saved["config"] = config
+        return saved
+    return {"benchmark": "extrapolation", "config": config, "data": {}, "rows": {}, "versions": versions()}
+
+
+def save_results(results: dict, out: Path, draw: bool = True) -> None:
+    write_json_atomic(out / "results.json", results)
+    write_text_atomic(out / "results.md", markdown(results))
+    if draw and results["rows"]:
+        plot(results, out / "ppl.png")
+
+
+def reference_copy(model: Transformer, reference: Transformer) -> list[str]:
+    """Copy every tensor of `reference` whose name and shape match into `model`; the names copied."""
+    theirs = reference.state_dict()
+    shared = {k: v for k, v in model.state_dict().items() if k in theirs and theirs[k].shape == v.shape}
+    with torch.no_grad():
+        for name, tensor in shared.items():
+            tensor.copy_(theirs[name])
+    return sorted(shared)
+
+
+def initial_model(settings: ExtrapolationSettings, position: str, vocab_size: int,
+                  reference: Transformer | None = None) -> Transformer:
+    """The row's model before training: seeded init, then the shared tensors of the reference ("none") model."""
+    if reference is None:
+        seed_everything(settings.seed)
+        reference = Transformer(model_config(settings, "none", vocab_size))
+    seed_everything(settings.seed)
+    model = Transformer(model_config(settings, position, vocab_size))
+    reference_copy(model, reference)
+    return model
+
+
+def trainer_settings(s: ExtrapolationSettings) -> TrainerSettings:
+    every = min(s.save_every, s.steps)
+    return TrainerSettings(steps=s.steps, batch_size=s.batch_size, lr=s.lr, min_lr_ratio=s.min_lr_ratio,
+                           schedule="cosine", warmup=min(s.warmup, s.steps - 1), weight_decay=s.weight_decay,
+                           precision=s.precision, device=s.device, eval_every=every, save_every=every, keep_last=1,
+                           log_every=10, seed=s.seed, sample_prompt=None, sample_tokens=0)
+
+
+class Benchmark:
+    """The data, tokenizer and reference model shared by every row, and the per-row work."""
+
+    def __init__(self, settings: ExtrapolationSettings, out: Path, log: Callable[[str], None], progress: bool):
+        self.s, self.out, self.log, self.progress = settings, out, log, progress
+        data_dir = settings.data_dir or default_data_dir()
+        corpus = data.load_corpus(settings.corpus, data_dir, settings.held_out, settings.wikitext)
+        self.tokenizer = self._tokenizer(corpus.train)
+        self.files = data.tokenizer_files(self.tokenizer)
+        self.vocab_size = len(self.tokenizer)
+        self.train_ids = data.train_stream(self.tokenizer, corpus.train, settings.train_chars)
+        longest = max(settings.eval_lens)
+        self.streams = {name: data.eval_streams(self.tokenizer, docs, settings.eval_tokens, longest)
+                        for name, docs in corpus.eval_sets.items()}
+        self.summary = {"held_out": corpus.held_out, "train_documents": list(corpus.train),
+                        "train_tokens": self.train_ids.numel(), "vocab_size": self.vocab_size,
+                        "data_dir": str(data_dir) if settings.corpus == "gutenberg" or settings.wikitext else None,
+                        "eval_sets": {name: {"tokens": sum(t.numel() for t in st.values()),
+                                             "documents": {d: t.numel() for d, t in st.items()}}
+                                      for name, st in self.streams.items()}}
+        seed_everything(settings.seed)
+        self.reference = Transformer(model_config(settings, "none", self.vocab_size))
+
+    def _tokenizer(self, texts: dict[str, str]):
+        """Trained once per output dir and kept in OUTPUT/tokenizer, so a resumed run reuses it."""
+        from transformers import PreTrainedTokenizerFast
+
+        folder = self.out / "tokenizer"
+        if (folder / "tokenizer.json").is_file():
+            return PreTrainedTokenizerFast.from_pretrained(str(folder))
+        self.log(f"training a byte-level BPE tokenizer (vocab {self.s.vocab_size}, "
+                 f"{self.s.tokenizer_chars:,} characters)")
+        tokenizer = data.train_bpe(texts, self.s.vocab_size, self.s.tokenizer_chars)
+        tokenizer.save_pretrained(str(folder))
+        return tokenizer
+
+    def evaluate(self, model: Transformer, row: str, scaling: str | None = None) -> dict[str, dict[str, float | None]]:
+        """{eval set: {str(eval_len): ppl or None}}; with `scaling`, a RoPE model rescaled per length."""
+        s = self.s
+        table: dict[str, dict[str, float | None]] = {name: {} for name in self.streams}
+        bar = tqdm(total=len(s.eval_lens) * len(self.streams), desc=f"eval {row}", unit="length",
+                   dynamic_ncols=True, disable=not self.progress)
+        for n in s.eval_lens:
+            scored = model
+            if scaling is not None:
+                scored = Transformer(model_config(s, "rope", self.vocab_size,
+                                                  rope_scaling(scaling, max(n, s.train_len), s.train_len)))
+                scored.load_state_dict(model.state_dict())
+                scored.to(next(model.parameters()).device)
+            for name, streams in self.streams.items():
+                bar.set_postfix_str(f"{name} @ {n}")
+                table[name][str(n)] = perplexity(scored, streams, n, s.protocol, s.stride or s.train_len // 2,
+                                                 s.eval_batch_tokens, s.precision)
+                bar.update(1)
+        bar.close()
+        return table
+
+    def run_row(self, position: str) -> dict[str, dict]:
+        """Train (or resume) and evaluate one row -> {row name: record}, with the RoPE scaling rows for rope."""
+        s, run_dir = self.s, self.out / "rows" / position
+        model = initial_model(s, position, self.vocab_size, self.reference)
+        self.log(f"\n== {position}: {model.num_parameters():,} parameters, training in {run_dir}")
+        started = time.monotonic()
+        trainer = Trainer(model, WindowBatches(self.train_ids, s.train_len, s.seed), trainer_settings(s), run_dir,
+                          run_config={"extrapolate": s.to_dict(), "model": model.cfg.to_dict()},
+                          extra_files=self.files, log=self.log, progress=self.progress)
+        record = {"position": position, "parameters": model.num_parameters(), "error": None}
+        try:
+            fit = trainer.fit(resume=True)
+        except TrainingStopped as err:
+            self.log(f"{position}: {err}")
+            record.update(error=str(err), ppl={name: {str(n): None for n in s.eval_lens} for name in self.streams})
+            return {position: record}
+        record.update(steps=fit.step, final_loss=fit.losses[-1] if fit.losses else None,
+                      train_wall_s=round(time.monotonic() - started, 2))
+        started = time.monotonic()
+        record["ppl"] = self.evaluate(model, position)
+        record["eval_wall_s"] = round(time.monotonic() - started, 2)
+        rows = {position: record}
+        if position == "rope":
+            for kind in s.rope_scalings:
+                started = time.monotonic()
+                rows[f"rope+{kind}"] = {"position": "rope", "scaling": kind, "parameters": record["parameters"],
+                                        "error": None, "ppl": self.evaluate(model, f"rope+{kind}", kind)}
+                rows[f"rope+{kind}"]["eval_wall_s"] = round(time.monotonic() - started, 2)
+        return rows
+
+
+def run_extrapolation(settings: ExtrapolationSettings, output_dir: str | Path, log: Callable[[str], None] = print,
+                      progress: bool = True) -> dict:
+    """Run (or continue) the benchmark into `output_dir`; returns the results dict written to results.json."""
+    out = Path(output_dir)
+    check_output_dir(out)
+    if settings.threads is not None:
+        torch.set_num_threads(settings.threads)
+    results = open_results(settings, out)
+    started = time.monotonic()
+    bench = Benchmark(settings, out, log, progress)
+    results["data"] = bench.summary
+    save_results(results, out, draw=False)
+    for position in settings.positions:
+        if position in results["rows"]:
+            log(f"{position}: already recorded in {out / 'results.json'}, skipped")
+            continue
+        results["rows"].update(bench.run_row(position))
+        results["wall_s"] = round(results.get("wall_s", 0.0) + time.monotonic() - started, 2)
+        started = time.monotonic()
+        save_results(results, out)
+    if results["rows"]:
+        save_results(results, out)
+    return results

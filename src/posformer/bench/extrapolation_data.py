@@ -1,0 +1,158 @@
+"""The corpora and the tokenizer of the length-extrapolation benchmark.
+
+Corpora:
+  "gutenberg"    ../shared/data/gutenberg/*.txt (25 public-domain books): train on all but
+                 the held-out books, evaluate on each held-out book as one long document.
+  "shakespeare"  the shipped Tiny Shakespeare sample: first 90% train, last 10% eval.
+WikiText-2 (test split) can be added as a second evaluation set.
+
+Every text is read with utf-8-sig and its line endings normalised to "\\n". The
+tokenizer is a byte-level BPE trained with `tokenizers` on (a capped prefix of
+every document of) the training split.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from posformer.data.shared import DATA_DIR_ENV
+from posformer.data.text import default_corpus
+EOS = "<|endoftext|>"
+START = re.compile(r"^\*\*\* ?START OF.*$", re.MULTILINE)
+END = re.compile(r"^\*\*\* ?END OF.*$", re.MULTILINE)
+
+
+def read_document(path: Path) -> str:
+    """A text file as UTF-8 (a byte-order mark dropped) with "\\n" line endings."""
+    if not path.is_file():
+        raise FileNotFoundError(f"extrapolate: data file {path} does not exist")
+    return path.read_text(encoding="utf-8-sig").replace("\r\n", "\n")
+
+
+def strip_gutenberg(text: str, name: str = "book") -> str:
+    """The text between the `*** START OF` and `*** END OF` marker lines (both excluded)."""
+    start, end = START.search(text), END.search(text)
+    if start is None or end is None or end.start() <= start.end():
+        raise ValueError(f"extrapolate: {name} has no '*** START OF' / '*** END OF' Project Gutenberg markers")
+    return text[start.end():end.start()].strip("\n") + "\n"
+
+
+def _require(path: Path, what: str) -> Path:
+    if not path.exists():
+        raise FileNotFoundError(f"extrapolate: {what} {path} does not exist (set --data-dir or ${DATA_DIR_ENV} to "
+                                "the folder holding gutenberg/ and wikitext-2/)")
+    return path
+
+
+@dataclass
+class Corpus:
+    """Training documents and evaluation sets: {set name: {document name: text}}."""
+
+    train: dict[str, str]
+    eval_sets: dict[str, dict[str, str]] = field(default_factory=dict)
+    held_out: list[str] = field(default_factory=list)
+
+
+def load_corpus(corpus: str, data_dir: str | Path, held_out: list[str], wikitext: bool) -> Corpus:
+    """Read the training texts and the evaluation sets the settings name."""
+    data_dir = Path(data_dir)
+    if corpus == "shakespeare":
+        text = read_document(default_corpus())
+        cut = int(0.9 * len(text))
+        result = Corpus({"tinyshakespeare": text[:cut]}, {"tinyshakespeare": {"tinyshakespeare": text[cut:]}})
+    elif corpus == "gutenberg":
+        folder = _require(_require(data_dir, "data dir") / "gutenberg", "Gutenberg folder")
+        books = {p.name: p for p in sorted(folder.glob("*.txt"))}
+        missing = [b for b in held_out if b not in books]
+        if missing:
+            raise FileNotFoundError(f"extrapolate: held-out book(s) {missing} are not in {folder}; "
+                                    f"available: {', '.join(books)}")
+        texts = {name: strip_gutenberg(read_document(path), name) for name, path in books.items()}
+        result = Corpus({n: t for n, t in texts.items() if n not in held_out},
+                        {"gutenberg": {n: texts[n] for n in held_out}}, list(held_out))
+        if not result.train:
+            raise ValueError("extrapolate: every Gutenberg book is held out; nothing is left to train on")
+    else:
+        raise ValueError(f"extrapolate: corpus={corpus!r}: expected 'gutenberg' or 'shakespeare'")
+    if wikitext:
+        path = _require(_require(data_dir, "data dir") / "wikitext-2" / "test.txt", "WikiText-2 file")
+        result.eval_sets["wikitext-2"] = {"test.txt": read_document(path)}
+    return result
+
+
+def train_bpe(texts: dict[str, str], vocab_size: int, max_chars: int):
+    """A byte-level BPE `PreTrainedTokenizerFast` trained on at most `max_chars` characters.
+
+    The cap is spread evenly over the documents (a prefix of each), so every book counts.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    share = max(1, max_chars // max(1, len(texts)))
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    pieces = [line for text in texts.values() for line in text[:share].splitlines(keepends=True)]
+    tokenizer.train_from_iterator(pieces, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, unk_token=EOS,
+                                   model_input_names=["input_ids"])
+
+
+def tokenizer_files(tokenizer) -> dict[str, str]:
+    """The Hugging Face files of `tokenizer` as {name: text}, for the Trainer's `extra_files`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer.save_pretrained(tmp)
+        return {p.name: p.read_text(encoding="utf-8") for p in sorted(Path(tmp).iterdir()) if p.is_file()}
+
+
+def encode(tokenizer, text: str, max_chars: int | None = None) -> Tensor:
+    """text (optionally its first `max_chars` characters) -> (N,) token ids, encoded paragraph by paragraph."""
+    if max_chars is not None:
+        text = text[:max_chars]
+    paragraphs = re.split(r"(?<=\n\n)", text)
+    ids = [i for enc in tokenizer.backend_tokenizer.encode_batch(paragraphs, add_special_tokens=False)
+           for i in enc.ids]
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def train_stream(tokenizer, texts: dict[str, str], max_chars: int | None) -> Tensor:
+    """The training documents as one token stream (N,), each followed by EOS; `max_chars` spread over them."""
+    share = None if max_chars is None else max(1, max_chars // len(texts))
+    eos = torch.tensor([tokenizer.convert_tokens_to_ids(EOS)])
+    return torch.cat([t for text in texts.values() for t in (encode(tokenizer, text, share), eos)])
+
+
+def _from_middle(text: str) -> str:
+    """The text from the first paragraph break after its middle (skipping title pages and contents)."""
+    cut = text.find("\n\n", len(text) // 2)
+    return text[cut + 2:] if cut >= 0 else text
+
+
+def eval_streams(tokenizer, docs: dict[str, str], budget: int, multiple: int) -> dict[str, Tensor]:
+    """Each document's evaluation tokens, (n_d,) with n_d a multiple of `multiple`: `budget` tokens shared evenly.
+
+    The tokens are a continuous run from the first paragraph break after the document's middle
+    (from its start when the second half is too short). Documents too short for one `multiple`
+    are dropped; a clear error if none is left.
+    """
+    per_doc = max(multiple, budget // len(docs) // multiple * multiple)
+    streams = {}
+    for name, text in docs.items():
+        ids = encode(tokenizer, _from_middle(text), max_chars=per_doc * 12)
+        if ids.numel() < per_doc:
+            ids = encode(tokenizer, text, max_chars=per_doc * 12)
+        n = min(per_doc, ids.numel() // multiple * multiple)
+        if n:
+            streams[name] = ids[:n]
+    if not streams:
+        raise ValueError(f"extrapolate: the evaluation documents {list(docs)} are shorter than the longest eval "
+                         f"length {multiple} tokens")
+    return streams

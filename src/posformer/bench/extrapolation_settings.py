@@ -1,0 +1,173 @@
+"""The knobs of `posformer extrapolate`, its presets (quick, cpu, gpu) and the model every row shares."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from posformer import positions
+from posformer.config import Config
+
+DEFAULT_ROWS = ["none", "sinusoidal", "learned", "rope", "alibi", "t5", "shaw", "fire", "kerple", "xpos"]
+ROPE_SCALINGS = ["linear", "ntk", "dynamic", "yarn"]
+HELD_OUT_BOOKS = ["middlemarch.txt", "the-republic.txt", "ulysses.txt"]
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # a smoke run: under a minute on one CPU thread, no data outside the package
+    "quick": dict(corpus="shakespeare", wikitext=False, train_len=32, steps=200, batch_size=16, lr=5e-3, warmup=20,
+                  d_model=64, layers=2, heads=2, vocab_size=512, eval_tokens=4096, tokenizer_chars=300_000,
+                  train_chars=None, save_every=100, threads=1),
+    # the benchmark on 2 shared CPU cores: about 45 minutes for the ten rows, evaluation included (measured on
+    # one thread: 0.55-0.7 s a step, FIRE 1.3 s; evaluation 25-165 s a row). One thread: with other work on
+    # the cores, two OpenMP threads ran up to 10x slower; on 2 idle cores --set threads=2 is faster.
+    "cpu": dict(corpus="gutenberg", wikitext=True, train_len=128, steps=300, batch_size=16, lr=1e-3, warmup=30,
+                d_model=192, layers=4, heads=4, vocab_size=4096, eval_tokens=12288, eval_batch_tokens=4096,
+                tokenizer_chars=2_000_000, train_chars=12_000_000, save_every=100, threads=1),
+    # about 100M parameters at L=512 on one GPU, bf16
+    "gpu": dict(corpus="gutenberg", wikitext=True, train_len=512, steps=5000, batch_size=32, lr=6e-4, warmup=250,
+                d_model=768, layers=12, heads=12, vocab_size=16384, eval_tokens=262_144, eval_batch_tokens=32_768,
+                tokenizer_chars=20_000_000, train_chars=None, save_every=500, device="cuda", precision="bf16"),
+}
+
+
+@dataclass
+class ExtrapolationSettings:
+    """Every knob of the benchmark. eval_lens None: train_len times 1, 2, 4, 8, 16.
+
+    stride (sliding protocol only) None: train_len // 2. data_dir None: $POSFORMER_DATA_DIR or
+    ../shared/data beside the repository. position_params: {row: Config.position_params}.
+    threads: torch CPU threads (None: torch's default); 1 is faster when other work shares the cores.
+    tokenizer_chars / train_chars cap the characters used to train the tokenizer / the model,
+    spread evenly over the training documents (train_chars None: all of them).
+    """
+
+    positions: list[str] = field(default_factory=lambda: list(DEFAULT_ROWS))
+    train_len: int = 128
+    eval_lens: list[int] | None = None
+    steps: int = 400
+    batch_size: int = 16
+    lr: float = 1e-3
+    warmup: int = 40
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    d_model: int = 192
+    layers: int = 4
+    heads: int = 4
+    vocab_size: int = 4096
+    eval_tokens: int = 16384
+    eval_batch_tokens: int = 16384
+    protocol: str = "nonoverlapping"
+    stride: int | None = None
+    seed: int = 0
+    device: str = "auto"
+    threads: int | None = None
+    precision: str = "fp32"
+    corpus: str = "gutenberg"
+    data_dir: str | None = None
+    held_out: list[str] = field(default_factory=lambda: list(HELD_OUT_BOOKS))
+    wikitext: bool = True
+    tokenizer_chars: int = 2_000_000
+    train_chars: int | None = None
+    save_every: int = 100
+    rope_scalings: list[str] = field(default_factory=lambda: list(ROPE_SCALINGS))
+    position_params: dict = field(default_factory=dict)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "ExtrapolationSettings":
+        if name not in PRESETS:
+            raise ValueError(f"extrapolate: unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(f"extrapolate: unknown setting(s) {unknown}; known: {', '.join(sorted(known))}")
+        settings = cls(**{**PRESETS[name], **overrides})
+        if settings.eval_lens is None:
+            settings.eval_lens = [settings.train_len * k for k in (1, 2, 4, 8, 16)]
+        settings.validate()
+        return settings
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad knob."""
+        def fail(name: str, expected: str) -> None:
+            raise ValueError(f"extrapolate: {name}={getattr(self, name)!r} is invalid: expected {expected}")
+
+        for name in ("train_len", "steps", "batch_size", "d_model", "layers", "heads", "vocab_size", "eval_tokens",
+                     "eval_batch_tokens", "tokenizer_chars", "save_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                fail(name, "a positive integer")
+        if isinstance(self.positions, str):
+            self.positions = [p.strip() for p in self.positions.split(",") if p.strip()]
+        if not self.positions or len(set(self.positions)) != len(self.positions):
+            fail("positions", "a non-empty list of distinct encodings")
+        unknown = [p for p in self.positions if p not in positions.names()]
+        if unknown:
+            raise ValueError(f"extrapolate: unknown position encoding(s) {', '.join(unknown)}; registered: "
+                             f"{', '.join(positions.names())}")
+        if not self.eval_lens or any(not isinstance(n, int) or n < 2 for n in self.eval_lens):
+            fail("eval_lens", "a list of integers >= 2")
+        self.eval_lens = sorted(set(self.eval_lens))
+        if self.train_len not in self.eval_lens:
+            fail("eval_lens", f"a list that includes train_len={self.train_len} (the reference of the ratios)")
+        if self.vocab_size < 257:
+            fail("vocab_size", "an integer >= 257 (256 byte tokens and <|endoftext|>)")
+        if self.d_model % self.heads or (self.d_model // self.heads) % 2:
+            fail("heads", f"a divisor of d_model={self.d_model} giving an even head size")
+        if self.protocol not in ("nonoverlapping", "sliding"):
+            fail("protocol", "'nonoverlapping' or 'sliding'")
+        if self.stride is not None and (not isinstance(self.stride, int) or self.stride < 1):
+            fail("stride", "a positive integer or null")
+        if self.corpus not in ("gutenberg", "shakespeare"):
+            fail("corpus", "'gutenberg' or 'shakespeare'")
+        if self.precision not in ("fp32", "bf16", "fp16") or self.device not in ("auto", "cpu", "cuda"):
+            fail("precision" if self.precision not in ("fp32", "bf16", "fp16") else "device",
+                 "precision fp32|bf16|fp16 and device auto|cpu|cuda")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            fail("threads", "a positive integer or null")
+        if self.train_chars is not None and (not isinstance(self.train_chars, int) or self.train_chars < 1):
+            fail("train_chars", "a positive integer or null")
+        bad = [s for s in self.rope_scalings if s not in ROPE_SCALINGS]
+        if bad:
+            fail("rope_scalings", f"a list drawn from {', '.join(ROPE_SCALINGS)}")
+        if not isinstance(self.position_params, dict):
+            fail("position_params", "a mapping {row: {param: value}}")
+        for name in ("lr", "min_lr_ratio", "weight_decay"):
+            if not isinstance(getattr(self, name), (int, float)) or getattr(self, name) < 0:
+                fail(name, "a number >= 0")
+
+
+def d_ff(d_model: int) -> int:
+    """The SwiGLU hidden size: 8/3 d_model rounded to a multiple of 64 (LLaMA)."""
+    return max(64, 64 * round(8 * d_model / 3 / 64))
+
+
+def model_config(s: ExtrapolationSettings, position: str, vocab_size: int, scaling: dict | None = None) -> Config:
+    """The row's decoder: identical for every row but the position encoding.
+
+    Pre-norm RMSNorm, SwiGLU, no biases, tied embeddings, token embeddings times sqrt(d_model)
+    (Vaswani et al.; without it the unit-size sinusoids drown the 0.02-std embeddings), attention
+    scale 1/sqrt(head size) for every row (T5's own default is 1.0). max_positions: the longest eval length, except
+    for encodings that cannot extrapolate (learned): exactly train_len.
+    """
+    params = dict(s.position_params.get(position) or {})
+    if scaling is not None:
+        params["scaling"] = scaling
+    longest = max(s.eval_lens) if positions.get(position).extrapolates else s.train_len
+    return Config(arch="decoder", vocab_size=vocab_size, d_model=s.d_model, n_layers=s.layers, n_heads=s.heads,
+                  d_ff=d_ff(s.d_model), position=position, position_params=params,
+                  max_positions=max(longest, s.train_len), norm="rmsnorm", norm_placement="pre", activation="swiglu",
+                  qkv_bias=False, attn_out_bias=False, ffn_bias=False, tie_embeddings=True, scale_embeddings=True,
+                  attn_scale=1.0 / math.sqrt(s.d_model // s.heads))
+
+
+def rope_scaling(kind: str, eval_len: int, train_len: int) -> dict:
+    """The RoPE scaling dict of `kind` for reading eval_len tokens after training at train_len."""
+    scaling: dict[str, Any] = {"type": kind, "factor": eval_len / train_len}
+    if kind in ("dynamic", "yarn"):
+        scaling["original_max_position_embeddings"] = train_len
+    return scaling
