@@ -68,3 +68,33 @@ def test_scores_are_opt_in_and_zero_without_new_tokens(pair):
     tokens, scores = ours.generate(**batch, max_new_tokens=0, num_beams=2, num_return_sequences=2,
                                    return_scores=True)
     assert scores.shape == (tokens.shape[0],) and not scores.any()
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_min_new_tokens_equals_hf(pair, beams):
+    """No eos before min_new_tokens: HF's tokens; beam scores are HF's (log_softmax, then eos masked)."""
+    hf, ours, batch, eos = pair
+    options = dict(num_beams=beams, eos_token_id=eos, pad_token_id=PAD, max_new_tokens=NEW, min_new_tokens=4)
+    tokens, scores = ours.generate(**batch, return_scores=True, **options)
+    with torch.no_grad():
+        out = hf.generate(**batch, do_sample=False, output_scores=True, return_dict_in_generate=True, **options)
+    assert torch.equal(tokens, out.sequences)
+    new = tokens[:, -NEW:]
+    assert not (new[:, :4] == eos).any()
+    unforced = ours.generate(**batch, num_beams=beams, eos_token_id=eos, pad_token_id=PAD, max_new_tokens=NEW)
+    assert (unforced[:, -NEW:][:, :4] == eos).any(), "eos never came early: min_new_tokens is not exercised"
+    if beams > 1:
+        torch.testing.assert_close(scores, out.sequences_scores, rtol=1e-4, atol=1e-4)
+    else:
+        with torch.no_grad():
+            logits = hf(**batch, decoder_input_ids=tokens[:, :-1]).logits if hf.config.is_encoder_decoder else None
+        if logits is not None:  # the greedy score is the unmasked log-prob of the chosen tokens up to the eos
+            chosen = torch.log_softmax(logits.float(), -1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
+            expected = chosen.masked_fill(~_until_eos(tokens[:, 1:], eos), 0.0).sum(1)
+            torch.testing.assert_close(scores, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_min_new_tokens_is_checked(pair):
+    _, ours, batch, eos = pair
+    with pytest.raises(ValueError, match="min_new_tokens"):
+        ours.generate(**batch, min_new_tokens=-1)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -75,27 +77,45 @@ def _generate_each_window(model, tokenizer, windows) -> list[str]:
 
 
 class _ReadingModel(nn.Module):
-    """A stand-in generator: answers `answer` (score -0.05) from a window whose text contains it, else ""
-    (score -2.0); records the decoded encoder inputs it was given."""
+    """A stand-in reader: from a window whose text contains `answer` it generates the answer (score -0.05)
+    and gives "" log-prob -4.0; from any other window it generates a wrong non-empty answer, "harbour"
+    (score -3.0), and gives "" log-prob -2.0. It records the decoded encoder inputs it was given."""
 
     def __init__(self, tokenizer, answer: str) -> None:
         super().__init__()
         self.anchor = nn.Parameter(torch.zeros(1))
         self.tokenizer = tokenizer
         self.answer = answer
-        self.answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
+        self.ids = {text: tokenizer(text, add_special_tokens=False)["input_ids"] for text in (answer, "harbour")}
         self.inputs: list[str] = []
 
+    def _found(self, input_ids, attention_mask) -> list[bool]:
+        return [self.answer in self.tokenizer.decode(ids[:sum(mask)], skip_special_tokens=True)
+                for ids, mask in zip(input_ids.tolist(), attention_mask.tolist())]
+
     def generate(self, input_ids, attention_mask, max_new_tokens, return_scores, eos_token_id, pad_token_id,
-                 **_) -> tuple[torch.Tensor, torch.Tensor]:
+                 min_new_tokens=0, **_) -> tuple[torch.Tensor, torch.Tensor]:
+        assert min_new_tokens == 1, "the non-empty answer of every window is generated"
         rows, scores = [], []
-        for ids, mask in zip(input_ids.tolist(), attention_mask.tolist()):
+        for ids, mask, found in zip(input_ids.tolist(), attention_mask.tolist(), self._found(input_ids,
+                                                                                          attention_mask)):
             self.inputs.append(self.tokenizer.decode(ids[:sum(mask)], skip_special_tokens=True))
-            found = self.answer in self.inputs[-1]
-            new = (self.answer_ids + [eos_token_id]) if found else [eos_token_id]
+            new = self.ids[self.answer if found else "harbour"] + [eos_token_id]
             rows.append([0] + new + [pad_token_id] * (max_new_tokens - len(new)))
-            scores.append(-0.05 if found else -2.0)
+            scores.append(-0.05 if found else -3.0)
         return torch.tensor(rows), torch.tensor(scores)
+
+    def forward(self, input_ids, attention_mask, decoder_input_ids) -> SimpleNamespace:
+        """Log-probs (B, 1, V) as logits: log p(eos) is -4.0 or -2.0, the rest spread evenly."""
+        vocab = len(self.tokenizer)
+        eos = self.tokenizer.eos_token_id
+        rows = []
+        for found in self._found(input_ids, attention_mask):
+            p_eos = math.exp(-4.0 if found else -2.0)
+            probs = torch.full((vocab,), (1 - p_eos) / (vocab - 1), dtype=torch.float64)
+            probs[eos] = p_eos
+            rows.append(probs.log())
+        return SimpleNamespace(logits=torch.stack(rows)[:, None, :])
 
 
 def _third_window_example(tokenizer) -> QAExample:

@@ -70,8 +70,11 @@ class Finished:
 
 def beam_search(state: "Decoding", max_new_tokens: int, num_beams: int, eos: list[int], pad: int | None,
                 length_penalty: float, early_stopping: bool | str,
-                num_return_sequences: int) -> tuple[Tensor, Tensor]:
+                num_return_sequences: int, min_new_tokens: int = 0) -> tuple[Tensor, Tensor]:
     """Beam search from `state` (the prefix not run yet); max_new_tokens >= 1.
+
+    While fewer than `min_new_tokens` tokens are generated, the eos ids get log-prob
+    -inf after the log_softmax (HF's MinNewTokensLengthLogitsProcessor).
 
     Returns the sequences (B * num_return_sequences, T + new): each prompt's prefix
     (B, T) followed by its best hypotheses, padded with `pad` to the longest one;
@@ -91,7 +94,10 @@ def beam_search(state: "Decoding", max_new_tokens: int, num_beams: int, eos: lis
     state.reorder(torch.arange(batch, device=device).repeat_interleave(num_beams))
     for step in range(max_new_tokens):
         length = step + 1  # new tokens in every candidate
-        log_probs = torch.log_softmax(logits, dim=-1).view(batch, num_beams, -1) + scores[:, :, None]
+        log_probs = torch.log_softmax(logits, dim=-1)
+        if step < min_new_tokens and eos:
+            log_probs = log_probs.index_fill(-1, eos_ids, float("-inf"))
+        log_probs = log_probs.view(batch, num_beams, -1) + scores[:, :, None]
         vocab = log_probs.shape[-1]
         cand_scores, flat = log_probs.view(batch, -1).topk(min(keep, num_beams * vocab), dim=1)
         cand_beam, cand_token = flat // vocab, flat % vocab

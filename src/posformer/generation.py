@@ -171,6 +171,7 @@ def generate(
     early_stopping: bool | str = False,
     num_return_sequences: int = 1,
     return_scores: bool = False,
+    min_new_tokens: int = 0,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Generate up to `max_new_tokens` tokens after input_ids (B, T).
 
@@ -188,6 +189,9 @@ def generate(
     HF's `length_penalty` (score = sum of log-probs / generated length ** length_penalty)
     and `early_stopping` (True, False or "never"); see `posformer.beam_search`.
 
+    min_new_tokens: no eos id can be chosen before this many new tokens (HF's
+    `min_new_tokens`); scores still use the unmasked log-probs.
+
     return_scores: return (sequences, scores) with scores (B',) float32. Greedy and
     sampling: the sum of the chosen tokens' log-probs (log_softmax of the float32
     logits, before temperature and filters) up to and including the eos. Beam search:
@@ -200,6 +204,8 @@ def generate(
         raise ValueError(f"generate() needs a language-model head: Config.head is {cfg.head_kind!r}")
     _check_options(max_new_tokens, do_sample, temperature, top_k, top_p, num_beams, num_return_sequences,
                    length_penalty, early_stopping)
+    if not isinstance(min_new_tokens, int) or isinstance(min_new_tokens, bool) or min_new_tokens < 0:
+        raise ValueError(f"min_new_tokens must be an integer >= 0, got {min_new_tokens!r}")
     eos = _eos_ids(eos_token_id, cfg.eos_token_id, cfg.vocab_size)
     pad = pad_token_id if pad_token_id is not None else cfg.pad_token_id if cfg.pad_token_id is not None \
         else eos[0] if eos else None
@@ -216,10 +222,10 @@ def generate(
             scores = torch.zeros(tokens.shape[0], device=tokens.device)
         elif num_beams > 1:
             tokens, scores = beam_search(state, max_new_tokens, num_beams, eos, pad, length_penalty,
-                                         early_stopping, num_return_sequences)
+                                         early_stopping, num_return_sequences, min_new_tokens)
         else:
             tokens, scores = _greedy_or_sample(state, max_new_tokens, eos, pad, do_sample, temperature, top_k,
-                                               top_p, generator)
+                                               top_p, generator, min_new_tokens)
         return (tokens, scores) if return_scores else tokens
     finally:
         model.train(was_training)
@@ -227,8 +233,11 @@ def generate(
 
 def _greedy_or_sample(state: Decoding, max_new_tokens: int, eos: list[int], pad: int | None, do_sample: bool,
                       temperature: float, top_k: int | None, top_p: float | None,
-                      generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+                      generator: torch.Generator | None, min_new_tokens: int = 0) -> tuple[Tensor, Tensor]:
     """One token per row and step; a row that emitted an eos id gets `pad` afterwards.
+
+    Before `min_new_tokens` tokens the eos ids cannot be chosen; the score of a chosen
+    token is its log-prob under the unmasked logits.
 
     Returns the sequences (B, T + new) and their log-prob sums up to the eos (B,).
     """
@@ -238,7 +247,8 @@ def _greedy_or_sample(state: Decoding, max_new_tokens: int, eos: list[int], pad:
     scores = torch.zeros(tokens.shape[0], device=tokens.device)
     logits = state.start()
     for step in range(max_new_tokens):
-        new = next_token(logits, do_sample, temperature, top_k, top_p, generator)
+        allowed = logits.index_fill(-1, eos_ids, float("-inf")) if step < min_new_tokens and eos else logits
+        new = next_token(allowed, do_sample, temperature, top_k, top_p, generator)
         chosen = torch.log_softmax(logits, dim=-1).gather(-1, new[:, None]).squeeze(-1)
         scores += chosen.masked_fill(done, 0.0)
         if eos:

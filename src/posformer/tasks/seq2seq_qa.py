@@ -2,11 +2,16 @@
 
 Training rows are the doc_stride windows of `posformer.tasks.qa_windows`: the window
 holding the first gold answer is trained on its text, every other window (and every
-window of an unanswerable question) on "". Prediction generates for every window of an
-example and keeps, with `select_seq2seq_answer`, the best-scoring non-empty answer unless
-the best "" generation scores within `null_score_diff_threshold` of it. The score of a
-generation is `generate(..., return_scores=True)`'s: the log-prob sum for greedy decoding,
-the length-penalized beam score for beam search.
+window of an unanswerable question) on "". Prediction scores two sequences in every window
+of an example: "" (the lone eos; its score is log p(eos) at the first step) and the best
+non-empty answer (generated with the eos barred from the first step, `min_new_tokens=1`).
+`select_seq2seq_answer` keeps the best-scoring non-empty answer across the windows unless
+the best "" scores within `null_score_diff_threshold` of it. The score of an answer is
+`generate(..., return_scores=True)`'s: the unmasked log-prob sum up to the eos for greedy
+decoding, the length-penalized beam score for beam search (where "" has length 1).
+Scoring "" in every window, rather than only where greedy decoding emits it, is what makes
+the null odds a real margin: best_f1 and its threshold then mean something even for a
+model whose greedy output is "" everywhere.
 
 `max_answer_tokens` counts answer tokens without the end-of-sequence token: targets are
 cut to max_answer_tokens + 1 tokens with the eos, and generation runs for as many.
@@ -107,9 +112,9 @@ def predict_seq2seq(model: Transformer, tokenizer, examples: Sequence[QAExampleL
                     length_penalty: float = 1.0) -> tuple[dict[str, str], dict[str, float]]:
     """Answer every example from all its windows.
 
-    Windows go through `model.generate` in batches of `batch_size`, right-padded
-    (input_ids, attention_mask: (b, longest window)); each generation's text and score
-    becomes a candidate of its example. Returns (predictions id -> text,
+    Windows go through the model in batches of `batch_size`, right-padded
+    (input_ids, attention_mask: (b, longest window)); each window gives two candidates of
+    its example: ("", log p(eos | window)) and (its best non-empty generation, score). Returns (predictions id -> text,
     null odds id -> best "" score minus best answer score, +-inf when one kind is missing).
     """
     windows = seq2seq_eval_windows(examples, tokenizer, max_seq_length, doc_stride)
@@ -120,10 +125,12 @@ def predict_seq2seq(model: Transformer, tokenizer, examples: Sequence[QAExampleL
         batch = {k: v.to(device) for k, v in pad_windows(chunk, tokenizer.pad_token_id).items()}
         tokens, scores = model.generate(**batch, max_new_tokens=max_answer_tokens + 1, num_beams=num_beams,
                                         length_penalty=length_penalty, eos_token_id=tokenizer.eos_token_id,
-                                        pad_token_id=tokenizer.pad_token_id, return_scores=True)
+                                        pad_token_id=tokenizer.pad_token_id, return_scores=True, min_new_tokens=1)
+        first = model(**batch, decoder_input_ids=tokens[:, :1]).logits[:, 0].float()
+        null_scores = torch.log_softmax(first, dim=-1)[:, tokenizer.eos_token_id]
         texts = tokenizer.batch_decode(tokens[:, 1:].cpu(), skip_special_tokens=True)
-        for window, text, score in zip(chunk, texts, scores.tolist()):
-            candidates[window.example_id].append((text, score))
+        for window, text, score, null in zip(chunk, texts, scores.tolist(), null_scores.tolist()):
+            candidates[window.example_id] += [("", null), (text, score)]
     predictions, null_odds = {}, {}
     for example in examples:
         predictions[example.id], null_odds[example.id] = select_seq2seq_answer(candidates[example.id],
