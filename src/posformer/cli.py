@@ -128,8 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
                "--set model.position=alibi",
     )
     train.add_argument("--config", help="run config, YAML or JSON (default: the demo settings)")
-    train.add_argument("--output-dir", dest="output_dir", default="runs/demo",
-                       help="where checkpoints, metrics.jsonl, loss.png and run_config.yaml go (default: runs/demo)")
+    train.add_argument("--output-dir", dest="output_dir", default="runs/lm",
+                       help="where checkpoints, metrics.jsonl, loss.png and run_config.yaml go (default: runs/lm)")
     train.add_argument("--resume", action="store_true",
                        help="continue from the newest valid checkpoint in --output-dir (falls back past corrupt ones)")
     train.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",

@@ -44,6 +44,7 @@ from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
+from tqdm.auto import tqdm
 
 from posformer.bench.common import HelpFormatter, run_cli
 from posformer.bench.qa_setup import (draw_batches, load_models, load_questions, resolve_data, summary)
@@ -91,13 +92,16 @@ class Run:
 
 def train_both(models: dict[str, nn.Module], batches: list[dict[str, Tensor]], block: int, lr: float,
                betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-               weight_decay: float = 0.0) -> dict[str, Run]:
+               weight_decay: float = 0.0, progress: bool = True) -> dict[str, Run]:
     """Train each model on `batches` (one per step), alternating blocks of `block` steps between them."""
     runs = {name: Run(model, len(batches), lr, betas, eps, weight_decay) for name, model in models.items()}
-    for first in range(0, len(batches), block):
-        for run in runs.values():
-            for batch in batches[first : first + block]:
-                run.step(batch)
+    with tqdm(total=len(batches) * len(runs), desc="training", unit="step", disable=not progress) as bar:
+        for first in range(0, len(batches), block):
+            for name, run in runs.items():
+                bar.set_postfix_str(name)
+                for batch in batches[first : first + block]:
+                    run.step(batch)
+                    bar.update()
     return runs
 
 
