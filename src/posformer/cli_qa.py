@@ -88,7 +88,9 @@ def _add_predict_flags(parser: argparse.ArgumentParser, defaults_note: str) -> N
     _flag(parser, "--num-beams", dest="num_beams", type=int, default=1,
           help="seq2seq: beam search with this many beams (default: 1, greedy)")
     _flag(parser, "--null-score-diff-threshold", dest="null_score_diff_threshold", type=float, default=0.0,
-          help="predict no answer unless the best answer beats the null score by more than this (default: 0)")
+          help="seq2seq: answer only when the best answer's score beats the best \"\" score by more than this; "
+               "span (run_qa.py): predict \"\" when the null score beats the best span's by more than this. "
+               "A larger value means fewer answers for seq2seq and more for span (default: 0, where both agree)")
     _flag(parser, "--n-best-size", dest="n_best_size", type=int, default=20,
           help="span: candidate starts/ends per window (default: 20)")
     _flag(parser, "--per-device-eval-batch-size", dest="per_device_eval_batch_size", type=int, default=32,
