@@ -31,16 +31,23 @@ def _eval_examples(count: int) -> list:
 
 
 def _check_outputs(directory, printed: dict, count: int) -> None:
-    """The printed report is the official report of the written files, and eval_results.json holds it."""
+    """The printed report is the official report of the written files, and eval_results.json holds it:
+    exact/f1 of predictions.json as it stands, best_* of answers.json under the best threshold over
+    null_odds.json. Every non-empty prediction is its question's best answer."""
     predictions = json.loads((directory / "predictions.json").read_text())
+    answers = json.loads((directory / "answers.json").read_text())
     null_odds = json.loads((directory / "null_odds.json").read_text())
-    assert set(predictions) == set(null_odds) and len(predictions) == count
+    assert set(predictions) == set(null_odds) == set(answers) and len(predictions) == count
     assert all(abs(v) <= NULL_ODDS_CLIP for v in null_odds.values())
-    expected = squad_v2_evaluate(_eval_examples(count), predictions, null_odds, na_prob_thresh=float("inf"))
+    assert all(answers[k] == v for k, v in predictions.items() if v)
+    examples = _eval_examples(count)
+    expected = squad_v2_evaluate(examples, predictions)
+    thresholded = squad_v2_evaluate(examples, answers, null_odds, na_prob_thresh=float("inf"))
+    expected.update({k: v for k, v in thresholded.items() if k.startswith("best_")})
     assert printed == pytest.approx(expected)
     stored = json.loads((directory / "eval_results.json").read_text())
     assert {k: stored[k] for k in expected} == pytest.approx(expected)
-    assert {"exact", "f1", "HasAns_exact", "NoAns_exact"} <= set(printed)
+    assert {"exact", "f1", "HasAns_exact", "NoAns_exact", "best_f1", "best_f1_thresh"} <= set(printed)
 
 
 def test_seq2seq_train_then_eval(tmp_path, capsys):

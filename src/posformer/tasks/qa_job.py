@@ -13,11 +13,15 @@ Models: --head seq2seq starts from a T5 checkpoint (--model) or, without --model
 `t5`-preset model with a tokenizer trained on the training texts; --head span starts from a
 BERT-family checkpoint (default: the bundled all-MiniLM-L6-v2) with a fresh span head.
 
-Outputs: predictions.json (id -> text, "" for no answer), null_odds.json (id -> null score minus
-best answer score; +-inf, when a question has no candidate of one kind, is clipped to
-+-NULL_ODDS_CLIP so the file is strict JSON) and eval_results.json (the official report,
-computed from exactly those two files with na_prob_thresh=inf: exact/f1 score the predictions
-as they stand, best_* the best threshold over the null odds).
+Outputs: predictions.json (id -> text, "" for no answer), answers.json (id -> the best non-empty
+answer whatever the null score, "" only when there is none), null_odds.json (id -> null score
+minus best answer score; +-inf, when a question has no candidate of one kind, is clipped to
++-NULL_ODDS_CLIP so the file is strict JSON) and eval_results.json (the official report:
+exact/f1/HasAns/NoAns score predictions.json as it stands; best_* are the official best
+threshold over null_odds.json applied to answers.json, which is how the official script means
+its --na-prob-file to be used: `qa score --predictions answers.json --na-probs null_odds.json`
+gives them. Scoring best_* on predictions.json instead, as run_qa.py's files would, can never
+recover an answer that the threshold already turned into "").
 """
 
 from __future__ import annotations
@@ -235,10 +239,13 @@ def clip_null_odds(null_odds: dict[str, float]) -> dict[str, float]:
     return clipped
 
 
-def qa_report(examples: Sequence[QAExample], predictions: dict[str, str],
+def qa_report(examples: Sequence[QAExample], predictions: dict[str, str], answers: dict[str, str],
               null_odds: dict[str, float]) -> dict[str, Any]:
-    """The official report of written predictions and null odds: exact/f1 as predicted, best_* over the odds."""
-    return squad_v2_evaluate(examples, predictions, null_odds, na_prob_thresh=math.inf)
+    """The official report: exact/f1/HasAns/NoAns of `predictions` as they stand; best_* of the best
+    non-empty `answers` under the best threshold over `null_odds`."""
+    report = squad_v2_evaluate(examples, predictions)
+    thresholded = squad_v2_evaluate(examples, answers, null_odds, na_prob_thresh=math.inf)
+    return {**report, **{k: v for k, v in thresholded.items() if k.startswith("best_")}}
 
 
 class QAEvaluator:
@@ -249,6 +256,7 @@ class QAEvaluator:
             raise ValueError("no evaluation questions")
         self.head, self.tokenizer, self.examples, self.o = head, tokenizer, list(examples), o
         self.predictions: dict[str, str] = {}
+        self.answers: dict[str, str] = {}
         self.null_odds: dict[str, float] = {}
         self.report: dict[str, Any] = {}
         if head == "span":
@@ -256,31 +264,37 @@ class QAEvaluator:
 
             self.features = span_eval_features(self.examples, tokenizer, o.max_seq_length, o.doc_stride)
 
-    def predict(self, model: torch.nn.Module) -> tuple[dict[str, str], dict[str, float]]:
+    def predict(self, model: torch.nn.Module) -> tuple[dict[str, str], dict[str, str], dict[str, float]]:
+        """(predictions, best non-empty answers, null odds) id -> value."""
         o = self.o
         if self.head == "span":
             from posformer.tasks.extractive_qa import span_logits
             from posformer.tasks.span_qa import postprocess_span_predictions
 
             start, end = span_logits(model, self.features, o.per_device_eval_batch_size)
-            return postprocess_span_predictions(self.examples, self.features, start, end, o.n_best_size,
-                                                o.max_answer_length, o.null_score_diff_threshold)
+            predictions, null_odds = postprocess_span_predictions(self.examples, self.features, start, end,
+                                                                  o.n_best_size, o.max_answer_length,
+                                                                  o.null_score_diff_threshold)
+            answers, _ = postprocess_span_predictions(self.examples, self.features, start, end, o.n_best_size,
+                                                      o.max_answer_length, math.inf)
+            return predictions, answers, null_odds
         from posformer.tasks.seq2seq_qa import predict_seq2seq
 
         return predict_seq2seq(model, self.tokenizer, self.examples, o.max_seq_length, o.doc_stride,
                                num_beams=o.num_beams, batch_size=o.per_device_eval_batch_size,
                                max_answer_tokens=o.max_answer_length,
-                               null_score_diff_threshold=o.null_score_diff_threshold)
+                               null_score_diff_threshold=o.null_score_diff_threshold, with_answers=True)
 
     def __call__(self, model: torch.nn.Module) -> dict[str, float]:
-        predictions, null_odds = self.predict(model)
-        self.predictions, self.null_odds = predictions, clip_null_odds(null_odds)
-        self.report = qa_report(self.examples, self.predictions, self.null_odds)
+        predictions, answers, null_odds = self.predict(model)
+        self.predictions, self.answers, self.null_odds = predictions, answers, clip_null_odds(null_odds)
+        self.report = qa_report(self.examples, self.predictions, self.answers, self.null_odds)
         return {k: float(v) for k, v in self.report.items()}
 
     def write(self, out_dir: str | Path, info: dict[str, Any]) -> dict[str, Any]:
-        """Write predictions.json, null_odds.json and eval_results.json (the report plus `info`)."""
+        """Write predictions.json, answers.json, null_odds.json and eval_results.json (the report plus `info`)."""
         write_predictions(out_dir, self.predictions, self.null_odds)
+        write_json_atomic(Path(out_dir) / "answers.json", self.answers)
         results = {**self.report, **info}
         write_json_atomic(Path(out_dir) / "eval_results.json", results)
         return results

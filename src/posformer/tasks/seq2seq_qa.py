@@ -19,6 +19,7 @@ cut to max_answer_tokens + 1 tokens with the eos, and generation runs for as man
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Sequence
 
@@ -108,14 +109,15 @@ def _device(model: torch.nn.Module) -> torch.device:
 @torch.no_grad()
 def predict_seq2seq(model: Transformer, tokenizer, examples: Sequence[QAExampleLike], max_seq_length: int,
                     doc_stride: int, num_beams: int = 1, batch_size: int = 32, max_answer_tokens: int = 30,
-                    null_score_diff_threshold: float = 0.0,
-                    length_penalty: float = 1.0) -> tuple[dict[str, str], dict[str, float]]:
+                    null_score_diff_threshold: float = 0.0, length_penalty: float = 1.0,
+                    with_answers: bool = False) -> tuple[dict[str, str], ...]:
     """Answer every example from all its windows.
 
     Windows go through the model in batches of `batch_size`, right-padded
     (input_ids, attention_mask: (b, longest window)); each window gives two candidates of
     its example: ("", log p(eos | window)) and (its best non-empty generation, score). Returns (predictions id -> text,
-    null odds id -> best "" score minus best answer score, +-inf when one kind is missing).
+    null odds id -> best "" score minus best answer score, +-inf when one kind is missing);
+    with_answers: (predictions, best non-empty answers whatever the null score, null odds).
     """
     windows = seq2seq_eval_windows(examples, tokenizer, max_seq_length, doc_stride)
     candidates: dict[str, list[tuple[str, float]]] = defaultdict(list)
@@ -131,11 +133,12 @@ def predict_seq2seq(model: Transformer, tokenizer, examples: Sequence[QAExampleL
         texts = tokenizer.batch_decode(tokens[:, 1:].cpu(), skip_special_tokens=True)
         for window, text, score, null in zip(chunk, texts, scores.tolist(), null_scores.tolist()):
             candidates[window.example_id] += [("", null), (text, score)]
-    predictions, null_odds = {}, {}
+    predictions, answers, null_odds = {}, {}, {}
     for example in examples:
         predictions[example.id], null_odds[example.id] = select_seq2seq_answer(candidates[example.id],
                                                                                null_score_diff_threshold)
-    return predictions, null_odds
+        answers[example.id] = select_seq2seq_answer(candidates[example.id], -math.inf)[0]
+    return (predictions, answers, null_odds) if with_answers else (predictions, null_odds)
 
 
 def evaluate_seq2seq(model: Transformer, tokenizer, examples: Sequence[QAExampleLike], **options: Any) -> dict:
