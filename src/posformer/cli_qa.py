@@ -106,7 +106,7 @@ def _add_train_parser(commands: argparse._SubParsersAction) -> None:
                     "(dashed or underscored). --head seq2seq (default) generates the answer (\"\" for none) "
                     "from each doc_stride window; --head span predicts start/end tokens. Evaluation runs at the "
                     "end (and every --eval-steps); checkpoints, metrics.jsonl, loss.png, run_config.yaml, "
-                    "predictions.json, null_odds.json and eval_results.json go to --output-dir.",
+                    "predictions.json, answers.json, null_odds.json and eval_results.json go to --output-dir.",
         epilog=f"Defaults with a pretrained model (--model, or --head span): batch {P['per_device_train_batch_size']}, "
                f"lr {P['learning_rate']}, {P['num_train_epochs']:g} epochs, max_seq_length {P['max_seq_length']}, "
                f"doc_stride {P['doc_stride']}, no warm-up (the seed job's). CPU-friendly defaults for the "
@@ -152,8 +152,8 @@ def _add_eval_parser(commands: argparse._SubParsersAction) -> None:
         "eval", help="evaluate a trained QA model on SQuAD v2 data",
         description="Predict with a trained model (a `qa train` output dir, which stands for its newest valid "
                     "checkpoint, a checkpoint, or a model dir) and print the official SQuAD v2 report; write "
-                    "predictions.json, null_odds.json (+-inf clipped to +-1e9) and eval_results.json into "
-                    "--output-dir (default: the model dir).",
+                    "predictions.json, answers.json (best non-empty answers), null_odds.json (+-inf clipped to "
+                    "+-1e9) and eval_results.json into --output-dir (default: the model dir).",
     )
     _flag(evaluate, "--model", "--model-name-or-path", dest="model", required=True, help="the trained model")
     _flag(evaluate, "--head", choices=("seq2seq", "span"), help="default: the model's own head")
