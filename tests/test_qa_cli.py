@@ -9,7 +9,8 @@ import pytest
 
 from posformer.cli import main
 from posformer.data.squad import load_squad_json, split_by_article, squad_sample
-from posformer.tasks.qa_job import EVAL_FRACTION, NULL_ODDS_CLIP, SPLIT_SEED
+from posformer.tasks.qa_evaluation import NULL_ODDS_CLIP
+from posformer.tasks.qa_job import EVAL_FRACTION, SPLIT_SEED
 from posformer.tasks.squad_metric import squad_v2_evaluate
 
 TINY_T5 = ["--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "64", "--vocab-size", "400"]
