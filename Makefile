@@ -30,7 +30,7 @@ dev: $(VENV)/.installed-dev
 demo: $(VENV)/.installed
 	$(BIN)/posformer qa train --output-dir runs/demo --resume
 
-# Extractive QA from the bundled all-MiniLM-L6-v2 weights (a dev extra), ~10 min on CPU.
+# Extractive QA from the bundled all-MiniLM-L6-v2 weights (a dev extra), ~11 min on 2 CPU cores.
 demo-span: $(VENV)/.installed-dev
 	$(BIN)/posformer qa train --head span --output-dir runs/demo-span --resume
 
