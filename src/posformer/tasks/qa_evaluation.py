@@ -66,11 +66,9 @@ class QAEvaluator:
             from posformer.tasks.span_qa import postprocess_span_predictions
 
             start, end = span_logits(model, self.features, o.per_device_eval_batch_size)
-            predictions, null_odds = postprocess_span_predictions(self.examples, self.features, start, end,
-                                                                  o.n_best_size, o.max_answer_length,
-                                                                  o.null_score_diff_threshold)
-            answers, _ = postprocess_span_predictions(self.examples, self.features, start, end, o.n_best_size,
-                                                      o.max_answer_length, math.inf)
+            predictions, answers, null_odds = postprocess_span_predictions(
+                self.examples, self.features, start, end, o.n_best_size, o.max_answer_length,
+                o.null_score_diff_threshold, with_answers=True)
             return predictions, answers, null_odds
         from posformer.tasks.seq2seq_qa import predict_seq2seq
 

@@ -119,7 +119,8 @@ def _top(logits: Sequence[float], n: int) -> list[int]:
 def postprocess_span_predictions(examples: Sequence[QAExampleLike], features: dict[str, Any],
                                  start_logits: Tensor | Sequence, end_logits: Tensor | Sequence,
                                  n_best_size: int = 20, max_answer_length: int = 30,
-                                 null_score_diff_threshold: float = 0.0) -> tuple[dict[str, str], dict[str, float]]:
+                                 null_score_diff_threshold: float = 0.0,
+                                 with_answers: bool = False) -> tuple[dict[str, str], ...]:
     """Answers from start/end logits of shape (n_windows, seq_len), one row per feature row.
 
     Per example: null score = min over its windows of start[CLS] + end[CLS]; the best
@@ -127,7 +128,8 @@ def postprocess_span_predictions(examples: Sequence[QAExampleLike], features: di
     window (start <= end, end - start + 1 <= max_answer_length, both tokens in the
     context). The prediction is "" when null score > best span score + threshold, else
     the span's context text. Returns (predictions id -> text, null odds id -> null score
-    - best span score, +inf when no valid span exists).
+    - best span score, +inf when no valid span exists); with_answers: (predictions, best span
+    text whatever the null score ("" when no valid span exists), null odds).
     """
     start_logits = torch.as_tensor(start_logits, dtype=torch.float64).tolist()
     end_logits = torch.as_tensor(end_logits, dtype=torch.float64).tolist()
@@ -135,6 +137,7 @@ def postprocess_span_predictions(examples: Sequence[QAExampleLike], features: di
     for row, example_id in enumerate(features["example_id"]):
         rows_of[example_id].append(row)
     predictions: dict[str, str] = {}
+    answers: dict[str, str] = {}
     null_odds: dict[str, float] = {}
     for example in examples:
         null_score = math.inf
@@ -152,9 +155,10 @@ def postprocess_span_predictions(examples: Sequence[QAExampleLike], features: di
                     score = starts[s] + ends[e]
                     if score > best_score:
                         best_text, best_score = example.context[offsets[s][0]:offsets[e][1]], score
+        answers[example.id] = best_text
         if best_score == -math.inf:
             predictions[example.id], null_odds[example.id] = "", math.inf
             continue
         null_odds[example.id] = null_score - best_score
         predictions[example.id] = "" if null_score > best_score + null_score_diff_threshold else best_text
-    return predictions, null_odds
+    return (predictions, answers, null_odds) if with_answers else (predictions, null_odds)
