@@ -68,7 +68,7 @@ def test_preset_seed_encoder():
 def test_preset_returns_fresh_copies():
     a = pf.Config.preset("llama")
     a.position_params["theta"] = 1.0e6
-    assert pf.Config.preset("llama").position_params == {"theta": 10000.0}
+    assert pf.Config.preset("llama").position_params["theta"] == 10000.0
 
 
 def test_preset_overrides_apply():

@@ -7,11 +7,13 @@ field, the value and what is allowed.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 ARCHS = ("encoder", "decoder", "encoder_decoder")
@@ -38,7 +40,9 @@ class Config:
     `n_decoder_layers` (encoder-decoder only) to `n_layers`.
     `attn_scale=None` means 1/sqrt(d_head); T5 uses 1.0.
     `position` names a registered encoding (`posformer.positions.names()`);
-    `position_params` holds its parameters. `attn_impl` picks the attention
+    `position_params` holds its parameters, resolved on validation by the encoding
+    (its defaults, then the values given) and tagged with it: changing `position`
+    (`replace`, a preset override) starts from the new encoding's defaults. `attn_impl` picks the attention
     kernel: "sdpa" (PyTorch's fused kernel) or "eager" (plain matmuls);
     encodings that need the probabilities use eager regardless.
     `scale_embeddings` multiplies token embeddings by sqrt(d_model) (Vaswani et al.).
@@ -152,8 +156,9 @@ class Config:
             _fail("head", self.head, "seq2seq_lm only with arch='encoder_decoder'")
         if self.position not in positions.names():
             _fail("position", self.position, f"one of {', '.join(positions.names())}")
-        if not isinstance(self.position_params, dict):
+        if not isinstance(self.position_params, Mapping):
             _fail("position_params", self.position_params, "a dict of the encoding's parameters")
+        self.position_params = positions.get(self.position).resolve_params(self.position_params)
 
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_positions", "num_labels"):
             self._positive_int(name)
@@ -197,7 +202,10 @@ class Config:
 
     # ------------------------------------------------------------- round trips
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field as plain data (`position_params` resolved: the encoding's defaults included)."""
+        data = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        data["position_params"] = dict(data["position_params"])
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Config":

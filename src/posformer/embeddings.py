@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from posformer import positions
 from posformer.model import Transformer
 
 
@@ -32,8 +33,7 @@ def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
 def max_length_of(model: Transformer, tokenizer) -> int:
     """The longest input both the tokenizer and the model's position encoding accept."""
     cfg = model.cfg
-    limit = cfg.max_positions - int(cfg.position_params.get("offset", 0)) if cfg.position == "learned" \
-        else cfg.max_positions
+    limit = positions.get(cfg.position).max_length(cfg) or cfg.max_positions
     tokenizer_limit = getattr(tokenizer, "model_max_length", None)
     return min(limit, tokenizer_limit) if isinstance(tokenizer_limit, int) else limit
 

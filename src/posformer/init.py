@@ -10,7 +10,7 @@
     attention output                    N(0, (n_heads * d_head) ** -0.5)
     FFN up (gate and value)             N(0, d_model ** -0.5)
     FFN down                            N(0, d_ff ** -0.5)
-    T5 relative bias tables             N(0, d_model ** -0.5)
+    T5 relative bias tables             N(0, d_model ** -0.5)   (`PositionEncoding.init_weights_`)
     head projections (untied)           N(0, in_features ** -0.5)
 
 The t5 preset has no 1/sqrt(d_head) attention scale and scales a tied head by
@@ -43,7 +43,7 @@ def t5_init_(model: nn.Module) -> None:
     """
     from posformer.attention import Attention
     from posformer.feedforward import FeedForward
-    from posformer.positions.t5 import T5Bias
+    from posformer.positions.base import PositionEncoding
 
     cfg = model.cfg
     seen: set[int] = set()
@@ -56,8 +56,8 @@ def t5_init_(model: nn.Module) -> None:
     for module in model.modules():
         if module is model.embed_tokens or module is model.token_types:
             draw(module.weight, 1.0)
-        elif isinstance(module, T5Bias):
-            draw(module.table.weight, cfg.d_model**-0.5)
+        elif isinstance(module, PositionEncoding):
+            module.init_weights_("t5")
         elif isinstance(module, Attention):
             q_dim = module.n_heads * module.head_dim
             q_std, kv_std = (cfg.d_model * module.head_dim) ** -0.5, cfg.d_model**-0.5

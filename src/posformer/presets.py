@@ -1,7 +1,8 @@
 """Named configurations from the papers and checkpoints posformer reproduces.
 
 Each preset is a dict of `Config` fields; `Config.preset(name, **overrides)`
-applies the overrides on top.
+applies the overrides on top. A preset's `position_params` are those of its own
+encoding: `Config.preset("llama", position="alibi")` is ALiBi with its defaults.
 """
 
 from __future__ import annotations
@@ -67,10 +68,11 @@ def preset_fields(name: str) -> dict[str, Any]:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}: expected one of {', '.join(preset_names())}")
     fields = dict(PRESETS[name])
-    fields["position_params"] = dict(fields.get("position_params", {}))
     if fields["position"] not in positions.names():
         raise ValueError(
             f"preset {name!r} needs position encoding {fields['position']!r}, which is not yet available "
             f"in this version (available: {', '.join(positions.names())})"
         )
+    # The preset's parameters belong to the preset's encoding: overriding `position` starts afresh.
+    fields["position_params"] = positions.PositionParams(fields["position"], fields.get("position_params", {}))
     return fields

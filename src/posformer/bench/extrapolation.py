@@ -22,11 +22,12 @@ from typing import Callable
 import torch
 from tqdm.auto import tqdm
 
+from posformer import positions
 from posformer.atomic import write_json_atomic
 from posformer.bench import extrapolation_data as data
 from posformer.bench.extrapolation_eval import perplexity
 from posformer.bench.extrapolation_report import markdown, plot, write_text_atomic
-from posformer.bench.extrapolation_settings import ExtrapolationSettings, model_config, rope_scaling
+from posformer.bench.extrapolation_settings import ExtrapolationSettings, model_config
 from posformer.data.shared import default_data_dir
 from posformer.model import Transformer
 from posformer.train.batches import WindowBatches
@@ -139,7 +140,8 @@ class Benchmark:
         return tokenizer
 
     def evaluate(self, model: Transformer, row: str, scaling: str | None = None) -> dict[str, dict[str, float | None]]:
-        """{eval set: {str(eval_len): ppl or None}}; with `scaling`, a RoPE model rescaled per length."""
+        """{eval set: {str(eval_len): ppl or None}}; with `scaling`, the model rescaled by that
+        context-extension method (`PositionEncoding.rescaled_params`) per length."""
         s = self.s
         table: dict[str, dict[str, float | None]] = {name: {} for name in self.streams}
         bar = tqdm(total=len(s.eval_lens) * len(self.streams), desc=f"eval {row}", unit="length",
@@ -147,8 +149,10 @@ class Benchmark:
         for n in s.eval_lens:
             scored = model
             if scaling is not None:
-                scored = Transformer(model_config(s, "rope", self.vocab_size,
-                                                  rope_scaling(scaling, max(n, s.train_len), s.train_len)))
+                cfg = model.cfg
+                params = positions.get(cfg.position).rescaled_params(cfg.position_params, scaling,
+                                                                     max(n, s.train_len), s.train_len)
+                scored = Transformer(cfg.replace(position_params=params))
                 scored.load_state_dict(model.state_dict())
                 scored.to(next(model.parameters()).device)
             for name, streams in self.streams.items():
@@ -181,12 +185,12 @@ class Benchmark:
         record["ppl"] = self.evaluate(model, position)
         record["eval_wall_s"] = round(time.monotonic() - started, 2)
         rows = {position: record}
-        if position == "rope":
-            for kind in s.rope_scalings:
-                started = time.monotonic()
-                rows[f"rope+{kind}"] = {"position": "rope", "scaling": kind, "parameters": record["parameters"],
-                                        "error": None, "ppl": self.evaluate(model, f"rope+{kind}", kind)}
-                rows[f"rope+{kind}"]["eval_wall_s"] = round(time.monotonic() - started, 2)
+        for kind in (k for k in s.rope_scalings if k in positions.get(position).scalings):
+            started = time.monotonic()
+            row = f"{position}+{kind}"
+            rows[row] = {"position": position, "scaling": kind, "parameters": record["parameters"],
+                         "error": None, "ppl": self.evaluate(model, row, kind)}
+            rows[row]["eval_wall_s"] = round(time.monotonic() - started, 2)
         return rows
 
 

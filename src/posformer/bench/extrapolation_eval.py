@@ -28,10 +28,8 @@ PROTOCOLS = ("nonoverlapping", "sliding")
 
 def fits(model: Transformer, eval_len: int) -> bool:
     """Whether the model's position encoding represents positions 0 .. eval_len - 1."""
-    cfg = model.cfg
-    if positions.get(cfg.position).extrapolates:
-        return True
-    return eval_len <= cfg.max_positions - int(cfg.position_params.get("offset", 0))
+    longest = positions.get(model.cfg.position).max_length(model.cfg)
+    return longest is None or eval_len <= longest
 
 
 def _token_nll(model: Transformer, windows: Tensor) -> Tensor:

@@ -163,11 +163,3 @@ def model_config(s: ExtrapolationSettings, position: str, vocab_size: int, scali
                   max_positions=max(longest, s.train_len), norm="rmsnorm", norm_placement="pre", activation="swiglu",
                   qkv_bias=False, attn_out_bias=False, ffn_bias=False, tie_embeddings=True, scale_embeddings=True,
                   attn_scale=1.0 / math.sqrt(s.d_model // s.heads))
-
-
-def rope_scaling(kind: str, eval_len: int, train_len: int) -> dict:
-    """The RoPE scaling dict of `kind` for reading eval_len tokens after training at train_len."""
-    scaling: dict[str, Any] = {"type": kind, "factor": eval_len / train_len}
-    if kind in ("dynamic", "yarn"):
-        scaling["original_max_position_embeddings"] = train_len
-    return scaling

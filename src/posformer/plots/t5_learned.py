@@ -15,7 +15,7 @@ import torch
 
 from posformer.model import Transformer
 from posformer.plots.figure import pyplot, save_png
-from posformer.positions import T5Bias, t5_bucket
+from posformer.positions import PositionEncoding
 
 
 @dataclass
@@ -27,10 +27,10 @@ class StackBias:
     bias: np.ndarray
 
 
-def t5_stacks(model: Transformer) -> list[tuple[str, T5Bias]]:
-    """The (stack name, T5 encoding) pairs of a model whose position is "t5"; empty otherwise."""
+def t5_stacks(model: Transformer) -> list[tuple[str, PositionEncoding]]:
+    """The (stack name, encoding) pairs whose distance bias saturates (T5's buckets); empty otherwise."""
     stacks = [(name, getattr(model, name, None)) for name in ("encoder", "decoder")]
-    return [(name, s.position) for name, s in stacks if s is not None and isinstance(s.position, T5Bias)]
+    return [(name, s.position) for name, s in stacks if s is not None and s.position.saturation_distance is not None]
 
 
 def t5_learned_bias(model: Transformer, distance: int | None = None) -> list[StackBias]:
@@ -40,10 +40,9 @@ def t5_learned_bias(model: Transformer, distance: int | None = None) -> list[Sta
     """
     out = []
     for name, position in t5_stacks(model):
-        reach = distance if distance is not None else position.max_distance * 3 // 2
+        reach = distance if distance is not None else position.saturation_distance * 3 // 2
         rel = torch.arange(-reach, 1 if position.causal else reach + 1)
-        buckets = t5_bucket(rel, not position.causal, position.num_buckets, position.max_distance)
-        bias = position.table.weight.detach().float()[buckets].T  # (H, R)
+        bias = position.distance_bias(rel).detach().float()  # (H, R)
         kind = "causal" if position.causal else "bidirectional"
         out.append(StackBias(f"{name} ({kind})", rel.numpy(), bias.numpy()))
     return out

@@ -1,6 +1,6 @@
 """Position encodings behind one contract (see `base.PositionEncoding`)."""
 
-from posformer.positions.base import PositionEncoding
+from posformer.positions.base import PositionEncoding, PositionParams
 from posformer.positions.registry import build, get, names, register
 from posformer.positions.absolute import Learned, NoPosition, Sinusoidal, sinusoidal_table
 from posformer.positions.rotary import Rotary, apply_rotary, rope_inv_freq
@@ -15,7 +15,7 @@ from posformer.positions.transformer_xl import TransformerXL
 from posformer.positions.deberta import DeBERTa, log_bucket_position
 
 __all__ = [
-    "PositionEncoding", "build", "get", "names", "register",
+    "PositionEncoding", "PositionParams", "build", "get", "names", "register",
     "NoPosition", "Sinusoidal", "Learned", "sinusoidal_table",
     "Rotary", "apply_rotary", "rope_inv_freq",
     "XPos",

@@ -45,7 +45,7 @@ class Sinusoidal(PositionEncoding):
     @classmethod
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
-        params = {**cls.defaults, **cfg.position_params}
+        params = cfg.position_params
         if params["layout"] not in SINUSOIDAL_LAYOUTS:
             raise cls.param_error(cls.name, "layout", params["layout"], f"one of {SINUSOIDAL_LAYOUTS}")
         if not isinstance(params["base"], (int, float)) or params["base"] <= 1:
@@ -76,9 +76,14 @@ class Learned(PositionEncoding):
     @classmethod
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
-        offset = {**cls.defaults, **cfg.position_params}["offset"]
+        offset = cfg.position_params["offset"]
         if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < cfg.max_positions:
             raise cls.param_error(cls.name, "offset", offset, f"an integer in [0, max_positions={cfg.max_positions})")
+
+    @classmethod
+    def max_length(cls, cfg) -> int:
+        """The rows after the reserved `offset` ones: Config.max_positions - offset."""
+        return cfg.max_positions - cfg.position_params["offset"]
 
     def __init__(self, cfg, causal: bool, n_layers: int) -> None:
         super().__init__(cfg, causal, n_layers)
@@ -87,7 +92,7 @@ class Learned(PositionEncoding):
 
     def check_positions(self, pos: Tensor) -> None:
         super().check_positions(pos)
-        usable = self.table.num_embeddings - self.offset
+        usable = self.table.num_embeddings - self.offset  # = max_length(cfg)
         longest = int(pos.max()) + 1 if pos.numel() else 0
         if longest > usable:
             raise ValueError(

@@ -57,3 +57,7 @@ class ALiBi(PositionEncoding):
         """-> -m_h * |q_pos - k_pos|: (B, H, Tq, Tk) float32."""
         distance = (q_pos[:, None, :, None] - k_pos[:, None, None, :]).abs().to(torch.float32)
         return -self.slopes[None, :, None, None] * distance
+
+    def distance_bias(self, rel: Tensor, layer: int = 0) -> Tensor:
+        """rel: (R,) = key_pos - query_pos -> -m_h * |rel|: (H, R)."""
+        return -self.slopes[:, None] * rel.abs().to(torch.float32)[None, :]

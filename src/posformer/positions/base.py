@@ -14,6 +14,8 @@ KV-cached decoding and left padding are correct for every encoding.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -21,6 +23,27 @@ from torch import Tensor, nn
 
 if TYPE_CHECKING:
     from posformer.config import Config
+
+
+class PositionParams(dict):
+    """The resolved parameters of one encoding: its class defaults with the config's values on top.
+
+    It remembers the encoding it belongs to (`encoding`), so that a config whose
+    `position` changes (a preset with `position=` overridden, `Config.replace`,
+    `dataclasses.replace`) starts from the new encoding's defaults instead of
+    carrying parameters the new encoding does not have. A plain dict carries no
+    such tag and is checked strictly.
+    """
+
+    def __init__(self, encoding: str, values: Mapping[str, Any]) -> None:
+        super().__init__(values)
+        self.encoding = encoding
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.encoding, dict(self))
+
+    def __deepcopy__(self, memo: dict) -> "PositionParams":
+        return type(self)(self.encoding, copy.deepcopy(dict(self), memo))
 
 
 class PositionEncoding(nn.Module):
@@ -31,22 +54,26 @@ class PositionEncoding(nn.Module):
 
     Class attributes a subclass sets:
       name: the registry name.
-      defaults: the accepted `Config.position_params` and their default values.
+      defaults: the accepted `Config.position_params` and their default values
+        (`resolve_params` is the one place that combines them with a config's).
       sdpa_compatible: False when the encoding needs the attention
         probabilities themselves (the `values` hook), which forces the eager path.
       extrapolates: False when positions past `Config.max_positions` cannot be
         represented (a table indexed by position or distance); `check_positions`
         then raises a clear error instead of failing inside an embedding lookup.
+      scalings: the context-extension methods `rescaled_params` applies (RoPE's
+        linear / ntk / ...); empty when the encoding has none.
     """
 
     name: ClassVar[str] = ""
     defaults: ClassVar[dict[str, Any]] = {}
     sdpa_compatible: ClassVar[bool] = True
     extrapolates: ClassVar[bool] = True
+    scalings: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg: "Config", causal: bool, n_layers: int) -> None:
         super().__init__()
-        self.params = {**self.defaults, **cfg.position_params}
+        self.params = dict(type(self).resolve_params(cfg.position_params))
         self.causal = causal
         self.n_layers = n_layers
         self.n_heads = cfg.n_heads
@@ -54,17 +81,46 @@ class PositionEncoding(nn.Module):
         self.d_model = cfg.d_model
         self.scale = cfg.scale  # the attention scale: a bias hook that mimics a q.k term multiplies by it
 
-    # ------------------------------------------------------------ validation
+    # ------------------------------------------------------------ parameters
     @classmethod
-    def check_config(cls, cfg: "Config") -> None:
-        """Raise `ValueError` naming the parameter when `cfg.position_params` is not valid here."""
-        unknown = sorted(set(cfg.position_params) - set(cls.defaults))
+    def resolve_params(cls, given: Mapping[str, Any]) -> PositionParams:
+        """This encoding's parameters: `defaults` with `given` on top, as a `PositionParams`.
+
+        `given` tagged for another encoding (a `PositionParams` of, say, a preset's
+        rope) is dropped: the encoding starts from its own defaults. Unknown keys
+        of an untagged mapping raise `ValueError` naming them.
+        """
+        if isinstance(given, PositionParams) and given.encoding != cls.name:
+            given = {}
+        unknown = sorted(set(given) - set(cls.defaults))
         if unknown:
             allowed = ", ".join(sorted(cls.defaults)) or "none"
             raise ValueError(
                 f"Config.position_params has unknown key(s) {unknown} for position={cls.name!r}: "
                 f"allowed keys are {allowed}"
             )
+        return PositionParams(cls.name, copy.deepcopy({**cls.defaults, **given}))
+
+    @classmethod
+    def check_config(cls, cfg: "Config") -> None:
+        """Raise `ValueError` naming the parameter or field when `cfg` cannot use this encoding.
+
+        `cfg.position_params` is already resolved (`resolve_params`): every key is present.
+        """
+
+    @classmethod
+    def max_length(cls, cfg: "Config") -> int | None:
+        """The longest sequence `cfg`'s encoding can represent, or None when any length works."""
+        return None
+
+    @classmethod
+    def rescaled_params(cls, params: Mapping[str, Any], kind: str, new_len: int, trained_len: int) -> PositionParams:
+        """`params` extended by the method `kind` (one of `scalings`) to read `new_len` tokens
+        after training at `trained_len`. Raises `ValueError` when this encoding has no such method."""
+        raise ValueError(
+            f"position={cls.name!r} has no context-extension method {kind!r}; "
+            f"its methods: {', '.join(cls.scalings) or 'none'}"
+        )
 
     @classmethod
     def default_attn_scale(cls, cfg: "Config") -> float | None:
@@ -79,6 +135,24 @@ class PositionEncoding(nn.Module):
         return ValueError(
             f"Config.position_params[{key!r}]={value!r} is invalid for position={name!r}: expected {expected}"
         )
+
+    @torch.no_grad()
+    def init_weights_(self, scheme: str) -> None:
+        """Re-draw this encoding's parameters for `Config.init` = `scheme`, after the "normal" draw.
+
+        The default keeps the "normal" draw; an encoding whose paper initialises it
+        otherwise under that scheme overrides this (T5's bias table under "t5").
+        """
+
+    def distance_bias(self, rel: Tensor, layer: int = 0) -> Tensor | None:
+        """rel: (R,) relative distances key_pos - query_pos -> the bias (H, R) the encoding adds at them,
+        for encodings whose bias depends on distance alone; None for the others."""
+        return None
+
+    @property
+    def saturation_distance(self) -> int | None:
+        """The distance past which `distance_bias` stops changing (T5's max_distance), or None."""
+        return None
 
     def check_positions(self, pos: Tensor) -> None:
         """Raise `ValueError` when `pos` (B, T) holds positions this encoding cannot represent."""

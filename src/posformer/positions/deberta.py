@@ -85,13 +85,13 @@ class DeBERTa(PositionEncoding):
     @classmethod
     def default_attn_scale(cls, cfg) -> float:
         """1 / sqrt(head_dim * (1 + number of position terms)): 1 / sqrt(3 head_dim) for c2p + p2c."""
-        kinds = {**cls.defaults, **cfg.position_params}["pos_att_type"]
+        kinds = cfg.position_params["pos_att_type"]
         return 1.0 / math.sqrt(cfg.head_dim * (1 + len(kinds)))
 
     @classmethod
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
-        p = {**cls.defaults, **cfg.position_params}
+        p = cfg.position_params
         for key in ("position_buckets", "max_relative_positions"):
             if not isinstance(p[key], int) or isinstance(p[key], bool):
                 raise cls.param_error(cls.name, key, p[key], "an integer (<= 0: off / Config.max_positions)")

@@ -47,7 +47,7 @@ class FIRE(PositionEncoding):
     @classmethod
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
-        p = {**cls.defaults, **cfg.position_params}
+        p = cfg.position_params
         width = p["mlp_width"]
         if not isinstance(width, int) or isinstance(width, bool) or width < 1:
             raise cls.param_error(cls.name, "mlp_width", width, "a positive integer")

@@ -10,10 +10,12 @@ Context-extension scalings (linear, ntk, dynamic, yarn, llama3) live in `rope_sc
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
-from posformer.positions.base import PositionEncoding
+from posformer.positions.base import PositionEncoding, PositionParams
 from posformer.positions.registry import register
 from posformer.positions.rope_scaling import check_scaling, scaled_inv_freq
 
@@ -118,13 +120,27 @@ class Rotary(PositionEncoding):
     """
 
     defaults = {"theta": 10000.0, "layout": "half", "rotary_fraction": 1.0, "scaling": None}
+    scalings = ("linear", "ntk", "dynamic", "yarn", "llama3")
 
     @classmethod
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
-        params = {**cls.defaults, **cfg.position_params}
+        params = cfg.position_params
         dim = check_rotary_params(cls, cfg, params)
         check_scaling(params["scaling"], dim, "Config.position_params['scaling']")
+
+    @classmethod
+    def rescaled_params(cls, params, kind: str, new_len: int, trained_len: int) -> PositionParams:
+        """`params` with scaling {"type": kind, "factor": new_len / trained_len}; the methods that switch on
+        the length get original_max_position_embeddings = trained_len, llama3 Llama 3.1's frequency factors."""
+        if kind not in cls.scalings:
+            return super().rescaled_params(params, kind, new_len, trained_len)
+        scaling: dict[str, Any] = {"type": kind, "factor": new_len / trained_len}
+        if kind in ("dynamic", "yarn", "llama3"):
+            scaling["original_max_position_embeddings"] = trained_len
+        if kind == "llama3":
+            scaling.update(low_freq_factor=1.0, high_freq_factor=4.0)
+        return cls.resolve_params({**params, "scaling": scaling})
 
     def __init__(self, cfg, causal: bool, n_layers: int) -> None:
         super().__init__(cfg, causal, n_layers)

@@ -38,7 +38,7 @@ class Shaw(PositionEncoding):
     @classmethod
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
-        k = {**cls.defaults, **cfg.position_params}["max_distance"]
+        k = cfg.position_params["max_distance"]
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise cls.param_error(cls.name, "max_distance", k, "a positive integer (the clipping distance k)")
 

@@ -64,7 +64,7 @@ class T5Bias(PositionEncoding):
     @classmethod
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
-        p = {**cls.defaults, **cfg.position_params}
+        p = cfg.position_params
         buckets, distance = p["num_buckets"], p["max_distance"]
         if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 4:
             raise cls.param_error(cls.name, "num_buckets", buckets, "an integer >= 4")
@@ -81,6 +81,20 @@ class T5Bias(PositionEncoding):
         self.num_buckets = int(self.params["num_buckets"])
         self.max_distance = int(self.params["max_distance"])
         self.table = nn.Embedding(self.num_buckets, cfg.n_heads)
+
+    @torch.no_grad()
+    def init_weights_(self, scheme: str) -> None:
+        """Under "t5" the table is N(0, d_model ** -0.5) (Mesh TensorFlow, HF's `T5PreTrainedModel`)."""
+        if scheme == "t5":
+            self.table.weight.normal_(0.0, self.d_model**-0.5)
+
+    def distance_bias(self, rel: Tensor, layer: int = 0) -> Tensor:
+        """rel: (R,) = key_pos - query_pos -> table[bucket(rel)].T: (H, R)."""
+        return self.table.weight[t5_bucket(rel, not self.causal, self.num_buckets, self.max_distance)].T
+
+    @property
+    def saturation_distance(self) -> int:
+        return self.max_distance
 
     def buckets(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         """q_pos: (B, Tq), k_pos: (B, Tk) -> buckets (B, Tq, Tk) of k_pos - q_pos."""

@@ -48,7 +48,7 @@ class TransformerXL(PositionEncoding):
     @classmethod
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
-        p = {**cls.defaults, **cfg.position_params}
+        p = cfg.position_params
         if not isinstance(p["base"], (int, float)) or isinstance(p["base"], bool) or p["base"] <= 1:
             raise cls.param_error(cls.name, "base", p["base"], "a number > 1")
         if not isinstance(p["untie_r"], bool):

@@ -44,7 +44,7 @@ class XPos(PositionEncoding):
     @classmethod
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
-        params = {**cls.defaults, **cfg.position_params}
+        params = cfg.position_params
         check_rotary_params(cls, cfg, params)
         base = params["scale_base"]
         if not isinstance(base, (int, float)) or isinstance(base, bool) or not 0 < base < float("inf"):

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from posformer.config import Config
+from posformer.presets import preset_fields
 from posformer.data.text import CharTokenizer, TokenStream, read_text
 from posformer.loading import HFTextTokenizer
 from posformer.model import Transformer
@@ -57,7 +58,7 @@ def build_model(model_fields: dict, vocab_size: int, seq_len: int) -> Transforme
     """A decoder from Config fields (or `preset` + overrides), sized to the tokenizer and the training length."""
     fields = dict(model_fields)
     preset = fields.pop("preset", None)
-    base = Config.preset(preset).to_dict() if preset else {}
+    base = preset_fields(preset) if preset else {}
     merged = {**base, **fields, "vocab_size": vocab_size}
     merged["max_positions"] = max(merged.get("max_positions", 0), seq_len)
     cfg = Config.from_dict(merged)
