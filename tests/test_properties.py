@@ -110,7 +110,8 @@ def test_valid_config_builds_runs_and_backprops(data, length, tgt_length, seed):
 def test_valid_config_round_trips(data):
     cfg = pf.Config.from_dict(data)
     assert pf.Config.from_dict(cfg.to_dict()) == cfg
-    assert cfg.to_dict() == {**cfg.to_dict(), **data}
+    resolved = {**pf.positions.get(cfg.position).defaults, **data.get("position_params", {})}
+    assert cfg.to_dict() == {**cfg.to_dict(), **data, "position_params": resolved}
 
 
 # ------------------------------------------------------------ invalid configs
