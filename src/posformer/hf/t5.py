@@ -74,7 +74,7 @@ def config_from_hf(hf: dict) -> Config:
         attention_dropout=dropout, activation_dropout=dropout, qkv_bias=False, attn_out_bias=False,
         ffn_bias=False, attn_scale=1.0, tie_embeddings=bool(hf["tie_word_embeddings"]), scale_tied_head=True,
         head=head, pad_token_id=pad, eos_token_id=eos[0] if isinstance(eos, list) else eos,
-        decoder_start_token_id=hf.get("decoder_start_token_id", pad),
+        decoder_start_token_id=hf.get("decoder_start_token_id"),
         init_std=hf.get("initializer_factor", 1.0) * hf["d_model"] ** -0.5, hf_model_type=model_type,
     )
 
