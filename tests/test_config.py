@@ -187,7 +187,7 @@ def test_other_field_checks():
     check_error({**TINY, "init_std": -1.0}, "init_std", "-1.0")
     check_error({**TINY, "norm": "deepnorm", "norm_placement": "post", "init": "t5"}, "init", "'t5'")
     check_error({**TINY, "attn_scale": 0.0}, "attn_scale", "0.0")
-    check_error({**TINY, "pad_token_id": 32}, "pad_token_id", "32")
+    check_error({**TINY, "pad_token_id": True}, "pad_token_id", "True")
     check_error({**TINY, "eos_token_id": -1}, "eos_token_id", "-1")
     check_error({**TINY, "arch": "decoder", "head": "seq2seq_lm"}, "head", "seq2seq_lm")
     check_error({**TINY, "d_model": 15, "n_heads": 3, "position": "sinusoidal"}, "d_model", "15")

@@ -130,16 +130,34 @@ def test_export_native_posformer_model(tmp_path):
     assert_same_outputs(model, hf, _batch(), field="start_logits")
 
 
+@pytest.mark.parametrize("changes, position, factor", [
+    ({"position_biased_input": True, "pos_att_type": None}, "learned", 1),
+    ({"position_biased_input": True, "norm_rel_ebd": "layer_norm"}, "learned", 3),
+    ({"pos_att_type": "c2p"}, "none", 2),
+], ids=["defaults", "learned-scaled", "no-positions"])
+def test_against_hf_deberta_v2_without_relative_attention(tmp_path, changes, position, factor):
+    """DebertaV2Config's defaults: an absolute table (or none), attention still scaled by pos_att_type's length."""
+    hf = _hf(DebertaV2ForMaskedLM, relative_attention=False, **changes)
+    model = check_family(hf, DebertaV2ForMaskedLM, tmp_path, _batch())
+    assert model.cfg.position == position and model.cfg.scale == pytest.approx((8 * factor) ** -0.5)
+    config, _ = _written(tmp_path / "roundtrip")
+    assert config["relative_attention"] is False and config["position_biased_input"] == (position == "learned")
+
+
 def test_export_refuses_what_deberta_cannot_express(tmp_path):
     cfg = pf.Config(arch="encoder", vocab_size=97, d_model=32, n_layers=1, n_heads=4, position="deberta",
                     norm_placement="pre", embed_norm=True, head="none", hf_model_type="deberta-v2")
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match="norm_placement='pre'"):
         pf.to_hf(pf.Transformer(cfg), tmp_path)
+    for changes, message in (({"position": "rope"}, "position='rope'"), ({"position": "learned", "attn_scale": 0.5},
+                                                                          "attn_scale=0.5")):
+        cfg = cfg.replace(norm_placement="post", **changes)
+        with pytest.raises(pf.hf.UnsupportedCheckpoint, match=message):
+            pf.to_hf(pf.Transformer(cfg), tmp_path)
 
 
 @pytest.mark.parametrize("changes,feature", [
-    ({"position_biased_input": True}, "position_biased_input=True"),
-    ({"relative_attention": False}, "relative_attention=False"),
+    ({"position_biased_input": True}, "position_biased_input=True with relative_attention=True"),
     ({"conv_kernel_size": 3}, "conv_kernel_size=3"),
     ({"embedding_size": 16}, "embedding_size=16"),
     ({"pos_att_type": ["c2p", "p2p"]}, "pos_att_type"),

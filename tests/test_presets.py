@@ -78,11 +78,12 @@ def test_preset_overrides_apply():
     assert cfg.activation == "gelu_tanh"  # untouched fields keep the preset's value
 
 
-def test_preset_override_shrinking_vocab_below_special_ids_names_the_id():
-    # gpt2's bos/eos id is 50256: a smaller vocabulary needs new special ids too.
-    with pytest.raises(ValueError) as info:
-        pf.Config.preset("gpt2", vocab_size=64)
-    assert "bos_token_id" in str(info.value) and "50256" in str(info.value)
+def test_preset_override_shrinking_vocab_below_special_ids_keeps_the_ids():
+    # gpt2's bos/eos id is 50256: like GPT2Config(vocab_size=64), the ids stay, as metadata no token can match.
+    cfg = pf.Config.preset("gpt2", vocab_size=64, d_model=32, n_layers=1, n_heads=4)
+    assert (cfg.bos_token_id, cfg.eos_token_id) == (50256, 50256)
+    prompt = torch.randint(0, 64, (1, 3))
+    assert pf.Transformer(cfg).generate(prompt, max_new_tokens=6).shape == (1, 9)
 
 
 def _run_tiny(cfg: pf.Config) -> None:

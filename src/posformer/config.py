@@ -11,10 +11,12 @@ import copy
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
+
+from posformer.validation import check_choice, check_int, check_number, fail, is_int, is_number
 
 ARCHS = ("encoder", "decoder", "encoder_decoder")
 NORMS = ("layernorm", "rmsnorm", "deepnorm")
@@ -27,8 +29,23 @@ HEADS = ("causal_lm", "masked_lm", "seq2seq_lm", "span_qa", "classification", "n
 DEFAULT_HEAD = {"encoder": "masked_lm", "decoder": "causal_lm", "encoder_decoder": "seq2seq_lm"}
 
 
-def _fail(name: str, value: Any, expected: str) -> None:
-    raise ValueError(f"Config.{name}={value!r} is invalid: expected {expected}")
+def _fail(name: str, value: Any, expected: str) -> NoReturn:
+    """`fail` with the `Config.` prefix: `Config.{name}={value!r} is invalid: expected {expected}`."""
+    fail(f"Config.{name}", value, expected)
+
+
+def _check_token_id(name: str, value: Any) -> None:
+    """None or an integer >= 0: an id outside the vocabulary is metadata here (see `Config`)."""
+    if value is not None and not (is_int(value) and value >= 0):
+        _fail(name, value, "None or a token id (an integer >= 0)")
+
+
+def check_token_in_vocabulary(name: str, value: Any, vocab_size: int, why: str) -> None:
+    """Raise `ValueError` unless `value` is a token id in [0, vocab_size): for the uses that feed a
+    special token id to the model or write it into its output. `name` is the field or argument,
+    `why` says what needs it as a token."""
+    if not (is_int(value) and 0 <= value < vocab_size):
+        fail(name, value, f"a token id in [0, vocab_size={vocab_size}): {why}")
 
 
 @dataclass
@@ -56,6 +73,10 @@ class Config:
     fan-in scheme that T5 (attention scale 1.0) needs to train from scratch.
     `hf_model_type` names the Hugging Face family `posformer.to_hf` writes
     (set by `from_hf` and the presets; None: not exportable until set).
+    The special token ids (`pad_token_id`, `bos_token_id`, `eos_token_id`,
+    `decoder_start_token_id`) are None or integers >= 0; one outside the vocabulary
+    is kept as metadata, as Hugging Face keeps it, and refused (`check_token_in_vocabulary`)
+    only where it is used as a token: generation and `Transformer.shift_right`.
     """
 
     arch: str = "decoder"
@@ -148,8 +169,7 @@ class Config:
 
         for name, allowed in (("arch", ARCHS), ("norm", NORMS), ("norm_placement", NORM_PLACEMENTS),
                               ("activation", ACTIVATIONS), ("attn_impl", ATTN_IMPLS), ("init", INITS)):
-            if getattr(self, name) not in allowed:
-                _fail(name, getattr(self, name), f"one of {', '.join(allowed)}")
+            check_choice(f"Config.{name}", getattr(self, name), allowed)
         if self.head is not None and self.head not in HEADS:
             _fail("head", self.head, f"one of {', '.join(HEADS)} (or None for the arch's default)")
         if self.head_kind == "seq2seq_lm" and self.arch != "encoder_decoder":
@@ -161,25 +181,20 @@ class Config:
         self.position_params = positions.get(self.position).resolve_params(self.position_params)
 
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_positions", "num_labels"):
-            self._positive_int(name)
+            check_int(f"Config.{name}", getattr(self, name))
         for name in ("n_decoder_layers", "n_kv_heads", "d_head", "d_ff"):
             if getattr(self, name) is not None:
-                self._positive_int(name)
-        if not isinstance(self.type_vocab_size, int) or self.type_vocab_size < 0:
-            _fail("type_vocab_size", self.type_vocab_size, "an integer >= 0 (0: no token types)")
+                check_int(f"Config.{name}", getattr(self, name))
+        check_int("Config.type_vocab_size", self.type_vocab_size, minimum=0)
         if self.d_head is None and self.d_model % self.n_heads != 0:
             _fail("n_heads", self.n_heads, f"a divisor of d_model={self.d_model} (or set d_head)")
         if self.n_heads % self.kv_heads != 0:
             _fail("n_kv_heads", self.n_kv_heads, f"a divisor of n_heads={self.n_heads}")
         for name in ("dropout", "attention_dropout", "activation_dropout"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-                _fail(name, value, "a probability in [0, 1)")
+            check_number(f"Config.{name}", getattr(self, name), 0.0, 1.0, high_open=True)
         for name in ("norm_eps", "init_std"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-                _fail(name, value, "a number > 0")
-        if self.attn_scale is not None and not (isinstance(self.attn_scale, (int, float)) and self.attn_scale > 0):
+            check_number(f"Config.{name}", getattr(self, name), 0.0, low_open=True)
+        if self.attn_scale is not None and not (is_number(self.attn_scale) and self.attn_scale > 0):
             _fail("attn_scale", self.attn_scale, "a number > 0, or None for 1/sqrt(d_head)")
         if self.parallel_residual and (self.norm_placement != "pre" or self.arch == "encoder_decoder"):
             _fail("parallel_residual", True, "False unless norm_placement='pre' and arch is 'encoder' or 'decoder'")
@@ -190,15 +205,8 @@ class Config:
         if self.norm == "deepnorm" and self.init != "normal":
             _fail("init", self.init, "'normal' when norm='deepnorm' (DeepNet has its own init)")
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, int) and 0 <= value < self.vocab_size):
-                _fail(name, value, f"None or a token id in [0, {self.vocab_size})")
+            _check_token_id(name, getattr(self, name))
         positions.get(self.position).check_config(self)
-
-    def _positive_int(self, name: str) -> None:
-        value = getattr(self, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            _fail(name, value, "a positive integer")
 
     # ------------------------------------------------------------- round trips
     def to_dict(self) -> dict[str, Any]:

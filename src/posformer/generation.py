@@ -7,7 +7,9 @@ search lives in `posformer.beam_search`. The conventions follow Hugging Face
 - decoder prompts may be left-padded: positions count from each row's first real token;
 - an encoder-decoder model starts its output with `decoder_start_token_id`;
 - a row stops at an end-of-sequence token and is then padded with `pad_token_id`
-  (falling back to the first eos id), and generation stops when every row has stopped.
+  (falling back to the first eos id), and generation stops when every row has stopped;
+- an eos id outside the vocabulary (a Hugging Face config may carry one, e.g. GPT-2's
+  50256 in a tiny test model) can never be generated, so it never ends a row: it is dropped.
 
 `return_scores=True` also returns each sequence's score, as HF's
 `compute_transition_scores(...).sum(-1)` (greedy, up to the eos) and `sequences_scores` (beam).
@@ -22,6 +24,8 @@ from torch import Tensor
 
 from posformer.beam_search import beam_search
 from posformer.cache import Cache
+from posformer.config import Config, check_token_in_vocabulary
+from posformer.validation import is_int
 
 EosIds = Union[int, Sequence[int], None]
 
@@ -72,8 +76,8 @@ class Decoding:
             self.pos = (self.mask.cumsum(-1) - 1).clamp(min=0)
             self.tokens = input_ids
         else:
-            if cfg.decoder_start_token_id is None:
-                raise ValueError("Config.decoder_start_token_id is None: needed to start encoder-decoder generation")
+            check_token_in_vocabulary("Config.decoder_start_token_id", cfg.decoder_start_token_id, cfg.vocab_size,
+                                      "encoder-decoder generation starts every output with it")
             self.source_mask = attention_mask
             self.tokens = input_ids.new_full((batch, 1), cfg.decoder_start_token_id)
             self.length = 1
@@ -110,12 +114,29 @@ class Decoding:
 
 
 def _eos_ids(eos_token_id: EosIds, default: int | None, vocab_size: int) -> list[int]:
-    """The end-of-sequence ids as a list (empty: never stop early)."""
+    """The end-of-sequence ids a row can generate, as a list (empty: never stop early).
+
+    Ids >= vocab_size are accepted, as Hugging Face accepts them, and dropped: no row can emit them.
+    """
     eos = default if eos_token_id is None else eos_token_id
     ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-    if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab_size for i in ids):
-        raise ValueError(f"eos_token_id must be token ids in [0, {vocab_size}), got {eos_token_id!r}")
-    return ids
+    if not all(is_int(i) and i >= 0 for i in ids):
+        raise ValueError(f"eos_token_id must be token ids (integers >= 0), got {eos_token_id!r}")
+    return [i for i in ids if i < vocab_size]
+
+
+def _pad_id(pad_token_id: int | None, cfg: Config, eos: list[int]) -> int | None:
+    """What fills a row after its eos: `pad_token_id`, else `Config.pad_token_id`, else the first eos id.
+
+    Only when a row can end (`eos` not empty) is it used, and then it must be a token id in the vocabulary.
+    """
+    if pad_token_id is None and cfg.pad_token_id is None:
+        return eos[0] if eos else None
+    name, pad = ("pad_token_id", pad_token_id) if pad_token_id is not None else \
+        ("Config.pad_token_id", cfg.pad_token_id)
+    if eos:
+        check_token_in_vocabulary(name, pad, cfg.vocab_size, "it fills the rows that ended at an eos id")
+    return pad
 
 
 def _check_options(max_new_tokens: int, do_sample: bool, temperature: float, top_k: int | None,
@@ -184,6 +205,9 @@ def generate(
     eos_token_id (default `Config.eos_token_id`; an int or a list): a row ends
     at any of them and is then padded with pad_token_id (default
     `Config.pad_token_id`, then the first eos id); new is the longest row.
+    Eos ids outside the vocabulary never end a row (as in Hugging Face). A
+    `ValueError` names decoder_start_token_id (encoder-decoder) or the pad id (when
+    a row can end) if it is not a token id in [0, vocab_size).
     do_sample: sample from softmax(logits / temperature) after the top_k / top_p
     filters, drawing from `generator`; else greedy. num_beams > 1: beam search with
     HF's `length_penalty` (score = sum of log-probs / generated length ** length_penalty)
@@ -207,8 +231,7 @@ def generate(
     if not isinstance(min_new_tokens, int) or isinstance(min_new_tokens, bool) or min_new_tokens < 0:
         raise ValueError(f"min_new_tokens must be an integer >= 0, got {min_new_tokens!r}")
     eos = _eos_ids(eos_token_id, cfg.eos_token_id, cfg.vocab_size)
-    pad = pad_token_id if pad_token_id is not None else cfg.pad_token_id if cfg.pad_token_id is not None \
-        else eos[0] if eos else None
+    pad = _pad_id(pad_token_id, cfg, eos)
     was_training = model.training
     model.eval()
     try:

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from posformer import positions
 from posformer.blocks import Block
 from posformer.cache import Cache
-from posformer.config import Config
+from posformer.config import Config, check_token_in_vocabulary
 from posformer.heads import IGNORE_INDEX, build_head, span_loss, token_loss
 from posformer.init import normal_init_, t5_init_
 from posformer.masks import AttentionMask, build_mask
@@ -279,13 +279,21 @@ class Transformer(nn.Module):
                 out.loss = token_loss(out.logits, labels, shift=kind == "causal_lm")
 
     def shift_right(self, labels: Tensor) -> Tensor:
-        """Decoder inputs for teacher forcing: [decoder_start, labels[:-1]], with -100 replaced by pad."""
-        start = self.cfg.decoder_start_token_id
-        if start is None:
-            raise ValueError("Config.decoder_start_token_id is None: it is needed to build decoder_input_ids from labels")
+        """Decoder inputs for teacher forcing: [decoder_start, labels[:-1]], with -100 replaced by pad.
+
+        labels: (B, T) -> (B, T). `Config.decoder_start_token_id` and the pad (`Config.pad_token_id`,
+        else the start id) must be token ids in [0, vocab_size): a `ValueError` names the one that is not.
+        """
+        cfg = self.cfg
+        start = cfg.decoder_start_token_id
+        check_token_in_vocabulary("Config.decoder_start_token_id", start, cfg.vocab_size,
+                                  "shift_right starts the decoder inputs built from labels with it")
+        if cfg.pad_token_id is not None:
+            check_token_in_vocabulary("Config.pad_token_id", cfg.pad_token_id, cfg.vocab_size,
+                                      "shift_right writes it where labels hold -100")
         shifted = labels.new_full(labels.shape, start)
         shifted[:, 1:] = labels[:, :-1]
-        pad = self.cfg.pad_token_id if self.cfg.pad_token_id is not None else start
+        pad = cfg.pad_token_id if cfg.pad_token_id is not None else start
         return shifted.masked_fill(shifted == IGNORE_INDEX, pad)
 
     def generate(self, input_ids: Tensor, max_new_tokens: int = 32, **kwargs) -> Tensor | tuple[Tensor, Tensor]:

@@ -127,7 +127,7 @@ def encoder_config_to_hf(cfg: Config, arch_name: str) -> dict:
 
 
 def config_to_hf(cfg: Config) -> dict:
-    if cfg.position == "learned" and cfg.position_params.get("offset", 0) != 0:
+    if cfg.position == "learned" and cfg.position_params["offset"] != 0:
         raise unsupported("bert", "learned positions with an offset (that is RoBERTa's layout) (to_hf)")
     return encoder_config_to_hf(cfg, "Bert")
 

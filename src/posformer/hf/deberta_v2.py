@@ -2,10 +2,19 @@
 
 A post-LayerNorm encoder: word (+ token type) embeddings, LayerNorm, N blocks of
 disentangled self-attention and a GELU feed-forward, each followed by
-residual + LayerNorm, with no final norm. Positions enter only through the
-attention: posformer's `deberta` encoding (positions/deberta.py) holds the shared
-relative table `encoder.rel_embeddings` (with its optional LayerNorm) and each
-layer's position projections.
+residual + LayerNorm, with no final norm. With `relative_attention=True` (every
+published checkpoint) positions enter only through the attention: posformer's
+`deberta` encoding (positions/deberta.py) holds the shared relative table
+`encoder.rel_embeddings` (with its optional LayerNorm) and each layer's position
+projections.
+
+`DebertaV2Config`'s own defaults are `relative_attention=False`,
+`position_biased_input=True`: a BERT-like encoder with a learned absolute table
+`embeddings.position_embeddings` (posformer's `learned`; with
+`position_biased_input=False` too, no positions: `none`). Hugging Face still
+scales its attention by 1/sqrt(head_dim * (1 + the c2p/p2c entries of
+`pos_att_type`)), which becomes `Config.attn_scale`. Relative attention and an
+absolute table together are refused (posformer has one encoding per model).
 
 Heads: DebertaV2Model (none), DebertaV2ForMaskedLM (masked_lm), DebertaV2ForQuestionAnswering (span_qa).
 
@@ -41,6 +50,8 @@ position_buckets / 2 tokens only.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -49,7 +60,7 @@ from posformer.hf.activations import activation_from_hf, activation_to_hf
 from posformer.hf.family import Family, UnsupportedCheckpoint, architecture, register, unsupported
 from posformer.hf.layout import require_fields, require_head
 from posformer.hf.mapping import Rule, fused_linear, linear, norm, same
-from posformer.positions.deberta import NORM_REL_EBD, POS_ATT_TYPES, DeBERTa
+from posformer.positions.deberta import NORM_REL_EBD, POS_ATT_TYPES
 
 MODEL_TYPE = "deberta-v2"
 HEADS = {"ForMaskedLM": "masked_lm", "ForQuestionAnswering": "span_qa", "Model": "none"}
@@ -65,12 +76,17 @@ NON_LEGACY_HEAD = {"lm_predictions.lm_head.dense.": "cls.predictions.transform.d
                    "lm_predictions.lm_head.bias": "cls.predictions.bias"}
 
 
-def _pos_att_type(hf: dict) -> list[str]:
-    """HF's `pos_att_type`, a list or the older "p2c|c2p" string, as a list."""
+def _listed_kinds(hf: dict) -> list[str]:
+    """HF's `pos_att_type`, a list or the older "p2c|c2p" string, as a list (None: empty)."""
     kinds = hf.get("pos_att_type") or []
     if isinstance(kinds, str):
         kinds = [k.strip() for k in kinds.lower().split("|") if k.strip()]
-    kinds = list(kinds)
+    return list(kinds)
+
+
+def _pos_att_type(hf: dict) -> list[str]:
+    """The relative position terms of `pos_att_type`, checked."""
+    kinds = _listed_kinds(hf)
     if not kinds:
         raise unsupported(MODEL_TYPE, "relative_attention with an empty pos_att_type (no position term)")
     other = [k for k in kinds if k not in POS_ATT_TYPES]
@@ -90,11 +106,9 @@ def _norm_rel_ebd(hf: dict) -> str:
 
 def _check_features(hf: dict, head: str) -> None:
     hidden, heads = hf["hidden_size"], hf["num_attention_heads"]
-    if not hf.get("relative_attention", False):
-        raise unsupported(MODEL_TYPE, "relative_attention=False (DeBERTa without disentangled attention)")
-    if hf.get("position_biased_input", True):
-        raise unsupported(MODEL_TYPE, "position_biased_input=True (learned absolute positions added to the "
-                                      "embeddings on top of the relative attention)")
+    if hf.get("relative_attention", False) and hf.get("position_biased_input", True):
+        raise unsupported(MODEL_TYPE, "position_biased_input=True with relative_attention=True (learned absolute "
+                                      "positions added to the embeddings on top of the relative attention)")
     if (hf.get("conv_kernel_size") or 0) > 0:
         raise unsupported(MODEL_TYPE, f"conv_kernel_size={hf['conv_kernel_size']} (the convolution layer after "
                                       "the first layer of DeBERTa-v2 xlarge/xxlarge)")
@@ -113,17 +127,32 @@ def _check_features(hf: dict, head: str) -> None:
         raise unsupported(MODEL_TYPE, f"a question-answering head with num_labels={labels} (start and end: 2)")
 
 
+def _absolute_attn_scale(hf: dict) -> float | None:
+    """Without relative attention HF still divides q.k by sqrt(head_dim * (1 + c2p/p2c entries)); None: 1."""
+    factor = 1 + sum(kind in _listed_kinds(hf) for kind in POS_ATT_TYPES)
+    head_dim = hf["hidden_size"] // hf["num_attention_heads"]
+    return None if factor == 1 else (head_dim * factor) ** -0.5
+
+
+def _positions(hf: dict) -> dict:
+    """The `Config` fields of the position encoding: relative `deberta`, else `learned` or `none`."""
+    if not hf.get("relative_attention", False):
+        return {"position": "learned" if hf.get("position_biased_input", True) else "none",
+                "attn_scale": _absolute_attn_scale(hf)}
+    return {"position": "deberta",
+            "position_params": {"position_buckets": hf.get("position_buckets", -1),
+                                "max_relative_positions": hf.get("max_relative_positions", -1),
+                                "norm_rel_ebd": _norm_rel_ebd(hf), "pos_att_type": _pos_att_type(hf)}}
+
+
 def config_from_hf(hf: dict) -> Config:
     head = architecture(hf, HEADS, "none")
     _check_features(hf, head)
-    position_params = {"position_buckets": hf.get("position_buckets", -1),
-                       "max_relative_positions": hf.get("max_relative_positions", -1),
-                       "norm_rel_ebd": _norm_rel_ebd(hf), "pos_att_type": _pos_att_type(hf)}
     legacy = hf.get("legacy", True)
     return Config(
         arch="encoder", vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_layers=hf["num_hidden_layers"],
-        n_heads=hf["num_attention_heads"], d_ff=hf["intermediate_size"], position="deberta",
-        position_params=position_params, max_positions=hf.get("max_position_embeddings", 512), norm="layernorm",
+        n_heads=hf["num_attention_heads"], d_ff=hf["intermediate_size"], **_positions(hf),
+        max_positions=hf.get("max_position_embeddings", 512), norm="layernorm",
         norm_eps=hf.get("layer_norm_eps", 1e-7), norm_placement="post", final_norm=False, embed_norm=True,
         activation=activation_from_hf(MODEL_TYPE, hf.get("hidden_act", "gelu")),
         dropout=hf.get("hidden_dropout_prob", 0.1), attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
@@ -136,27 +165,48 @@ def config_from_hf(hf: dict) -> Config:
 
 def config_to_hf(cfg: Config) -> dict:
     require_head(cfg, MODEL_TYPE, tuple(ARCHITECTURES))
-    require_fields(cfg, MODEL_TYPE, arch="encoder", position="deberta", norm="layernorm", norm_bias=True,
+    require_fields(cfg, MODEL_TYPE, arch="encoder", norm="layernorm", norm_bias=True,
                    norm_placement="post", use_final_norm=False, embed_norm=True, qkv_bias=True, attn_out_bias=True,
-                   ffn_bias=True, kv_heads=cfg.n_heads, attn_scale=None, scale_embeddings=False,
+                   ffn_bias=True, kv_heads=cfg.n_heads, scale_embeddings=False,
                    parallel_residual=False, activation_dropout=0.0)
     if cfg.n_heads * cfg.head_dim != cfg.d_model:
         raise UnsupportedCheckpoint(f"to_hf: a {MODEL_TYPE} checkpoint needs n_heads * head_dim == d_model, got "
                                     f"{cfg.n_heads} * {cfg.head_dim} != {cfg.d_model}")
-    p = {**DeBERTa.defaults, **cfg.position_params}
-    return {
+    out = {
         "model_type": MODEL_TYPE, "architectures": [ARCHITECTURES[cfg.head_kind]],
         "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers,
         "num_attention_heads": cfg.n_heads, "intermediate_size": cfg.ff_dim,
         "hidden_act": activation_to_hf(MODEL_TYPE, cfg.activation), "hidden_dropout_prob": cfg.dropout,
         "attention_probs_dropout_prob": cfg.attention_dropout, "max_position_embeddings": cfg.max_positions,
         "type_vocab_size": cfg.type_vocab_size, "initializer_range": cfg.init_std, "layer_norm_eps": cfg.norm_eps,
-        "relative_attention": True, "position_biased_input": False, "share_att_key": False,
-        "position_buckets": p["position_buckets"], "max_relative_positions": p["max_relative_positions"],
-        "norm_rel_ebd": p["norm_rel_ebd"], "pos_att_type": list(p["pos_att_type"]), "legacy": True,
-        "tie_word_embeddings": cfg.tie_embeddings, "pad_token_id": cfg.pad_token_id,
+        "legacy": True, "tie_word_embeddings": cfg.tie_embeddings, "pad_token_id": cfg.pad_token_id,
         "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id,
     }
+    if cfg.position != "deberta":
+        return {**out, **_absolute_positions_to_hf(cfg)}
+    require_fields(cfg, MODEL_TYPE, attn_scale=None)
+    p = cfg.position_params
+    return {
+        **out, "relative_attention": True, "position_biased_input": False, "share_att_key": False,
+        "position_buckets": p["position_buckets"], "max_relative_positions": p["max_relative_positions"],
+        "norm_rel_ebd": p["norm_rel_ebd"], "pos_att_type": list(p["pos_att_type"]),
+    }
+
+
+def _absolute_positions_to_hf(cfg: Config) -> dict:
+    """`learned` or `none` positions: no relative attention, the attention scale told by `pos_att_type`'s length."""
+    if cfg.position not in ("learned", "none"):
+        raise UnsupportedCheckpoint(f"to_hf: a {MODEL_TYPE} checkpoint has 'deberta', 'learned' or 'none' "
+                                    f"positions, got Config.position={cfg.position!r}")
+    if cfg.position == "learned" and cfg.position_params["offset"] != 0:
+        raise UnsupportedCheckpoint(f"to_hf: {MODEL_TYPE} reads position p from row p; Config.position_params "
+                                    f"has offset={cfg.position_params['offset']!r}")
+    for kinds in ([], ["c2p"], ["p2c", "c2p"]):
+        if math.isclose(cfg.scale, (cfg.head_dim * (1 + len(kinds))) ** -0.5, rel_tol=1e-9):
+            return {"relative_attention": False, "position_biased_input": cfg.position == "learned",
+                    "pos_att_type": kinds, "norm_rel_ebd": "none"}
+    raise UnsupportedCheckpoint(f"to_hf: {MODEL_TYPE} scales attention by 1/sqrt(head_dim * k), k in 1, 2, 3; "
+                                f"Config.attn_scale={cfg.attn_scale!r} is none of them")
 
 
 def _prefix(cfg: Config) -> str:
@@ -164,7 +214,10 @@ def _prefix(cfg: Config) -> str:
 
 
 def _kinds(cfg: Config) -> list[str]:
-    return list({**DeBERTa.defaults, **cfg.position_params}["pos_att_type"])
+    """The relative position terms (none without relative attention)."""
+    if cfg.position != "deberta":
+        return []
+    return list(cfg.position_params["pos_att_type"])
 
 
 def rules(cfg: Config) -> list[Rule]:
@@ -174,9 +227,12 @@ def rules(cfg: Config) -> list[Rule]:
     if cfg.type_vocab_size:
         out.append(same("token_types.weight", f"{base}embeddings.token_type_embeddings.weight"))
     out += norm("encoder.embed_norm", f"{base}embeddings.LayerNorm")
-    out.append(same("encoder.position.rel_embeddings.weight", f"{base}encoder.rel_embeddings.weight"))
-    if cfg.position_params.get("norm_rel_ebd", DeBERTa.defaults["norm_rel_ebd"]) == "layer_norm":
-        out += norm("encoder.position.norm", f"{base}encoder.LayerNorm")
+    if cfg.position == "learned":
+        out.append(same("encoder.position.table.weight", f"{base}embeddings.position_embeddings.weight"))
+    elif cfg.position == "deberta":
+        out.append(same("encoder.position.rel_embeddings.weight", f"{base}encoder.rel_embeddings.weight"))
+        if cfg.position_params["norm_rel_ebd"] == "layer_norm":
+            out += norm("encoder.position.norm", f"{base}encoder.LayerNorm")
     for i in range(cfg.n_layers):
         ours, theirs = f"encoder.layers.{i}", f"{base}encoder.layer.{i}"
         attn = f"{theirs}.attention.self"
@@ -202,8 +258,13 @@ def rules(cfg: Config) -> list[Rule]:
 
 
 def ignore(cfg: Config) -> tuple[str, ...]:
-    """Buffers and unused absolute-position tables; the decoder's stored copies; pretraining heads."""
-    patterns = [r"(deberta\.)?embeddings\.position_ids", r"(deberta\.)?embeddings\.position_embeddings\.weight"]
+    """Buffers and unused absolute-position tables; the decoder's stored copies; pretraining heads;
+    without relative attention, the relative table's LayerNorm HF builds (norm_rel_ebd) but never applies."""
+    patterns = [r"(deberta\.)?embeddings\.position_ids"]
+    if cfg.position == "deberta":
+        patterns.append(r"(deberta\.)?embeddings\.position_embeddings\.weight")
+    else:
+        patterns.append(r"(deberta\.)?encoder\.LayerNorm\.(weight|bias)")
     if cfg.head_kind == "masked_lm":
         patterns += [r"cls\.predictions\.decoder\.bias", r"mask_predictions\..*"]
         if cfg.tie_embeddings:

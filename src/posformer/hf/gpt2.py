@@ -64,7 +64,7 @@ def config_to_hf(cfg: Config) -> dict:
                    norm_placement="pre", use_final_norm=True, embed_norm=False, parallel_residual=False,
                    kv_heads=cfg.n_heads, head_dim=cfg.d_model // cfg.n_heads, qkv_bias=True, attn_out_bias=True,
                    ffn_bias=True, scale_embeddings=False, type_vocab_size=0, head_bias=False, scale_tied_head=False)
-    if cfg.position_params.get("offset", 0) != 0:
+    if cfg.position_params["offset"] != 0:
         raise UnsupportedCheckpoint(f"to_hf: gpt2 reads position p from row p; Config.position_params has "
                                     f"offset={cfg.position_params['offset']!r}")
     return {

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 
-from posformer import positions
 from posformer.config import Config
 from posformer.hf.activations import activation_from_hf, activation_to_hf
 from posformer.hf.family import Family, architecture, register, unsupported
@@ -70,7 +69,7 @@ def _layout_problems(cfg: Config) -> list[str]:
     problems = [f"{k}={getattr(cfg, k)!r}" for k, v in wanted.items() if getattr(cfg, k) != v]
     if cfg.use_final_norm:
         problems.append("a final norm after each stack (Marian has none)")
-    params = {**positions.get("sinusoidal").defaults, **cfg.position_params}
+    params = cfg.position_params
     if cfg.position == "sinusoidal" and params != POSITIONS:
         problems.append(f"sinusoidal {params} (Marian: {POSITIONS})")
     if cfg.head_kind not in ("seq2seq_lm", "none"):

@@ -48,8 +48,8 @@ def config_to_hf(cfg: Config) -> dict:
     model_type = cfg.hf_model_type
     if cfg.pad_token_id is None:
         raise unsupported(model_type, "no pad_token_id (RoBERTa's positions start at pad_token_id + 1) (to_hf)")
-    if cfg.position == "learned" and cfg.position_params.get("offset", 0) != cfg.pad_token_id + 1:
-        raise unsupported(model_type, f"learned positions with offset {cfg.position_params.get('offset', 0)} "
+    if cfg.position == "learned" and cfg.position_params["offset"] != cfg.pad_token_id + 1:
+        raise unsupported(model_type, f"learned positions with offset {cfg.position_params['offset']} "
                                       f"(Hugging Face uses pad_token_id + 1 = {cfg.pad_token_id + 1}) (to_hf)")
     if cfg.head_kind == "masked_lm" and cfg.activation != "gelu":
         raise unsupported(model_type, f"a masked-LM head with activation={cfg.activation!r} (RoBERTa's LM head "

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 
-from posformer import positions
 from posformer.config import Config
 from posformer.feedforward import GATED as GATED_FFN
 from posformer.hf.activations import TO_HF, activation_from_hf, activation_to_hf
@@ -74,7 +73,7 @@ def config_from_hf(hf: dict) -> Config:
         attention_dropout=dropout, activation_dropout=dropout, qkv_bias=False, attn_out_bias=False,
         ffn_bias=False, attn_scale=1.0, tie_embeddings=bool(hf["tie_word_embeddings"]), scale_tied_head=True,
         head=head, pad_token_id=pad, eos_token_id=eos[0] if isinstance(eos, list) else eos,
-        decoder_start_token_id=hf.get("decoder_start_token_id", pad),
+        decoder_start_token_id=hf.get("decoder_start_token_id"),
         init_std=hf.get("initializer_factor", 1.0) * hf["d_model"] ** -0.5, hf_model_type=model_type,
     )
 
@@ -105,7 +104,7 @@ def config_to_hf(cfg: Config) -> dict:
     problems = _layout_problems(cfg)
     if problems:
         raise unsupported(model_type, f"a layout T5 cannot express ({'; '.join(problems)}) (to_hf)")
-    params = {**positions.get("t5").defaults, **cfg.position_params}
+    params = cfg.position_params
     suffix = {"encoder": "EncoderModel", "seq2seq_lm": "ForConditionalGeneration", "none": "Model"}
     kind = "encoder" if cfg.arch == "encoder" else cfg.head_kind
     proj = GATED_TO_HF.get(cfg.activation) or activation_to_hf(model_type, cfg.activation)

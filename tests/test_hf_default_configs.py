@@ -1,0 +1,107 @@
+"""Every Hugging Face family posformer maps, with the HF config class's own defaults (issue 12).
+
+Each case builds the config class with its defaults and overrides only sizes (vocabulary,
+width, depth, heads, feed-forward, max positions), so a default the family tests
+never set (GPT-2's bos/eos 50256 in a 97-token vocabulary, DeBERTa-v2 without
+relative attention, Mistral's sliding window) is loaded exactly as a tiny HF test
+checkpoint carries it. The parity protocol is the family tests' (`hf_oracle.check_family`,
+max |diff| <= 1e-4 against transformers 4.57.6), and `to_hf` writes the special
+token ids back unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+import transformers
+from hf_oracle import check_family, padded_batch, right_padded_batch
+
+import posformer as pf
+
+VOCAB = 97
+TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
+BERT_SIZES = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                  intermediate_size=40, max_position_embeddings=64)
+LLAMA_SIZES = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=40, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+T5_SIZES = dict(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=40, num_layers=2, num_heads=4)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One family: its HF config and model class names, the size overrides, and how it is fed."""
+
+    config_class: str
+    model_class: str
+    sizes: dict
+    seq2seq: bool = False
+    right_padded_only: bool = False  # RoBERTa counts positions over non-pad ids (hf/roberta.py)
+    extra: dict = field(default_factory=dict)
+
+
+CASES = {
+    "bert": Case("BertConfig", "BertForMaskedLM", BERT_SIZES),
+    "bloom": Case("BloomConfig", "BloomForCausalLM", dict(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4)),
+    "deberta-v2": Case("DebertaV2Config", "DebertaV2ForMaskedLM", BERT_SIZES),
+    "gpt2": Case("GPT2Config", "GPT2LMHeadModel", dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4,
+                                                        n_positions=64)),
+    "gpt_neox": Case("GPTNeoXConfig", "GPTNeoXForCausalLM", BERT_SIZES),
+    "llama": Case("LlamaConfig", "LlamaForCausalLM", LLAMA_SIZES),
+    # Marian's pad id (58100 by default) is the last row of the embedding, which HF's nn.Embedding
+    # needs inside the vocabulary (padding_idx): it moves with the vocabulary size.
+    "marian": Case("MarianConfig", "MarianMTModel",
+                   dict(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                        decoder_attention_heads=4, encoder_ffn_dim=40, decoder_ffn_dim=40,
+                        max_position_embeddings=64, pad_token_id=VOCAB - 1, decoder_start_token_id=VOCAB - 1),
+                   seq2seq=True),
+    "mistral": Case("MistralConfig", "MistralForCausalLM", LLAMA_SIZES),
+    "mt5": Case("MT5Config", "MT5ForConditionalGeneration", T5_SIZES, seq2seq=True),
+    "qwen2": Case("Qwen2Config", "Qwen2ForCausalLM", LLAMA_SIZES),
+    "roberta": Case("RobertaConfig", "RobertaForMaskedLM", BERT_SIZES, right_padded_only=True),
+    "t5": Case("T5Config", "T5ForConditionalGeneration", T5_SIZES, seq2seq=True),
+}
+
+
+@torch.no_grad()
+def _perturb_constant_tensors(model: torch.nn.Module, std: float = 0.2, seed: int = 1) -> torch.nn.Module:
+    """Add N(0, std) noise to every parameter HF initialises to one constant (norm weights, biases,
+    Marian's final_logits_bias), so a mapping that swaps or drops one shows in the logits."""
+    g = torch.Generator().manual_seed(seed)
+    tensors = dict(model.named_parameters())
+    tensors.update((name, t) for name, t in model.named_buffers() if name.endswith("final_logits_bias"))
+    for tensor in tensors.values():
+        if tensor.numel() > 1 and bool((tensor == tensor.flatten()[0]).all()):
+            tensor.add_(torch.randn(tensor.shape, generator=g) * std)
+    return model
+
+
+def _hf_model(case: Case):
+    config = getattr(transformers, case.config_class)(**case.sizes, attn_implementation="eager")
+    torch.manual_seed(0)
+    return _perturb_constant_tensors(getattr(transformers, case.model_class)(config)).eval()
+
+
+def _inputs(case: Case) -> tuple[dict, dict]:
+    """The batch (input_ids, attention_mask) and, for encoder-decoders, the decoder inputs."""
+    batch = right_padded_batch(VOCAB) if case.right_padded_only else padded_batch(VOCAB)
+    if not case.seq2seq:
+        return batch, {}
+    decoder = padded_batch(VOCAB, length=7, seed=1)
+    return batch, {"decoder_input_ids": decoder["input_ids"], "decoder_attention_mask": decoder["attention_mask"]}
+
+
+def test_every_mapped_family_has_a_case():
+    assert sorted(CASES) == pf.hf.family.supported()
+
+
+@pytest.mark.parametrize("family", sorted(CASES))
+def test_against_hf_default_config(tmp_path, family):
+    case = CASES[family]
+    hf = _hf_model(case)
+    batch, extra = _inputs(case)
+    model = check_family(hf, getattr(transformers, case.model_class), tmp_path, batch, **extra)
+    written = getattr(transformers, case.config_class).from_pretrained(tmp_path / "roundtrip")
+    for name in TOKEN_IDS:
+        assert getattr(model.cfg, name) == getattr(hf.config, name) == getattr(written, name), name
