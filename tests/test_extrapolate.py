@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 
 import posformer as pf
-from posformer.bench.extrapolation import initial_model
-from posformer.bench.extrapolation_eval import chunk_nll, perplexity, sliding_nll
-from posformer.bench.extrapolation_settings import ExtrapolationSettings, model_config
+from posformer.experiments.extrapolation.experiment import initial_model
+from posformer.experiments.extrapolation.evaluation import chunk_nll, perplexity, sliding_nll
+from posformer.experiments.extrapolation.settings import ExtrapolationSettings, model_config
 from posformer.cli import main
 from posformer.loading import load_model, load_text_tokenizer
 
@@ -101,7 +101,7 @@ def _interrupt_after_checkpoint(args: list[str]) -> None:
 
     trainer_module.Trainer._save = save_then_stop
     try:
-        from posformer.bench.extrapolation import run_extrapolation
+        from posformer.experiments.extrapolation.experiment import run_extrapolation
         from posformer.cli import build_parser
         from posformer.cli_extrapolate import settings_from_args
 
@@ -209,7 +209,7 @@ def test_data_dir_env_var(monkeypatch, tmp_path):
 
 
 def test_gutenberg_markers_are_stripped():
-    from posformer.bench.extrapolation_data import strip_gutenberg
+    from posformer.experiments.extrapolation.data import strip_gutenberg
 
     text = "header\n*** START OF THE PROJECT GUTENBERG EBOOK X ***\nbody line\n*** END OF THE PROJECT ***\nlicense"
     assert strip_gutenberg(text) == "body line\n"

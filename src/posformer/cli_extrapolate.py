@@ -76,7 +76,7 @@ def _ints(text: str) -> list[int]:
 
 def settings_from_args(args: argparse.Namespace):
     """Preset, then flags, then --set KEY=VALUE (YAML values) -> validated settings."""
-    from posformer.bench.extrapolation_settings import ExtrapolationSettings
+    from posformer.experiments.extrapolation.settings import ExtrapolationSettings
     from posformer.train.settings import parse_yaml
 
     overrides = {}
@@ -96,8 +96,8 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def cmd_extrapolate(args: argparse.Namespace) -> int:
-    from posformer.bench.extrapolation import run_extrapolation
-    from posformer.bench.extrapolation_report import markdown
+    from posformer.experiments.extrapolation.experiment import run_extrapolation
+    from posformer.experiments.extrapolation.report import markdown
 
     settings = settings_from_args(args)
     results = run_extrapolation(settings, args.output_dir, progress=not args.no_progress)
@@ -118,7 +118,7 @@ def add_extrapolate_parser(sub) -> None:
         parser.add_argument(flag, dest=key, type=kind, default=None, help=text if "default" in text else f"{text} (default: the preset's)")
     from dataclasses import fields
 
-    from posformer.bench.extrapolation_settings import ExtrapolationSettings
+    from posformer.experiments.extrapolation.settings import ExtrapolationSettings
 
     knobs = ", ".join(f.name for f in fields(ExtrapolationSettings))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
