@@ -185,6 +185,21 @@ def test_gpu_preset_is_about_100m_parameters():
     assert 80e6 < params < 120e6
 
 
+@pytest.mark.parametrize("knob, value, expected", [
+    ("steps", 0, "a positive integer"), ("steps", True, "a positive integer"), ("lr", -1.0, "a number >= 0"),
+    ("protocol", "strided", "one of nonoverlapping, sliding"), ("stride", 0, "a positive integer or null"),
+    ("device", "tpu", "one of auto, cpu, cuda"), ("corpus", "wiki", "one of gutenberg, shakespeare"),
+    ("vocab_size", 256, "an integer >= 257"), ("heads", 3, "a divisor of d_model=64"),
+    ("eval_lens", [64], "a list that includes train_len=32"), ("rope_scalings", ["pi"], "a list drawn from"),
+])
+def test_a_bad_knob_is_named_with_its_value_and_what_was_expected(knob, value, expected):
+    with pytest.raises(ValueError) as error:
+        ExtrapolationSettings.preset("quick", **{knob: value})
+    message = str(error.value)
+    assert message.startswith(f"extrapolate: {knob}={value!r} is invalid: expected "), message
+    assert expected in message, message
+
+
 def test_unknown_position_lists_the_registered_ones(tmp_path, capsys):
     assert main(["extrapolate", "--preset", "quick", "--positions", "rope,bogus", "--output-dir",
                  str(tmp_path)]) == 2
