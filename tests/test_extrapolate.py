@@ -103,7 +103,7 @@ def _interrupt_after_checkpoint(args: list[str]) -> None:
     try:
         from posformer.experiments.extrapolation.experiment import run_extrapolation
         from posformer.cli import build_parser
-        from posformer.cli_extrapolate import settings_from_args
+        from posformer.cli.extrapolate import settings_from_args
 
         parsed = build_parser().parse_args(["extrapolate", *args])
         run_extrapolation(settings_from_args(parsed), parsed.output_dir, progress=False)

@@ -15,7 +15,7 @@ import posformer as pf
 from posformer import plots
 from posformer.checkpoint import save_pretrained
 from posformer.cli import main
-from posformer.cli_plot import DEFAULT_TEXT
+from posformer.cli.plot import DEFAULT_TEXT
 from posformer.data.text import CharTokenizer
 from posformer.loading import load_model, load_text_tokenizer
 from posformer.positions import rope_inv_freq, t5_bucket
