@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 
 import posformer as pf
-from posformer.experiments.extrapolation.experiment import initial_model
-from posformer.experiments.extrapolation.evaluation import chunk_nll, perplexity, sliding_nll
-from posformer.experiments.extrapolation.settings import ExtrapolationSettings, model_config
+from posformer.any_checkpoint import load_model, load_text_tokenizer
 from posformer.cli import main
-from posformer.loading import load_model, load_text_tokenizer
+from posformer.experiments.extrapolation.evaluation import chunk_nll, perplexity, sliding_nll
+from posformer.experiments.extrapolation.experiment import initial_model
+from posformer.experiments.extrapolation.settings import ExtrapolationSettings, model_config
 
 TINY = ["--preset", "quick", "--positions", "learned,rope,alibi", "--train-len", "16", "--eval-lens", "16,32,64",
         "--steps", "3", "--d-model", "32", "--layers", "1", "--heads", "2", "--vocab-size", "300",
@@ -101,9 +101,9 @@ def _interrupt_after_checkpoint(args: list[str]) -> None:
 
     trainer_module.Trainer._save = save_then_stop
     try:
-        from posformer.experiments.extrapolation.experiment import run_extrapolation
         from posformer.cli import build_parser
         from posformer.cli.extrapolate import settings_from_args
+        from posformer.experiments.extrapolation.experiment import run_extrapolation
 
         parsed = build_parser().parse_args(["extrapolate", *args])
         run_extrapolation(settings_from_args(parsed), parsed.output_dir, progress=False)

@@ -10,7 +10,7 @@ from posformer.cli.command import Command
 def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
-    from posformer.loading import load_model, load_text_tokenizer
+    from posformer.any_checkpoint import load_model, load_text_tokenizer
 
     if args.num_beams < 1:
         raise ValueError(f"--num-beams must be >= 1, got {args.num_beams}")

@@ -8,8 +8,8 @@ from posformer.cli.command import Command
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from posformer.tasks.causal_lm import train_causal_lm
     from posformer.train import distributed
-    from posformer.train.causal_lm import train_causal_lm
     from posformer.train.settings import load_run_settings
 
     overrides = args.set + ([f"trainer.seed={args.seed}"] if args.seed is not None else [])
