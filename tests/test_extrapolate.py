@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 
 import posformer as pf
-from posformer.bench.extrapolation import initial_model
-from posformer.bench.extrapolation_eval import chunk_nll, perplexity, sliding_nll
-from posformer.bench.extrapolation_settings import ExtrapolationSettings, model_config
+from posformer.any_checkpoint import load_model, load_text_tokenizer
 from posformer.cli import main
-from posformer.loading import load_model, load_text_tokenizer
+from posformer.experiments.extrapolation.evaluation import chunk_nll, perplexity, sliding_nll
+from posformer.experiments.extrapolation.experiment import initial_model
+from posformer.experiments.extrapolation.settings import ExtrapolationSettings, model_config
 
 TINY = ["--preset", "quick", "--positions", "learned,rope,alibi", "--train-len", "16", "--eval-lens", "16,32,64",
         "--steps", "3", "--d-model", "32", "--layers", "1", "--heads", "2", "--vocab-size", "300",
@@ -101,9 +101,9 @@ def _interrupt_after_checkpoint(args: list[str]) -> None:
 
     trainer_module.Trainer._save = save_then_stop
     try:
-        from posformer.bench.extrapolation import run_extrapolation
         from posformer.cli import build_parser
-        from posformer.cli_extrapolate import settings_from_args
+        from posformer.cli.extrapolate import settings_from_args
+        from posformer.experiments.extrapolation.experiment import run_extrapolation
 
         parsed = build_parser().parse_args(["extrapolate", *args])
         run_extrapolation(settings_from_args(parsed), parsed.output_dir, progress=False)
@@ -185,6 +185,21 @@ def test_gpu_preset_is_about_100m_parameters():
     assert 80e6 < params < 120e6
 
 
+@pytest.mark.parametrize("knob, value, expected", [
+    ("steps", 0, "a positive integer"), ("steps", True, "a positive integer"), ("lr", -1.0, "a number >= 0"),
+    ("protocol", "strided", "one of nonoverlapping, sliding"), ("stride", 0, "a positive integer or null"),
+    ("device", "tpu", "one of auto, cpu, cuda"), ("corpus", "wiki", "one of gutenberg, shakespeare"),
+    ("vocab_size", 256, "an integer >= 257"), ("heads", 3, "a divisor of d_model=64"),
+    ("eval_lens", [64], "a list that includes train_len=32"), ("rope_scalings", ["pi"], "a list drawn from"),
+])
+def test_a_bad_knob_is_named_with_its_value_and_what_was_expected(knob, value, expected):
+    with pytest.raises(ValueError) as error:
+        ExtrapolationSettings.preset("quick", **{knob: value})
+    message = str(error.value)
+    assert message.startswith(f"extrapolate: {knob}={value!r} is invalid: expected "), message
+    assert expected in message, message
+
+
 def test_unknown_position_lists_the_registered_ones(tmp_path, capsys):
     assert main(["extrapolate", "--preset", "quick", "--positions", "rope,bogus", "--output-dir",
                  str(tmp_path)]) == 2
@@ -209,7 +224,7 @@ def test_data_dir_env_var(monkeypatch, tmp_path):
 
 
 def test_gutenberg_markers_are_stripped():
-    from posformer.bench.extrapolation_data import strip_gutenberg
+    from posformer.experiments.extrapolation.data import strip_gutenberg
 
     text = "header\n*** START OF THE PROJECT GUTENBERG EBOOK X ***\nbody line\n*** END OF THE PROJECT ***\nlicense"
     assert strip_gutenberg(text) == "body line\n"

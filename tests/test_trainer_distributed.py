@@ -20,10 +20,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from posformer.checkpoint import load_pretrained
 from posformer.cli import main
-from posformer.train.checkpoints import verify
+from posformer.posformer_checkpoint import load_pretrained
 from posformer.train.settings import RunSettings, load_run_settings
+from posformer.train.training_checkpoint import verify
 
 B = 4  # sequences per process and step
 STEPS, SAVE = 20, 10

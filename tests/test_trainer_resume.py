@@ -23,12 +23,12 @@ from torch import nn
 from train_helpers import assert_same_run, losses, tiny_run, write_config, write_corpus
 
 from posformer.cli import main
-from posformer.train import causal_lm
-from posformer.train import checkpoints as checkpoints_module
+from posformer.tasks import causal_lm
+from posformer.tasks.causal_lm import train_causal_lm
+from posformer.train import training_checkpoint
 from posformer.train.batches import WindowBatches
-from posformer.train.causal_lm import train_causal_lm
-from posformer.train.checkpoints import CheckpointManager, verify
 from posformer.train.settings import RunSettings
+from posformer.train.training_checkpoint import CheckpointManager, verify
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -282,7 +282,7 @@ def test_a_kill_while_pruning_leaves_no_partial_checkpoint(tmp_path: Path, monke
             raise Crash
         rmtree(path, ignore_errors=ignore_errors)
 
-    monkeypatch.setattr(checkpoints_module.shutil, "rmtree", killed_midway)
+    monkeypatch.setattr(training_checkpoint.shutil, "rmtree", killed_midway)
     with pytest.raises(Crash):
         manager.save(2, model, "{}", {"step": 2})
     monkeypatch.undo()

@@ -3,10 +3,10 @@
 from posformer import hf, positions
 from posformer.cache import Cache
 from posformer.config import Config
-from posformer.embeddings import sentence_embeddings
+from posformer.hf import from_hf, load_tokenizer, to_hf
 from posformer.model import Transformer
 from posformer.outputs import ModelOutput
-from posformer.hf import from_hf, load_tokenizer, to_hf
+from posformer.sentence_embeddings import sentence_embeddings
 
 __version__ = "0.1.0"
 

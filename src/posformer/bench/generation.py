@@ -9,22 +9,18 @@ models (ABAB); the median time of the timed iterations gives
 tokens/s = batch * new_tokens / time (the prompt pass included). The report
 also says whether the two produced the same tokens.
 
-    python -m posformer.bench.generation --help
     posformer bench --generation --help
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import tempfile
 from typing import Any, Callable
 
 import torch
 
 import posformer as pf
-from posformer.bench.common import HelpFormatter, run_cli
 from posformer.bench.speed import _measure, _transformers
 
 NAMES = ("posformer", "hf")
@@ -127,43 +123,3 @@ def format_report(result: dict[str, Any]) -> str:
     lines.append("tok/s = batch * new tokens / median seconds per generate call; ratio = posformer / HF, "
                  "> 1 means posformer is faster")
     return "\n".join(lines)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command-line interface of `main`."""
-    parser = argparse.ArgumentParser(
-        prog="posformer bench --generation", formatter_class=HelpFormatter,
-        description="Measure greedy generation throughput (new tokens/s, KV cache) of posformer against Hugging "
-        "Face GPT2LMHeadModel.generate (attn_implementation='sdpa') on identical random weights loaded with "
-        "pf.from_hf, in float32 on the CPU, in the same run.",
-        epilog="Each iteration runs posformer then HF (ABAB); the median time per generate call gives "
-        "tokens/s = batch * new tokens / time. The ratio is posformer tok/s divided by HF tok/s: above 1 "
-        "posformer is faster. 'same tokens' says whether both generated identical ids.",
-    )
-    add = parser.add_argument
-    add("--batch", type=int, nargs="+", default=[1, 8], help="batch sizes to measure, each in turn")
-    add("--new-tokens", type=int, default=128, help="tokens generated per sequence (no eos stop)")
-    add("--prompt-length", type=int, default=16, help="random prompt tokens per sequence")
-    add("--d-model", type=int, default=768, help="hidden size (n_embd)")
-    add("--layers", type=int, default=12, help="number of layers (n_layer)")
-    add("--heads", type=int, default=12, help="attention heads (n_head)")
-    add("--vocab", type=int, default=50257, help="vocabulary size")
-    add("--warmup", type=int, default=1, help="untimed generate calls per model before timing, per batch size")
-    add("--iters", type=int, default=3, help="timed generate calls per model, per batch size; the median is reported")
-    add("--threads", type=int, default=torch.get_num_threads(), help="torch.set_num_threads for both models")
-    add("--json", metavar="PATH", help="also write the results as JSON to PATH (written atomically)")
-    add("--no-progress", action="store_true", help="hide the progress bars")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark from the command line; returns the exit status."""
-    return run_cli(build_parser(), argv, lambda args: run(
-        batches=tuple(args.batch), new_tokens=args.new_tokens, prompt_length=args.prompt_length,
-        d_model=args.d_model, layers=args.layers, heads=args.heads, vocab=args.vocab, warmup=args.warmup,
-        iters=args.iters, threads=args.threads, progress=not args.no_progress,
-    ), format_report)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -29,15 +29,12 @@ Accuracy: both are evaluated the same way, posformer's span post-processing (n-b
 max answer 30 tokens, threshold 0) over all windows of a question, then the official
 SQuAD v2 metric (`posformer.tasks.squad_metric`): EM, F1, HasAns_f1, NoAns_f1.
 
-    python -m posformer.bench.qa --help
     posformer bench --qa --help
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -46,7 +43,6 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from posformer.bench.common import HelpFormatter, run_cli
 from posformer.bench.qa_setup import (draw_batches, load_models, load_questions, resolve_data, summary)
 from posformer.bench.trainer import load_average
 from posformer.tasks.extractive_qa import span_evaluator, span_train_tensors
@@ -224,50 +220,3 @@ def format_report(result: dict[str, Any]) -> str:
             *(", ".join(f"{x:.2f}" for x in loads) or "unknown" for loads in result["load_average"])),
     ]
     return "\n".join(lines)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command-line interface of `main`."""
-    parser = argparse.ArgumentParser(
-        prog="posformer bench --qa", formatter_class=HelpFormatter,
-        description="Fine-tune all-MiniLM-L6-v2 for extractive SQuAD v2 QA twice in one run, with posformer "
-        "(from_hf(dir, head='span_qa')) and with Hugging Face (BertForQuestionAnswering), from the same weights "
-        "(the span head too), on the same tokenized windows in the same batch order, with the same AdamW, "
-        "linear schedule, clipping, seed and number of steps, float32, dropout off in both (so both compute "
-        "the same function and their losses agree step by step). Reports training tokens/s of each and the "
-        "ratio posformer/HF, the final losses, and EM, F1, HasAns_f1 and NoAns_f1 of each on held-out articles "
-        "(the same post-processing and the official SQuAD v2 metric).",
-        epilog="Timed: each training step (zero_grad, forward, backward, clip, AdamW, schedule, reading the loss) "
-        "after the first; tokens are non-pad tokens. The models alternate in blocks of --block steps. Data: "
-        "--data, default the SQuAD v2 dev file in ../shared/data/squad_v2 (or $POSFORMER_DATA_DIR), or the shipped sample when it is "
-        "missing; split by article (20% held out), then capped by --train-questions / --eval-questions.",
-    )
-    add = parser.add_argument
-    add("--data", metavar="FILE", help="SQuAD v2 JSON file; None: the reconstructed dev set, or the shipped "
-        "sample when it is missing")
-    add("--checkpoint", metavar="DIR", help="BERT-family checkpoint; None: the bundled all-MiniLM-L6-v2")
-    add("--train-questions", type=int, default=2000, help="cap on the training questions (seeded sample)")
-    add("--eval-questions", type=int, default=300, help="cap on the evaluation questions (seeded sample)")
-    add("--steps", type=int, default=60, help="optimizer steps of each model (the first is not timed)")
-    add("--batch-size", type=int, default=16, help="windows per step")
-    add("--lr", type=float, default=1e-4, help="peak learning rate, decayed linearly to 0")
-    add("--max-seq-length", type=int, default=256, help="tokens per window (question + context part)")
-    add("--doc-stride", type=int, default=64, help="overlap of consecutive windows of a long context")
-    add("--block", type=int, default=5, help="steps each model runs before the other takes over")
-    add("--threads", type=int, default=2, help="torch.set_num_threads for both")
-    add("--seed", type=int, default=0, help="seed of the head init, the question sample and the batch order")
-    add("--output", "--json", dest="json", metavar="PATH", help="also write the results as JSON (atomically)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark from the command line; returns the exit status."""
-    return run_cli(build_parser(), argv, lambda args: run(
-        data=args.data, checkpoint=args.checkpoint, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-        max_seq_length=args.max_seq_length, doc_stride=args.doc_stride, train_questions=args.train_questions,
-        eval_questions=args.eval_questions, block=args.block, seed=args.seed, threads=args.threads,
-    ), format_report)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,14 +6,12 @@ trained with the same AdamW settings. Iterations alternate between the two model
 (ABAB) so that drift on a shared machine hits both alike; the median time of the
 timed iterations gives tokens/s = batch * length / time.
 
-    python -m posformer.bench.speed --help
+    posformer bench --help
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import time
 from typing import Any, Callable
 
@@ -22,7 +20,6 @@ from torch import nn
 from tqdm import tqdm
 
 import posformer as pf
-from posformer.bench.common import HelpFormatter, run_cli
 
 HF_REQUIREMENT = "transformers==4.57.6"
 ADAMW = {"lr": 1e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
@@ -171,45 +168,3 @@ def format_report(result: dict[str, Any]) -> str:
             lines.append(f"{phase:<8} {row['posformer_tok_s']:>16,.0f} {row['hf_tok_s']:>12,.0f} {row['ratio']:>7.3f}")
     lines.append("ratio = posformer tok/s / HF tok/s; > 1 means posformer is faster")
     return "\n".join(lines)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command-line interface of `main`."""
-    parser = argparse.ArgumentParser(
-        prog="python -m posformer.bench.speed", formatter_class=HelpFormatter,
-        description="Measure forward and training throughput (tokens/s) of posformer's Transformer built from the "
-        "'llama' preset against Hugging Face LlamaForCausalLM (attn_implementation='sdpa') on the identical "
-        "config, in float32 on the CPU, in the same run.",
-        epilog="Forward: torch.no_grad() forward in eval mode producing logits. Train: forward with labels, "
-        "loss.backward() and an AdamW step, in train mode. Each iteration runs posformer then HF (ABAB); the "
-        "median time per iteration gives tokens/s = batch * length / time. The ratio is posformer tok/s "
-        "divided by HF tok/s: above 1 posformer is faster, below 1 HF is faster.",
-    )
-    add = parser.add_argument
-    add("--batch", type=int, default=8, help="sequences per iteration")
-    add("--length", type=int, default=512, help="tokens per sequence")
-    add("--d-model", type=int, default=512, help="hidden size (d_model / hidden_size)")
-    add("--layers", type=int, default=8, help="number of decoder layers")
-    add("--heads", type=int, default=8, help="attention heads (key/value heads are the same number)")
-    add("--vocab", type=int, default=8192, help="vocabulary size")
-    add("--d-ff", type=int, default=1376, help="SwiGLU inner size (d_ff / intermediate_size)")
-    add("--warmup", type=int, default=1, help="untimed iterations per model before timing, per phase")
-    add("--iters", type=int, default=3, help="timed iterations per model, per phase; the median is reported")
-    add("--threads", type=int, default=torch.get_num_threads(), help="torch.set_num_threads for both models")
-    add("--json", metavar="PATH", help="also write the results as JSON to PATH (written atomically)")
-    add("--skip-train", action="store_true", help="measure the forward pass only")
-    add("--no-progress", action="store_true", help="hide the progress bars")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark from the command line; returns the exit status."""
-    return run_cli(build_parser(), argv, lambda args: run(
-        batch=args.batch, length=args.length, d_model=args.d_model, layers=args.layers, heads=args.heads,
-        vocab=args.vocab, d_ff=args.d_ff, warmup=args.warmup, iters=args.iters, threads=args.threads,
-        train=not args.skip_train, progress=not args.no_progress,
-    ), format_report)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

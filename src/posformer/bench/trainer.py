@@ -32,18 +32,15 @@ load average. The trainer runs as a user gets it with its progress
 bar off: it writes its metrics.jsonl line every step. Because both loops do the
 same arithmetic, their losses must agree step by step: the report says by how much.
 
-    python -m posformer.bench.trainer --help
     posformer bench --trainer --help
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import math
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -54,7 +51,6 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 import posformer as pf
-from posformer.bench.common import HelpFormatter, run_cli
 from posformer.bench.speed import bench_config
 from posformer.data.text import CharTokenizer, default_corpus, read_text
 from posformer.train.batches import WindowBatches
@@ -278,49 +274,3 @@ def format_report(result: dict[str, Any]) -> str:
         f"largest loss difference between the loops over all steps and repeats: {result['max_loss_diff']:.3g}",
     ]
     return "\n".join(lines)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command-line interface of `main`."""
-    parser = argparse.ArgumentParser(
-        prog="posformer bench --trainer", formatter_class=HelpFormatter,
-        description="Measure training tokens/s of posformer's Trainer against a plain hand-written PyTorch loop "
-        "(AdamW, LambdaLR, zero_grad/forward/backward/clip/step) on the same model (identical initial "
-        "weights), the same batches and the same number of steps, in float32 on the CPU, in the same run.",
-        epilog="The trainer runs with its progress bar disabled and its metrics.jsonl log enabled. Timed: "
-        "`--steps` whole iterations of each loop, after `--warmup-steps` untimed ones; the set-up and the last "
-        "step (the trainer's checkpoint write) are not timed. Repeats alternate trainer and plain (ABAB); the "
-        "median tokens/s of each is reported, and ratio = trainer / plain: above 1 the trainer is faster.",
-    )
-    add = parser.add_argument
-    add("--batch", type=int, default=8, help="sequences per step")
-    add("--seq-len", type=int, default=256, help="tokens per sequence")
-    add("--d-model", type=int, default=256, help="hidden size")
-    add("--layers", type=int, default=4, help="number of decoder layers")
-    add("--heads", type=int, default=4, help="attention heads")
-    add("--d-ff", type=int, default=688, help="SwiGLU inner size")
-    add("--vocab", type=int, default=8192, help="vocabulary size; 0: the text's character vocabulary")
-    add("--steps", type=int, default=10, help="timed steps per run")
-    add("--warmup-steps", type=int, default=2, help="untimed steps per run before timing")
-    add("--repeats", type=int, default=5, help="runs per loop, alternating; the median is reported")
-    add("--lr", type=float, default=3e-3, help="peak learning rate")
-    add("--lr-warmup", type=int, default=5, help="linear lr warm-up steps before the cosine decay")
-    add("--threads", type=int, default=2, help="torch.set_num_threads for both loops")
-    add("--seed", type=int, default=0, help="seed of the initial weights and of the batch order")
-    add("--json", metavar="PATH", help="also write the results as JSON to PATH (written atomically)")
-    add("--no-progress", action="store_true", help="hide the progress bar over the repeats")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark from the command line; returns the exit status."""
-    return run_cli(build_parser(), argv, lambda args: run(
-        batch=args.batch, seq_len=args.seq_len, d_model=args.d_model, layers=args.layers, heads=args.heads,
-        d_ff=args.d_ff, vocab=args.vocab, steps=args.steps, warmup_steps=args.warmup_steps,
-        repeats=args.repeats, threads=args.threads, lr=args.lr, lr_warmup=args.lr_warmup, seed=args.seed,
-        progress=not args.no_progress,
-    ), format_report)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

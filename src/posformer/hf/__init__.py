@@ -11,7 +11,7 @@ import pkgutil
 
 from posformer.hf.api import from_hf, load_tokenizer, to_hf
 from posformer.hf.family import UnsupportedCheckpoint, supported
-from posformer.hf.files import CheckpointError
+from posformer.hf.hf_checkpoint import CheckpointError
 from posformer.hf.mapping import WeightMapError
 
 for _module in pkgutil.iter_modules(__path__):

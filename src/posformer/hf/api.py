@@ -12,7 +12,7 @@ import torch
 
 from posformer.heads import build_head
 from posformer.hf.family import Family, UnsupportedCheckpoint, family_for, supported
-from posformer.hf.files import CONFIG, read_config, read_state, resolve, write_checkpoint
+from posformer.hf.hf_checkpoint import CONFIG, read_config, read_state, resolve, write_checkpoint
 from posformer.hf.mapping import export_state, import_state
 from posformer.model import Transformer
 

@@ -14,7 +14,7 @@ from posformer.model import Transformer
 from posformer.plots.figure import pyplot, save_png
 
 if TYPE_CHECKING:
-    from posformer.loading import TextTokenizer
+    from posformer.any_checkpoint import TextTokenizer
 
 MAX_TICK_LABELS = 64
 

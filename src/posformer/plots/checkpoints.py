@@ -1,10 +1,11 @@
-"""The models behind `--checkpoint`: run directories, or benchmark directories of `rows/<name>/` runs."""
+"""The models behind `--checkpoint`: run directories, or experiment directories of row runs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from posformer.experiments.extrapolation.layout import ExperimentLayout
 from posformer.model import Transformer
 
 
@@ -18,7 +19,7 @@ class LoadedCheckpoint:
 
 
 def expand_checkpoints(paths: list[str | Path]) -> list[tuple[Path, str]]:
-    """Each path, or for a benchmark directory (one holding `rows/`) each `rows/<name>/` sub-directory, sorted.
+    """Each path, or for an experiment directory (`ExperimentLayout.is_experiment`) each row's run, sorted.
 
     Returns (directory, name) pairs; raises `FileNotFoundError` naming a path that is not a directory.
     """
@@ -27,11 +28,11 @@ def expand_checkpoints(paths: list[str | Path]) -> list[tuple[Path, str]]:
         path = Path(raw)
         if not path.is_dir():
             raise FileNotFoundError(f"--checkpoint {path}: no such directory")
-        rows = path / "rows"
-        if rows.is_dir():
-            found = sorted(p for p in rows.iterdir() if p.is_dir())
+        layout = ExperimentLayout(path)
+        if layout.is_experiment():
+            found = layout.row_dirs()
             if not found:
-                raise FileNotFoundError(f"--checkpoint {path}: benchmark directory with an empty {rows}")
+                raise FileNotFoundError(f"--checkpoint {path}: experiment directory with an empty {layout.rows_dir}")
             out.extend((p, f"{path.name}/{p.name}") for p in found)
         else:
             out.append((path, path.name))
@@ -40,7 +41,7 @@ def expand_checkpoints(paths: list[str | Path]) -> list[tuple[Path, str]]:
 
 def load_checkpoints(paths: list[str | Path]) -> list[LoadedCheckpoint]:
     """Expand and load every checkpoint; a directory that does not load raises `ValueError` naming it."""
-    from posformer.loading import load_model
+    from posformer.any_checkpoint import load_model
 
     loaded = []
     for path, name in expand_checkpoints(paths):

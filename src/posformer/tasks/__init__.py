@@ -1,1 +1,2 @@
-"""Tasks: question answering (SQuAD v2) and its official metric."""
+"""What a model is trained to do: the causal LM (`posformer train`) and SQuAD v2 question answering
+(`posformer qa`: windows, the seq2seq and span predictors, the evaluator, the official metric, the job)."""

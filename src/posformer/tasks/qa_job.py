@@ -160,8 +160,8 @@ def default_span_model() -> Path:
 
 
 def _model_dir(path: str) -> Path:
-    from posformer.hf.files import resolve
-    from posformer.loading import checkpoint_dir
+    from posformer.any_checkpoint import checkpoint_dir
+    from posformer.hf.hf_checkpoint import resolve
 
     if not Path(path).exists() and (path.startswith((".", "/", "~")) or path.count("/") != 1):
         raise FileNotFoundError(f"--model {path} does not exist")
@@ -182,9 +182,9 @@ def _check_head(model: Transformer, head: str, where: Path) -> Transformer:
 def load_qa_model(path: str | Path, head: str | None) -> tuple[Transformer, Any, str, Path]:
     """(model, tokenizer, head, directory) for a checkpoint: a `qa train` run dir or checkpoint, or a
     Hugging Face directory (a span head is added to a BERT-family base). head None: the model's own."""
-    from posformer.checkpoint import load_pretrained
+    from posformer.any_checkpoint import is_posformer_checkpoint
     from posformer.hf import from_hf, load_tokenizer
-    from posformer.loading import is_posformer_checkpoint
+    from posformer.posformer_checkpoint import load_pretrained
 
     directory = _model_dir(str(path))
     if is_posformer_checkpoint(directory):
@@ -214,7 +214,7 @@ def scratch_seq2seq(o: QAJobOptions, train: Sequence[QAExample]) -> tuple[Transf
         raise ValueError(f"--d-model {o.d_model} must be a multiple of --heads {o.heads}")
     run = Path(o.output_dir)
     if o.resume and (run / "checkpoints").is_dir() and any((run / "checkpoints").iterdir()):
-        from posformer.loading import checkpoint_dir
+        from posformer.any_checkpoint import checkpoint_dir
 
         tokenizer = load_tokenizer(checkpoint_dir(run))
     else:

@@ -1,1 +1,1 @@
-"""Training loops."""
+"""The Trainer and what it is made of: settings, batches, optimizer, checkpoints, metrics log, distributed."""

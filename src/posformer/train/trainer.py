@@ -30,11 +30,11 @@ from tqdm.auto import tqdm
 
 from posformer.model import Transformer
 from posformer.train import distributed
-from posformer.train.checkpoints import CheckpointManager
 from posformer.train.metrics_log import MetricsLog, plot_losses
 from posformer.train.optim import build_optimizer, build_scheduler
 from posformer.train.rng import rng_state, seed_everything, set_rng_state
 from posformer.train.settings import TrainerSettings
+from posformer.train.training_checkpoint import CheckpointManager
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

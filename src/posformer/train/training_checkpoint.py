@@ -26,7 +26,7 @@ import torch
 from safetensors.torch import save_model
 from torch import nn
 
-from posformer.checkpoint import CONFIG_FILE, WEIGHTS_FILE
+from posformer.posformer_checkpoint import CONFIG_FILE, WEIGHTS_FILE
 
 STATE_FILE = "trainer_state.pt"
 MANIFEST = "manifest.json"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from posformer.cli.command import Command
+
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog."
 
 DESCRIPTION = """\
@@ -55,7 +57,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _attention(checkpoint, text: str, layer: int):
-    from posformer.loading import load_text_tokenizer
+    from posformer.any_checkpoint import load_text_tokenizer
     from posformer.plots import attention_map
 
     try:
@@ -69,14 +71,11 @@ def _attention(checkpoint, text: str, layer: int):
         raise ValueError(f"--checkpoint {checkpoint.path}: {err}") from err
 
 
-def add_plot_parser(sub: argparse._SubParsersAction) -> None:
-    plot = sub.add_parser("plot", help="the study notes' figures (position encodings, attention maps) as PNGs",
-                          description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
-                          epilog="Example: posformer plot --output-dir figs --checkpoint runs/t5 runs/rope")
+def add_plot_arguments(plot: argparse.ArgumentParser) -> None:
     plot.add_argument("--output-dir", dest="output_dir", required=True, metavar="DIR",
                       help="where the PNG files go (created if needed)")
     plot.add_argument("--checkpoint", nargs="+", metavar="DIR",
-                      help="one or more model run directories, or benchmark directories holding rows/<name>/ runs "
+                      help="one or more model run directories, or experiment directories holding rows/<name>/ runs "
                            "(as `posformer extrapolate` writes); enables t5_learned_bias.png and attention_maps.png")
     plot.add_argument("--text", default=DEFAULT_TEXT, help=f"text for the attention maps (default: {DEFAULT_TEXT!r})")
     plot.add_argument("--layer", type=int, default=-1,
@@ -85,4 +84,11 @@ def add_plot_parser(sub: argparse._SubParsersAction) -> None:
                       help="training length marked on rope_wavelengths.png (default: 128)")
     plot.add_argument("--alibi-heads", dest="alibi_heads", type=int, default=8,
                       help="heads drawn in alibi_bias.png (default: 8)")
-    plot.set_defaults(func=cmd_plot)
+
+
+COMMAND = Command(
+    "plot", help="the study notes' figures (position encodings, attention maps) as PNGs",
+    description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+    epilog="Example: posformer plot --output-dir figs --checkpoint runs/t5 runs/rope",
+    add_arguments=add_plot_arguments, run=cmd_plot,
+)

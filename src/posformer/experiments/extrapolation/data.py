@@ -23,6 +23,9 @@ from torch import Tensor
 
 from posformer.data.shared import DATA_DIR_ENV
 from posformer.data.text import default_corpus
+from posformer.validation import fail
+
+CORPORA = ("gutenberg", "shakespeare")
 EOS = "<|endoftext|>"
 START = re.compile(r"^\*\*\* ?START OF.*$", re.MULTILINE)
 END = re.compile(r"^\*\*\* ?END OF.*$", re.MULTILINE)
@@ -79,7 +82,7 @@ def load_corpus(corpus: str, data_dir: str | Path, held_out: list[str], wikitext
         if not result.train:
             raise ValueError("extrapolate: every Gutenberg book is held out; nothing is left to train on")
     else:
-        raise ValueError(f"extrapolate: corpus={corpus!r}: expected 'gutenberg' or 'shakespeare'")
+        fail("extrapolate: corpus", corpus, f"one of {', '.join(CORPORA)}")
     if wikitext:
         path = _require(_require(data_dir, "data dir") / "wikitext-2" / "test.txt", "WikiText-2 file")
         result.eval_sets["wikitext-2"] = {"test.txt": read_document(path)}

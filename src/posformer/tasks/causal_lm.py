@@ -13,10 +13,10 @@ from pathlib import Path
 
 import torch
 
+from posformer.any_checkpoint import HFTextTokenizer
 from posformer.config import Config
 from posformer.presets import preset_fields
 from posformer.data.text import CharTokenizer, TokenStream, read_text
-from posformer.loading import HFTextTokenizer
 from posformer.model import Transformer
 from posformer.train import distributed
 from posformer.train.batches import WindowBatches

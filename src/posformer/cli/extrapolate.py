@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from posformer.cli.command import Command
+
 DESCRIPTION = """\
 Train short, test long (the length-extrapolation benchmark of Press, Smith & Lewis 2022, ALiBi).
 
@@ -76,7 +78,7 @@ def _ints(text: str) -> list[int]:
 
 def settings_from_args(args: argparse.Namespace):
     """Preset, then flags, then --set KEY=VALUE (YAML values) -> validated settings."""
-    from posformer.bench.extrapolation_settings import ExtrapolationSettings
+    from posformer.experiments.extrapolation.settings import ExtrapolationSettings
     from posformer.train.settings import parse_yaml
 
     overrides = {}
@@ -96,30 +98,28 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def cmd_extrapolate(args: argparse.Namespace) -> int:
-    from posformer.bench.extrapolation import run_extrapolation
-    from posformer.bench.extrapolation_report import markdown
+    from posformer.experiments.extrapolation.experiment import run_extrapolation
+    from posformer.experiments.extrapolation.layout import ExperimentLayout
+    from posformer.experiments.extrapolation.report import markdown
 
     settings = settings_from_args(args)
     results = run_extrapolation(settings, args.output_dir, progress=not args.no_progress)
     print("\n" + markdown(results))
-    print(f"written: {args.output_dir}/results.md, results.json, ppl.png")
+    layout = ExperimentLayout(args.output_dir)
+    print(f"written: {', '.join(str(path) for path in (layout.results_md, layout.results_json, layout.plot_png))}")
     return 0
 
 
-def add_extrapolate_parser(sub) -> None:
-    """Register `posformer extrapolate` on the sub-command parsers `sub`."""
-    parser = sub.add_parser("extrapolate", help="train short, test long: perplexity of each position encoding "
-                                                "at 1-16x the training length",
-                            description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", choices=("quick", "cpu", "gpu"), default="quick",
-                        help="size and budget (default: quick)")
-    parser.add_argument("--output-dir", dest="output_dir", required=True, help="results and the rows' runs")
-    for flag, key, kind, text in FLAGS:
-        parser.add_argument(flag, dest=key, type=kind, default=None, help=text if "default" in text else f"{text} (default: the preset's)")
+def add_extrapolate_arguments(parser: argparse.ArgumentParser) -> None:
     from dataclasses import fields
 
-    from posformer.bench.extrapolation_settings import ExtrapolationSettings
+    from posformer.experiments.extrapolation.settings import PRESETS, ExtrapolationSettings
 
+    parser.add_argument("--preset", choices=tuple(PRESETS), default="quick", help="size and budget (default: quick)")
+    parser.add_argument("--output-dir", dest="output_dir", required=True, help="results and the rows' runs")
+    for flag, key, kind, text in FLAGS:
+        parser.add_argument(flag, dest=key, type=kind, default=None,
+                            help=text if "default" in text else f"{text} (default: the preset's)")
     knobs = ", ".join(f.name for f in fields(ExtrapolationSettings))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help=f"override any knob ({knobs}), e.g. steps=200, held_out=[emma.txt], wikitext=false, "
@@ -127,4 +127,10 @@ def add_extrapolate_parser(sub) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --output-dir (also what re-running into it does)")
     parser.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bars")
-    parser.set_defaults(func=cmd_extrapolate)
+
+
+COMMAND = Command(
+    "extrapolate", help="train short, test long: perplexity of each position encoding at 1-16x the training length",
+    description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    add_arguments=add_extrapolate_arguments, run=cmd_extrapolate,
+)

@@ -1,4 +1,4 @@
-"""Save and load posformer models: `config.json` + `model.safetensors`, written atomically."""
+"""posformer checkpoints: save and load a model as `config.json` + `model.safetensors`, written atomically."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ seed), steps and schedule, and the initial weights (every tensor of a reference 
 whose name and shape match is copied in). Each row is then evaluated at L, 2L, ... 16L
 on the same held-out tokens; the RoPE row also with eval-time scalings (linear/PI, NTK,
 dynamic NTK, YaRN; factor eval_len / L). Results go to OUTPUT/results.json and
-results.md (after each row, atomically) and ppl.png; row r's run is OUTPUT/rows/r.
+results.md (after each row, atomically) and ppl.png; row r's run is OUTPUT/rows/r (`layout`).
 Re-running into the same OUTPUT skips recorded rows and resumes a half-trained one.
 """
 
@@ -24,11 +24,12 @@ from tqdm.auto import tqdm
 
 from posformer import positions
 from posformer.atomic import write_json_atomic
-from posformer.bench import extrapolation_data as data
-from posformer.bench.extrapolation_eval import perplexity
-from posformer.bench.extrapolation_report import markdown, plot, write_text_atomic
-from posformer.bench.extrapolation_settings import ExtrapolationSettings, model_config
 from posformer.data.shared import default_data_dir
+from posformer.experiments.extrapolation import data
+from posformer.experiments.extrapolation.evaluation import perplexity
+from posformer.experiments.extrapolation.layout import ExperimentLayout
+from posformer.experiments.extrapolation.report import markdown, plot, write_text_atomic
+from posformer.experiments.extrapolation.settings import ExtrapolationSettings, model_config
 from posformer.model import Transformer
 from posformer.train.batches import WindowBatches
 from posformer.train.rng import seed_everything
@@ -48,9 +49,9 @@ def versions() -> dict[str, str]:
     return found
 
 
-def open_results(settings: ExtrapolationSettings, out: Path) -> dict:
-    """The results recorded in `out` (checked against `settings`), or a fresh record."""
-    path = out / "results.json"
+def open_results(settings: ExtrapolationSettings, layout: ExperimentLayout) -> dict:
+    """The results recorded in `layout` (checked against `settings`), or a fresh record."""
+    path = layout.results_json
     config = settings.to_dict()
     if path.is_file():
         saved = json.loads(path.read_text())
@@ -58,19 +59,19 @@ def open_results(settings: ExtrapolationSettings, out: Path) -> dict:
         differ = sorted(k for k in set(old) | set(config)
                         if k not in IGNORED_FOR_RESUME and old.get(k) != config.get(k))
         if differ:
-            raise ValueError(f"{out} holds results of a different configuration (differing keys: {', '.join(differ)}"
-                             f"; saved {({k: old.get(k) for k in differ})}); use the same settings or another "
-                             "--output-dir")
+            raise ValueError(f"{layout.root} holds results of a different configuration (differing keys: "
+                             f"{', '.join(differ)}; saved {({k: old.get(k) for k in differ})}); use the same "
+                             "settings or another --output-dir")
         saved["config"] = config
         return saved
     return {"benchmark": "extrapolation", "config": config, "data": {}, "rows": {}, "versions": versions()}
 
 
-def save_results(results: dict, out: Path, draw: bool = True) -> None:
-    write_json_atomic(out / "results.json", results)
-    write_text_atomic(out / "results.md", markdown(results))
+def save_results(results: dict, layout: ExperimentLayout, draw: bool = True) -> None:
+    write_json_atomic(layout.results_json, results)
+    write_text_atomic(layout.results_md, markdown(results))
     if draw and results["rows"]:
-        plot(results, out / "ppl.png")
+        plot(results, layout.plot_png)
 
 
 def reference_copy(model: Transformer, reference: Transformer) -> list[str]:
@@ -103,11 +104,12 @@ def trainer_settings(s: ExtrapolationSettings) -> TrainerSettings:
                            log_every=10, seed=s.seed, sample_prompt=None, sample_tokens=0)
 
 
-class Benchmark:
+class Experiment:
     """The data, tokenizer and reference model shared by every row, and the per-row work."""
 
-    def __init__(self, settings: ExtrapolationSettings, out: Path, log: Callable[[str], None], progress: bool):
-        self.s, self.out, self.log, self.progress = settings, out, log, progress
+    def __init__(self, settings: ExtrapolationSettings, layout: ExperimentLayout, log: Callable[[str], None],
+                 progress: bool):
+        self.s, self.layout, self.log, self.progress = settings, layout, log, progress
         data_dir = settings.data_dir or default_data_dir()
         corpus = data.load_corpus(settings.corpus, data_dir, settings.held_out, settings.wikitext)
         self.tokenizer = self._tokenizer(corpus.train)
@@ -130,7 +132,7 @@ class Benchmark:
         """Trained once per output dir and kept in OUTPUT/tokenizer, so a resumed run reuses it."""
         from transformers import PreTrainedTokenizerFast
 
-        folder = self.out / "tokenizer"
+        folder = self.layout.tokenizer_dir
         if (folder / "tokenizer.json").is_file():
             return PreTrainedTokenizerFast.from_pretrained(str(folder))
         self.log(f"training a byte-level BPE tokenizer (vocab {self.s.vocab_size}, "
@@ -165,7 +167,7 @@ class Benchmark:
 
     def run_row(self, position: str) -> dict[str, dict]:
         """Train (or resume) and evaluate one row -> {row name: record}, with the RoPE scaling rows for rope."""
-        s, run_dir = self.s, self.out / "rows" / position
+        s, run_dir = self.s, self.layout.row_dir(position)
         model = initial_model(s, position, self.vocab_size, self.reference)
         self.log(f"\n== {position}: {model.num_parameters():,} parameters, training in {run_dir}")
         started = time.monotonic()
@@ -196,24 +198,24 @@ class Benchmark:
 
 def run_extrapolation(settings: ExtrapolationSettings, output_dir: str | Path, log: Callable[[str], None] = print,
                       progress: bool = True) -> dict:
-    """Run (or continue) the benchmark into `output_dir`; returns the results dict written to results.json."""
-    out = Path(output_dir)
-    check_output_dir(out)
+    """Run (or continue) the experiment into `output_dir`; returns the results dict written to results.json."""
+    layout = ExperimentLayout(Path(output_dir))
+    check_output_dir(layout.root)
     if settings.threads is not None:
         torch.set_num_threads(settings.threads)
-    results = open_results(settings, out)
+    results = open_results(settings, layout)
     started = time.monotonic()
-    bench = Benchmark(settings, out, log, progress)
-    results["data"] = bench.summary
-    save_results(results, out, draw=False)
+    experiment = Experiment(settings, layout, log, progress)
+    results["data"] = experiment.summary
+    save_results(results, layout, draw=False)
     for position in settings.positions:
         if position in results["rows"]:
-            log(f"{position}: already recorded in {out / 'results.json'}, skipped")
+            log(f"{position}: already recorded in {layout.results_json}, skipped")
             continue
-        results["rows"].update(bench.run_row(position))
+        results["rows"].update(experiment.run_row(position))
         results["wall_s"] = round(results.get("wall_s", 0.0) + time.monotonic() - started, 2)
         started = time.monotonic()
-        save_results(results, out)
+        save_results(results, layout)
     if results["rows"]:
-        save_results(results, out)
+        save_results(results, layout)
     return results

@@ -9,6 +9,10 @@ from typing import Any
 
 from posformer import positions
 from posformer.config import Config
+from posformer.experiments.extrapolation.data import CORPORA
+from posformer.experiments.extrapolation.evaluation import PROTOCOLS
+from posformer.train.settings import DEVICES, PRECISIONS
+from posformer.validation import check_choice, check_int, check_number, fail, is_int
 
 DEFAULT_ROWS = ["none", "sinusoidal", "learned", "rope", "alibi", "t5", "shaw", "fire", "kerple", "xpos"]
 ROPE_SCALINGS = ["linear", "ntk", "dynamic", "yarn"]
@@ -92,53 +96,48 @@ class ExtrapolationSettings:
         return dataclasses.asdict(self)
 
     def validate(self) -> None:
-        """Raise ValueError naming the first bad knob."""
-        def fail(name: str, expected: str) -> None:
-            raise ValueError(f"extrapolate: {name}={getattr(self, name)!r} is invalid: expected {expected}")
-
+        """Raise ValueError naming the first bad knob: `extrapolate: KNOB=VALUE is invalid: expected ...`."""
         for name in ("train_len", "steps", "batch_size", "d_model", "layers", "heads", "vocab_size", "eval_tokens",
                      "eval_batch_tokens", "tokenizer_chars", "save_every"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                fail(name, "a positive integer")
+            check_int(_knob(name), getattr(self, name))
         if isinstance(self.positions, str):
             self.positions = [p.strip() for p in self.positions.split(",") if p.strip()]
-        if not self.positions or len(set(self.positions)) != len(self.positions):
-            fail("positions", "a non-empty list of distinct encodings")
+        if (not isinstance(self.positions, (list, tuple)) or not self.positions
+                or len(set(self.positions)) != len(self.positions)):
+            fail(_knob("positions"), self.positions, "a non-empty list of distinct encodings")
         unknown = [p for p in self.positions if p not in positions.names()]
         if unknown:
             raise ValueError(f"extrapolate: unknown position encoding(s) {', '.join(unknown)}; registered: "
                              f"{', '.join(positions.names())}")
-        if not self.eval_lens or any(not isinstance(n, int) or n < 2 for n in self.eval_lens):
-            fail("eval_lens", "a list of integers >= 2")
+        if not isinstance(self.eval_lens, (list, tuple)) or any(not is_int(n) or n < 2 for n in self.eval_lens):
+            fail(_knob("eval_lens"), self.eval_lens, "a list of integers >= 2")
         self.eval_lens = sorted(set(self.eval_lens))
         if self.train_len not in self.eval_lens:
-            fail("eval_lens", f"a list that includes train_len={self.train_len} (the reference of the ratios)")
+            fail(_knob("eval_lens"), self.eval_lens,
+                 f"a list that includes train_len={self.train_len} (the reference of the ratios)")
         if self.vocab_size < 257:
-            fail("vocab_size", "an integer >= 257 (256 byte tokens and <|endoftext|>)")
+            fail(_knob("vocab_size"), self.vocab_size, "an integer >= 257 (256 byte tokens and <|endoftext|>)")
         if self.d_model % self.heads or (self.d_model // self.heads) % 2:
-            fail("heads", f"a divisor of d_model={self.d_model} giving an even head size")
-        if self.protocol not in ("nonoverlapping", "sliding"):
-            fail("protocol", "'nonoverlapping' or 'sliding'")
-        if self.stride is not None and (not isinstance(self.stride, int) or self.stride < 1):
-            fail("stride", "a positive integer or null")
-        if self.corpus not in ("gutenberg", "shakespeare"):
-            fail("corpus", "'gutenberg' or 'shakespeare'")
-        if self.precision not in ("fp32", "bf16", "fp16") or self.device not in ("auto", "cpu", "cuda"):
-            fail("precision" if self.precision not in ("fp32", "bf16", "fp16") else "device",
-                 "precision fp32|bf16|fp16 and device auto|cpu|cuda")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            fail("threads", "a positive integer or null")
-        if self.train_chars is not None and (not isinstance(self.train_chars, int) or self.train_chars < 1):
-            fail("train_chars", "a positive integer or null")
-        bad = [s for s in self.rope_scalings if s not in ROPE_SCALINGS]
-        if bad:
-            fail("rope_scalings", f"a list drawn from {', '.join(ROPE_SCALINGS)}")
+            fail(_knob("heads"), self.heads, f"a divisor of d_model={self.d_model} giving an even head size")
+        check_choice(_knob("protocol"), self.protocol, PROTOCOLS)
+        check_choice(_knob("corpus"), self.corpus, CORPORA)
+        check_choice(_knob("precision"), self.precision, PRECISIONS)
+        check_choice(_knob("device"), self.device, DEVICES)
+        for name in ("stride", "threads", "train_chars"):
+            value = getattr(self, name)
+            if value is not None and not (is_int(value) and value >= 1):
+                fail(_knob(name), value, "a positive integer or null")
+        if not isinstance(self.rope_scalings, list) or any(s not in ROPE_SCALINGS for s in self.rope_scalings):
+            fail(_knob("rope_scalings"), self.rope_scalings, f"a list drawn from {', '.join(ROPE_SCALINGS)}")
         if not isinstance(self.position_params, dict):
-            fail("position_params", "a mapping {row: {param: value}}")
+            fail(_knob("position_params"), self.position_params, "a mapping {row: {param: value}}")
         for name in ("lr", "min_lr_ratio", "weight_decay"):
-            if not isinstance(getattr(self, name), (int, float)) or getattr(self, name) < 0:
-                fail(name, "a number >= 0")
+            check_number(_knob(name), getattr(self, name), low=0)
+
+
+def _knob(name: str) -> str:
+    """A knob's name as every error message of `posformer extrapolate` spells it."""
+    return f"extrapolate: {name}"
 
 
 def d_ff(d_model: int) -> int:

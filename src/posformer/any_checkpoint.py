@@ -1,4 +1,12 @@
-"""Load any model directory posformer meets: its own checkpoints and Hugging Face ones, with their tokenizers."""
+"""Load any checkpoint posformer meets, whatever its kind, with its tokenizer.
+
+The checkpoint modules are named after the kind of checkpoint they handle:
+  posformer_checkpoint      a posformer model directory: config.json ("posformer" key) + model.safetensors
+  hf.hf_checkpoint          a Hugging Face model directory (or Hub id): config.json + safetensors / .bin
+  train.training_checkpoint a Trainer run's checkpoints/step-N/: a posformer checkpoint + trainer state
+  any_checkpoint            (this module) whichever of them a directory holds; a run directory stands
+                            for its newest valid training checkpoint
+"""
 
 from __future__ import annotations
 
@@ -10,11 +18,11 @@ from typing import Protocol
 
 import torch
 
-from posformer.checkpoint import CONFIG_FILE, load_pretrained
 from posformer.data.text import CharTokenizer
 from posformer.hf.api import from_hf, load_tokenizer
-from posformer.hf.files import resolve
+from posformer.hf.hf_checkpoint import resolve
 from posformer.model import Transformer
+from posformer.posformer_checkpoint import CONFIG_FILE, load_pretrained
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
                    "merges.txt", "spiece.model", "sentencepiece.bpe.model", "source.spm", "target.spm",
@@ -54,7 +62,7 @@ def checkpoint_dir(directory: Path) -> Path:
     """A training run directory (no config.json, a checkpoints/ folder) stands for its newest valid checkpoint."""
     if (directory / CONFIG_FILE).is_file() or not (directory / "checkpoints").is_dir():
         return directory
-    from posformer.train.checkpoints import CheckpointManager
+    from posformer.train.training_checkpoint import CheckpointManager
 
     found = CheckpointManager(directory, keep_last=1, log=lambda message: None).latest_valid()
     if found is None:

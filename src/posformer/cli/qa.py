@@ -6,6 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
+from posformer.cli.command import Command
+from posformer.tasks.qa_job import PRETRAINED_DEFAULTS as P, SCRATCH_DEFAULTS as S
+
 
 def cmd_score(args: argparse.Namespace) -> int:
     """Print the official SQuAD v2.0 scores of a predictions file, as `evaluate-v2.0.py` does."""
@@ -97,24 +100,7 @@ def _add_predict_flags(parser: argparse.ArgumentParser, defaults_note: str) -> N
           help="windows per prediction batch (default: 32)")
 
 
-def _add_train_parser(commands: argparse._SubParsersAction) -> None:
-    from posformer.tasks.qa_job import PRETRAINED_DEFAULTS as P, SCRATCH_DEFAULTS as S
-
-    train = commands.add_parser(
-        "train", help="train a SQuAD v2 model (seq2seq T5 or extractive span head)",
-        description="Train SQuAD v2 question answering with the flags of Hugging Face's run_seq2seq_qa.py "
-                    "(dashed or underscored). --head seq2seq (default) generates the answer (\"\" for none) "
-                    "from each doc_stride window; --head span predicts start/end tokens. Evaluation runs at the "
-                    "end (and every --eval-steps); checkpoints, metrics.jsonl, loss.png, run_config.yaml, "
-                    "predictions.json, answers.json, null_odds.json and eval_results.json go to --output-dir.",
-        epilog=f"Defaults with a pretrained model (--model, or --head span): batch {P['per_device_train_batch_size']}, "
-               f"lr {P['learning_rate']}, {P['num_train_epochs']:g} epochs, max_seq_length {P['max_seq_length']}, "
-               f"doc_stride {P['doc_stride']}, no warm-up (the seed job's). CPU-friendly defaults for the "
-               f"from-scratch seq2seq model (no --model): batch {S['per_device_train_batch_size']}, "
-               f"lr {S['learning_rate']}, {S['num_train_epochs']:g} epochs, max_seq_length {S['max_seq_length']}, "
-               f"doc_stride {S['doc_stride']}, warm-up ratio {S['warmup_ratio']}, a t5-preset model of "
-               "--d-model/--layers/--heads/--d-ff and a tokenizer trained on the training texts.",
-    )
+def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     _flag(train, "--model", "--model-name-or-path", dest="model",
           help="starting checkpoint: a T5 dir for --head seq2seq (default: a small model from scratch), a "
                "BERT-family dir for --head span (default: the bundled all-MiniLM-L6-v2)")
@@ -144,35 +130,17 @@ def _add_train_parser(commands: argparse._SubParsersAction) -> None:
     _flag(scratch, "--layers", type=int, default=2, help="encoder and decoder layers each (default: 2)")
     _flag(scratch, "--heads", type=int, default=4, help="attention heads (default: 4)")
     _flag(scratch, "--d-ff", dest="d_ff", type=int, default=512, help="feed-forward width (default: 512)")
-    train.set_defaults(func=cmd_train)
 
 
-def _add_eval_parser(commands: argparse._SubParsersAction) -> None:
-    evaluate = commands.add_parser(
-        "eval", help="evaluate a trained QA model on SQuAD v2 data",
-        description="Predict with a trained model (a `qa train` output dir, which stands for its newest valid "
-                    "checkpoint, a checkpoint, or a model dir) and print the official SQuAD v2 report; write "
-                    "predictions.json, answers.json (best non-empty answers), null_odds.json (+-inf clipped to "
-                    "+-1e9) and eval_results.json into --output-dir (default: the model dir).",
-    )
+def _add_eval_arguments(evaluate: argparse.ArgumentParser) -> None:
     _flag(evaluate, "--model", "--model-name-or-path", dest="model", required=True, help="the trained model")
     _flag(evaluate, "--head", choices=("seq2seq", "span"), help="default: the model's own head")
     _add_data_flags(evaluate, training=False)
     _add_predict_flags(evaluate, "default: the training run's, else 384 / 128")
     _flag(evaluate, "--output-dir", dest="output_dir", help="default: the --model dir")
-    evaluate.set_defaults(func=cmd_eval)
 
 
-def add_qa_parser(sub: argparse._SubParsersAction) -> None:
-    qa = sub.add_parser("qa", help="SQuAD v2 question answering: train, eval, score",
-                        description="The SQuAD v2 question-answering job.")
-    commands = qa.add_subparsers(dest="qa_command", metavar="QA_COMMAND", required=True)
-    score = commands.add_parser(
-        "score", help="the official SQuAD v2.0 scores of a predictions file",
-        description="Print the official SQuAD v2.0 evaluation (exact, f1, HasAns_*, NoAns_*, and best_* with "
-                    "--na-probs) of a predictions file (id -> answer text, \"\" for no answer) against a data "
-                    "file: a drop-in for the official evaluate-v2.0.py, with the same numbers.",
-    )
+def _add_score_arguments(score: argparse.ArgumentParser) -> None:
     score.add_argument("--eval-file", dest="eval_file", required=True,
                        help="gold data: SQuAD JSON, or JSON/JSONL records with the named columns")
     score.add_argument("--predictions", required=True, help="predictions.json: {id: text}")
@@ -183,6 +151,38 @@ def add_qa_parser(sub: argparse._SubParsersAction) -> None:
     score.add_argument("--context-column", dest="context_column", default="context")
     score.add_argument("--question-column", dest="question_column", default="question")
     score.add_argument("--answer-column", dest="answer_column", default="answers")
-    score.set_defaults(func=cmd_score)
-    _add_train_parser(commands)
-    _add_eval_parser(commands)
+
+
+SCORE = Command(
+    "score", help="the official SQuAD v2.0 scores of a predictions file",
+    description="Print the official SQuAD v2.0 evaluation (exact, f1, HasAns_*, NoAns_*, and best_* with "
+                "--na-probs) of a predictions file (id -> answer text, \"\" for no answer) against a data "
+                "file: a drop-in for the official evaluate-v2.0.py, with the same numbers.",
+    add_arguments=_add_score_arguments, run=cmd_score,
+)
+TRAIN = Command(
+    "train", help="train a SQuAD v2 model (seq2seq T5 or extractive span head)",
+    description="Train SQuAD v2 question answering with the flags of Hugging Face's run_seq2seq_qa.py "
+                "(dashed or underscored). --head seq2seq (default) generates the answer (\"\" for none) "
+                "from each doc_stride window; --head span predicts start/end tokens. Evaluation runs at the "
+                "end (and every --eval-steps); checkpoints, metrics.jsonl, loss.png, run_config.yaml, "
+                "predictions.json, answers.json, null_odds.json and eval_results.json go to --output-dir.",
+    epilog=f"Defaults with a pretrained model (--model, or --head span): batch {P['per_device_train_batch_size']}, "
+           f"lr {P['learning_rate']}, {P['num_train_epochs']:g} epochs, max_seq_length {P['max_seq_length']}, "
+           f"doc_stride {P['doc_stride']}, no warm-up (the seed job's). CPU-friendly defaults for the "
+           f"from-scratch seq2seq model (no --model): batch {S['per_device_train_batch_size']}, "
+           f"lr {S['learning_rate']}, {S['num_train_epochs']:g} epochs, max_seq_length {S['max_seq_length']}, "
+           f"doc_stride {S['doc_stride']}, warm-up ratio {S['warmup_ratio']}, a t5-preset model of "
+           "--d-model/--layers/--heads/--d-ff and a tokenizer trained on the training texts.",
+    add_arguments=_add_train_arguments, run=cmd_train,
+)
+EVAL = Command(
+    "eval", help="evaluate a trained QA model on SQuAD v2 data",
+    description="Predict with a trained model (a `qa train` output dir, which stands for its newest valid "
+                "checkpoint, a checkpoint, or a model dir) and print the official SQuAD v2 report; write "
+                "predictions.json, answers.json (best non-empty answers), null_odds.json (+-inf clipped to "
+                "+-1e9) and eval_results.json into --output-dir (default: the model dir).",
+    add_arguments=_add_eval_arguments, run=cmd_eval,
+)
+COMMAND = Command("qa", help="SQuAD v2 question answering: train, eval, score",
+                  description="The SQuAD v2 question-answering job.", subcommands=(SCORE, TRAIN, EVAL))

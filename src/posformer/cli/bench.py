@@ -1,0 +1,237 @@
+"""`posformer bench`: the speed benchmarks, each declared once; `--generation`, `--trainer` or `--qa` picks one.
+
+Every benchmark prints its report and, with `--json PATH`, writes its results there. A missing
+optional package (ImportError) exits with 1 and its message; a bad option value (ValueError)
+is reported as a usage error of the benchmark's own parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable
+
+from posformer.atomic import write_json_atomic
+from posformer.cli.command import Command, standalone_parser
+
+BENCH_PROG = "posformer bench"
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown after each option; the description and epilog kept as written."""
+
+
+def report(args: argparse.Namespace, result: dict[str, Any], format_report: Callable[[dict[str, Any]], str]) -> int:
+    """Print the benchmark's report and write `--json`; returns the exit status."""
+    print(format_report(result))
+    if args.json:
+        write_json_atomic(args.json, result)
+        print(f"results written to {args.json}")
+    return 0
+
+
+def _threads_default() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def cmd_speed(args: argparse.Namespace) -> int:
+    from posformer.bench import speed
+
+    return report(args, speed.run(
+        batch=args.batch, length=args.length, d_model=args.d_model, layers=args.layers, heads=args.heads,
+        vocab=args.vocab, d_ff=args.d_ff, warmup=args.warmup, iters=args.iters, threads=args.threads,
+        train=not args.skip_train, progress=not args.no_progress,
+    ), speed.format_report)
+
+
+def add_speed_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--batch", type=int, default=8, help="sequences per iteration")
+    add("--length", type=int, default=512, help="tokens per sequence")
+    add("--d-model", type=int, default=512, help="hidden size (d_model / hidden_size)")
+    add("--layers", type=int, default=8, help="number of decoder layers")
+    add("--heads", type=int, default=8, help="attention heads (key/value heads are the same number)")
+    add("--vocab", type=int, default=8192, help="vocabulary size")
+    add("--d-ff", type=int, default=1376, help="SwiGLU inner size (d_ff / intermediate_size)")
+    add("--warmup", type=int, default=1, help="untimed iterations per model before timing, per phase")
+    add("--iters", type=int, default=3, help="timed iterations per model, per phase; the median is reported")
+    add("--threads", type=int, default=_threads_default(), help="torch.set_num_threads for both models")
+    add("--json", metavar="PATH", help="also write the results as JSON to PATH (written atomically)")
+    add("--skip-train", action="store_true", help="measure the forward pass only")
+    add("--no-progress", action="store_true", help="hide the progress bars")
+
+
+SPEED = Command(
+    "speed", help="forward and training tokens/s against Hugging Face LlamaForCausalLM", formatter_class=HelpFormatter,
+    description="Measure forward and training throughput (tokens/s) of posformer's Transformer built from the "
+    "'llama' preset against Hugging Face LlamaForCausalLM (attn_implementation='sdpa') on the identical "
+    "config, in float32 on the CPU, in the same run.",
+    epilog="Forward: torch.no_grad() forward in eval mode producing logits. Train: forward with labels, "
+    "loss.backward() and an AdamW step, in train mode. Each iteration runs posformer then HF (ABAB); the "
+    "median time per iteration gives tokens/s = batch * length / time. The ratio is posformer tok/s "
+    "divided by HF tok/s: above 1 posformer is faster, below 1 HF is faster. The code: posformer.bench.speed. "
+    "The other benchmarks: posformer bench --generation, --trainer, --qa (each with --help).",
+    add_arguments=add_speed_arguments, run=cmd_speed,
+)
+
+
+def cmd_generation(args: argparse.Namespace) -> int:
+    from posformer.bench import generation
+
+    return report(args, generation.run(
+        batches=tuple(args.batch), new_tokens=args.new_tokens, prompt_length=args.prompt_length,
+        d_model=args.d_model, layers=args.layers, heads=args.heads, vocab=args.vocab, warmup=args.warmup,
+        iters=args.iters, threads=args.threads, progress=not args.no_progress,
+    ), generation.format_report)
+
+
+def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--batch", type=int, nargs="+", default=[1, 8], help="batch sizes to measure, each in turn")
+    add("--new-tokens", type=int, default=128, help="tokens generated per sequence (no eos stop)")
+    add("--prompt-length", type=int, default=16, help="random prompt tokens per sequence")
+    add("--d-model", type=int, default=768, help="hidden size (n_embd)")
+    add("--layers", type=int, default=12, help="number of layers (n_layer)")
+    add("--heads", type=int, default=12, help="attention heads (n_head)")
+    add("--vocab", type=int, default=50257, help="vocabulary size")
+    add("--warmup", type=int, default=1, help="untimed generate calls per model before timing, per batch size")
+    add("--iters", type=int, default=3, help="timed generate calls per model, per batch size; the median is reported")
+    add("--threads", type=int, default=_threads_default(), help="torch.set_num_threads for both models")
+    add("--json", metavar="PATH", help="also write the results as JSON to PATH (written atomically)")
+    add("--no-progress", action="store_true", help="hide the progress bars")
+
+
+GENERATION = Command(
+    "generation", help="greedy generation tokens/s against GPT2LMHeadModel.generate", formatter_class=HelpFormatter,
+    description="Measure greedy generation throughput (new tokens/s, KV cache) of posformer against Hugging "
+    "Face GPT2LMHeadModel.generate (attn_implementation='sdpa') on identical random weights loaded with "
+    "pf.from_hf, in float32 on the CPU, in the same run.",
+    epilog="Each iteration runs posformer then HF (ABAB); the median time per generate call gives "
+    "tokens/s = batch * new tokens / time. The ratio is posformer tok/s divided by HF tok/s: above 1 "
+    "posformer is faster. 'same tokens' says whether both generated identical ids. The code: "
+    "posformer.bench.generation.",
+    add_arguments=add_generation_arguments, run=cmd_generation,
+)
+
+
+def cmd_trainer(args: argparse.Namespace) -> int:
+    from posformer.bench import trainer
+
+    return report(args, trainer.run(
+        batch=args.batch, seq_len=args.seq_len, d_model=args.d_model, layers=args.layers, heads=args.heads,
+        d_ff=args.d_ff, vocab=args.vocab, steps=args.steps, warmup_steps=args.warmup_steps,
+        repeats=args.repeats, threads=args.threads, lr=args.lr, lr_warmup=args.lr_warmup, seed=args.seed,
+        progress=not args.no_progress,
+    ), trainer.format_report)
+
+
+def add_trainer_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--batch", type=int, default=8, help="sequences per step")
+    add("--seq-len", type=int, default=256, help="tokens per sequence")
+    add("--d-model", type=int, default=256, help="hidden size")
+    add("--layers", type=int, default=4, help="number of decoder layers")
+    add("--heads", type=int, default=4, help="attention heads")
+    add("--d-ff", type=int, default=688, help="SwiGLU inner size")
+    add("--vocab", type=int, default=8192, help="vocabulary size; 0: the text's character vocabulary")
+    add("--steps", type=int, default=10, help="timed steps per run")
+    add("--warmup-steps", type=int, default=2, help="untimed steps per run before timing")
+    add("--repeats", type=int, default=5, help="runs per loop, alternating; the median is reported")
+    add("--lr", type=float, default=3e-3, help="peak learning rate")
+    add("--lr-warmup", type=int, default=5, help="linear lr warm-up steps before the cosine decay")
+    add("--threads", type=int, default=2, help="torch.set_num_threads for both loops")
+    add("--seed", type=int, default=0, help="seed of the initial weights and of the batch order")
+    add("--json", metavar="PATH", help="also write the results as JSON to PATH (written atomically)")
+    add("--no-progress", action="store_true", help="hide the progress bar over the repeats")
+
+
+TRAINER = Command(
+    "trainer", help="training tokens/s of posformer's Trainer against a plain PyTorch loop",
+    formatter_class=HelpFormatter,
+    description="Measure training tokens/s of posformer's Trainer against a plain hand-written PyTorch loop "
+    "(AdamW, LambdaLR, zero_grad/forward/backward/clip/step) on the same model (identical initial "
+    "weights), the same batches and the same number of steps, in float32 on the CPU, in the same run.",
+    epilog="The trainer runs with its progress bar disabled and its metrics.jsonl log enabled. Timed: "
+    "`--steps` whole iterations of each loop, after `--warmup-steps` untimed ones; the set-up and the last "
+    "step (the trainer's checkpoint write) are not timed. Repeats alternate trainer and plain (ABAB); the "
+    "median tokens/s of each is reported, and ratio = trainer / plain: above 1 the trainer is faster. The code: "
+    "posformer.bench.trainer.",
+    add_arguments=add_trainer_arguments, run=cmd_trainer,
+)
+
+
+def cmd_qa(args: argparse.Namespace) -> int:
+    from posformer.bench import qa
+
+    return report(args, qa.run(
+        data=args.data, checkpoint=args.checkpoint, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+        max_seq_length=args.max_seq_length, doc_stride=args.doc_stride, train_questions=args.train_questions,
+        eval_questions=args.eval_questions, block=args.block, seed=args.seed, threads=args.threads,
+    ), qa.format_report)
+
+
+def add_qa_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--data", metavar="FILE", help="SQuAD v2 JSON file; None: the reconstructed dev set, or the shipped "
+        "sample when it is missing")
+    add("--checkpoint", metavar="DIR", help="BERT-family checkpoint; None: the bundled all-MiniLM-L6-v2")
+    add("--train-questions", type=int, default=2000, help="cap on the training questions (seeded sample)")
+    add("--eval-questions", type=int, default=300, help="cap on the evaluation questions (seeded sample)")
+    add("--steps", type=int, default=60, help="optimizer steps of each model (the first is not timed)")
+    add("--batch-size", type=int, default=16, help="windows per step")
+    add("--lr", type=float, default=1e-4, help="peak learning rate, decayed linearly to 0")
+    add("--max-seq-length", type=int, default=256, help="tokens per window (question + context part)")
+    add("--doc-stride", type=int, default=64, help="overlap of consecutive windows of a long context")
+    add("--block", type=int, default=5, help="steps each model runs before the other takes over")
+    add("--threads", type=int, default=2, help="torch.set_num_threads for both")
+    add("--seed", type=int, default=0, help="seed of the head init, the question sample and the batch order")
+    add("--output", "--json", dest="json", metavar="PATH", help="also write the results as JSON (atomically)")
+
+
+QA = Command(
+    "qa", help="SQuAD v2 fine-tuning of all-MiniLM-L6-v2 against BertForQuestionAnswering",
+    formatter_class=HelpFormatter,
+    description="Fine-tune all-MiniLM-L6-v2 for extractive SQuAD v2 QA twice in one run, with posformer "
+    "(from_hf(dir, head='span_qa')) and with Hugging Face (BertForQuestionAnswering), from the same weights "
+    "(the span head too), on the same tokenized windows in the same batch order, with the same AdamW, "
+    "linear schedule, clipping, seed and number of steps, float32, dropout off in both (so both compute "
+    "the same function and their losses agree step by step). Reports training tokens/s of each and the "
+    "ratio posformer/HF, the final losses, and EM, F1, HasAns_f1 and NoAns_f1 of each on held-out articles "
+    "(the same post-processing and the official SQuAD v2 metric).",
+    epilog="Timed: each training step (zero_grad, forward, backward, clip, AdamW, schedule, reading the loss) "
+    "after the first; tokens are non-pad tokens. The models alternate in blocks of --block steps. Data: "
+    "--data, default the SQuAD v2 dev file in ../shared/data/squad_v2 (or $POSFORMER_DATA_DIR), or the shipped "
+    "sample when it is missing; split by article (20% held out), then capped by --train-questions / "
+    "--eval-questions. The code: posformer.bench.qa.",
+    add_arguments=add_qa_arguments, run=cmd_qa,
+)
+
+BENCHMARKS = {"--generation": GENERATION, "--trainer": TRAINER, "--qa": QA}  # no flag: SPEED
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run the benchmark that `args.rest` picks, parsed by that benchmark's own parser."""
+    chosen = [flag for flag in BENCHMARKS if flag in args.rest]
+    if len(chosen) > 1:
+        raise ValueError(f"give at most one of {' and '.join(BENCHMARKS)}")
+    benchmark = BENCHMARKS[chosen[0]] if chosen else SPEED
+    parser = standalone_parser(benchmark, prog=" ".join([BENCH_PROG, *chosen]))
+    options = parser.parse_args([arg for arg in args.rest if arg not in chosen])
+    try:
+        return options.run(options)
+    except ImportError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except ValueError as err:
+        parser.error(str(err))
+
+
+COMMAND = Command(
+    "bench", help="speed benchmark against Hugging Face (run `posformer bench --help`; "
+                  "`posformer bench --generation --help` for generation speed, "
+                  "`posformer bench --trainer --help` for the trainer's, "
+                  "`posformer bench --qa --help` for extractive QA training)",
+    run=cmd_bench, passes_on=True,
+)
