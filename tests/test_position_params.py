@@ -84,3 +84,12 @@ def test_alibi_distance_bias_is_its_attention_bias():
     for i in range(7):
         for j in range(7):
             torch.testing.assert_close(bias[:, i, j], table[:, j - i + 6])
+
+
+def test_a_run_configs_preset_takes_another_encoding():
+    from posformer.tasks.causal_lm import build_model
+
+    fields = {"preset": "llama", "d_model": 32, "n_layers": 2, "n_heads": 4, "d_ff": 64, "position": "t5"}
+    cfg = build_model(fields, vocab_size=50, seq_len=16).cfg
+    assert cfg.position == "t5" and dict(cfg.position_params) == pf.positions.get("t5").defaults
+    assert (cfg.norm, cfg.activation, cfg.max_positions) == ("rmsnorm", "swiglu", 4096)
