@@ -216,7 +216,7 @@ def test_postprocess_finds_answer_in_any_window_and_last_never_overwrites(late):
     start[row, s], end[row, e] = 6.0, 6.0
     last = len(feats["example_id"]) - 1
     start[last, 60], end[last, 61] = 4.0, 4.0  # a weaker span in the last window
-    preds, odds = postprocess_span_predictions([example], feats, start, end)
+    preds, odds, _ = postprocess_span_predictions([example], feats, start, end)
     assert preds == {example.id: "$759,900"} and odds[example.id] == pytest.approx(0.0 - 12.0)
 
 
@@ -224,14 +224,14 @@ def test_postprocess_null_wins_min_null_and_threshold(late):
     example, feats, (row, s, e) = late
     start, end = _logits(feats, cls=4.0)
     start[row, s], end[row, e] = 3.0, 3.0
-    preds, odds = postprocess_span_predictions([example], feats, start, end)
+    preds, odds, _ = postprocess_span_predictions([example], feats, start, end)
     assert preds[example.id] == "" and odds[example.id] == pytest.approx(8.0 - 6.0)
-    preds, _ = postprocess_span_predictions([example], feats, start, end, null_score_diff_threshold=2.5)
+    preds, _, _ = postprocess_span_predictions([example], feats, start, end, null_score_diff_threshold=2.5)
     assert preds[example.id] == "$759,900"
-    preds, _ = postprocess_span_predictions([example], feats, start, end, null_score_diff_threshold=2.0)
+    preds, _, _ = postprocess_span_predictions([example], feats, start, end, null_score_diff_threshold=2.0)
     assert preds[example.id] == "$759,900"  # null must beat the span by MORE than the threshold
     start[0, 0] = -1.0  # null score is the minimum over windows: -1 + 4 = 3 < 6
-    preds, odds = postprocess_span_predictions([example], feats, start, end)
+    preds, odds, _ = postprocess_span_predictions([example], feats, start, end)
     assert preds[example.id] == "$759,900" and odds[example.id] == pytest.approx(3.0 - 6.0)
 
 
@@ -242,10 +242,10 @@ def test_postprocess_respects_max_answer_length_and_order(late):
     start[row, 30], end[row, 70] = 9.0, 9.0  # 41 tokens: too long for 30
     start[row, 80], end[row, 75] = 9.5, 9.5  # end before start
     start[row, 3], end[row, 3] = 9.9, 9.9  # a question token, not context
-    preds, _ = postprocess_span_predictions([example], feats, start, end)
+    preds, _, _ = postprocess_span_predictions([example], feats, start, end)
     assert preds[example.id] == "$759,900"
-    preds, _ = postprocess_span_predictions([example], feats, start, end, max_answer_length=41)
+    preds, _, _ = postprocess_span_predictions([example], feats, start, end, max_answer_length=41)
     offsets = feats["offset_mapping"][row]
     assert preds[example.id] == example.context[offsets[30][0]:offsets[70][1]]
-    empty, odds = postprocess_span_predictions([Ex("none", "q", "c")], feats, start, end)
+    empty, odds, _ = postprocess_span_predictions([Ex("none", "q", "c")], feats, start, end)
     assert empty == {"none": ""} and odds == {"none": math.inf}
