@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 import torch
+from shared_data import squad_dev_file
 
 from posformer.tasks.qa_windows import (
     question_prefix, select_seq2seq_answer, seq2seq_eval_windows, seq2seq_training_features,
@@ -15,12 +15,9 @@ from posformer.tasks.qa_windows import (
 )
 from posformer.tasks.span_qa import postprocess_span_predictions, span_eval_features, span_training_features
 
-DEV = Path("/work/shared/data/squad_v2/dev-v2.0.reconstructed.json")
 LONG_PARAGRAPH = "5727e6cbff5b5019007d97ee"  # Economic_inequality, 458 MiniLM context tokens
 LATE_ANSWER = "5727e6cbff5b5019007d97f0"  # "$759,900" at character 1371 of 2077
 MAX_LEN, STRIDE = 128, 32
-
-pytestmark = pytest.mark.skipif(not DEV.exists(), reason="SQuAD v2 dev data not available")
 
 
 @dataclass
@@ -35,7 +32,7 @@ class Ex:
 
 @pytest.fixture(scope="module")
 def dev() -> dict:
-    return json.loads(DEV.read_text())
+    return json.loads(squad_dev_file().read_text())
 
 
 @pytest.fixture(scope="module")

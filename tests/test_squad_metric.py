@@ -12,13 +12,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from shared_data import squad_dev_file
 
 from posformer.data.squad import load_squad_json, squad_sample
 from posformer.tasks.squad_metric import (exact_score, f1_score, normalize_answer, read_json_mapping,
                                           squad_v2_evaluate, write_predictions)
-
-DEV = Path("/work/shared/data/squad_v2/dev-v2.0.reconstructed.json")
-
 
 @functools.cache
 def hf_squad_metrics() -> types.ModuleType:
@@ -156,9 +154,8 @@ def synthetic_predictions(examples, seed: int) -> tuple[dict[str, str], dict[str
     return preds, probs
 
 
-@pytest.mark.skipif(not DEV.is_file(), reason="shared SQuAD v2 dev file not present")
 def test_real_dev_equals_transformers():
-    examples = load_squad_json(DEV, for_training=False).examples
+    examples = load_squad_json(squad_dev_file(), for_training=False).examples
     gold = {ex.id: ex.answers for ex in examples}
     preds, probs = synthetic_predictions(examples, seed=0)
     assert_same(squad_v2_evaluate(examples, preds, probs), hf_evaluate(gold, preds, probs))
