@@ -187,3 +187,12 @@ def test_answer_from_a_later_window(tokenizer):
     assert SpanPredictor(tokenizer, [short], 64, 16, batch_size=1).predict(model)[:2] == ({"short": ""},
                                                                                          {"short": 2.0})
     assert model.calls[0][1] < 64  # a batch is cut to its longest row
+
+
+def test_span_predictor_arguments_are_checked(tokenizer, sample):
+    with pytest.raises(ValueError, match=r"^doc_stride=64 is invalid: expected an integer < max_seq_length \(64\)$"):
+        SpanPredictor(tokenizer, sample[:1], 64, 64)
+    with pytest.raises(ValueError, match=r"^examples=\[\] is invalid: expected at least one question to answer$"):
+        SpanPredictor(tokenizer, [], 64, 16)
+    with pytest.raises(ValueError, match=r"^n_best_size=0 is invalid: expected a positive integer$"):
+        SpanPredictor(tokenizer, sample[:1], 64, 16, n_best_size=0)

@@ -174,7 +174,7 @@ def test_checkpoint_figures_and_their_numbers(runs, tmp_path, capsys) -> None:
     (stack,) = plots.t5_learned_bias(model)
     assert stack.rel.tolist() == list(range(-60, 1))  # 1.5 * max_distance, causal side only
     table = model.decoder.position.table.weight.detach()
-    expected = table[t5_bucket(torch.tensor(stack.rel), False, **T5_PARAMS)].T
+    expected = table[hf_t5_bucket(torch.tensor(stack.rel), False, **T5_PARAMS)].T
     np.testing.assert_allclose(stack.bias, expected.numpy())
 
     for name in ("t5", "rope"):

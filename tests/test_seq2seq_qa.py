@@ -153,6 +153,16 @@ def test_answer_only_in_third_window_is_found_and_every_window_keeps_the_questio
     assert all(len(w.input_ids) <= MAX_SEQ for w in windows)
 
 
+def test_seq2seq_predictor_arguments_are_checked_before_any_tokenizing():
+    examples = _overfit_examples()[:1]
+    with pytest.raises(ValueError, match=r"^num_beams=0 is invalid: expected a positive integer$"):
+        Seq2SeqPredictor(None, examples, MAX_SEQ, STRIDE, num_beams=0)
+    with pytest.raises(ValueError, match=r"^max_seq_length=0 is invalid: expected a positive integer$"):
+        Seq2SeqPredictor(None, examples, 0, STRIDE)
+    with pytest.raises(ValueError, match=r"^null_score_diff_threshold=nan is invalid: expected a finite number$"):
+        Seq2SeqPredictor(None, examples, MAX_SEQ, STRIDE, null_score_diff_threshold=math.nan)
+
+
 @pytest.mark.parametrize("kind", ["unigram", "bpe"])
 def test_tokenizer_has_t5_special_ids_and_round_trips(kind):
     examples = _overfit_examples()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -163,14 +164,10 @@ def test_bad_answers_counted_reported_and_skipped(tmp_path):
     assert evaluation.report.bad_answers == 3 and evaluation.report.dropped_questions == 0
 
 
-def test_hf_dataset_without_datasets_names_what_is_missing():
-    try:
-        import datasets  # noqa: F401
-    except ImportError:
-        with pytest.raises(RuntimeError, match=r"--dataset-name squad_v2 needs .*`datasets`.*--train-file"):
-            load_hf_dataset("squad_v2", "validation")
-    else:
-        pytest.skip("datasets is installed; the offline error path is not reachable")
+def test_hf_dataset_without_datasets_names_what_is_missing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ImportError, installed or not
+    with pytest.raises(RuntimeError, match=r"--dataset-name squad_v2 needs .*`datasets`.*--train-file"):
+        load_hf_dataset("squad_v2", "validation")
 
 
 def _examples(titles: list[str], per: int = 3) -> list[QAExample]:
