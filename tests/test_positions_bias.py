@@ -125,7 +125,7 @@ def test_t5_bias_reaches_the_attention_unscaled() -> None:
     probs = model(ids, decoder_input_ids=ids[:, :3], output_attentions=True).attentions[0]  # encoder layer 0
     pos = torch.arange(7)
     table = model.encoder.position.table.weight
-    expected = table[t5_bucket(pos[None, :] - pos[:, None], True)].permute(2, 0, 1).softmax(-1)
+    expected = table[hf_bucket(pos[None, :] - pos[:, None], True, 32, 128)].permute(2, 0, 1).softmax(-1)
     torch.testing.assert_close(probs[0], expected)
 
 
@@ -223,8 +223,8 @@ def test_fire_normalisation_by_hand() -> None:
         x = position.normalized_distance(q_pos, k_pos, 0)[0]
         for a, (i, j) in enumerate(pairs):
             assert x[a, a].item() == pytest.approx(expected(i, j, L), rel=1e-5, abs=1e-7)
-        torch.testing.assert_close(position.bias(None, None, q_pos, k_pos, 0)[0, :, 1, 1],
-                                   position.mlp(x[1, 1], 0))
+        by_hand = torch.relu(expected(10, 2, L) * position.w1[0] + position.b1[0]) @ position.w2[0] + position.b2[0]
+        torch.testing.assert_close(position.bias(None, None, q_pos, k_pos, 0)[0, :, 1, 1], by_hand)
     # causal pairs (j <= i) always lie in [0, 1], at any length and for any L
     pos = torch.arange(3000)[None]
     x = position.normalized_distance(pos[:, ::7], pos, 0)[0]

@@ -49,5 +49,7 @@ def test_embed_hook_adds_the_table_at_the_given_positions() -> None:
                     position_params={"base": 500.0})
     encoding = pf.positions.build(cfg, causal=False, n_layers=1)
     pos = torch.tensor([[3, 4, 9], [0, 0, 1]])
-    x = torch.zeros(2, 3, 16)
-    torch.testing.assert_close(encoding.embed(x, pos), sinusoidal_table(10, 16, 500.0)[pos])
+    x = torch.randn(2, 3, 16)
+    angles = pos[..., None].double() / 500.0 ** (torch.arange(0, 16, 2, dtype=torch.float64) / 16)  # (2, 3, 8)
+    table = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2).float()  # sin, cos interleaved
+    torch.testing.assert_close(encoding.embed(x, pos), x + table)

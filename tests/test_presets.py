@@ -120,17 +120,10 @@ def test_small_presets_build_and_run(name):
 
 
 def test_preset_t5():
-    if "t5" in pf.positions.names():
-        cfg = pf.Config.preset("t5", vocab_size=64, d_model=32, n_layers=1, n_decoder_layers=1, n_heads=4,
-                               d_head=8, d_ff=48, max_positions=8)
-        assert cfg.position == "t5"
-        _run_tiny(cfg)
-    else:
-        with pytest.raises(ValueError) as info:
-            pf.Config.preset("t5")
-        message = str(info.value)
-        assert "not yet available" in message
-        assert "t5" in message
+    cfg = pf.Config.preset("t5", vocab_size=64, d_model=32, n_layers=1, n_decoder_layers=1, n_heads=4,
+                           d_head=8, d_ff=48, max_positions=8)
+    assert cfg.position == "t5" and cfg.arch == "encoder_decoder"
+    _run_tiny(cfg)
 
 
 def test_unknown_preset_lists_presets():

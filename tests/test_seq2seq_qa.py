@@ -12,9 +12,10 @@ from torch import nn
 
 from posformer.data.squad import QAExample, load_squad_json, squad_sample
 from posformer.tasks.feature_batches import FeatureBatches
+from posformer.tasks.qa_evaluation import QAEvaluator
 from posformer.tasks.qa_windows import question_prefix, seq2seq_eval_windows
-from posformer.tasks.seq2seq_qa import (build_scratch_t5, predict_seq2seq, qa_training_texts, seq2seq_evaluator,
-                                        train_qa_tokenizer, training_batches)
+from posformer.tasks.seq2seq_qa import (Seq2SeqPredictor, build_scratch_t5, qa_training_texts, train_qa_tokenizer,
+                                        training_batches)
 from posformer.train.settings import TrainerSettings
 from posformer.train.trainer import Trainer
 
@@ -49,7 +50,7 @@ def test_overfit_32_examples_reaches_90_exact(tmp_path):
     batches = training_batches(examples, tokenizer, MAX_SEQ, STRIDE, ANSWER_TOKENS, seed=0)
     assert len(batches) > len(examples)  # several windows per example
     options = dict(max_seq_length=MAX_SEQ, doc_stride=STRIDE, max_answer_tokens=ANSWER_TOKENS)
-    evaluate = seq2seq_evaluator(tokenizer, examples, null_score_diff_threshold=-1.0, **options)
+    evaluate = QAEvaluator(Seq2SeqPredictor(tokenizer, examples, null_score_diff_threshold=-1.0, **options))
     settings = TrainerSettings(steps=300, batch_size=16, lr=3e-3, warmup=20, weight_decay=0.0, eval_every=300,
                                log_every=50, sample_prompt=None)
     result = Trainer(model, batches, settings, tmp_path / "run", evaluate=evaluate, progress=False,
@@ -60,7 +61,7 @@ def test_overfit_32_examples_reaches_90_exact(tmp_path):
     assert report["HasAns_total"] > 0 and report["NoAns_total"] > 0
 
     windows = seq2seq_eval_windows(examples, tokenizer, MAX_SEQ, STRIDE)
-    predictions, null_odds = predict_seq2seq(model, tokenizer, examples, batch_size=64, **options)
+    predictions, null_odds, _ = Seq2SeqPredictor(tokenizer, examples, batch_size=64, **options).predict(model)
     assert set(predictions) == set(null_odds) == {e.id for e in examples}
     generated = _generate_each_window(model, tokenizer, windows)
     right = sum(g.strip() == w.target for g, w in zip(generated, windows))
@@ -141,8 +142,8 @@ def test_answer_only_in_third_window_is_found_and_every_window_keeps_the_questio
     example = _third_window_example(tokenizer)
     windows = seq2seq_eval_windows([example], tokenizer, MAX_SEQ, LONG_STRIDE)
     model = _ReadingModel(tokenizer, "Zanzibar")
-    predictions, null_odds = predict_seq2seq(model, tokenizer, [example], MAX_SEQ, LONG_STRIDE, batch_size=3,
-                                             max_answer_tokens=8)
+    predictions, null_odds, _ = Seq2SeqPredictor(tokenizer, [example], MAX_SEQ, LONG_STRIDE, batch_size=3,
+                                                 max_answer_tokens=8).predict(model)
     assert predictions == {"long": "Zanzibar"}
     assert null_odds["long"] == pytest.approx(-2.0 + 0.05)
     assert len(model.inputs) == len(windows) >= 4
@@ -150,6 +151,16 @@ def test_answer_only_in_third_window_is_found_and_every_window_keeps_the_questio
     assert all(text.startswith(prefix) for text in model.inputs)
     assert ["Zanzibar" in text for text in model.inputs] == [False, False, True] + [False] * (len(windows) - 3)
     assert all(len(w.input_ids) <= MAX_SEQ for w in windows)
+
+
+def test_seq2seq_predictor_arguments_are_checked_before_any_tokenizing():
+    examples = _overfit_examples()[:1]
+    with pytest.raises(ValueError, match=r"^num_beams=0 is invalid: expected a positive integer$"):
+        Seq2SeqPredictor(None, examples, MAX_SEQ, STRIDE, num_beams=0)
+    with pytest.raises(ValueError, match=r"^max_seq_length=0 is invalid: expected a positive integer$"):
+        Seq2SeqPredictor(None, examples, 0, STRIDE)
+    with pytest.raises(ValueError, match=r"^null_score_diff_threshold=nan is invalid: expected a finite number$"):
+        Seq2SeqPredictor(None, examples, MAX_SEQ, STRIDE, null_score_diff_threshold=math.nan)
 
 
 @pytest.mark.parametrize("kind", ["unigram", "bpe"])

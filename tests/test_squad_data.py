@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
+from shared_data import squad_dev_file
 
 from posformer.data.squad import (UNLOCATED, QADataError, QAExample, load_hf_dataset, load_qa_file,
                                   load_squad_json, split_by_article, squad_sample)
 
-DEV = Path("/work/shared/data/squad_v2/dev-v2.0.reconstructed.json")
 SAMPLE_TITLES = ["Normans", "Sky_(United_Kingdom)", "Victoria_(Australia)", "Black_Death", "Jacksonville,_Florida"]
-needs_dev = pytest.mark.skipif(not DEV.is_file(), reason="shared SQuAD v2 dev file not present")
 
 
 @pytest.fixture(scope="module")
 def dev():
-    return load_squad_json(DEV)
+    return load_squad_json(squad_dev_file())
 
 
 def squad(qas: list, context: str = "The cat sat on the mat.", title: str = "Cats") -> dict:
@@ -33,7 +33,6 @@ def write(tmp_path: Path, name: str, obj) -> Path:
     return path
 
 
-@needs_dev
 def test_real_dev_counts(dev):
     assert len(dev) == 11873
     assert sum(not ex.is_impossible for ex in dev) == 5928
@@ -54,7 +53,6 @@ def test_sample_ships_whole_articles():
     assert "squad_v2_sample.json" in (path.parent / "SOURCE.md").read_text()
 
 
-@needs_dev
 def test_sample_is_cut_unchanged_from_dev(dev):
     sample = {ex.id: ex for ex in load_squad_json(squad_sample())}
     whole = [ex for ex in dev if ex.title in SAMPLE_TITLES]
@@ -166,14 +164,10 @@ def test_bad_answers_counted_reported_and_skipped(tmp_path):
     assert evaluation.report.bad_answers == 3 and evaluation.report.dropped_questions == 0
 
 
-def test_hf_dataset_without_datasets_names_what_is_missing():
-    try:
-        import datasets  # noqa: F401
-    except ImportError:
-        with pytest.raises(RuntimeError, match=r"--dataset-name squad_v2 needs .*`datasets`.*--train-file"):
-            load_hf_dataset("squad_v2", "validation")
-    else:
-        pytest.skip("datasets is installed; the offline error path is not reachable")
+def test_hf_dataset_without_datasets_names_what_is_missing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ImportError, installed or not
+    with pytest.raises(RuntimeError, match=r"--dataset-name squad_v2 needs .*`datasets`.*--train-file"):
+        load_hf_dataset("squad_v2", "validation")
 
 
 def _examples(titles: list[str], per: int = 3) -> list[QAExample]:
@@ -206,7 +200,6 @@ def test_split_without_titles_groups_by_context():
     assert {ex.context for ex in train}.isdisjoint({ex.context for ex in held}) and len(held) == 3
 
 
-@needs_dev
 def test_split_real_dev(dev):
     train, held = split_by_article(dev.examples, eval_fraction=0.2, seed=0)
     assert len({ex.title for ex in held}) == 7 and len(train) + len(held) == 11873

@@ -2,70 +2,18 @@
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
 import random
-import types
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from shared_data import squad_dev_file
+from squad_oracle import assert_same, hf_evaluate
 
 from posformer.data.squad import load_squad_json, squad_sample
 from posformer.tasks.squad_metric import (exact_score, f1_score, normalize_answer, read_json_mapping,
                                           squad_v2_evaluate, write_predictions)
-
-DEV = Path("/work/shared/data/squad_v2/dev-v2.0.reconstructed.json")
-
-
-@functools.cache
-def hf_squad_metrics() -> types.ModuleType:
-    """transformers' squad_metrics.py, executed as is except its two package-relative imports.
-
-    Importing it through the package takes several seconds (it pulls in tokenizers and torch); the
-    functions used here (get_raw_scores, apply_no_ans_threshold, make_eval_dict, merge_eval,
-    find_all_best_thresh) need only the standard library.
-    """
-    spec = importlib.util.find_spec("transformers")
-    if spec is None or spec.origin is None:
-        pytest.skip("transformers is not installed")
-    path = Path(spec.origin).parent / "data" / "metrics" / "squad_metrics.py"
-    source = path.read_text()
-    source = source.replace("from ...models.bert import BasicTokenizer\n", "BasicTokenizer = None\n")
-    source = source.replace("from ...utils import logging\n",
-                            "from types import SimpleNamespace\nfrom logging import getLogger\n"
-                            "logging = SimpleNamespace(get_logger=getLogger)\n")
-    module = types.ModuleType("hf_squad_metrics")
-    exec(compile(source, str(path), "exec"), module.__dict__)
-    return module
-
-
-def hf_evaluate(gold: dict[str, list[str]], preds: dict[str, str], na_probs: dict[str, float] | None,
-                thresh: float = 1.0) -> dict:
-    """The official evaluate-v2.0.py main(), composed from transformers' functions."""
-    hf = hf_squad_metrics()
-    examples = [types.SimpleNamespace(qas_id=q, answers=[{"text": t} for t in texts]) for q, texts in gold.items()]
-    has = {q: bool(texts) for q, texts in gold.items()}
-    probs = na_probs if na_probs is not None else {q: 0.0 for q in preds}
-    exact_raw, f1_raw = hf.get_raw_scores(examples, preds)
-    exact = hf.apply_no_ans_threshold(exact_raw, probs, has, thresh)
-    f1 = hf.apply_no_ans_threshold(f1_raw, probs, has, thresh)
-    out = dict(hf.make_eval_dict(exact, f1))
-    for prefix, wanted in (("HasAns", True), ("NoAns", False)):
-        qids = [q for q, h in has.items() if h is wanted]
-        if qids:
-            hf.merge_eval(out, hf.make_eval_dict(exact, f1, qid_list=qids), prefix)
-    if na_probs is not None:
-        hf.find_all_best_thresh(out, preds, exact_raw, f1_raw, probs, has)
-    return out
-
-
-def assert_same(ours: dict, theirs: dict) -> None:
-    assert list(ours) == list(theirs)
-    for key, value in theirs.items():
-        assert ours[key] == pytest.approx(value, rel=0, abs=1e-9), key
 
 
 def test_normalize_answer_by_hand():
@@ -156,9 +104,8 @@ def synthetic_predictions(examples, seed: int) -> tuple[dict[str, str], dict[str
     return preds, probs
 
 
-@pytest.mark.skipif(not DEV.is_file(), reason="shared SQuAD v2 dev file not present")
 def test_real_dev_equals_transformers():
-    examples = load_squad_json(DEV, for_training=False).examples
+    examples = load_squad_json(squad_dev_file(), for_training=False).examples
     gold = {ex.id: ex.answers for ex in examples}
     preds, probs = synthetic_predictions(examples, seed=0)
     assert_same(squad_v2_evaluate(examples, preds, probs), hf_evaluate(gold, preds, probs))

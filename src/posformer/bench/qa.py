@@ -45,8 +45,10 @@ from tqdm.auto import tqdm
 
 from posformer.bench.qa_setup import (draw_batches, load_models, load_questions, resolve_data, summary)
 from posformer.bench.trainer import load_average
-from posformer.tasks.extractive_qa import span_evaluator, span_train_tensors
+from posformer.tasks.extractive_qa import SpanPredictor, span_train_tensors
+from posformer.tasks.qa_evaluation import QAEvaluator
 from posformer.train.optim import parameter_groups
+from posformer.validation import check_int, check_number, fail
 
 NAMES = ("posformer", "hf")
 LABELS = {"posformer": "posformer", "hf": "Hugging Face"}
@@ -120,15 +122,14 @@ def _speed(runs: dict[str, Run], tokens: list[int], block: int) -> dict[str, Any
 
 def _check(steps: int, batch_size: int, lr: float, max_seq_length: int, doc_stride: int, block: int,
            train_questions: int, eval_questions: int) -> None:
-    for name, value, low in (("steps", steps, 2), ("batch_size", batch_size, 1), ("block", block, 1),
-                             ("train_questions", train_questions, 1), ("eval_questions", eval_questions, 1),
-                             ("doc_stride", doc_stride, 1)):
-        if value < low:
-            raise ValueError(f"{name}={value} is invalid: expected an integer >= {low}")
-    if not lr > 0:
-        raise ValueError(f"lr={lr} is invalid: expected a number > 0")
+    check_int("steps", steps, minimum=2)
+    for name, value in (("batch_size", batch_size), ("block", block), ("train_questions", train_questions),
+                        ("eval_questions", eval_questions), ("max_seq_length", max_seq_length),
+                        ("doc_stride", doc_stride)):
+        check_int(name, value)
+    check_number("lr", lr, low=0, low_open=True)
     if not doc_stride < max_seq_length:
-        raise ValueError(f"doc_stride={doc_stride} must be below max_seq_length={max_seq_length}")
+        fail("doc_stride", doc_stride, f"an integer < max_seq_length ({max_seq_length})")
 
 
 def run(data: str | Path | None = None, checkpoint: str | Path | None = None, steps: int = 60,
@@ -159,7 +160,7 @@ def run(data: str | Path | None = None, checkpoint: str | Path | None = None, st
         log(f"training both models for {steps} steps ...")
         runs = train_both({"posformer": ours, "hf": theirs}, batches, block, lr)
         speed = _speed(runs, tokens, block)
-        evaluate = span_evaluator(held, tokenizer, max_seq_length, doc_stride)
+        evaluate = QAEvaluator(SpanPredictor(tokenizer, held, max_seq_length, doc_stride))
         result: dict[str, Any] = {
             "torch": torch.__version__, "threads": threads, "dtype": "float32", "device": "cpu",
             "data": str(path), "data_note": note, "checkpoint": str(directory), "seed": seed, "steps": steps,

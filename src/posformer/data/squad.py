@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from posformer.validation import check_number, is_int
+
 SAMPLES = Path(__file__).resolve().parent / "samples"
 UNLOCATED = -1
 
@@ -119,7 +121,7 @@ def _get(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
 
 
 def _start(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise QADataError(f"{where}: answer_start must be an int, got {value!r}")
     if value < 0:
         raise QADataError(f"{where}: answer_start must be >= 0, got {value}")
@@ -329,8 +331,7 @@ def split_by_article(examples: Sequence[QAExample], eval_fraction: float | None 
         if unknown:
             raise ValueError(f"eval_articles not in the data: {unknown[:5]}")
     else:
-        if not 0.0 < eval_fraction < 1.0:
-            raise ValueError(f"eval_fraction must be in (0, 1), got {eval_fraction}")
+        check_number("eval_fraction", eval_fraction, low=0, high=1, low_open=True, high_open=True)
         if len(titles) < 2:
             raise ValueError(f"cannot split {len(titles)} article(s) into train and eval")
         n_eval = min(max(1, math.ceil(eval_fraction * len(titles))), len(titles) - 1)

@@ -1,9 +1,9 @@
-"""Extractive question answering (`--head span`) as library code: training tensors, batched prediction
-and the Trainer's metric function.
+"""Extractive question answering (`--head span`) as library code: training tensors and batched prediction.
 
     features = span_train_tensors(train_examples, tokenizer, 384, 128, model.cfg)   # for a feature sampler
-    evaluate = span_evaluator(eval_examples, tokenizer, 384, 128)                    # Trainer(evaluate=...)
-    predictions, null_odds = predict_span(model, tokenizer, eval_examples, 384, 128)
+    predictor = SpanPredictor(tokenizer, eval_examples, 384, 128)
+    predictions, null_odds, answers = predictor.predict(model)
+    evaluate = QAEvaluator(predictor)                                                 # Trainer(evaluate=...)
 
 The logic is run_qa.py's (see `posformer.tasks.span_qa`): question first, context windows
 overlapping by `doc_stride` tokens, start/end logits, the n-best spans of every window, the
@@ -14,15 +14,16 @@ starts one from a BERT-family base checkpoint).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from posformer.config import Config
+from posformer.tasks.qa_predictor import QAPredictions, check_windows
 from posformer.tasks.qa_windows import QAExampleLike
 from posformer.tasks.span_qa import postprocess_span_predictions, span_eval_features, span_training_features
-from posformer.tasks.squad_metric import squad_v2_evaluate
+from posformer.validation import check_int, check_number
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -67,8 +68,7 @@ def span_logits(model: nn.Module, features: dict[str, Any], batch_size: int = 32
     positions (padding) get -inf. The model is put in eval mode and its mode restored after.
     """
     _check_span_model(model)
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    check_int("batch_size", batch_size)
     keys = _model_inputs(features, getattr(model, "cfg", None))
     rows, width = features["input_ids"].shape
     device = next(model.parameters()).device
@@ -89,50 +89,29 @@ def span_logits(model: nn.Module, features: dict[str, Any], batch_size: int = 32
     return start, end
 
 
-def predict_span(model: nn.Module, tokenizer, examples: Sequence[QAExampleLike], max_seq_length: int = 384,
-                 doc_stride: int = 128, batch_size: int = 32, n_best_size: int = 20, max_answer_length: int = 30,
-                 null_score_diff_threshold: float = 0.0) -> tuple[dict[str, str], dict[str, float]]:
-    """Answer `examples` with a span-QA model: windows -> start/end logits -> best span over all windows.
+class SpanPredictor:
+    """Answers `examples` with a span-QA model: windows -> start/end logits -> best span over all windows.
 
-    Returns (predictions id -> answer text, "" for no answer; null odds id -> null score minus
-    the best span score, +inf when no valid span exists), the official file formats.
-    See `postprocess_span_predictions` for n_best_size, max_answer_length and the threshold.
+    The eval windows (`span_eval_features`) are built once, here; `predict` runs the model over
+    them in batches of `batch_size` and post-processes the logits
+    (`postprocess_span_predictions`: n_best_size, max_answer_length, null_score_diff_threshold).
     """
-    if not examples:
-        return {}, {}
-    features = span_eval_features(examples, tokenizer, max_seq_length, doc_stride)
-    start, end = span_logits(model, features, batch_size)
-    return postprocess_span_predictions(examples, features, start, end, n_best_size, max_answer_length,
-                                        null_score_diff_threshold)
 
+    def __init__(self, tokenizer, examples: Sequence[QAExampleLike], max_seq_length: int, doc_stride: int, *,
+                 batch_size: int = 32, n_best_size: int = 20, max_answer_length: int = 30,
+                 null_score_diff_threshold: float = 0.0) -> None:
+        check_windows(examples, max_seq_length, doc_stride)
+        for name, value in (("batch_size", batch_size), ("n_best_size", n_best_size),
+                            ("max_answer_length", max_answer_length)):
+            check_int(name, value)
+        check_number("null_score_diff_threshold", null_score_diff_threshold)
+        self.examples = list(examples)
+        self.batch_size, self.n_best_size, self.max_answer_length = batch_size, n_best_size, max_answer_length
+        self.null_score_diff_threshold = null_score_diff_threshold
+        self.features = span_eval_features(self.examples, tokenizer, max_seq_length, doc_stride)
 
-def span_metrics(examples: Sequence[QAExampleLike], predictions: dict[str, str],
-                 null_odds: dict[str, float]) -> dict[str, float]:
-    """The official SQuAD v2.0 scores of `predictions` (percent): exact, f1, total, HasAns_* and NoAns_*
-    as the predictions stand (the threshold was applied when they were made), plus best_exact / best_f1
-    and their thresholds over the null odds."""
-    return squad_v2_evaluate(examples, predictions, null_odds, na_prob_thresh=math.inf)
-
-
-def span_evaluator(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int = 384, doc_stride: int = 128,
-                   batch_size: int = 32, n_best_size: int = 20, max_answer_length: int = 30,
-                   null_score_diff_threshold: float = 0.0) -> Callable[[nn.Module], dict[str, float]]:
-    """The Trainer's `evaluate`: model -> the SQuAD v2.0 scores of its predictions on `examples`.
-
-    The eval windows are built once, here; each call computes the logits, post-processes them
-    and scores the predictions (`span_metrics`). The latest predictions and null odds are kept on
-    the function as `.predictions` and `.null_odds`, for writing the official files.
-    """
-    if not examples:
-        raise ValueError("no evaluation examples for extractive QA")
-    features = span_eval_features(examples, tokenizer, max_seq_length, doc_stride)
-
-    def evaluate(model: nn.Module) -> dict[str, float]:
-        start, end = span_logits(model, features, batch_size)
-        predictions, null_odds = postprocess_span_predictions(examples, features, start, end, n_best_size,
-                                                              max_answer_length, null_score_diff_threshold)
-        evaluate.predictions, evaluate.null_odds = predictions, null_odds
-        return span_metrics(examples, predictions, null_odds)
-
-    evaluate.predictions, evaluate.null_odds = {}, {}
-    return evaluate
+    def predict(self, model: nn.Module) -> QAPredictions:
+        """(predictions, null odds, best non-empty answers) id -> value; see `QAPredictions`."""
+        start, end = span_logits(model, self.features, self.batch_size)
+        return postprocess_span_predictions(self.examples, self.features, start, end, self.n_best_size,
+                                            self.max_answer_length, self.null_score_diff_threshold)

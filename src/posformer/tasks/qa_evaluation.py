@@ -1,23 +1,22 @@
 """Evaluation of the `qa` job: predictions, best non-empty answers and null odds, the official report.
 
-`QAEvaluator` is the Trainer's `evaluate` for both heads; `write` puts predictions.json,
-answers.json, null_odds.json and eval_results.json in a directory (see `posformer.tasks.qa_job`).
+`QAEvaluator(predictor)` is the Trainer's `evaluate` for both heads (the predictor of the head
+answers, see `posformer.tasks.qa_predictor`); `write` puts predictions.json, answers.json,
+null_odds.json and eval_results.json in a directory (see `posformer.tasks.qa_job`).
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import torch
 
 from posformer.atomic import write_json_atomic
 from posformer.data.squad import QAExample
+from posformer.tasks.qa_predictor import QAPredictor
 from posformer.tasks.squad_metric import squad_v2_evaluate, write_predictions
-
-if TYPE_CHECKING:
-    from posformer.tasks.qa_job import QAJobOptions
 
 NULL_ODDS_CLIP = 1e9
 
@@ -43,42 +42,22 @@ def qa_report(examples: Sequence[QAExample], predictions: dict[str, str], answer
 
 
 class QAEvaluator:
-    """The Trainer's `evaluate`: model -> official report; keeps the latest predictions and clipped null odds."""
+    """The Trainer's `evaluate` for any head: model -> `predictor`'s answers -> the official report.
 
-    def __init__(self, head: str, tokenizer, examples: Sequence[QAExample], o: QAJobOptions) -> None:
-        if not examples:
-            raise ValueError("no evaluation questions")
-        self.head, self.tokenizer, self.examples, self.o = head, tokenizer, list(examples), o
+    Keeps the latest predictions, best non-empty answers, clipped null odds and report, for `write`.
+    """
+
+    def __init__(self, predictor: QAPredictor) -> None:
+        self.predictor = predictor
+        self.examples = list(predictor.examples)
         self.predictions: dict[str, str] = {}
         self.answers: dict[str, str] = {}
         self.null_odds: dict[str, float] = {}
         self.report: dict[str, Any] = {}
-        if head == "span":
-            from posformer.tasks.span_qa import span_eval_features
-
-            self.features = span_eval_features(self.examples, tokenizer, o.max_seq_length, o.doc_stride)
-
-    def predict(self, model: torch.nn.Module) -> tuple[dict[str, str], dict[str, str], dict[str, float]]:
-        """(predictions, best non-empty answers, null odds) id -> value."""
-        o = self.o
-        if self.head == "span":
-            from posformer.tasks.extractive_qa import span_logits
-            from posformer.tasks.span_qa import postprocess_span_predictions
-
-            start, end = span_logits(model, self.features, o.per_device_eval_batch_size)
-            predictions, answers, null_odds = postprocess_span_predictions(
-                self.examples, self.features, start, end, o.n_best_size, o.max_answer_length,
-                o.null_score_diff_threshold, with_answers=True)
-            return predictions, answers, null_odds
-        from posformer.tasks.seq2seq_qa import predict_seq2seq
-
-        return predict_seq2seq(model, self.tokenizer, self.examples, o.max_seq_length, o.doc_stride,
-                               num_beams=o.num_beams, batch_size=o.per_device_eval_batch_size,
-                               max_answer_tokens=o.max_answer_length,
-                               null_score_diff_threshold=o.null_score_diff_threshold, with_answers=True)
 
     def __call__(self, model: torch.nn.Module) -> dict[str, float]:
-        predictions, answers, null_odds = self.predict(model)
+        """The official report of `model`'s answers (exact, f1, HasAns_*, NoAns_*, best_*) as floats."""
+        predictions, null_odds, answers = self.predictor.predict(model)
         self.predictions, self.answers, self.null_odds = predictions, answers, clip_null_odds(null_odds)
         self.report = qa_report(self.examples, self.predictions, self.answers, self.null_odds)
         return {k: float(v) for k, v in self.report.items()}

@@ -40,7 +40,12 @@ import yaml
 from posformer.data.squad import (QAData, QAExample, load_hf_dataset, load_qa_file, split_by_article,
                                   squad_sample)
 from posformer.model import Transformer
+from posformer.tasks.extractive_qa import SpanPredictor, span_train_tensors
 from posformer.tasks.qa_evaluation import QAEvaluator
+from posformer.tasks.qa_predictor import QAPredictor
+from posformer.tasks.seq2seq_qa import (Seq2SeqPredictor, build_scratch_t5, qa_training_texts, train_qa_tokenizer,
+                                        training_batches)
+from posformer.validation import check_choice, check_int, check_number, fail
 
 HEADS = ("seq2seq", "span")
 SPLIT_SEED = 0
@@ -208,10 +213,9 @@ def tokenizer_files(tokenizer) -> dict[str, str]:
 def scratch_seq2seq(o: QAJobOptions, train: Sequence[QAExample]) -> tuple[Transformer, Any]:
     """A small `t5`-preset model and a tokenizer trained on the training texts (or, with --resume, the run's)."""
     from posformer.hf import load_tokenizer
-    from posformer.tasks.seq2seq_qa import build_scratch_t5, qa_training_texts, train_qa_tokenizer
 
     if o.d_model % o.heads:
-        raise ValueError(f"--d-model {o.d_model} must be a multiple of --heads {o.heads}")
+        fail("--d-model", o.d_model, f"a multiple of --heads ({o.heads})")
     run = Path(o.output_dir)
     if o.resume and (run / "checkpoints").is_dir() and any((run / "checkpoints").iterdir()):
         from posformer.any_checkpoint import checkpoint_dir
@@ -226,15 +230,46 @@ def scratch_seq2seq(o: QAJobOptions, train: Sequence[QAExample]) -> tuple[Transf
     return model, tokenizer
 
 
+POSITIVE_INTS = ("max_seq_length", "doc_stride", "max_answer_length", "num_beams", "n_best_size",
+                 "per_device_eval_batch_size", "per_device_train_batch_size", "max_steps", "eval_steps",
+                 "save_steps", "max_train_samples", "max_eval_samples", "vocab_size", "d_model", "layers", "heads",
+                 "d_ff")
+POSITIVE_NUMBERS = ("learning_rate", "num_train_epochs")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 def _check_options(o: QAJobOptions) -> None:
-    if o.head not in HEADS:
-        raise ValueError(f"--head must be one of {', '.join(HEADS)}, got {o.head!r}")
-    for name in ("max_seq_length", "doc_stride", "max_answer_length", "num_beams", "per_device_eval_batch_size"):
-        value = getattr(o, name)
-        if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    """Every set option, named by its flag (`--doc-stride=0 is invalid: expected a positive integer`)."""
+    check_choice("--head", o.head, HEADS)
+    for name in POSITIVE_INTS:
+        if getattr(o, name) is not None:
+            check_int(_flag(name), getattr(o, name))
+    for name in POSITIVE_NUMBERS:
+        if getattr(o, name) is not None:
+            check_number(_flag(name), getattr(o, name), low=0, low_open=True)
+    if o.warmup_ratio is not None:
+        check_number("--warmup-ratio", o.warmup_ratio, low=0, high=1)
+    check_number("--weight-decay", o.weight_decay, low=0)
+    check_number("--null-score-diff-threshold", o.null_score_diff_threshold)
+    check_int("--seed", o.seed, minimum=0)
     if o.max_seq_length is not None and o.doc_stride is not None and o.doc_stride >= o.max_seq_length:
-        raise ValueError(f"--doc-stride {o.doc_stride} must be smaller than --max-seq-length {o.max_seq_length}")
+        fail("--doc-stride", o.doc_stride, f"an integer smaller than --max-seq-length ({o.max_seq_length})")
+
+
+def qa_predictor(head: str, tokenizer, examples: Sequence[QAExample], o: QAJobOptions) -> QAPredictor:
+    """The predictor of `head` on `examples`, with the job's windowing and answer options."""
+    if head == "span":
+        return SpanPredictor(tokenizer, examples, o.max_seq_length, o.doc_stride,
+                             batch_size=o.per_device_eval_batch_size, n_best_size=o.n_best_size,
+                             max_answer_length=o.max_answer_length,
+                             null_score_diff_threshold=o.null_score_diff_threshold)
+    return Seq2SeqPredictor(tokenizer, examples, o.max_seq_length, o.doc_stride,
+                            batch_size=o.per_device_eval_batch_size, num_beams=o.num_beams,
+                            max_answer_tokens=o.max_answer_length,
+                            null_score_diff_threshold=o.null_score_diff_threshold)
 
 
 def eval_settings(o: QAJobOptions) -> dict[str, Any]:
@@ -268,18 +303,14 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
         model, tokenizer, _, directory = load_qa_model(path, o.head)
         source = str(directory)
     if o.head == "span":
-        from posformer.tasks.extractive_qa import span_train_tensors
-
         batches = FeatureBatches(span_train_tensors(train, tokenizer, o.max_seq_length, o.doc_stride, model.cfg),
                                  o.seed)
     else:
-        from posformer.tasks.seq2seq_qa import training_batches
-
         batches = training_batches(train, tokenizer, o.max_seq_length, o.doc_stride, o.max_answer_length, o.seed)
     steps = o.max_steps or math.ceil(math.ceil(len(batches) / o.per_device_train_batch_size) * o.num_train_epochs)
     if steps < 1:
         raise ValueError(f"no training steps: --max-steps / --num-train-epochs give {steps}")
-    evaluator = QAEvaluator(o.head, tokenizer, held, o)
+    evaluator = QAEvaluator(qa_predictor(o.head, tokenizer, held, o))
     settings = TrainerSettings(steps=steps, batch_size=o.per_device_train_batch_size, lr=o.learning_rate,
                                schedule="linear", min_lr_ratio=0.0, warmup=int(o.warmup_ratio * steps),
                                weight_decay=o.weight_decay, betas=(0.9, 0.999), precision=o.precision,
@@ -317,8 +348,8 @@ def eval_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, An
     """
     if o.model is None:
         raise ValueError("qa eval needs --model (a `qa train` output dir, a checkpoint or a model dir)")
-    if o.head is not None and o.head not in HEADS:
-        raise ValueError(f"--head must be one of {', '.join(HEADS)}, got {o.head!r}")
+    if o.head is not None:
+        check_choice("--head", o.head, HEADS)
     model, tokenizer, head, directory = load_qa_model(o.model, o.head)
     stored = _run_options(directory)
     defaults = {k: stored.get(k, PRETRAINED_DEFAULTS[k]) for k in ("max_seq_length", "doc_stride")}
@@ -327,7 +358,7 @@ def eval_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, An
     if o.eval_file is None and o.dataset_name is None and o.train_file is None and stored.get("train_file"):
         o = dataclasses.replace(o, train_file=stored["train_file"])
     examples = load_eval_examples(o, log)
-    evaluator = QAEvaluator(head, tokenizer, examples, o)
+    evaluator = QAEvaluator(qa_predictor(head, tokenizer, examples, o))
     evaluator(model)
     Path(o.output_dir).mkdir(parents=True, exist_ok=True)
     results = evaluator.write(o.output_dir, {"head": head, "model": str(directory), **eval_settings(o)})

@@ -1,4 +1,4 @@
-"""Generative (T5-style) SQuAD v2 question answering: tokenizer, scratch model, batches, prediction, metric.
+"""Generative (T5-style) SQuAD v2 question answering: tokenizer, scratch model, batches, prediction.
 
 Training rows are the doc_stride windows of `posformer.tasks.qa_windows`: the window
 holding the first gold answer is trained on its text, every other window (and every
@@ -21,16 +21,17 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 
 from posformer.config import Config
 from posformer.model import Transformer
 from posformer.tasks.feature_batches import FeatureBatches
+from posformer.tasks.qa_predictor import QAPredictions, check_windows
 from posformer.tasks.qa_windows import (QAExampleLike, pad_windows, question_prefix, select_seq2seq_answer,
                                         seq2seq_eval_windows, seq2seq_training_features)
-from posformer.tasks.squad_metric import squad_v2_evaluate
+from posformer.validation import check_int, check_number
 
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
 TOKENIZER_KINDS = ("unigram", "bpe")
@@ -102,63 +103,52 @@ def training_batches(examples: Sequence[QAExampleLike], tokenizer, max_seq_lengt
     return FeatureBatches(features, seed)
 
 
-def _device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
+class Seq2SeqPredictor:
+    """Answers every example from all its windows with an encoder-decoder model (see the module doc).
 
-
-@torch.no_grad()
-def predict_seq2seq(model: Transformer, tokenizer, examples: Sequence[QAExampleLike], max_seq_length: int,
-                    doc_stride: int, num_beams: int = 1, batch_size: int = 32, max_answer_tokens: int = 30,
-                    null_score_diff_threshold: float = 0.0, length_penalty: float = 1.0,
-                    with_answers: bool = False) -> tuple[dict[str, str], ...]:
-    """Answer every example from all its windows.
-
-    Windows go through the model in batches of `batch_size`, right-padded
-    (input_ids, attention_mask: (b, longest window)); each window gives two candidates of
-    its example: ("", log p(eos | window)) and (its best non-empty generation, score). Returns (predictions id -> text,
-    null odds id -> best "" score minus best answer score, +-inf when one kind is missing);
-    with_answers: (predictions, best non-empty answers whatever the null score, null odds).
+    The eval windows (`seq2seq_eval_windows`) are built once, here. `predict` sends them through
+    the model in batches of `batch_size`, right-padded (input_ids, attention_mask: (b, longest
+    window)); each window gives two candidates of its example: ("", log p(eos | window)) and (its
+    best non-empty generation of at most max_answer_tokens tokens, greedy or `num_beams` beams,
+    with its score); `select_seq2seq_answer` picks across the windows.
     """
-    windows = seq2seq_eval_windows(examples, tokenizer, max_seq_length, doc_stride)
-    candidates: dict[str, list[tuple[str, float]]] = defaultdict(list)
-    device = _device(model)
-    for first in range(0, len(windows), batch_size):
-        chunk = windows[first : first + batch_size]
-        batch = {k: v.to(device) for k, v in pad_windows(chunk, tokenizer.pad_token_id).items()}
-        tokens, scores = model.generate(**batch, max_new_tokens=max_answer_tokens + 1, num_beams=num_beams,
-                                        length_penalty=length_penalty, eos_token_id=tokenizer.eos_token_id,
-                                        pad_token_id=tokenizer.pad_token_id, return_scores=True, min_new_tokens=1)
-        first = model(**batch, decoder_input_ids=tokens[:, :1]).logits[:, 0].float()
-        null_scores = torch.log_softmax(first, dim=-1)[:, tokenizer.eos_token_id]
-        texts = tokenizer.batch_decode(tokens[:, 1:].cpu(), skip_special_tokens=True)
-        for window, text, score, null in zip(chunk, texts, scores.tolist(), null_scores.tolist()):
-            candidates[window.example_id] += [("", null), (text, score)]
-    predictions, answers, null_odds = {}, {}, {}
-    for example in examples:
-        predictions[example.id], null_odds[example.id] = select_seq2seq_answer(candidates[example.id],
-                                                                               null_score_diff_threshold)
-        answers[example.id] = select_seq2seq_answer(candidates[example.id], -math.inf)[0]
-    return (predictions, answers, null_odds) if with_answers else (predictions, null_odds)
 
+    def __init__(self, tokenizer, examples: Sequence[QAExampleLike], max_seq_length: int, doc_stride: int, *,
+                 batch_size: int = 32, num_beams: int = 1, max_answer_tokens: int = 30,
+                 null_score_diff_threshold: float = 0.0, length_penalty: float = 1.0) -> None:
+        check_windows(examples, max_seq_length, doc_stride)
+        for name, value in (("batch_size", batch_size), ("num_beams", num_beams),
+                            ("max_answer_tokens", max_answer_tokens)):
+            check_int(name, value)
+        check_number("null_score_diff_threshold", null_score_diff_threshold)
+        check_number("length_penalty", length_penalty)
+        self.tokenizer, self.examples = tokenizer, list(examples)
+        self.batch_size, self.num_beams, self.max_answer_tokens = batch_size, num_beams, max_answer_tokens
+        self.null_score_diff_threshold, self.length_penalty = null_score_diff_threshold, length_penalty
+        self.windows = seq2seq_eval_windows(self.examples, tokenizer, max_seq_length, doc_stride)
 
-def evaluate_seq2seq(model: Transformer, tokenizer, examples: Sequence[QAExampleLike], **options: Any) -> dict:
-    """The official SQuAD v2 report (exact, f1, total, HasAns_*, NoAns_*) of `predict_seq2seq` on `examples`.
-
-    options: the keyword arguments of `predict_seq2seq` (max_seq_length and doc_stride required).
-    """
-    predictions, _ = predict_seq2seq(model, tokenizer, examples, **options)
-    return squad_v2_evaluate(examples, predictions)
-
-
-def seq2seq_evaluator(tokenizer, examples: Sequence[QAExampleLike], max_seq_length: int, doc_stride: int,
-                      num_beams: int = 1, batch_size: int = 32, max_answer_tokens: int = 30,
-                      null_score_diff_threshold: float = 0.0) -> Callable[[torch.nn.Module], dict[str, float]]:
-    """The `Trainer(evaluate=...)` function: model -> {exact, f1, total, HasAns_*, NoAns_*} on `examples`."""
-    def evaluate(model: torch.nn.Module) -> dict[str, float]:
-        report = evaluate_seq2seq(model, tokenizer, examples, max_seq_length=max_seq_length, doc_stride=doc_stride,
-                                  num_beams=num_beams, batch_size=batch_size, max_answer_tokens=max_answer_tokens,
-                                  null_score_diff_threshold=null_score_diff_threshold)
-        return {k: float(v) for k, v in report.items()}
-
-    return evaluate
-
+    @torch.no_grad()
+    def predict(self, model: Transformer) -> QAPredictions:
+        """(predictions, null odds, best non-empty answers) id -> value; null odds are the best "" score
+        minus the best answer score, +-inf when one kind is missing. See `QAPredictions`."""
+        tokenizer = self.tokenizer
+        candidates: dict[str, list[tuple[str, float]]] = defaultdict(list)
+        device = next(model.parameters()).device
+        for first in range(0, len(self.windows), self.batch_size):
+            chunk = self.windows[first : first + self.batch_size]
+            batch = {k: v.to(device) for k, v in pad_windows(chunk, tokenizer.pad_token_id).items()}
+            tokens, scores = model.generate(**batch, max_new_tokens=self.max_answer_tokens + 1,
+                                            num_beams=self.num_beams, length_penalty=self.length_penalty,
+                                            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                                            return_scores=True, min_new_tokens=1)
+            first_step = model(**batch, decoder_input_ids=tokens[:, :1]).logits[:, 0].float()
+            null_scores = torch.log_softmax(first_step, dim=-1)[:, tokenizer.eos_token_id]
+            texts = tokenizer.batch_decode(tokens[:, 1:].cpu(), skip_special_tokens=True)
+            for window, text, score, null in zip(chunk, texts, scores.tolist(), null_scores.tolist()):
+                candidates[window.example_id] += [("", null), (text, score)]
+        predictions, null_odds, answers = {}, {}, {}
+        for example in self.examples:
+            predictions[example.id], null_odds[example.id] = select_seq2seq_answer(candidates[example.id],
+                                                                                   self.null_score_diff_threshold)
+            answers[example.id] = select_seq2seq_answer(candidates[example.id], -math.inf)[0]
+        return QAPredictions(predictions, null_odds, answers)

@@ -18,7 +18,8 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from .qa_windows import QAExampleLike
+from posformer.tasks.qa_predictor import QAPredictions
+from posformer.tasks.qa_windows import QAExampleLike
 
 
 def _encode(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int, doc_stride: int):
@@ -119,8 +120,7 @@ def _top(logits: Sequence[float], n: int) -> list[int]:
 def postprocess_span_predictions(examples: Sequence[QAExampleLike], features: dict[str, Any],
                                  start_logits: Tensor | Sequence, end_logits: Tensor | Sequence,
                                  n_best_size: int = 20, max_answer_length: int = 30,
-                                 null_score_diff_threshold: float = 0.0,
-                                 with_answers: bool = False) -> tuple[dict[str, str], ...]:
+                                 null_score_diff_threshold: float = 0.0) -> QAPredictions:
     """Answers from start/end logits of shape (n_windows, seq_len), one row per feature row.
 
     Per example: null score = min over its windows of start[CLS] + end[CLS]; the best
@@ -128,8 +128,8 @@ def postprocess_span_predictions(examples: Sequence[QAExampleLike], features: di
     window (start <= end, end - start + 1 <= max_answer_length, both tokens in the
     context). The prediction is "" when null score > best span score + threshold, else
     the span's context text. Returns (predictions id -> text, null odds id -> null score
-    - best span score, +inf when no valid span exists); with_answers: (predictions, best span
-    text whatever the null score ("" when no valid span exists), null odds).
+    - best span score, +inf when no valid span exists, answers id -> the best span's text
+    whatever the null score, "" when no valid span exists).
     """
     start_logits = torch.as_tensor(start_logits, dtype=torch.float64).tolist()
     end_logits = torch.as_tensor(end_logits, dtype=torch.float64).tolist()
@@ -161,4 +161,4 @@ def postprocess_span_predictions(examples: Sequence[QAExampleLike], features: di
             continue
         null_odds[example.id] = null_score - best_score
         predictions[example.id] = "" if null_score > best_score + null_score_diff_threshold else best_text
-    return (predictions, answers, null_odds) if with_answers else (predictions, null_odds)
+    return QAPredictions(predictions, null_odds, answers)

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from posformer.data.text import default_corpus
+from posformer.validation import check_choice, check_int, check_number, fail, is_int, is_number
 
 SCHEDULES = ("constant", "linear", "cosine")
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -42,14 +43,6 @@ _Loader.add_implicit_resolver(
 
 def parse_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)
-
-
-def _fail(name: str, value: Any, expected: str) -> None:
-    raise ValueError(f"{name}={value!r} is invalid: expected {expected}")
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @dataclass
@@ -88,31 +81,24 @@ class TrainerSettings:
 
     def validate(self) -> None:
         for name in ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "keep_last", "log_every"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                _fail(f"trainer.{name}", value, "a positive integer")
+            check_int(f"trainer.{name}", getattr(self, name))
         for name in ("warmup", "max_skipped_batches", "sample_tokens", "seed"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                _fail(f"trainer.{name}", value, "an integer >= 0")
-        if self.save_every is not None and (not isinstance(self.save_every, int) or self.save_every < 1):
-            _fail("trainer.save_every", self.save_every, "a positive integer, or null for eval_every")
-        if not _number(self.lr) or not self.lr > 0:
-            _fail("trainer.lr", self.lr, "a number > 0")
-        if not _number(self.min_lr_ratio) or not 0 <= self.min_lr_ratio <= 1:
-            _fail("trainer.min_lr_ratio", self.min_lr_ratio, "a number in [0, 1]")
-        if not _number(self.weight_decay) or self.weight_decay < 0:
-            _fail("trainer.weight_decay", self.weight_decay, "a number >= 0")
-        if len(self.betas) != 2 or not all(_number(b) and 0 <= b < 1 for b in self.betas):
-            _fail("trainer.betas", self.betas, "two numbers in [0, 1)")
-        if self.clip_grad is not None and (not _number(self.clip_grad) or self.clip_grad <= 0):
-            _fail("trainer.clip_grad", self.clip_grad, "a number > 0, or null for no clipping")
-        if self.max_minutes is not None and (not _number(self.max_minutes) or self.max_minutes <= 0):
-            _fail("trainer.max_minutes", self.max_minutes, "a number > 0, or null")
+            check_int(f"trainer.{name}", getattr(self, name), minimum=0)
+        if self.save_every is not None and not (is_int(self.save_every) and self.save_every >= 1):
+            fail("trainer.save_every", self.save_every, "a positive integer, or null for eval_every")
+        check_number("trainer.lr", self.lr, low=0, low_open=True)
+        check_number("trainer.min_lr_ratio", self.min_lr_ratio, low=0, high=1)
+        check_number("trainer.weight_decay", self.weight_decay, low=0)
+        pair = isinstance(self.betas, (tuple, list)) and len(self.betas) == 2
+        if not (pair and all(is_number(b) and 0 <= b < 1 for b in self.betas)):
+            fail("trainer.betas", self.betas, "two numbers in [0, 1)")
+        if self.clip_grad is not None and not (is_number(self.clip_grad) and self.clip_grad > 0):
+            fail("trainer.clip_grad", self.clip_grad, "a number > 0, or null for no clipping")
+        if self.max_minutes is not None and not (is_number(self.max_minutes) and self.max_minutes > 0):
+            fail("trainer.max_minutes", self.max_minutes, "a number > 0, or null")
         for name, allowed in (("schedule", SCHEDULES), ("precision", PRECISIONS), ("device", DEVICES),
                               ("nan_policy", NAN_POLICIES), ("parallel", PARALLEL)):
-            if getattr(self, name) not in allowed:
-                _fail(f"trainer.{name}", getattr(self, name), f"one of {', '.join(allowed)}")
+            check_choice(f"trainer.{name}", getattr(self, name), allowed)
 
     @property
     def checkpoint_every(self) -> int:
@@ -139,15 +125,14 @@ class DataSettings:
         if isinstance(self.valid, str):
             self.valid = [self.valid]
         if not self.train:
-            _fail("data.train", self.train, "at least one text file")
+            fail("data.train", self.train, "at least one text file")
         for name in ("train", "valid"):
             for path in getattr(self, name):
                 if not Path(path).is_file():
                     raise FileNotFoundError(f"data.{name}: text file {path} does not exist")
-        if not self.valid and not (_number(self.valid_fraction) and 0 < self.valid_fraction < 1):
-            _fail("data.valid_fraction", self.valid_fraction, "a number in (0, 1) when data.valid is empty")
-        if not isinstance(self.seq_len, int) or isinstance(self.seq_len, bool) or self.seq_len < 2:
-            _fail("data.seq_len", self.seq_len, "an integer >= 2")
+        if not self.valid and not (is_number(self.valid_fraction) and 0 < self.valid_fraction < 1):
+            fail("data.valid_fraction", self.valid_fraction, "a number in (0, 1) when data.valid is empty")
+        check_int("data.seq_len", self.seq_len, minimum=2)
 
 
 DEMO_MODEL = dict(arch="decoder", d_model=128, n_layers=4, n_heads=4, d_ff=352, position="rope", norm="rmsnorm",
@@ -165,7 +150,7 @@ class RunSettings:
 
     def validate(self) -> None:
         if not isinstance(self.model, dict):
-            _fail("model", self.model, "a mapping of Config fields (optionally with 'preset')")
+            fail("model", self.model, "a mapping of Config fields (optionally with 'preset')")
         self.trainer.validate()
         self.data.validate()
 
@@ -184,7 +169,7 @@ class RunSettings:
 
 def _section(cls, values: dict, name: str):
     if not isinstance(values, dict):
-        _fail(name, values, "a mapping")
+        fail(name, values, "a mapping")
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
