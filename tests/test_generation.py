@@ -27,9 +27,11 @@ def _recomputed_greedy(model: pf.Transformer, ids: torch.Tensor, mask: torch.Ten
     return ids
 
 
-@pytest.mark.parametrize("position", ["rope", "alibi", "t5", "learned"])
-def test_cached_greedy_equals_recomputation(position: str) -> None:
-    model = pf.Transformer(tiny("decoder", position=position)).eval()
+@pytest.mark.parametrize("position", pf.positions.names())
+@pytest.mark.parametrize("kv_heads", [2, 1])
+def test_cached_greedy_equals_recomputation(position: str, kv_heads: int) -> None:
+    """Every registered encoding, GQA and MQA, a left-padded batch, over the preallocated cache."""
+    model = pf.Transformer(tiny("decoder", position=position, n_kv_heads=kv_heads)).eval()
     ids, mask = _left_padded(model.cfg.vocab_size)
     out = model.generate(ids, attention_mask=mask, max_new_tokens=7, eos_token_id=[])
     assert torch.equal(out, _recomputed_greedy(model, ids, mask, 7))

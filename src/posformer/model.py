@@ -25,7 +25,11 @@ from posformer.outputs import ModelOutput
 
 
 class Stack(nn.Module):
-    """A position encoding, N blocks and an optional final norm. The encoder or the decoder."""
+    """A position encoding, N blocks and an optional final norm. The encoder or the decoder.
+
+    The stack owns the encoding (`self.position`, its only registration) and
+    hands it with the layer index to each block when it builds it.
+    """
 
     def __init__(self, cfg: Config, n_layers: int, causal: bool, cross: bool, alpha: float = 1.0) -> None:
         super().__init__()
