@@ -100,3 +100,40 @@ def test_encoder_decoder_generate_equals_recomputation() -> None:
     for _ in range(4):
         tgt = torch.cat((tgt, model(src, decoder_input_ids=tgt).logits[:, -1].argmax(-1, keepdim=True)), 1)
     assert torch.equal(out, tgt)
+
+
+def test_each_layer_holds_its_stack_encoding_without_registering_it() -> None:
+    """The stack owns the encoding: one copy in the state dict and in parameters(); layers only point to it."""
+    model = pf.Transformer(tiny("encoder_decoder", position="t5"))
+    for stack in (model.encoder, model.decoder):
+        for i, block in enumerate(stack.layers):
+            assert block.attn.position is stack.position and block.attn.layer == i
+    names = [name for name, _ in model.named_parameters(remove_duplicate=False)]
+    assert [n for n in names if ".position." in n] == ["encoder.position.table.weight", "decoder.position.table.weight"]
+    assert not any("attn.position" in key for key in model.state_dict())
+
+
+def test_moving_the_model_moves_the_encoding_every_layer_uses() -> None:
+    cfg = tiny("decoder", position="t5", init_std=0.3)
+    model = pf.Transformer(cfg).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2, 7))
+    expected = model(ids).logits.double()
+    model.double()
+    assert all(block.attn.position.table.weight.dtype == torch.float64 for block in model.decoder.layers)
+    torch.testing.assert_close(model(ids).logits, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_cross_attention_is_plain_scaled_dot_product_attention() -> None:
+    """No position hook in cross-attention, even in a stack with T5 buckets: its probabilities are
+    softmax(scale * q.k) of its own projections (Vaswani et al. 2017, eq. 1)."""
+    cfg = tiny("encoder_decoder", position="t5", init_std=0.3)
+    model = pf.Transformer(cfg).eval()
+    cross = model.decoder.layers[0].cross_attn
+    x, memory = torch.randn(2, 3, cfg.d_model), torch.randn(2, 5, cfg.d_model)
+    mask = build_mask(None, False, 3, 5, torch.float32, torch.device("cpu"))
+    out, probs = cross(x, memory, mask, need_weights=True)
+    q = cross.q(x).unflatten(-1, (cfg.n_heads, cfg.head_dim)).transpose(1, 2)
+    k, v = cross.kv(memory).unflatten(-1, (2 * cfg.n_heads, cfg.head_dim)).transpose(1, 2).chunk(2, dim=1)
+    reference = torch.softmax(q @ k.transpose(-1, -2) * cfg.scale, dim=-1)
+    torch.testing.assert_close(probs, reference)
+    torch.testing.assert_close(out, cross.out((reference @ v).transpose(1, 2).flatten(2)))

@@ -73,6 +73,35 @@ def test_kv_cached_decoding_equals_full_pass(name: str, arch: str, kv_heads: int
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("name, arch", DECODING)
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_kv_cached_decoding_of_a_left_padded_batch_equals_full_pass(name: str, arch: str, kv_heads: int) -> None:
+    """A left-padded batch (positions counted from each row's first token) decoded over the cache, as
+    generation does: the prefix, then one token per step, the mask growing with the cache."""
+    cfg = config(name, arch, n_kv_heads=kv_heads)
+    model = pf.Transformer(cfg).eval()
+    ids = torch.randint(1, cfg.vocab_size, (2, 10))
+    mask = torch.tensor([[0] * 3 + [1] * 7, [1] * 10])
+    ids = ids.masked_fill(mask == 0, 0)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    if arch == "decoder":
+        full = model(ids, attention_mask=mask, position_ids=pos).logits
+        cache = pf.Cache(cfg.decoder_layers)
+        steps = [model(ids[:, :5], attention_mask=mask[:, :5], position_ids=pos[:, :5], cache=cache).logits]
+        steps += [model(ids[:, t : t + 1], attention_mask=mask[:, : t + 1], position_ids=pos[:, t : t + 1],
+                        cache=cache).logits for t in range(5, ids.shape[1])]
+    else:
+        tgt = torch.randint(1, cfg.vocab_size, (2, 6))
+        full = model(ids, attention_mask=mask, position_ids=pos, decoder_input_ids=tgt).logits
+        out = model(ids, attention_mask=mask, position_ids=pos, decoder_input_ids=tgt[:, :2], use_cache=True)
+        steps = [out.logits]
+        for t in range(2, tgt.shape[1]):
+            out = model(ids, decoder_input_ids=tgt[:, t : t + 1], cache=out.cache,
+                        decoder_position_ids=torch.full((2, 1), t))
+            steps.append(out.logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("name, arch", CASES)
 def test_left_padding_with_position_ids_equals_each_row_alone(name: str, arch: str) -> None:
     cfg = config(name, arch)

@@ -119,8 +119,8 @@ def test_shaw_value_term_follows_the_formula() -> None:
     x = torch.randn(2, 7, cfg.d_model)
     pos = torch.tensor([[0, 1, 2, 3, 4, 5, 6], [3, 4, 5, 6, 7, 8, 9]])
     with torch.no_grad():
-        out, probs = attn(x, AttentionMask(), pos, shaw, 0, need_weights=True)
-        _, _, v = attn.project(x, None, None)
+        out, probs = attn(x, AttentionMask(), pos, need_weights=True)
+        v = attn.qkv(x)[..., -attn.kv_dim:].unflatten(-1, (cfg.n_heads, cfg.head_dim)).transpose(1, 2)
         a_v = shaw.value[0].weight
         z = torch.zeros(2, cfg.n_heads, 7, cfg.head_dim)
         for b in range(2):
@@ -216,7 +216,7 @@ def test_transformer_xl_attention_matches_hf_transfo_xl_layer() -> None:
         causal = torch.triu(torch.ones(6, 6, dtype=torch.bool), diagonal=1)[:, :, None]
         expected = hf(x.transpose(0, 1), r, attn_mask=causal)[0].transpose(0, 1)
         mask = build_mask(None, True, 6, 6, x.dtype, x.device)
-        out, _ = attn(x, mask, torch.arange(6).expand(2, 6), xl, 0)
+        out, _ = attn(x, mask, torch.arange(6).expand(2, 6))
         got = hf.layer_norm(x + out)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 

@@ -7,8 +7,8 @@ from typing import Callable
 
 from torch import Tensor, nn
 
-from posformer.attention import Attention
-from posformer.cache import LayerCache
+from posformer.attention import CrossAttention, SelfAttention
+from posformer.cache import LayerCache, MemoryCache
 from posformer.config import Config
 from posformer.feedforward import FeedForward
 from posformer.masks import AttentionMask
@@ -46,14 +46,16 @@ class Block(nn.Module):
 
     Sequential: x = x + attn(...); x = x + ffn(...) (with the norms `Residual` places).
     Parallel (`Config.parallel_residual`): x + attn(norm1(x)) + ffn(norm2(x)).
+    The stack hands the block its position encoding and layer index once, here.
     """
 
-    def __init__(self, cfg: Config, cross: bool = False, alpha: float = 1.0) -> None:
+    def __init__(self, cfg: Config, position: PositionEncoding, layer: int, cross: bool = False,
+                 alpha: float = 1.0) -> None:
         super().__init__()
         self.attn_res = Residual(cfg, alpha)
-        self.attn = Attention(cfg)
+        self.attn = SelfAttention(cfg, position, layer)
         self.cross_res = Residual(cfg, alpha) if cross else None
-        self.cross_attn = Attention(cfg, cross=True) if cross else None
+        self.cross_attn = CrossAttention(cfg) if cross else None
         self.ffn_res = Residual(cfg, alpha)
         self.ffn = FeedForward(cfg)
         self.parallel = cfg.parallel_residual
@@ -63,20 +65,25 @@ class Block(nn.Module):
         x: Tensor,
         mask: AttentionMask,
         pos: Tensor,
-        position: PositionEncoding,
-        layer: int,
         cache: LayerCache | None = None,
         memory: Tensor | None = None,
         memory_mask: AttentionMask | None = None,
-        memory_pos: Tensor | None = None,
-        cross_cache: LayerCache | None = None,
+        memory_cache: MemoryCache | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, list[Tensor]]:
-        """Returns the new hidden states and the attention weights asked for (self, then cross)."""
+        """x: (B, T, d_model) at positions pos (B, T); memory: (B, S, d_model), the encoder output.
+
+        Returns the new hidden states and the attention weights asked for (self, then cross).
+        """
         weights: list[Tensor] = []
 
         def self_attention(h: Tensor) -> Tensor:
-            out, probs = self.attn(h, mask, pos, position, layer, cache, need_weights=need_weights)
+            out, probs = self.attn(h, mask, pos, cache, need_weights)
+            weights.extend([] if probs is None else [probs])
+            return out
+
+        def cross_attention(h: Tensor) -> Tensor:
+            out, probs = self.cross_attn(h, memory, memory_mask, memory_cache, need_weights)
             weights.extend([] if probs is None else [probs])
             return out
 
@@ -85,15 +92,6 @@ class Block(nn.Module):
             return self.attn_res(x, self_attention) + ffn_out, weights
         x = self.attn_res(x, self_attention)
         if self.cross_attn is not None:
-
-            def cross_attention(h: Tensor) -> Tensor:
-                out, probs = self.cross_attn(
-                    h, memory_mask, pos, cache=cross_cache, memory=memory, memory_pos=memory_pos,
-                    need_weights=need_weights,
-                )
-                weights.extend([] if probs is None else [probs])
-                return out
-
             x = self.cross_res(x, cross_attention)
         x = self.ffn_res(x, self.ffn)
         return x, weights

@@ -1,52 +1,118 @@
-"""KV cache: the keys, values and key positions of earlier steps, per layer."""
+"""KV cache: the keys, values and key positions of earlier steps, per layer, in buffers allocated once.
+
+Shapes: B batch, Hkv key/value heads, S positions filled so far, C capacity
+(S <= C), dh head dim.
+"""
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
+
+from posformer.validation import check_int, fail
 
 
 class LayerCache:
-    """One attention layer's cache. k, v: (B, Hkv, S, dh); pos: (B, S)."""
+    """One self-attention layer's keys, values and key positions.
+
+    The buffers k, v (B, Hkv, C, dh) and pos (B, C) are allocated at the first
+    `append` (with its batch, heads, dtype and device) for `capacity` positions,
+    or for that call's positions when no capacity is given; each step is then
+    written in place. An append past the capacity moves the filled part into
+    buffers of twice the size (or what the step needs, if more).
+
+    `k`, `v` (B, Hkv, S, dh) and `pos` (B, S) are views of the filled part: a
+    later `append` or `reorder` may overwrite them, so clone what must outlive
+    the next step. Gradients flow into the cache, but not back across steps.
+    """
+
+    def __init__(self, capacity: int | None = None) -> None:
+        if capacity is not None:
+            check_int("capacity", capacity, minimum=0)
+        self.capacity = capacity
+        self.length = 0
+        self._k: Tensor | None = None
+        self._v: Tensor | None = None
+        self._pos: Tensor | None = None
+
+    def __len__(self) -> int:
+        return self.length
+
+    @property
+    def k(self) -> Tensor | None:
+        return None if self._k is None else self._k[:, :, : self.length]
+
+    @property
+    def v(self) -> Tensor | None:
+        return None if self._v is None else self._v[:, :, : self.length]
+
+    @property
+    def pos(self) -> Tensor | None:
+        return None if self._pos is None else self._pos[:, : self.length]
+
+    def append(self, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Write this step's k, v (B, Hkv, T, dh) at positions pos (B, T); return all of k, v, pos so far."""
+        new = k.shape[2]
+        if self._k is None:
+            self._allocate(k, v, pos, max(new, self.capacity or 0))
+        elif k.shape[0] != self._k.shape[0]:
+            fail("k.shape[0] (batch)", k.shape[0], f"the cache's batch size {self._k.shape[0]}")
+        elif self.length + new > self._k.shape[2]:
+            self._grow(max(self.length + new, 2 * self._k.shape[2]))
+        end = self.length + new
+        self._k[:, :, self.length : end] = k
+        self._v[:, :, self.length : end] = v
+        self._pos[:, self.length : end] = pos
+        self.length = end
+        return self.k, self.v, self.pos
+
+    def reorder(self, index: Tensor) -> None:
+        """Select batch rows (beam search): index (B',); the buffers keep their capacity."""
+        if self._k is not None:
+            self._k, self._v, self._pos = (buffer.index_select(0, index) for buffer in (self._k, self._v, self._pos))
+
+    def _allocate(self, k: Tensor, v: Tensor, pos: Tensor, capacity: int) -> None:
+        batch, heads, _, dim = k.shape
+        self._k = k.new_empty(batch, heads, capacity, dim)
+        self._v = v.new_empty(batch, heads, capacity, v.shape[3])
+        self._pos = pos.new_empty(batch, capacity)
+
+    def _grow(self, capacity: int) -> None:
+        k, v, pos = self.k, self.v, self.pos
+        self._allocate(k, v, pos, capacity)
+        self._k[:, :, : self.length] = k
+        self._v[:, :, : self.length] = v
+        self._pos[:, : self.length] = pos
+
+
+class MemoryCache:
+    """One cross-attention layer's keys and values of the encoder output, computed once: (B, Hkv, S, dh)."""
 
     def __init__(self) -> None:
         self.k: Tensor | None = None
         self.v: Tensor | None = None
-        self.pos: Tensor | None = None
 
-    def __len__(self) -> int:
-        return 0 if self.k is None else self.k.shape[2]
-
-    def append(self, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Add this step's k, v (B, Hkv, T, dh) at positions pos (B, T); return the whole cache."""
-        if self.k is None:
-            self.k, self.v, self.pos = k, v, pos
-        else:
-            self.k = torch.cat((self.k, k), dim=2)
-            self.v = torch.cat((self.v, v), dim=2)
-            self.pos = torch.cat((self.pos, pos), dim=1)
-        return self.k, self.v, self.pos
-
-    def set(self, k: Tensor, v: Tensor, pos: Tensor) -> None:
-        """Store cross-attention keys and values once; they do not grow."""
-        self.k, self.v, self.pos = k, v, pos
+    def set(self, k: Tensor, v: Tensor) -> None:
+        self.k, self.v = k, v
 
     def reorder(self, index: Tensor) -> None:
         """Select batch rows (beam search): index (B',)."""
         if self.k is not None:
-            self.k, self.v, self.pos = self.k[index], self.v[index], self.pos[index]
+            self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
 
 
 class Cache:
     """The KV cache of a whole model: self-attention and (encoder-decoder) cross-attention per layer.
 
     Pass the same object to successive `Transformer.forward(..., cache=cache)` calls.
+    `capacity`: the positions to allocate room for at once (generation passes the
+    prefix length + max_new_tokens); None: room for the first call, grown when full.
     For an encoder-decoder model it also keeps the encoder output and its mask.
     """
 
-    def __init__(self, n_layers: int) -> None:
-        self.self_attn = [LayerCache() for _ in range(n_layers)]
-        self.cross_attn = [LayerCache() for _ in range(n_layers)]
+    def __init__(self, n_layers: int, capacity: int | None = None) -> None:
+        check_int("n_layers", n_layers)
+        self.self_attn = [LayerCache(capacity) for _ in range(n_layers)]
+        self.cross_attn = [MemoryCache() for _ in range(n_layers)]
         self.encoder_hidden: Tensor | None = None
         self.encoder_mask: Tensor | None = None
 
@@ -55,6 +121,7 @@ class Cache:
         return len(self.self_attn[0])
 
     def reorder(self, index: Tensor) -> None:
+        """Select batch rows (beam search) of every layer and of the encoder output: index (B',)."""
         for layer in self.self_attn + self.cross_attn:
             layer.reorder(index)
         if self.encoder_hidden is not None:

@@ -63,13 +63,13 @@ class Decoding:
     for a decoder, the start token (B, 1) for an encoder-decoder. `start()` runs
     the prefix (and the encoder) once; `step(new)` feeds one token per row;
     `reorder(index)` selects rows (beam search) in the cache and in the state.
+    The cache is allocated once for the prefix and `max_new_tokens` more tokens.
     """
 
-    def __init__(self, model, input_ids: Tensor, attention_mask: Tensor | None) -> None:
+    def __init__(self, model, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int) -> None:
         self.model = model
         self.cfg = cfg = model.cfg
         self.source = input_ids
-        self.cache = Cache(len(model.decoder.layers))
         batch = input_ids.shape[0]
         if cfg.arch == "decoder":
             self.mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()
@@ -81,6 +81,7 @@ class Decoding:
             self.source_mask = attention_mask
             self.tokens = input_ids.new_full((batch, 1), cfg.decoder_start_token_id)
             self.length = 1
+        self.cache = Cache(len(model.decoder.layers), capacity=self.tokens.shape[1] + max_new_tokens)
 
     def start(self) -> Tensor:
         """Run the prefix; the next-token logits (B, V) in float32."""
@@ -239,7 +240,7 @@ def generate(
             input_ids = input_ids.repeat_interleave(num_return_sequences, dim=0)
             if attention_mask is not None:
                 attention_mask = attention_mask.repeat_interleave(num_return_sequences, dim=0)
-        state = Decoding(model, input_ids, attention_mask)
+        state = Decoding(model, input_ids, attention_mask, max_new_tokens)
         if max_new_tokens == 0:
             tokens = state.tokens.repeat_interleave(num_return_sequences if num_beams > 1 else 1, dim=0)
             scores = torch.zeros(tokens.shape[0], device=tokens.device)

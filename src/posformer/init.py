@@ -41,7 +41,7 @@ def t5_init_(model: nn.Module) -> None:
 
     Tied weights are drawn once, as the token embedding.
     """
-    from posformer.attention import Attention
+    from posformer.attention import Attention, CrossAttention
     from posformer.feedforward import FeedForward
     from posformer.positions.base import PositionEncoding
 
@@ -59,9 +59,9 @@ def t5_init_(model: nn.Module) -> None:
         elif isinstance(module, PositionEncoding):
             module.init_weights_("t5")
         elif isinstance(module, Attention):
-            q_dim = module.n_heads * module.head_dim
+            q_dim = module.q_dim
             q_std, kv_std = (cfg.d_model * module.head_dim) ** -0.5, cfg.d_model**-0.5
-            if module.cross:
+            if isinstance(module, CrossAttention):
                 draw(module.q.weight, q_std)
                 draw(module.kv.weight, kv_std)
             else:

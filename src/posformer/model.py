@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posformer import positions
+from posformer.attention import CrossAttention
 from posformer.blocks import Block
 from posformer.cache import Cache
 from posformer.config import Config, check_token_in_vocabulary
@@ -24,7 +25,11 @@ from posformer.outputs import ModelOutput
 
 
 class Stack(nn.Module):
-    """A position encoding, N blocks and an optional final norm. The encoder or the decoder."""
+    """A position encoding, N blocks and an optional final norm. The encoder or the decoder.
+
+    The stack owns the encoding (`self.position`, its only registration) and
+    hands it with the layer index to each block when it builds it.
+    """
 
     def __init__(self, cfg: Config, n_layers: int, causal: bool, cross: bool, alpha: float = 1.0) -> None:
         super().__init__()
@@ -32,7 +37,9 @@ class Stack(nn.Module):
         self.position = positions.build(cfg, causal=causal, n_layers=n_layers)
         self.embed_norm = make_norm(cfg) if cfg.embed_norm else None
         self.dropout = nn.Dropout(cfg.dropout)
-        self.layers = nn.ModuleList(Block(cfg, cross=cross, alpha=alpha) for _ in range(n_layers))
+        self.layers = nn.ModuleList(
+            Block(cfg, position=self.position, layer=i, cross=cross, alpha=alpha) for i in range(n_layers)
+        )
         self.norm = make_norm(cfg) if cfg.use_final_norm else None
 
     def forward(
@@ -43,10 +50,12 @@ class Stack(nn.Module):
         cache: Cache | None = None,
         memory: Tensor | None = None,
         memory_mask: AttentionMask | None = None,
-        memory_pos: Tensor | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, list[Tensor]]:
-        """x: (B, T, d_model) token embeddings, pos: (B, T) -> hidden states (B, T, d_model)."""
+        """x: (B, T, d_model) token embeddings, pos: (B, T) -> hidden states (B, T, d_model).
+
+        memory: (B, S, d_model), the encoder output a decoder with cross-attention attends to.
+        """
         self.position.check_positions(pos)
         x = self.position.embed(x, pos)
         if self.embed_norm is not None:
@@ -55,10 +64,10 @@ class Stack(nn.Module):
         weights: list[Tensor] = []
         for i, block in enumerate(self.layers):
             x, w = block(
-                x, mask, pos, self.position, i,
+                x, mask, pos,
                 cache=None if cache is None else cache.self_attn[i],
-                memory=memory, memory_mask=memory_mask, memory_pos=memory_pos,
-                cross_cache=None if cache is None else cache.cross_attn[i],
+                memory=memory, memory_mask=memory_mask,
+                memory_cache=None if cache is None else cache.cross_attn[i],
                 need_weights=need_weights,
             )
             weights.extend(w)
@@ -115,12 +124,12 @@ class Transformer(nn.Module):
             beta = constants[name][1]
             for block in stack.layers:
                 for attn in filter(None, (block.attn, block.cross_attn)):
-                    fused = attn.qkv if not attn.cross else attn.kv
+                    cross = isinstance(attn, CrossAttention)
+                    fused = attn.kv if cross else attn.qkv
                     nn.init.xavier_normal_(fused.weight)
-                    value_rows = attn.n_kv_heads * attn.head_dim
                     with torch.no_grad():
-                        fused.weight[-value_rows:] *= beta
-                    if attn.cross:
+                        fused.weight[-attn.kv_dim:] *= beta
+                    if cross:
                         nn.init.xavier_normal_(attn.q.weight)
                     nn.init.xavier_normal_(attn.out.weight, gain=beta)
                 nn.init.xavier_normal_(block.ffn.up.weight, gain=beta)
@@ -198,13 +207,12 @@ class Transformer(nn.Module):
         pos = self._positions(position_ids, input_ids, past, "position_ids")
         x = self._embed(input_ids)
         mask = build_mask(keep, True, length, past + length, x.dtype, x.device)
-        memory_attn, memory_pos = None, None
+        memory_attn = None
         if memory is not None:
             src = memory.shape[1]
             memory_keep = self._keep(memory_mask, batch, src, "encoder attention_mask")
             memory_attn = build_mask(memory_keep, False, length, src, x.dtype, x.device)
-            memory_pos = torch.arange(src, device=x.device).expand(batch, src)
-        return self.decoder(x, pos, mask, cache, memory, memory_attn, memory_pos, output_attentions)
+        return self.decoder(x, pos, mask, cache, memory, memory_attn, output_attentions)
 
     def forward(
         self,

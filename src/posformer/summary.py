@@ -6,7 +6,7 @@ from collections import Counter
 
 from torch import nn
 
-from posformer.attention import Attention
+from posformer.attention import Attention, CrossAttention
 from posformer.config import Config
 from posformer.feedforward import FeedForward
 from posformer.model import Transformer
@@ -17,7 +17,7 @@ def component_of(model: Transformer, module: nn.Module) -> str:
     if isinstance(module, PositionEncoding):
         return "position encoding"
     if isinstance(module, Attention):
-        return "cross-attention" if module.cross else "self-attention"
+        return "cross-attention" if isinstance(module, CrossAttention) else "self-attention"
     if isinstance(module, FeedForward):
         return "feed-forward"
     if module is model.head:
