@@ -30,7 +30,7 @@ from posformer.train.batches import WindowBatches
 from posformer.train.settings import RunSettings
 from posformer.train.training_checkpoint import CheckpointManager, verify
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 KILL_STEPS = 100  # checkpoints every 10 steps; the signals land between the first checkpoint and step ~55
 STEPS = 40  # the in-process runs: checkpoints at 10, 20, 30, 40 (the newest 3 kept)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import posformer as pf
 from posformer.positions import rope_inv_freq
 from tests.conftest import tiny
-from tests.test_positions_rope_scaling import LLAMA31
+from tests.positions.test_positions_rope_scaling import LLAMA31
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 LAYOUTS = ["half", "interleaved"]

@@ -194,7 +194,7 @@ def test_fsdp_checkpoint_resumes_in_one_process(single, fsdp_resumed) -> None:
     assert_weights_close(weights(out), weights(single))
 
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "run_causal_lm.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "run_causal_lm.yaml"
 
 
 def test_example_run_config_is_the_demo_and_runs(tmp_path) -> None:
