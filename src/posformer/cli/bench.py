@@ -36,6 +36,14 @@ def _threads_default() -> int:
     return torch.get_num_threads()
 
 
+def add_run_flags(parser: argparse.ArgumentParser, threads: int, compared: str, bars: str = "the progress bars") -> None:
+    """--threads, --json and --no-progress: the flags every benchmark shares."""
+    add = parser.add_argument
+    add("--threads", type=int, default=threads, help=f"torch.set_num_threads for {compared}")
+    add("--json", metavar="PATH", help="also write the results as JSON to PATH (written atomically)")
+    add("--no-progress", action="store_true", help=f"hide {bars}")
+
+
 def cmd_speed(args: argparse.Namespace) -> int:
     from posformer.bench import speed
 
@@ -57,10 +65,8 @@ def add_speed_arguments(parser: argparse.ArgumentParser) -> None:
     add("--d-ff", type=int, default=1376, help="SwiGLU inner size (d_ff / intermediate_size)")
     add("--warmup", type=int, default=1, help="untimed iterations per model before timing, per phase")
     add("--iters", type=int, default=3, help="timed iterations per model, per phase; the median is reported")
-    add("--threads", type=int, default=_threads_default(), help="torch.set_num_threads for both models")
-    add("--json", metavar="PATH", help="also write the results as JSON to PATH (written atomically)")
     add("--skip-train", action="store_true", help="measure the forward pass only")
-    add("--no-progress", action="store_true", help="hide the progress bars")
+    add_run_flags(parser, _threads_default(), "both models")
 
 
 SPEED = Command(
@@ -98,9 +104,7 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     add("--vocab", type=int, default=50257, help="vocabulary size")
     add("--warmup", type=int, default=1, help="untimed generate calls per model before timing, per batch size")
     add("--iters", type=int, default=3, help="timed generate calls per model, per batch size; the median is reported")
-    add("--threads", type=int, default=_threads_default(), help="torch.set_num_threads for both models")
-    add("--json", metavar="PATH", help="also write the results as JSON to PATH (written atomically)")
-    add("--no-progress", action="store_true", help="hide the progress bars")
+    add_run_flags(parser, _threads_default(), "both models")
 
 
 GENERATION = Command(
@@ -141,10 +145,8 @@ def add_trainer_arguments(parser: argparse.ArgumentParser) -> None:
     add("--repeats", type=int, default=5, help="runs per loop, alternating; the median is reported")
     add("--lr", type=float, default=3e-3, help="peak learning rate")
     add("--lr-warmup", type=int, default=5, help="linear lr warm-up steps before the cosine decay")
-    add("--threads", type=int, default=2, help="torch.set_num_threads for both loops")
     add("--seed", type=int, default=0, help="seed of the initial weights and of the batch order")
-    add("--json", metavar="PATH", help="also write the results as JSON to PATH (written atomically)")
-    add("--no-progress", action="store_true", help="hide the progress bar over the repeats")
+    add_run_flags(parser, 2, "both loops", "the progress bar over the repeats")
 
 
 TRAINER = Command(
