@@ -102,7 +102,7 @@ def _interrupt_after_checkpoint(args: list[str]) -> None:
     trainer_module.Trainer._save = save_then_stop
     try:
         from posformer.cli import build_parser
-        from posformer.cli.extrapolate import settings_from_args
+        from posformer.experiments.extrapolation.command import settings_from_args
         from posformer.experiments.extrapolation.experiment import run_extrapolation
 
         parsed = build_parser().parse_args(["extrapolate", *args])

@@ -1,12 +1,17 @@
-"""The `posformer` program: every sub-command, registered in one list (`COMMANDS`), the parser and `main`."""
+"""The `posformer` program: every sub-command, registered in one list (`COMMANDS`), the parser and `main`.
+
+Each command is one `Command` declaration in its own module: here in cli/, or beside its feature
+(the extrapolation experiment declares its own, in experiments/extrapolation/command.py).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from posformer.cli import bench, convert, extrapolate, generate, info, plot, qa, train
+from posformer.cli import bench, convert, generate, info, plot, qa, train
 from posformer.cli.command import Command, add_commands
+from posformer.experiments.extrapolation import command as extrapolate
 
 COMMANDS: tuple[Command, ...] = (info.COMMAND, train.COMMAND, generate.COMMAND, convert.COMMAND, bench.COMMAND,
                                  qa.COMMAND, extrapolate.COMMAND, plot.COMMAND)

@@ -29,6 +29,8 @@ The encoder rules here are shared with RoBERTa (roberta.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import Tensor
 
 from posformer.config import Config
@@ -167,21 +169,43 @@ def encoder_rules(cfg: Config, base: str) -> list[Rule]:
     return out
 
 
-def rules(cfg: Config) -> list[Rule]:
+@dataclass(frozen=True)
+class HeadKeys:
+    """Where a BERT-like family keeps its head weights: the masked-LM head's dense, norm, bias and
+    (untied) decoder, and the classification head's pooler and classifier."""
+
+    lm_dense: str
+    lm_norm: str
+    lm_bias: str
+    lm_decoder: str
+    pooler: str
+    classifier: str
+
+
+BERT_HEADS = HeadKeys("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias",
+                      "cls.predictions.decoder.weight", "bert.pooler.dense", "classifier")
+
+
+def encoder_with_head_rules(cfg: Config, base: str, keys: HeadKeys) -> list[Rule]:
+    """The encoder's rules under `base` (none for a bare model) and those of `cfg`'s head at `keys`."""
     kind = cfg.head_kind
-    out = encoder_rules(cfg, "" if kind == "none" else "bert.")
+    out = encoder_rules(cfg, "" if kind == "none" else base)
     if kind == "masked_lm":
-        out += linear("head.dense", "cls.predictions.transform.dense")
-        out += norm("head.norm", "cls.predictions.transform.LayerNorm")
-        out.append(same("head.proj.bias", "cls.predictions.bias"))
+        out += linear("head.dense", keys.lm_dense)
+        out += norm("head.norm", keys.lm_norm)
+        out.append(same("head.proj.bias", keys.lm_bias))
         if not cfg.tie_embeddings:
-            out.append(same("head.proj.weight", "cls.predictions.decoder.weight"))
+            out.append(same("head.proj.weight", keys.lm_decoder))
     elif kind == "span_qa":
         out += linear("head.proj", "qa_outputs")
     elif kind == "classification":
-        out += linear("head.pooler", "bert.pooler.dense")
-        out += linear("head.proj", "classifier")
+        out += linear("head.pooler", keys.pooler)
+        out += linear("head.proj", keys.classifier)
     return out
+
+
+def rules(cfg: Config) -> list[Rule]:
+    return encoder_with_head_rules(cfg, "bert.", BERT_HEADS)
 
 
 def legacy_state(state: dict[str, Tensor], prefix: str, base_model: bool) -> dict[str, Tensor]:

@@ -24,9 +24,9 @@ from __future__ import annotations
 from torch import Tensor
 
 from posformer.config import Config
-from posformer.hf.bert import encoder_config, encoder_config_to_hf, encoder_rules, legacy_state
+from posformer.hf.bert import HeadKeys, encoder_config, encoder_config_to_hf, encoder_with_head_rules, legacy_state
 from posformer.hf.family import Family, register, unsupported
-from posformer.hf.mapping import Rule, linear, norm, same
+from posformer.hf.mapping import Rule
 
 DEFAULT_PAD = 1
 
@@ -57,21 +57,12 @@ def config_to_hf(cfg: Config) -> dict:
     return encoder_config_to_hf(cfg, "Roberta")
 
 
+ROBERTA_HEADS = HeadKeys("lm_head.dense", "lm_head.layer_norm", "lm_head.bias", "lm_head.decoder.weight",
+                         "classifier.dense", "classifier.out_proj")
+
+
 def rules(cfg: Config) -> list[Rule]:
-    kind = cfg.head_kind
-    out = encoder_rules(cfg, "" if kind == "none" else "roberta.")
-    if kind == "masked_lm":
-        out += linear("head.dense", "lm_head.dense")
-        out += norm("head.norm", "lm_head.layer_norm")
-        out.append(same("head.proj.bias", "lm_head.bias"))
-        if not cfg.tie_embeddings:
-            out.append(same("head.proj.weight", "lm_head.decoder.weight"))
-    elif kind == "span_qa":
-        out += linear("head.proj", "qa_outputs")
-    elif kind == "classification":
-        out += linear("head.pooler", "classifier.dense")
-        out += linear("head.proj", "classifier.out_proj")
-    return out
+    return encoder_with_head_rules(cfg, "roberta.", ROBERTA_HEADS)
 
 
 def prepare_state(cfg: Config, hf: dict, state: dict[str, Tensor]) -> dict[str, Tensor]:

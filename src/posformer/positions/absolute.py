@@ -76,9 +76,7 @@ class Learned(PositionEncoding):
     @classmethod
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
-        offset = cfg.position_params["offset"]
-        if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < cfg.max_positions:
-            raise cls.param_error(cls.name, "offset", offset, f"an integer in [0, max_positions={cfg.max_positions})")
+        cls.require_int(cfg, "offset", 0, cfg.max_positions, f"an integer in [0, max_positions={cfg.max_positions})")
 
     @classmethod
     def max_length(cls, cfg) -> int:

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from posformer.validation import is_int
+
 if TYPE_CHECKING:
     from posformer.config import Config
 
@@ -135,6 +137,14 @@ class PositionEncoding(nn.Module):
         return ValueError(
             f"Config.position_params[{key!r}]={value!r} is invalid for position={name!r}: expected {expected}"
         )
+
+    @classmethod
+    def require_int(cls, cfg: "Config", key: str, low: int, high: int | None = None, expected: str = "") -> int:
+        """`cfg.position_params[key]` when it is an integer in [low, high); else a `param_error` saying `expected`."""
+        value = cfg.position_params[key]
+        if not is_int(value) or value < low or (high is not None and value >= high):
+            raise cls.param_error(cls.name, key, value, expected)
+        return value
 
     @torch.no_grad()
     def init_weights_(self, scheme: str) -> None:

@@ -38,9 +38,7 @@ class Shaw(PositionEncoding):
     @classmethod
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
-        k = cfg.position_params["max_distance"]
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise cls.param_error(cls.name, "max_distance", k, "a positive integer (the clipping distance k)")
+        cls.require_int(cfg, "max_distance", 1, expected="a positive integer (the clipping distance k)")
 
     def __init__(self, cfg, causal: bool, n_layers: int) -> None:
         super().__init__(cfg, causal, n_layers)

@@ -64,17 +64,11 @@ class T5Bias(PositionEncoding):
     @classmethod
     def check_config(cls, cfg) -> None:
         super().check_config(cfg)
-        p = cfg.position_params
-        buckets, distance = p["num_buckets"], p["max_distance"]
-        if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 4:
-            raise cls.param_error(cls.name, "num_buckets", buckets, "an integer >= 4")
+        buckets = cls.require_int(cfg, "num_buckets", 4, expected="an integer >= 4")
         # the widest exact range of the stacks this arch builds: num_buckets // 2 causal, // 4 bidirectional
         max_exact = buckets // 4 if cfg.arch == "encoder" else buckets // 2
-        if not isinstance(distance, int) or isinstance(distance, bool) or distance <= max_exact:
-            raise cls.param_error(
-                cls.name, "max_distance", distance,
-                f"an integer > {max_exact} (the exact-distance buckets of num_buckets={buckets})",
-            )
+        cls.require_int(cfg, "max_distance", max_exact + 1,
+                        expected=f"an integer > {max_exact} (the exact-distance buckets of num_buckets={buckets})")
 
     def __init__(self, cfg, causal: bool, n_layers: int) -> None:
         super().__init__(cfg, causal, n_layers)

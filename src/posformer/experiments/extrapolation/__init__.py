@@ -8,4 +8,5 @@
 | experiment | training and evaluating each row, resumable (`run_extrapolation`) |
 | report | results.md tables and ppl.png |
 | layout | where the results, the tokenizer and each row's run live in the output directory |
+| command | the `posformer extrapolate` command (a `posformer.cli.command.Command`) |
 """
