@@ -144,14 +144,11 @@ def _check_options(max_new_tokens: int, do_sample: bool, temperature: float, top
                    top_p: float | None, num_beams: int, num_return_sequences: int, length_penalty: float,
                    early_stopping: bool | str) -> None:
     """Raise ValueError naming the first invalid generation argument."""
-    def integer(value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    if not integer(max_new_tokens) or max_new_tokens < 0:
+    if not is_int(max_new_tokens) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-    if not integer(num_beams) or num_beams < 1:
+    if not is_int(num_beams) or num_beams < 1:
         raise ValueError(f"num_beams must be an integer >= 1, got {num_beams!r}")
-    if not integer(num_return_sequences) or num_return_sequences < 1:
+    if not is_int(num_return_sequences) or num_return_sequences < 1:
         raise ValueError(f"num_return_sequences must be an integer >= 1, got {num_return_sequences!r}")
     if num_beams > 1:
         if do_sample:
@@ -169,7 +166,7 @@ def _check_options(max_new_tokens: int, do_sample: bool, temperature: float, top
     if do_sample:
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
-        if top_k is not None and (not integer(top_k) or top_k < 0):
+        if top_k is not None and (not is_int(top_k) or top_k < 0):
             raise ValueError(f"top_k must be None or an integer >= 0 (0: no top-k filter), got {top_k!r}")
         if top_p is not None and not 0.0 < top_p <= 1.0:
             raise ValueError(f"top_p must be None or in (0, 1], got {top_p!r}")
@@ -229,7 +226,7 @@ def generate(
         raise ValueError(f"generate() needs a language-model head: Config.head is {cfg.head_kind!r}")
     _check_options(max_new_tokens, do_sample, temperature, top_k, top_p, num_beams, num_return_sequences,
                    length_penalty, early_stopping)
-    if not isinstance(min_new_tokens, int) or isinstance(min_new_tokens, bool) or min_new_tokens < 0:
+    if not is_int(min_new_tokens) or min_new_tokens < 0:
         raise ValueError(f"min_new_tokens must be an integer >= 0, got {min_new_tokens!r}")
     eos = _eos_ids(eos_token_id, cfg.eos_token_id, cfg.vocab_size)
     pad = _pad_id(pad_token_id, cfg, eos)

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from posformer.positions.base import frequencies
+from posformer.validation import is_number
 
 SCALING_TYPES = ("linear", "ntk", "dynamic", "yarn", "llama3")
 REQUIRED_KEYS = {
@@ -38,10 +39,6 @@ REQUIRED_KEYS = {
 OPTIONAL_KEYS = {  # None stands for "absent", as in Hugging Face
     "yarn": ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"),
 }
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_scaling(scaling: Any, dim: int, label: str = "scaling") -> None:
@@ -68,7 +65,7 @@ def check_scaling(scaling: Any, dim: int, label: str = "scaling") -> None:
     def bad(key: str, expected: str) -> ValueError:
         return ValueError(f"{label}[{key!r}]={scaling[key]!r} is invalid for type {kind!r}: expected {expected}")
 
-    if not _number(scaling["factor"]) or scaling["factor"] < 1:
+    if not is_number(scaling["factor"]) or scaling["factor"] < 1:
         raise bad("factor", "a number >= 1")
     original = scaling.get("original_max_position_embeddings")
     if original is not None and (not isinstance(original, int) or isinstance(original, bool) or original <= 0):
@@ -78,16 +75,16 @@ def check_scaling(scaling: Any, dim: int, label: str = "scaling") -> None:
                          f"got {dim} (the exponent is d/(d-2))")
     if kind == "llama3":
         for key in ("low_freq_factor", "high_freq_factor"):
-            if not _number(scaling[key]) or scaling[key] <= 0:
+            if not is_number(scaling[key]) or scaling[key] <= 0:
                 raise bad(key, "a number > 0")
         if scaling["high_freq_factor"] <= scaling["low_freq_factor"]:
             raise bad("high_freq_factor", f"a number > low_freq_factor={scaling['low_freq_factor']!r}")
     if kind == "yarn":
         for key in ("beta_fast", "beta_slow", "attention_factor"):
-            if scaling.get(key) is not None and (not _number(scaling[key]) or scaling[key] <= 0):
+            if scaling.get(key) is not None and (not is_number(scaling[key]) or scaling[key] <= 0):
                 raise bad(key, "a number > 0 (or None for the default)")
         for key in ("mscale", "mscale_all_dim"):
-            if scaling.get(key) is not None and not _number(scaling[key]):
+            if scaling.get(key) is not None and not is_number(scaling[key]):
                 raise bad(key, "a number (or None)")
         if (scaling.get("beta_fast") or 32) <= (scaling.get("beta_slow") or 1):
             raise bad("beta_fast", f"a number > beta_slow={scaling.get('beta_slow') or 1!r}")

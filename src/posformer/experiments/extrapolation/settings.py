@@ -145,7 +145,7 @@ def d_ff(d_model: int) -> int:
     return max(64, 64 * round(8 * d_model / 3 / 64))
 
 
-def model_config(s: ExtrapolationSettings, position: str, vocab_size: int, scaling: dict | None = None) -> Config:
+def model_config(s: ExtrapolationSettings, position: str, vocab_size: int) -> Config:
     """The row's decoder: identical for every row but the position encoding.
 
     Pre-norm RMSNorm, SwiGLU, no biases, tied embeddings, token embeddings times sqrt(d_model)
@@ -154,8 +154,6 @@ def model_config(s: ExtrapolationSettings, position: str, vocab_size: int, scali
     for encodings that cannot extrapolate (learned): exactly train_len.
     """
     params = dict(s.position_params.get(position) or {})
-    if scaling is not None:
-        params["scaling"] = scaling
     longest = max(s.eval_lens) if positions.get(position).extrapolates else s.train_len
     return Config(arch="decoder", vocab_size=vocab_size, d_model=s.d_model, n_layers=s.layers, n_heads=s.heads,
                   d_ff=d_ff(s.d_model), position=position, position_params=params,
