@@ -65,12 +65,7 @@ def draw_batches(features: dict[str, Tensor], steps: int, batch_size: int, seed:
     Gold positions lie inside the kept tokens, so the cut changes no label.
     """
     source = FeatureBatches(features, seed)
-    batches = []
-    for _ in range(steps):
-        batch = source.next_batch(batch_size)
-        length = int(batch["attention_mask"].sum(dim=1).max())
-        batches.append({k: v[:, :length] if v.dim() == 2 else v for k, v in batch.items()})
-    return batches
+    return [source.next_batch(batch_size) for _ in range(steps)]
 
 
 @contextmanager

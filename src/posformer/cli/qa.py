@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from posformer.cli.command import Command
-from posformer.tasks.qa_job import PRETRAINED_DEFAULTS as P, SCRATCH_DEFAULTS as S
+from posformer.tasks.qa_job import GROUP_BATCHES, PRETRAINED_DEFAULTS as P, SCRATCH_DEFAULTS as S
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -113,6 +113,9 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
           help="steps = ceil(windows / batch) * epochs")
     _flag(train, "--max-steps", dest="max_steps", type=int, help="train this many steps instead")
     _flag(train, "--warmup-ratio", dest="warmup_ratio", type=float, help="share of steps for linear warm-up")
+    _flag(train, "--group-by-length", dest="group_by_length", action=argparse.BooleanOptionalAction, default=True,
+          help="batch windows of similar length together (each batch is padded only to its longest window; "
+               f"runs of {GROUP_BATCHES} batches are sorted by length) (default: on)")
     _flag(train, "--weight-decay", dest="weight_decay", type=float, default=0.0)
     _add_predict_flags(train, "default: 384 pretrained, 256 from scratch / 128 and 64")
     _flag(train, "--output-dir", dest="output_dir", default="runs/qa", help="default: runs/qa")

@@ -64,8 +64,9 @@ def span_train_tensors(examples: Sequence[QAExampleLike], tokenizer, max_seq_len
 def span_logits(model: nn.Module, features: dict[str, Any], batch_size: int = 32) -> tuple[Tensor, Tensor]:
     """Start and end logits, each (n_windows, max_seq_length) float32 on the CPU, for eval `features`.
 
-    Each batch is cut to its longest row (attention_mask) before the forward pass; the cut
-    positions (padding) get -inf. The model is put in eval mode and its mode restored after.
+    The rows go through the model longest first, so each batch holds windows of similar
+    length, and each batch is cut to its longest row (attention_mask); the cut positions
+    (padding) get -inf. The model is put in eval mode and its mode restored after.
     """
     _check_span_model(model)
     check_int("batch_size", batch_size)
@@ -77,9 +78,10 @@ def span_logits(model: nn.Module, features: dict[str, Any], batch_size: int = 32
     was_training = model.training
     model.eval()
     try:
-        for first in range(0, rows, batch_size):
-            part = slice(first, first + batch_size)
-            length = int(features["attention_mask"][part].sum(dim=1).max()) if "attention_mask" in features else width
+        lengths = features["attention_mask"].sum(dim=1) if "attention_mask" in features else torch.full((rows,), width)
+        order = torch.sort(lengths, descending=True, stable=True).indices
+        for part in order.split(batch_size):
+            length = int(lengths[part].max())
             batch = {k: features[k][part, :length].to(device) for k in keys}
             out = model(**batch)
             start[part, :length] = out.start_logits.float().cpu()

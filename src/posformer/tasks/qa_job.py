@@ -55,6 +55,7 @@ PRETRAINED_DEFAULTS = dict(per_device_train_batch_size=12, learning_rate=3e-5, n
 SCRATCH_DEFAULTS = dict(per_device_train_batch_size=16, learning_rate=1e-3, num_train_epochs=10.0,
                         max_seq_length=256, doc_stride=64, warmup_ratio=0.05)
 MODEL_HEAD = {"seq2seq": "seq2seq_lm", "span": "span_qa"}
+GROUP_BATCHES = 16  # --group-by-length sorts runs of this many batches by window length
 
 
 @dataclass
@@ -98,6 +99,7 @@ class QAJobOptions:
     layers: int = 2
     heads: int = 4
     d_ff: int = 512
+    group_by_length: bool = True
     progress: bool = True
 
     def resolved(self, defaults: dict[str, Any]) -> "QAJobOptions":
@@ -302,11 +304,13 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
         torch.manual_seed(o.seed)
         model, tokenizer, _, directory = load_qa_model(path, o.head)
         source = str(directory)
+    group_size = GROUP_BATCHES * o.per_device_train_batch_size if o.group_by_length else None
     if o.head == "span":
         batches = FeatureBatches(span_train_tensors(train, tokenizer, o.max_seq_length, o.doc_stride, model.cfg),
-                                 o.seed)
+                                 o.seed, group_size=group_size)
     else:
-        batches = training_batches(train, tokenizer, o.max_seq_length, o.doc_stride, o.max_answer_length, o.seed)
+        batches = training_batches(train, tokenizer, o.max_seq_length, o.doc_stride, o.max_answer_length, o.seed,
+                                   group_size=group_size)
     steps = o.max_steps or math.ceil(math.ceil(len(batches) / o.per_device_train_batch_size) * o.num_train_epochs)
     if steps < 1:
         raise ValueError(f"no training steps: --max-steps / --num-train-epochs give {steps}")

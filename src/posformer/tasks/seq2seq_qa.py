@@ -96,18 +96,19 @@ def build_scratch_t5(tokenizer, **overrides: Any) -> Transformer:
 
 
 def training_batches(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int, doc_stride: int,
-                     max_answer_tokens: int, seed: int) -> FeatureBatches:
+                     max_answer_tokens: int, seed: int, group_size: int | None = None) -> FeatureBatches:
     """The training windows of `examples` as a `FeatureBatches` of input_ids, attention_mask
-    (N, max_seq_length) and labels (N, max_answer_tokens + 1), pads as -100."""
+    (N, max_seq_length) and labels (N, max_answer_tokens + 1), pads as -100, each batch cut to its
+    longest row; group_size: see `FeatureBatches`."""
     features = seq2seq_training_features(examples, tokenizer, max_seq_length, doc_stride, max_answer_tokens + 1)
-    return FeatureBatches(features, seed)
+    return FeatureBatches(features, seed, group_size=group_size)
 
 
 class Seq2SeqPredictor:
     """Answers every example from all its windows with an encoder-decoder model (see the module doc).
 
-    The eval windows (`seq2seq_eval_windows`) are built once, here. `predict` sends them through
-    the model in batches of `batch_size`, right-padded (input_ids, attention_mask: (b, longest
+    The eval windows (`seq2seq_eval_windows`) are built once, here, and sorted longest first.
+    `predict` sends them through the model in batches of `batch_size`, right-padded (input_ids, attention_mask: (b, longest
     window)); each window gives two candidates of its example: ("", log p(eos | window)) and (its
     best non-empty generation of at most max_answer_tokens tokens, greedy or `num_beams` beams,
     with its score); `select_seq2seq_answer` picks across the windows.
@@ -125,7 +126,8 @@ class Seq2SeqPredictor:
         self.tokenizer, self.examples = tokenizer, list(examples)
         self.batch_size, self.num_beams, self.max_answer_tokens = batch_size, num_beams, max_answer_tokens
         self.null_score_diff_threshold, self.length_penalty = null_score_diff_threshold, length_penalty
-        self.windows = seq2seq_eval_windows(self.examples, tokenizer, max_seq_length, doc_stride)
+        windows = seq2seq_eval_windows(self.examples, tokenizer, max_seq_length, doc_stride)
+        self.windows = sorted(windows, key=lambda w: -len(w.input_ids))  # batches of similar length
 
     @torch.no_grad()
     def predict(self, model: Transformer) -> QAPredictions:

@@ -186,13 +186,16 @@ class Trainer:
         return torch.autocast(self.ctx.device.type, dtype=AUTOCAST[s.precision])
 
     def _train_step(self) -> tuple[float, int]:
-        """One optimizer step over grad_accum micro-batches -> (mean loss over processes, tokens), or (nan, n)."""
+        """One optimizer step over grad_accum micro-batches -> (mean loss over processes, tokens), or (nan, n).
+
+        tokens: the real tokens of the step (attention_mask ones; every token of a batch without a mask)."""
         s, ctx = self.settings, self.ctx
         total, tokens, finite = torch.zeros((), device=ctx.device), 0, True
         for micro in range(s.grad_accum):
             batch = self.batches.next_batch(s.batch_size * ctx.world_size, ctx.rank, ctx.world_size)
             batch = {k: v.to(ctx.device) for k, v in batch.items()}
-            tokens += batch["input_ids"].numel() * ctx.world_size
+            mask = batch.get("attention_mask")
+            tokens += (batch["input_ids"].numel() if mask is None else int(mask.sum())) * ctx.world_size
             sync = micro == s.grad_accum - 1 or not isinstance(self.wrapped, torch.nn.parallel.DistributedDataParallel)
             with (contextlib.nullcontext() if sync else self.wrapped.no_sync()), self._autocast():
                 loss = self.wrapped(**batch).loss / s.grad_accum
