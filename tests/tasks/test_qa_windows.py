@@ -179,6 +179,17 @@ def test_span_features_decode_to_the_answer_and_use_cls_elsewhere(minilm, long_e
     assert int(train["start_positions"][rows[0]]) == 0 and any(int(train["start_positions"][r]) for r in rows[2:])
 
 
+def test_span_features_refuse_a_question_that_leaves_no_room(minilm):
+    """The question is never cut: it must leave more than doc_stride context tokens (the tokenizer would panic)."""
+    question = "why " * 20  # 20 tokens; [CLS] q [SEP] c [SEP] leaves max_seq_length - 23 for the context
+    example = Ex("long", question, "Ada wrote it. " * 20)
+    assert len(span_eval_features([example], minilm, 23 + 5, 4)["example_id"]) > 1
+    for features in (span_eval_features, span_training_features):
+        with pytest.raises(ValueError, match=r"^example long: question of 20 tokens: the context budget per window "
+                                             r"\(4 tokens\) must exceed doc_stride \(4\)"):
+            features([example], minilm, 23 + 4, 4)
+
+
 def test_span_windows_overlap_by_exactly_doc_stride(minilm, long_examples):
     evals = span_eval_features(long_examples[:1], minilm, MAX_LEN, STRIDE)
     windows = [[o for o in offsets if o is not None] for offsets in evals["offset_mapping"]]

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from posformer.cli.command import Command
-from posformer.tasks.qa_job import GROUP_BATCHES, PRETRAINED_DEFAULTS as P, SCRATCH_DEFAULTS as S
+from posformer.tasks.qa_job import (ANSWER_DEFAULTS as A, GROUP_BATCHES, PRETRAINED_DEFAULTS as P,
+                                  SCRATCH_DEFAULTS as S)
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -57,6 +58,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ask(args: argparse.Namespace) -> int:
+    """`posformer qa ask`: answer questions about a text with a trained model, one line each."""
+    import sys
+
+    from posformer.tasks.qa_ask import ask, read_questions
+
+    questions = read_questions(args.context, args.context_file, args.question or [], sys.stdin)
+    for answer in ask(args.model, questions, _options(args)):
+        print(json.dumps(answer.to_json(), ensure_ascii=False) if args.json else answer.describe())
+    return 0
+
+
 def _flag(parser: argparse.ArgumentParser, *names: str, **kwargs) -> None:
     """Add an option under its dashed names and, for run_seq2seq_qa.py command lines, the underscored ones."""
     spellings = list(names) + ["--" + n[2:].replace("-", "_") for n in names if "-" in n[2:]]
@@ -81,21 +94,24 @@ def _add_data_flags(parser: argparse.ArgumentParser, training: bool) -> None:
     _flag(data, "--max-eval-samples", dest="max_eval_samples", type=int, help="keep the first N eval questions")
 
 
-def _add_predict_flags(parser: argparse.ArgumentParser, defaults_note: str) -> None:
+def _add_predict_flags(parser: argparse.ArgumentParser, defaults_note: str, from_run: bool = False) -> None:
+    """The prediction options; `from_run`: those left unset take the training run's (`qa eval`, `qa ask`)."""
+    run = "the training run's, else " if from_run else ""
     _flag(parser, "--max-seq-length", dest="max_seq_length", type=int,
           help=f"tokens per window, question included ({defaults_note})")
     _flag(parser, "--doc-stride", dest="doc_stride", type=int,
           help=f"tokens shared by consecutive context windows ({defaults_note})")
-    _flag(parser, "--max-answer-length", dest="max_answer_length", type=int, default=30,
-          help="longest answer in tokens (default: 30)")
-    _flag(parser, "--num-beams", dest="num_beams", type=int, default=1,
-          help="seq2seq: beam search with this many beams (default: 1, greedy)")
-    _flag(parser, "--null-score-diff-threshold", dest="null_score_diff_threshold", type=float, default=0.0,
+    _flag(parser, "--max-answer-length", dest="max_answer_length", type=int,
+          help=f"longest answer in tokens (default: {run}{A['max_answer_length']})")
+    _flag(parser, "--num-beams", dest="num_beams", type=int,
+          help=f"seq2seq: beam search with this many beams (default: {run}{A['num_beams']}, greedy)")
+    _flag(parser, "--null-score-diff-threshold", dest="null_score_diff_threshold", type=float,
           help="seq2seq: answer only when the best answer's score beats the best \"\" score by more than this; "
                "span (run_qa.py): predict \"\" when the null score beats the best span's by more than this. "
-               "A larger value means fewer answers for seq2seq and more for span (default: 0, where both agree)")
-    _flag(parser, "--n-best-size", dest="n_best_size", type=int, default=20,
-          help="span: candidate starts/ends per window (default: 20)")
+               f"A larger value means fewer answers for seq2seq and more for span (default: {run}"
+               f"{A['null_score_diff_threshold']:g}, where both agree)")
+    _flag(parser, "--n-best-size", dest="n_best_size", type=int,
+          help=f"span: candidate starts/ends per window (default: {run}{A['n_best_size']})")
     _flag(parser, "--per-device-eval-batch-size", dest="per_device_eval_batch_size", type=int, default=32,
           help="windows per prediction batch (default: 32)")
 
@@ -139,8 +155,22 @@ def _add_eval_arguments(evaluate: argparse.ArgumentParser) -> None:
     _flag(evaluate, "--model", "--model-name-or-path", dest="model", required=True, help="the trained model")
     _flag(evaluate, "--head", choices=("seq2seq", "span"), help="default: the model's own head")
     _add_data_flags(evaluate, training=False)
-    _add_predict_flags(evaluate, "default: the training run's, else 384 / 128")
+    _add_predict_flags(evaluate, "default: the training run's, else 384 / 128", from_run=True)
     _flag(evaluate, "--output-dir", dest="output_dir", help="default: the --model dir")
+
+
+def _add_ask_arguments(ask: argparse.ArgumentParser) -> None:
+    _flag(ask, "--model", "--model-name-or-path", dest="model", required=True,
+          help="a `qa train` output dir (its newest valid checkpoint), a checkpoint or a model dir")
+    _flag(ask, "--context", help="the text to answer from (default: none; or --context-file)")
+    _flag(ask, "--context-file", dest="context_file", help="read the context from this UTF-8 file (default: none)")
+    _flag(ask, "--question", action="append",
+          help="a question about the context (repeatable); without it, JSON lines "
+               "{\"context\": ..., \"question\": ...} are read from stdin, blank lines skipped (default: none)")
+    _flag(ask, "--json", action="store_true",
+          help="print one JSON object per question: {\"question\", \"answer\" (\"\" for none), \"has_answer\", "
+               "\"score\" (null when there is no candidate), \"best_answer\"} (default: off, one readable line)")
+    _add_predict_flags(ask, "default: the training run's, else 384 / 128", from_run=True)
 
 
 def _add_score_arguments(score: argparse.ArgumentParser) -> None:
@@ -187,5 +217,20 @@ EVAL = Command(
                 "+-1e9) and eval_results.json into --output-dir (default: the model dir).",
     add_arguments=_add_eval_arguments, run=cmd_eval,
 )
-COMMAND = Command("qa", help="SQuAD v2 question answering: train, eval, score",
-                  description="The SQuAD v2 question-answering job.", subcommands=(SCORE, TRAIN, EVAL))
+ASK = Command(
+    "ask", help="ask a trained QA model questions about a text",
+    description="Answer questions about a text with a trained model (a `qa train` output dir, which stands "
+                "for its newest valid checkpoint, a checkpoint, or a model dir): each --question on --context "
+                "or --context-file, or, with no --question, JSON lines {\"context\": ..., \"question\": ...} "
+                "on stdin. Long contexts go through the doc_stride windows of evaluation. Prints each answer, "
+                "or that there is none, with its score, one line per question (--json: one JSON object).",
+    epilog="score: how much the model prefers its best answer to \"no answer\", the negated null odds of "
+           "null_odds.json. span: the best span's start + end logits minus the [CLS] (no-answer) logits, the "
+           "smallest over the windows; seq2seq: log p(best answer) minus log p(\"\") of the best \"\" window. "
+           "Both are log-odds: above 0 the model prefers its answer; the answer is given when the score is "
+           ">= 0 (span) or > 0 (seq2seq) at --null-score-diff-threshold 0. When there is no answer, the best "
+           "candidate is shown with its (negative) score.",
+    add_arguments=_add_ask_arguments, run=cmd_ask,
+)
+COMMAND = Command("qa", help="SQuAD v2 question answering: train, eval, score, ask",
+                  description="The SQuAD v2 question-answering job.", subcommands=(SCORE, TRAIN, EVAL, ASK))

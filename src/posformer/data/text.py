@@ -16,15 +16,20 @@ def default_corpus() -> Path:
     return SAMPLES / "tinyshakespeare.txt"
 
 
-def read_text(path: str | Path) -> str:
-    """Read a UTF-8 text file (a byte-order mark is dropped). Errors name the file."""
+def read_utf8(path: str | Path, name: str) -> str:
+    """Read a UTF-8 text file (a byte-order mark is dropped); errors begin with `name` ("text corpus x.txt")."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"text corpus {path} does not exist")
+        raise FileNotFoundError(f"{name} does not exist")
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as err:
-        raise ValueError(f"text corpus {path} is not valid UTF-8: {err}") from None
+        raise ValueError(f"{name} is not valid UTF-8: {err}") from None
+
+
+def read_text(path: str | Path) -> str:
+    """Read a UTF-8 text corpus (a byte-order mark is dropped) of at least two characters. Errors name the file."""
+    text = read_utf8(path, f"text corpus {path}")
     if len(text) < 2:
         raise ValueError(f"text corpus {path} is empty or has a single character; nothing to learn from")
     return text

@@ -50,10 +50,12 @@ from posformer.validation import check_choice, check_int, check_number, fail
 HEADS = ("seq2seq", "span")
 SPLIT_SEED = 0
 EVAL_FRACTION = 0.2
+ANSWER_DEFAULTS = dict(max_answer_length=30, num_beams=1, null_score_diff_threshold=0.0, n_best_size=20)
 PRETRAINED_DEFAULTS = dict(per_device_train_batch_size=12, learning_rate=3e-5, num_train_epochs=2.0,
-                           max_seq_length=384, doc_stride=128, warmup_ratio=0.0)
+                           max_seq_length=384, doc_stride=128, warmup_ratio=0.0, **ANSWER_DEFAULTS)
 SCRATCH_DEFAULTS = dict(per_device_train_batch_size=16, learning_rate=1e-3, num_train_epochs=10.0,
-                        max_seq_length=256, doc_stride=64, warmup_ratio=0.05)
+                        max_seq_length=256, doc_stride=64, warmup_ratio=0.05, **ANSWER_DEFAULTS)
+PREDICTION_OPTIONS = ("max_seq_length", "doc_stride", *ANSWER_DEFAULTS)
 MODEL_HEAD = {"seq2seq": "seq2seq_lm", "span": "span_qa"}
 GROUP_BATCHES = 16  # --group-by-length sorts runs of this many batches by window length
 
@@ -82,10 +84,10 @@ class QAJobOptions:
     weight_decay: float = 0.0
     max_seq_length: int | None = None
     doc_stride: int | None = None
-    max_answer_length: int = 30
-    num_beams: int = 1
-    null_score_diff_threshold: float = 0.0
-    n_best_size: int = 20
+    max_answer_length: int | None = None
+    num_beams: int | None = None
+    null_score_diff_threshold: float | None = None
+    n_best_size: int | None = None
     output_dir: str | None = None
     eval_steps: int | None = None
     save_steps: int = 500
@@ -186,6 +188,16 @@ def _check_head(model: Transformer, head: str, where: Path) -> Transformer:
     return model
 
 
+def model_head(model: Transformer, where: Path) -> str:
+    """The `--head` of a question-answering model (its own: "span" or "seq2seq"); a clear error for another model."""
+    for head, kind in MODEL_HEAD.items():
+        if model.cfg.head_kind == kind:
+            return head
+    raise ValueError(f"{where} is not a question-answering model (arch {model.cfg.arch}, head "
+                     f"{model.cfg.head_kind!r}): expected a `qa train` run or checkpoint, or a model with a "
+                     f"{' or '.join(map(repr, MODEL_HEAD.values()))} head")
+
+
 def load_qa_model(path: str | Path, head: str | None) -> tuple[Transformer, Any, str, Path]:
     """(model, tokenizer, head, directory) for a checkpoint: a `qa train` run dir or checkpoint, or a
     Hugging Face directory (a span head is added to a BERT-family base). head None: the model's own."""
@@ -200,8 +212,7 @@ def load_qa_model(path: str | Path, head: str | None) -> tuple[Transformer, Any,
         config = json.loads((directory / "config.json").read_text()) if (directory / "config.json").is_file() else {}
         encoder_only = not config.get("is_encoder_decoder", False) and config.get("model_type") != "t5"
         model = from_hf(directory, head="span_qa" if head == "span" and encoder_only else None)
-    if head is None:
-        head = "span" if model.cfg.head_kind == "span_qa" else "seq2seq"
+    head = head or model_head(model, directory)
     return _check_head(model, head, directory).eval(), load_tokenizer(directory), head, directory
 
 
@@ -276,8 +287,7 @@ def qa_predictor(head: str, tokenizer, examples: Sequence[QAExample], o: QAJobOp
 
 def eval_settings(o: QAJobOptions) -> dict[str, Any]:
     """The options that shape predictions, recorded in eval_results.json beside the scores."""
-    return {k: getattr(o, k) for k in ("max_seq_length", "doc_stride", "max_answer_length", "num_beams",
-                                       "null_score_diff_threshold", "n_best_size")}
+    return {k: getattr(o, k) for k in PREDICTION_OPTIONS}
 
 
 def print_report(report: dict[str, Any], log: Callable[[str], None] = print) -> None:
@@ -345,20 +355,28 @@ def _run_options(directory: Path) -> dict[str, Any]:
     return {}
 
 
+def prediction_options(o: QAJobOptions, directory: Path, head: str) -> QAJobOptions:
+    """`o` for predicting with the model in `directory` with `head`, checked: every prediction option
+    left None (PREDICTION_OPTIONS) takes the training run's (run_config.yaml), else PRETRAINED_DEFAULTS."""
+    stored = _run_options(directory)
+    o = o.resolved({k: stored.get(k, PRETRAINED_DEFAULTS[k]) for k in PREDICTION_OPTIONS})
+    o = dataclasses.replace(o, head=head)
+    _check_options(o)
+    return o
+
+
 def eval_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Evaluate a trained model as `qa eval` does: predict, print the report, write the three output files.
 
-    Windowing options left unset take the training run's (run_config.yaml), else the seed's 384/128.
+    Prediction options left unset take the training run's (`prediction_options`), else the seed's.
     """
     if o.model is None:
         raise ValueError("qa eval needs --model (a `qa train` output dir, a checkpoint or a model dir)")
     if o.head is not None:
         check_choice("--head", o.head, HEADS)
     model, tokenizer, head, directory = load_qa_model(o.model, o.head)
+    o = dataclasses.replace(prediction_options(o, directory, head), output_dir=o.output_dir or str(o.model))
     stored = _run_options(directory)
-    defaults = {k: stored.get(k, PRETRAINED_DEFAULTS[k]) for k in ("max_seq_length", "doc_stride")}
-    o = dataclasses.replace(o.resolved(defaults), head=head, output_dir=o.output_dir or str(o.model))
-    _check_options(o)
     if o.eval_file is None and o.dataset_name is None and o.train_file is None and stored.get("train_file"):
         o = dataclasses.replace(o, train_file=stored["train_file"])
     examples = load_eval_examples(o, log)

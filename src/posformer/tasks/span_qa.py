@@ -22,11 +22,25 @@ from posformer.tasks.qa_predictor import QAPredictions
 from posformer.tasks.qa_windows import QAExampleLike
 
 
+def _check_questions_fit(examples: Sequence[QAExampleLike], questions: list[str], tokenizer, max_seq_length: int,
+                         doc_stride: int) -> None:
+    """Every window keeps the whole question: it must leave more than `doc_stride` context tokens per window."""
+    frame = tokenizer.num_special_tokens_to_add(pair=True)
+    for example, ids in zip(examples, tokenizer(questions, add_special_tokens=False)["input_ids"]):
+        budget = max_seq_length - frame - len(ids)
+        if budget <= doc_stride:
+            raise ValueError(f"example {example.id}: question of {len(ids)} tokens: the context budget per window "
+                             f"({budget} tokens) must exceed doc_stride ({doc_stride}); raise max_seq_length, "
+                             "lower doc_stride or shorten the question")
+
+
 def _encode(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int, doc_stride: int):
     if tokenizer.padding_side != "right":
         raise ValueError("span features put the question first and need padding_side='right'")
+    questions = [e.question.lstrip() for e in examples]
+    _check_questions_fit(examples, questions, tokenizer, max_seq_length, doc_stride)
     return tokenizer(
-        [e.question.lstrip() for e in examples], [e.context for e in examples],
+        questions, [e.context for e in examples],
         truncation="only_second", max_length=max_seq_length, stride=doc_stride,
         return_overflowing_tokens=True, return_offsets_mapping=True, padding="max_length",
     )

@@ -1,0 +1,41 @@
+"""`posformer.tasks.qa_job`: prediction options from the training run, the head a model answers with."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+import posformer as pf
+from posformer.tasks.qa_job import PREDICTION_OPTIONS, PRETRAINED_DEFAULTS, QAJobOptions, model_head, prediction_options
+from tests.conftest import tiny
+
+STORED = dict(max_seq_length=96, doc_stride=24, max_answer_length=12, num_beams=3, null_score_diff_threshold=-1.5,
+              n_best_size=7)
+
+
+def test_unset_prediction_options_take_the_training_runs(tmp_path):
+    (tmp_path / "run_config.yaml").write_text(yaml.safe_dump({"qa": {**STORED, "head": "span", "seed": 1}}))
+    checkpoint = tmp_path / "checkpoints" / "step-00000004"
+    checkpoint.mkdir(parents=True)
+    for directory in (tmp_path, checkpoint):
+        resolved = prediction_options(QAJobOptions(num_beams=2), directory, "seq2seq")
+        assert {k: getattr(resolved, k) for k in PREDICTION_OPTIONS} == {**STORED, "num_beams": 2}
+        assert resolved.head == "seq2seq" and resolved.seed == 42  # only prediction options come from the run
+
+
+def test_without_a_run_the_pretrained_defaults_apply(tmp_path):
+    resolved = prediction_options(QAJobOptions(), tmp_path, "span")
+    assert {k: getattr(resolved, k) for k in PREDICTION_OPTIONS} == {k: PRETRAINED_DEFAULTS[k]
+                                                                       for k in PREDICTION_OPTIONS}
+    assert (resolved.max_seq_length, resolved.doc_stride, resolved.max_answer_length) == (384, 128, 30)
+    with pytest.raises(ValueError, match=r"^--n-best-size=0 is invalid: expected a positive integer$"):
+        prediction_options(QAJobOptions(n_best_size=0), tmp_path, "span")
+
+
+def test_model_head_is_the_models_own_qa_head(tmp_path):
+    assert model_head(pf.Transformer(tiny("encoder", head="span_qa")), tmp_path) == "span"
+    assert model_head(pf.Transformer(tiny("encoder_decoder")), tmp_path) == "seq2seq"
+    with pytest.raises(ValueError, match=r"is not a question-answering model \(arch decoder, head 'causal_lm'\): "
+                                         r"expected a `qa train` run or checkpoint, or a model with a 'seq2seq_lm' "
+                                         r"or 'span_qa' head$"):
+        model_head(pf.Transformer(tiny("decoder")), tmp_path)
