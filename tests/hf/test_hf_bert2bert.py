@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hf_noise import perturb_constants
 from hf_oracle import assert_same_outputs, padded_batch
 from safetensors.torch import load_file
 from transformers import BertConfig, BertForMaskedLM, BertModel, EncoderDecoderModel, RobertaConfig, RobertaModel
@@ -27,14 +28,7 @@ IDS = dict(decoder_start_token_id=2, eos_token_id=3, pad_token_id=1)
 def _save_bert(directory, cls=BertModel, **changes):
     """A random BERT with random LayerNorms and biases (HF: 1 and 0), so a tensor copied wrong shows."""
     torch.manual_seed(0)
-    model = cls(BertConfig(**{**SIZES, **changes}))
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "LayerNorm.weight" in name:
-                param.uniform_(0.5, 1.5)
-            elif name.endswith("bias"):
-                param.normal_(0.0, 0.3)
-    model.save_pretrained(directory)
+    perturb_constants(cls(BertConfig(**{**SIZES, **changes}))).save_pretrained(directory)
     return directory
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hf_noise import perturb_constants
 from hf_oracle import assert_same_outputs, check_family, padded_batch, round_trip
 from transformers import BertConfig, EncoderDecoderConfig, EncoderDecoderModel, RobertaConfig
 
@@ -34,15 +35,7 @@ def _bert2bert(encoder: dict | None = None, decoder: dict | None = None) -> Enco
     config = _config(encoder, decoder)
     config._attn_implementation = "eager"
     torch.manual_seed(0)
-    model = EncoderDecoderModel(config)
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "LayerNorm.weight" in name:
-                param.uniform_(0.5, 1.5)
-            elif name.endswith("bias"):
-                param.normal_(0.0, 0.3)
-    return model.eval()
+    return perturb_constants(EncoderDecoderModel(config)).eval()
 
 
 def _decoder_inputs() -> dict[str, torch.Tensor]:
