@@ -186,7 +186,7 @@ def _check_head(model: Transformer, head: str, where: Path) -> Transformer:
                          "(use --head span for BERT-family encoders)")
     if head == "span" and (cfg.arch != "encoder" or cfg.head_kind != "span_qa"):
         raise ValueError(f"--head span needs a BERT-family encoder checkpoint; {where} is a {cfg.arch} model "
-                         f"with a {cfg.head_kind!r} head (use --head seq2seq for T5 models)")
+                         f"with a {cfg.head_kind!r} head (use --head seq2seq for encoder-decoder models)")
     return model
 
 
