@@ -28,7 +28,7 @@ dev: $(VENV)/.installed-dev
 
 # The seed job: SQuAD v2 generative QA (a t5-preset model from scratch) on the shipped sample, ~5 min on CPU.
 demo: $(VENV)/.installed
-	$(BIN)/posformer qa train --output-dir runs/demo --resume
+	$(BIN)/posformer qa train --from-scratch --output-dir runs/demo --resume
 
 # Extractive QA from the bundled all-MiniLM-L6-v2 weights (a dev extra), ~11 min on 2 CPU cores.
 demo-span: $(VENV)/.installed-dev

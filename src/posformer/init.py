@@ -53,8 +53,9 @@ def t5_init_(model: nn.Module) -> None:
             seen.add(id(weight))
             weight.normal_(0.0, std)
 
+    embeddings = model.embeddings()
     for module in model.modules():
-        if module is model.embed_tokens or module is model.token_types:
+        if any(module is m for m in embeddings):
             draw(module.weight, 1.0)
         elif isinstance(module, PositionEncoding):
             module.init_weights_("t5")

@@ -77,7 +77,12 @@ class Stack(nn.Module):
 
 
 class Transformer(nn.Module):
-    """The model `cfg` describes. See `forward` for inputs and `ModelOutput` for outputs."""
+    """The model `cfg` describes. See `forward` for inputs and `ModelOutput` for outputs.
+
+    Token (and token-type) embeddings `embed_tokens` (`token_types`) feed both stacks; with
+    `Config.separate_decoder_embeddings` the decoder has its own, `decoder_embed_tokens`
+    (`decoder_token_types`). A tied LM head shares the weight of the decoder's token embeddings.
+    """
 
     def __init__(self, cfg: Config) -> None:
         super().__init__()
@@ -85,6 +90,9 @@ class Transformer(nn.Module):
         self.cfg = cfg
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.token_types = nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size else None
+        if cfg.separate_decoder_embeddings:
+            self.decoder_embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
+            self.decoder_token_types = nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size else None
         self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
         alphas = self._deepnorm()
         if cfg.arch in ("encoder", "encoder_decoder"):
@@ -96,9 +104,7 @@ class Transformer(nn.Module):
         self.head = build_head(cfg)
         self.apply(self._init_weights)
         self._init_deepnorm(alphas)
-        if cfg.tie_embeddings and self.head is not None and hasattr(self.head, "proj") \
-                and self.head.proj.weight.shape == self.embed_tokens.weight.shape:
-            self.head.proj.weight = self.embed_tokens.weight
+        self.tie_head()
         if cfg.init == "t5":
             t5_init_(self)
 
@@ -135,6 +141,29 @@ class Transformer(nn.Module):
                 nn.init.xavier_normal_(block.ffn.up.weight, gain=beta)
                 nn.init.xavier_normal_(block.ffn.down.weight, gain=beta)
 
+    # ---------------------------------------------------------- embeddings
+    def token_embeddings(self, stack: str = "encoder") -> tuple[nn.Embedding, nn.Embedding | None]:
+        """The (token, token-type) embeddings that feed `stack`, "encoder" or "decoder" (the type
+        embedding is None without `Config.type_vocab_size`)."""
+        if stack == "decoder" and self.cfg.separate_decoder_embeddings:
+            return self.decoder_embed_tokens, self.decoder_token_types
+        return self.embed_tokens, self.token_types
+
+    def embeddings(self) -> list[nn.Embedding]:
+        """Every token and token-type embedding of the model (the decoder's own ones included)."""
+        found = [self.embed_tokens, self.token_types]
+        if self.cfg.separate_decoder_embeddings:
+            found += [self.decoder_embed_tokens, self.decoder_token_types]
+        return [m for m in found if m is not None]
+
+    def tie_head(self) -> None:
+        """With `Config.tie_embeddings`, share the LM head's projection weight with the decoder's token
+        embeddings (the only token embeddings of an encoder or a decoder model)."""
+        words = self.token_embeddings("decoder")[0]
+        if self.cfg.tie_embeddings and self.head is not None and hasattr(self.head, "proj") \
+                and self.head.proj.weight.shape == words.weight.shape:
+            self.head.proj.weight = words.weight
+
     # ------------------------------------------------------------- helpers
     def _check_ids(self, ids: Tensor, name: str) -> None:
         if ids.dim() != 2:
@@ -165,16 +194,18 @@ class Transformer(nn.Module):
             raise ValueError(f"{name} has shape {tuple(pos.shape)}; expected ({batch}, {length})")
         return pos.long()
 
-    def _embed(self, ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
-        x = self.embed_tokens(ids) * self.embed_scale
-        if self.token_types is not None:
+    def _embed(self, ids: Tensor, token_type_ids: Tensor | None = None, stack: str = "encoder") -> Tensor:
+        """(B, T) ids -> (B, T, d_model): the token embeddings of `stack`, plus its token-type embeddings."""
+        words, types = self.token_embeddings(stack)
+        x = words(ids) * self.embed_scale
+        if types is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(ids)
             elif token_type_ids.shape != ids.shape or int(token_type_ids.max()) >= self.cfg.type_vocab_size:
                 raise ValueError(
                     f"token_type_ids must have shape {tuple(ids.shape)} and values in [0, {self.cfg.type_vocab_size})"
                 )
-            x = x + self.token_types(token_type_ids)
+            x = x + types(token_type_ids)
         return x
 
     # ------------------------------------------------------------- forward
@@ -205,7 +236,7 @@ class Transformer(nn.Module):
         past = 0 if cache is None else len(cache)
         keep = self._keep(attention_mask, batch, past + length, "attention_mask (cached + new positions)")
         pos = self._positions(position_ids, input_ids, past, "position_ids")
-        x = self._embed(input_ids)
+        x = self._embed(input_ids, stack="decoder")
         mask = build_mask(keep, True, length, past + length, x.dtype, x.device)
         memory_attn = None
         if memory is not None:

@@ -22,7 +22,7 @@ def component_of(model: Transformer, module: nn.Module) -> str:
         return "feed-forward"
     if module is model.head:
         return "head"
-    if module is model.embed_tokens or module is model.token_types:
+    if any(module is m for m in model.embeddings()):
         return "embeddings"
     return ""
 

@@ -7,7 +7,8 @@ import json
 import sys
 
 import pytest
-from tiny_qa import CONTEXT, GOLD, tiny_bert, train_tiny_qa
+from tiny_bert import save_tiny_bert
+from tiny_qa import CONTEXT, GOLD, train_tiny_qa
 
 import posformer as pf
 from posformer.cli import main
@@ -128,7 +129,7 @@ def test_models_that_cannot_answer_are_refused(tmp_path, capsys):
     causal = tmp_path / "causal"
     save_pretrained(pf.Transformer(tiny("decoder")), causal)
     (tmp_path / "empty").mkdir()
-    tiny_bert(tmp_path / "bert")  # a BERT base: no QA head
+    save_tiny_bert(tmp_path / "bert")  # a BERT base: no QA head
     expected = {
         "causal": "is not a question-answering model (arch decoder, head 'causal_lm')",
         "empty": "config.json does not exist",

@@ -6,14 +6,14 @@ import json
 
 import pytest
 from squad_oracle import hf_evaluate
-from tiny_qa import tiny_bert
+from tiny_bert import save_tiny_bert
 
 from posformer.cli import main
 from posformer.data.squad import load_squad_json, split_by_article, squad_sample
 from posformer.tasks.qa_evaluation import NULL_ODDS_CLIP
 from posformer.tasks.qa_job import EVAL_FRACTION, SPLIT_SEED
 
-TINY_T5 = ["--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "64", "--vocab-size", "400"]
+TINY_T5 = ["--from-scratch", "--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "64", "--vocab-size", "400"]
 WINDOWS = ["--max-seq-length", "96", "--doc-stride", "32"]
 SAMPLES = ["--max-train-samples", "24", "--max-eval-samples", "12"]
 SEED_FLAGS = ["--model", "--model-name-or-path", "--dataset-name", "--train-file", "--eval-file", "--context-column",
@@ -76,8 +76,7 @@ def test_seq2seq_train_then_eval(tmp_path, capsys):
 
 
 def test_span_train_then_eval_and_head_mismatch(tmp_path, capsys):
-    bert = tmp_path / "bert"
-    tiny_bert(bert)
+    bert = save_tiny_bert(tmp_path / "bert")
     run = tmp_path / "span"
     args = ["qa", "train", "--head", "span", "--model", str(bert), "--output-dir", str(run), "--max-steps", "3",
             "--learning-rate", "1e-3", "--no-progress", *WINDOWS, *SAMPLES]
@@ -87,8 +86,62 @@ def test_span_train_then_eval_and_head_mismatch(tmp_path, capsys):
     _check_outputs(run, _printed_report(capsys.readouterr().out), 12)
     assert json.loads((run / "eval_results.json").read_text())["head"] == "span"
 
-    assert main(["qa", "train", "--model", str(bert), "--output-dir", str(tmp_path / "x"), *WINDOWS]) == 2
-    assert "--head seq2seq needs a T5-style" in capsys.readouterr().err
+    assert main(["qa", "eval", "--model", str(run), "--head", "seq2seq", "--max-eval-samples", "2"]) == 2
+    assert "--head seq2seq needs an encoder-decoder checkpoint (T5, BERT2BERT)" in capsys.readouterr().err
+
+
+def test_bert2bert_train_eval_and_convert(tmp_path, capsys):
+    """--head seq2seq from a BERT dir warm-starts BERT2BERT; the run's checkpoint reloads in `qa eval`, and
+    `convert --to-hf` writes an EncoderDecoderModel that transformers loads (same logits) and `qa eval` reads."""
+    import torch
+    from transformers import EncoderDecoderModel
+
+    from posformer.posformer_checkpoint import load_pretrained
+
+    bert = save_tiny_bert(tmp_path / "bert")
+    run = tmp_path / "b2b"
+    assert main(["qa", "train", "--head", "seq2seq", "--model", str(bert), "--output-dir", str(run), "--max-steps",
+                 "3", "--learning-rate", "1e-3", "--no-progress", *WINDOWS, *SAMPLES]) == 0
+    printed = capsys.readouterr().out
+    assert "(BERT2BERT)" in printed
+    _check_outputs(run, _printed_report(printed), 12)
+    checkpoint = run / "checkpoints" / "step-00000003"
+    assert (checkpoint / "vocab.txt").is_file() and (checkpoint / "tokenizer.json").is_file()
+    model = load_pretrained(checkpoint).eval()
+    assert model.cfg.hf_model_type == "encoder-decoder" and model.cfg.separate_decoder_embeddings
+    assert (model.cfg.decoder_start_token_id, model.cfg.eos_token_id, model.cfg.pad_token_id) == (101, 102, 0)
+    out = tmp_path / "eval"
+    assert main(["qa", "eval", "--model", str(run), "--max-eval-samples", "12", "--output-dir", str(out)]) == 0
+    _check_outputs(out, _printed_report(capsys.readouterr().out), 12)
+    predictions = json.loads((run / "predictions.json").read_text())
+    assert json.loads((out / "predictions.json").read_text()) == predictions
+
+    hf_dir = tmp_path / "hf"
+    assert main(["convert", "--to-hf", str(checkpoint), "--out", str(hf_dir)]) == 0
+    assert "tokenizer files" in capsys.readouterr().out and (hf_dir / "vocab.txt").is_file()
+    hf = EncoderDecoderModel.from_pretrained(hf_dir).eval()
+    ids = torch.tensor([[101, 2054, 2003, 1996, 3007, 1029, 102]])
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, decoder_input_ids=ids[:, :4]).logits,
+                                   hf(input_ids=ids, decoder_input_ids=ids[:, :4]).logits, rtol=0, atol=1e-4)
+    hf_eval = tmp_path / "hf-eval"
+    assert main(["qa", "eval", "--model", str(hf_dir), "--max-eval-samples", "12", "--max-seq-length", "96",
+                 "--doc-stride", "32", "--output-dir", str(hf_eval)]) == 0
+    _check_outputs(hf_eval, _printed_report(capsys.readouterr().out), 12)
+    assert json.loads((hf_eval / "predictions.json").read_text()) == predictions
+
+
+def test_seq2seq_without_model_warm_starts_the_default_checkpoint(tmp_path, monkeypatch, capsys):
+    """No --model and no --from-scratch: BERT2BERT from `default_pretrained_model()` (here a tiny BERT)."""
+    from posformer.tasks import qa_job
+
+    bert = save_tiny_bert(tmp_path / "bert")
+    monkeypatch.setattr(qa_job, "default_pretrained_model", lambda: bert)
+    run = tmp_path / "run"
+    assert main(["qa", "train", "--output-dir", str(run), "--max-steps", "1", "--no-progress", *WINDOWS,
+                 "--max-train-samples", "4", "--max-eval-samples", "2"]) == 0
+    assert f"seq2seq QA: {bert} (BERT2BERT)" in capsys.readouterr().out
+    assert json.loads((run / "eval_results.json").read_text())["model"] == str(bert)
 
 
 @pytest.mark.parametrize("command", ["train", "eval"])
@@ -101,7 +154,9 @@ def test_help_lists_the_seed_flags(command, capsys):
     missing = [flag for flag in wanted if flag not in text]
     assert not missing
     if command == "train":
-        assert "CPU-friendly defaults" in text and "batch 12" in text
+        words = " ".join(text.split())
+        assert "CPU-friendly defaults for the from-scratch seq2seq model" in words
+        assert "batch 12" in words and "--from-scratch" in text
 
 
 def test_bad_inputs_fail_clearly(tmp_path, capsys):
@@ -125,3 +180,8 @@ def test_bad_inputs_fail_clearly(tmp_path, capsys):
     assert "--learning-rate=-1.0 is invalid: expected a number > 0" in capsys.readouterr().err
     assert main(["qa", "train", *out, "--d-model", "30", "--heads", "4"]) == 2
     assert "--d-model=30 is invalid: expected a multiple of --heads (4)" in capsys.readouterr().err
+    assert main(["qa", "train", *out, "--model", str(tmp_path)]) == 2
+    assert "--from-scratch=True is invalid: expected only with --head seq2seq and without --model" in \
+        capsys.readouterr().err
+    assert main(["qa", "train", *out, "--head", "span"]) == 2
+    assert "--from-scratch=True is invalid" in capsys.readouterr().err

@@ -9,7 +9,7 @@ import types
 from posformer.cli import main
 from posformer.data.squad import load_squad_json, squad_sample
 
-TINY_T5 = ["--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "64", "--vocab-size", "400"]
+TINY_T5 = ["--from-scratch", "--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "64", "--vocab-size", "400"]
 WINDOWS = ["--max-seq-length", "96", "--doc-stride", "32"]
 SAMPLES = ["--max-train-samples", "24", "--max-eval-samples", "6"]
 

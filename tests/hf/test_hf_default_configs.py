@@ -38,6 +38,8 @@ class Case:
     sizes: dict
     seq2seq: bool = False
     right_padded_only: bool = False  # RoBERTa counts positions over non-pad ids (hf/roberta.py)
+    # EncoderDecoderModel: the ids that count are generate's (the top-level ones, else the decoder's)
+    generation_ids: bool = False
     extra: dict = field(default_factory=dict)
 
 
@@ -61,6 +63,12 @@ CASES = {
     "qwen2": Case("Qwen2Config", "Qwen2ForCausalLM", LLAMA_SIZES),
     "roberta": Case("RobertaConfig", "RobertaForMaskedLM", BERT_SIZES, right_padded_only=True),
     "t5": Case("T5Config", "T5ForConditionalGeneration", T5_SIZES, seq2seq=True),
+    # EncoderDecoderConfig has no sizes of its own: two default BertConfigs, the decoder's as
+    # from_encoder_decoder_pretrained sets it (is_decoder, add_cross_attention); no top-level ids.
+    "encoder-decoder": Case("EncoderDecoderConfig", "EncoderDecoderModel",
+                            dict(encoder=dict(model_type="bert", **BERT_SIZES),
+                                 decoder=dict(model_type="bert", is_decoder=True, add_cross_attention=True,
+                                              **BERT_SIZES)), seq2seq=True, generation_ids=True),
 }
 
 
@@ -103,5 +111,8 @@ def test_against_hf_default_config(tmp_path, family):
     batch, extra = _inputs(case)
     model = check_family(hf, getattr(transformers, case.model_class), tmp_path, batch, **extra)
     written = getattr(transformers, case.config_class).from_pretrained(tmp_path / "roundtrip")
+    expected = hf.config
+    if case.generation_ids:
+        expected, written = hf.generation_config, transformers.GenerationConfig.from_model_config(written)
     for name in TOKEN_IDS:
-        assert getattr(model.cfg, name) == getattr(hf.config, name) == getattr(written, name), name
+        assert getattr(model.cfg, name) == getattr(expected, name) == getattr(written, name), name

@@ -131,19 +131,26 @@ def test_short_context_is_one_window_and_overlong_question_is_refused(tokenizer)
         seq2seq_windows(Ex("q", "why " * 200, "text"), tokenizer, MAX_LEN, STRIDE)
 
 
-def test_training_features_labels_pad_to_minus_100(unigram, long_examples):
-    windows = seq2seq_eval_windows(long_examples, unigram, MAX_LEN, STRIDE)
+@pytest.mark.parametrize("name", ["unigram", "minilm"])
+def test_training_features_labels_are_the_answer_then_the_end_token(request, name, long_examples):
+    """Labels = the tokenizer's own encoding of the target without a start token: T5-style "... </s>" as
+    `tokenizer(text)` frames it; BERT "[CLS] ... [SEP]" without its [CLS] (the end token is [SEP]);
+    "" is the end token alone; -100 after it."""
+    tokenizer = request.getfixturevalue(name)
+    end = tokenizer.eos_token_id if name == "unigram" else tokenizer.sep_token_id
+    windows = seq2seq_eval_windows(long_examples, tokenizer, MAX_LEN, STRIDE)
     assert {w.example_id for w in windows} == {e.id for e in long_examples}
-    batch = seq2seq_training_features(long_examples, unigram, MAX_LEN, STRIDE, max_target_length=32)
-    assert batch["input_ids"].shape == (len(windows), MAX_LEN) and batch["labels"].shape == (len(windows), 32)
+    batch = seq2seq_training_features(long_examples, tokenizer, MAX_LEN, STRIDE, max_target_length=5,
+                                      end_token_id=end)
+    assert batch["input_ids"].shape == (len(windows), MAX_LEN) and batch["labels"].shape == (len(windows), 5)
     assert torch.equal(batch["attention_mask"].sum(1), torch.tensor([len(w.input_ids) for w in windows]))
-    assert (batch["input_ids"][batch["attention_mask"] == 0] == unigram.pad_token_id).all()
-    assert not (batch["labels"] == unigram.pad_token_id).any()
+    assert (batch["input_ids"][batch["attention_mask"] == 0] == tokenizer.pad_token_id).all()
+    assert any(w.target for w in windows) and any(not w.target for w in windows)
     for row, w in zip(batch["labels"].tolist(), windows):
-        kept = [t for t in row if t != -100]
-        assert kept[-1] == unigram.eos_token_id  # "" is trained as a lone </s>
-        assert unigram.decode(kept, skip_special_tokens=True).strip() == w.target.strip()
-    assert (batch["labels"] == -100).any() and any(w.target for w in windows)
+        framed = tokenizer(w.target, max_length=5 + (name == "minilm"), truncation=True)["input_ids"]
+        expected = framed if name == "unigram" else framed[1:]
+        assert row == expected + [-100] * (5 - len(expected))
+        assert expected[-1] == end and (w.target or expected == [end])
 
 
 def test_select_seq2seq_answer_threshold_and_null_odds():

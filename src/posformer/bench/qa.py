@@ -57,9 +57,9 @@ CLIP = 1.0
 
 
 def default_checkpoint() -> Path:
-    from posformer.tasks.qa_job import default_span_model
+    from posformer.tasks.qa_job import default_pretrained_model
 
-    return default_span_model()
+    return default_pretrained_model()
 
 
 class Run:

@@ -118,8 +118,9 @@ def _add_predict_flags(parser: argparse.ArgumentParser, defaults_note: str, from
 
 def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     _flag(train, "--model", "--model-name-or-path", dest="model",
-          help="starting checkpoint: a T5 dir for --head seq2seq (default: a small model from scratch), a "
-               "BERT-family dir for --head span (default: the bundled all-MiniLM-L6-v2)")
+          help="starting checkpoint (default: the bundled all-MiniLM-L6-v2). --head seq2seq: an encoder-decoder "
+               "dir (T5, BERT2BERT, a qa train run) or a BERT dir, from which a BERT2BERT encoder-decoder is "
+               "warm-started; --head span: a BERT-family dir")
     _flag(train, "--head", choices=("seq2seq", "span"), default="seq2seq", help="default: seq2seq")
     _add_data_flags(train, training=True)
     _flag(train, "--per-device-train-batch-size", dest="per_device_train_batch_size", type=int,
@@ -133,7 +134,7 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
           help="batch windows of similar length together (each batch is padded only to its longest window; "
                f"runs of {GROUP_BATCHES} batches are sorted by length) (default: on)")
     _flag(train, "--weight-decay", dest="weight_decay", type=float, default=0.0)
-    _add_predict_flags(train, "default: 384 pretrained, 256 from scratch / 128 and 64")
+    _add_predict_flags(train, "default: 384 pretrained, 256 --from-scratch / 128 and 64")
     _flag(train, "--output-dir", dest="output_dir", default="runs/qa", help="default: runs/qa")
     _flag(train, "--eval-steps", dest="eval_steps", type=int, help="also evaluate every N steps")
     _flag(train, "--save-steps", dest="save_steps", type=int, default=500, help="checkpoint every N steps (500)")
@@ -142,7 +143,10 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     _flag(train, "--device", choices=("auto", "cpu", "cuda"), default="auto")
     _flag(train, "--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
     _flag(train, "--no-progress", dest="progress", action="store_false", help="no progress bar")
-    scratch = train.add_argument_group("from-scratch seq2seq model (no --model)")
+    scratch = train.add_argument_group("from-scratch seq2seq model (--from-scratch)")
+    _flag(scratch, "--from-scratch", dest="from_scratch", action="store_true",
+          help="--head seq2seq without --model: train a small t5-preset model and a tokenizer of the training "
+               "texts instead of warm-starting from all-MiniLM-L6-v2 (default: off)")
     _flag(scratch, "--tokenizer", choices=("unigram", "bpe"), default="unigram", help="default: unigram")
     _flag(scratch, "--vocab-size", dest="vocab_size", type=int, default=4000, help="default: 4000")
     _flag(scratch, "--d-model", dest="d_model", type=int, default=128, help="default: 128")
@@ -194,19 +198,22 @@ SCORE = Command(
     add_arguments=_add_score_arguments, run=cmd_score,
 )
 TRAIN = Command(
-    "train", help="train a SQuAD v2 model (seq2seq T5 or extractive span head)",
+    "train", help="train a SQuAD v2 model (seq2seq: T5 or BERT2BERT; or an extractive span head)",
     description="Train SQuAD v2 question answering with the flags of Hugging Face's run_seq2seq_qa.py "
                 "(dashed or underscored). --head seq2seq (default) generates the answer (\"\" for none) "
-                "from each doc_stride window; --head span predicts start/end tokens. Evaluation runs at the "
+                "from each doc_stride window, from an encoder-decoder checkpoint or a BERT2BERT model "
+                "warm-started from a BERT checkpoint (Rothe et al. 2020; by default all-MiniLM-L6-v2); "
+                "--head span predicts start/end tokens. Evaluation runs at the "
                 "end (and every --eval-steps); checkpoints, metrics.jsonl, loss.png, run_config.yaml, "
                 "predictions.json, answers.json, null_odds.json and eval_results.json go to --output-dir.",
-    epilog=f"Defaults with a pretrained model (--model, or --head span): batch {P['per_device_train_batch_size']}, "
-           f"lr {P['learning_rate']}, {P['num_train_epochs']:g} epochs, max_seq_length {P['max_seq_length']}, "
-           f"doc_stride {P['doc_stride']}, no warm-up (the seed job's). CPU-friendly defaults for the "
-           f"from-scratch seq2seq model (no --model): batch {S['per_device_train_batch_size']}, "
-           f"lr {S['learning_rate']}, {S['num_train_epochs']:g} epochs, max_seq_length {S['max_seq_length']}, "
-           f"doc_stride {S['doc_stride']}, warm-up ratio {S['warmup_ratio']}, a t5-preset model of "
-           "--d-model/--layers/--heads/--d-ff and a tokenizer trained on the training texts.",
+    epilog=f"Defaults with a pretrained model (--model, or none: all-MiniLM-L6-v2): batch "
+           f"{P['per_device_train_batch_size']}, lr {P['learning_rate']}, {P['num_train_epochs']:g} epochs, "
+           f"max_seq_length {P['max_seq_length']}, doc_stride {P['doc_stride']}, no warm-up (the seed job's). "
+           f"CPU-friendly defaults for the from-scratch seq2seq model (--from-scratch): batch "
+           f"{S['per_device_train_batch_size']}, lr {S['learning_rate']}, {S['num_train_epochs']:g} epochs, "
+           f"max_seq_length {S['max_seq_length']}, doc_stride {S['doc_stride']}, warm-up ratio "
+           f"{S['warmup_ratio']}, a t5-preset model of --d-model/--layers/--heads/--d-ff and a tokenizer "
+           "trained on the training texts.",
     add_arguments=_add_train_arguments, run=cmd_train,
 )
 EVAL = Command(

@@ -42,8 +42,8 @@ def replace_head(model: Transformer, head: str) -> list[str]:
 
     The old head's tensors are dropped; the body (embeddings, layers) is untouched. New
     linear and embedding weights are drawn from N(0, cfg.init_std), biases are 0, as
-    `Transformer` initialises them; an LM head is tied to the token embeddings when the
-    config ties them. Returns the posformer names of the newly initialised tensors.
+    `Transformer` initialises them; an LM head is tied to the (decoder's) token embeddings
+    when the config ties them. Returns the posformer names of the newly initialised tensors.
     """
     cfg = dataclasses.replace(model.cfg, head=head)
     reference = next(model.parameters())
@@ -53,9 +53,9 @@ def replace_head(model: Transformer, head: str) -> list[str]:
     if new_head is None:
         return []
     new_head.to(reference.device).apply(model._init_weights)
-    if cfg.tie_embeddings and hasattr(new_head, "proj") and new_head.proj.weight.shape == model.embed_tokens.weight.shape:
-        new_head.proj.weight = model.embed_tokens.weight
-    return sorted(f"head.{k}" for k, v in new_head.named_parameters() if v is not model.embed_tokens.weight)
+    model.tie_head()
+    words = model.token_embeddings("decoder")[0].weight
+    return sorted(f"head.{k}" for k, v in new_head.named_parameters() if v is not words)
 
 
 def from_hf(path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None,

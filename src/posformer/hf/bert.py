@@ -14,7 +14,8 @@ Heads (from the config's `architectures`; none given: BertModel):
   BertForPreTraining               BertForPreTraining are dropped; `to_hf` writes BertForMaskedLM).
   BertForQuestionAnswering      -> "span_qa" (`qa_outputs`).
   BertForSequenceClassification -> "classification" (`bert.pooler.dense` + `classifier`).
-Other classes (BertLMHeadModel, is_decoder, cross-attention) are refused by name.
+Other classes (BertLMHeadModel, is_decoder, cross-attention) are refused by name; a BERT decoder
+is read as the decoder of an EncoderDecoderModel (encoder_decoder.py).
 
 Old checkpoints converted from TensorFlow (bert-base-uncased among them) name the
 LayerNorm parameters `gamma` / `beta`; they are read as `weight` / `bias`, as
@@ -24,7 +25,8 @@ without it, and the task's head tensors are dropped.
 With relative positions Hugging Face still keeps an (unused) absolute table,
 `embeddings.position_embeddings.weight`: it is read and dropped on load, and
 written as zeros by `to_hf` so that transformers loads every tensor it expects.
-The encoder rules here are shared with RoBERTa (roberta.py).
+The encoder rules here are shared with RoBERTa (roberta.py); `stack_rules` also maps the two
+stacks of a BERT2BERT encoder-decoder (encoder_decoder.py).
 """
 
 from __future__ import annotations
@@ -141,24 +143,29 @@ def _with_unused_table(rule: Rule, key: str, shape: tuple[int, int]) -> Rule:
                 lambda t: rule.to_theirs(t) + [t.new_zeros(shape)])
 
 
-def encoder_rules(cfg: Config, base: str) -> list[Rule]:
-    """Embeddings and layers of a BERT-layout encoder whose HF keys start with `base` ("", "bert.", "roberta.")."""
+def stack_rules(cfg: Config, base: str, stack: str = "encoder", n_layers: int | None = None,
+                embeddings: tuple[str, str] = ("embed_tokens", "token_types")) -> list[Rule]:
+    """Embeddings and layers of one BERT-layout stack whose HF keys start with `base` ("", "bert.",
+    "decoder.bert."): posformer's `stack` ("encoder" or "decoder"), its `n_layers` blocks (default
+    `cfg.n_layers`) and the token / token-type embeddings named `embeddings`. Self-attention, FFN and
+    norms only: a decoder's cross-attention is the caller's (encoder_decoder.py)."""
     emb = f"{base}embeddings"
-    words = same("embed_tokens.weight", f"{emb}.word_embeddings.weight")
+    words_name, types_name = embeddings
+    words = same(f"{words_name}.weight", f"{emb}.word_embeddings.weight")
     table = f"{emb}.position_embeddings.weight"
     out: list[Rule] = []
     if cfg.position == "learned":
-        out += [words, same("encoder.position.table.weight", table)]
+        out += [words, same(f"{stack}.position.table.weight", table)]
     else:
         out.append(_with_unused_table(words, table, (cfg.max_positions, cfg.d_model)))
-    out.append(same("token_types.weight", f"{emb}.token_type_embeddings.weight"))
-    out += norm("encoder.embed_norm", f"{emb}.LayerNorm")
+    out.append(same(f"{types_name}.weight", f"{emb}.token_type_embeddings.weight"))
+    out += norm(f"{stack}.embed_norm", f"{emb}.LayerNorm")
     d = cfg.d_model
-    for i in range(cfg.n_layers):
-        ours, theirs = f"encoder.layers.{i}", f"{base}encoder.layer.{i}"
+    for i in range(cfg.n_layers if n_layers is None else n_layers):
+        ours, theirs = f"{stack}.layers.{i}", f"{base}encoder.layer.{i}"
         attn = f"{theirs}.attention"
         if cfg.position != "learned":
-            out.append(same(f"encoder.position.distance.{i}.weight", f"{attn}.self.distance_embedding.weight"))
+            out.append(same(f"{stack}.position.distance.{i}.weight", f"{attn}.self.distance_embedding.weight"))
         out += fused_linear(f"{ours}.attn.qkv", (f"{attn}.self.query", f"{attn}.self.key", f"{attn}.self.value"),
                             (d, d, d), bias=True)
         out += linear(f"{ours}.attn.out", f"{attn}.output.dense")
@@ -189,7 +196,7 @@ BERT_HEADS = HeadKeys("cls.predictions.transform.dense", "cls.predictions.transf
 def encoder_with_head_rules(cfg: Config, base: str, keys: HeadKeys) -> list[Rule]:
     """The encoder's rules under `base` (none for a bare model) and those of `cfg`'s head at `keys`."""
     kind = cfg.head_kind
-    out = encoder_rules(cfg, "" if kind == "none" else base)
+    out = stack_rules(cfg, "" if kind == "none" else base)
     if kind == "masked_lm":
         out += linear("head.dense", keys.lm_dense)
         out += norm("head.norm", keys.lm_norm)

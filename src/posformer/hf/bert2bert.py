@@ -1,0 +1,78 @@
+"""Warm-start a BERT2BERT encoder-decoder from one BERT checkpoint (Rothe, Narayan & Severyn 2020).
+
+`bert2bert_from_pretrained(dir)` builds what Hugging Face's
+`EncoderDecoderModel.from_encoder_decoder_pretrained(dir, dir)` builds, as a posformer model
+(encoder_decoder.py's layout, so `to_hf` writes an `EncoderDecoderModel`):
+
+- the encoder is the checkpoint's BERT (its pooler and any task head dropped);
+- the decoder is a second copy of it, made causal, with its own token and token-type
+  embeddings (`Config.separate_decoder_embeddings`; not shared with the encoder);
+- the decoder's new cross-attention layers and, unless the checkpoint has BERT's masked-LM head
+  (BertForMaskedLM, BertForPreTraining: then it is copied), its LM head are freshly initialised
+  as BERT initialises them: linear weights N(0, initializer_range), biases 0, LayerNorm 1 and 0,
+  the LM bias 0; the LM head's weight is tied to the decoder's word embeddings (the checkpoint's
+  tie_word_embeddings; an untied masked-LM decoder weight is copied).
+
+Fresh weights are drawn from torch's global generator: seed it (`torch.manual_seed`) first for a
+reproducible model.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from posformer.config import Config
+from posformer.hf.api import from_hf
+from posformer.hf.encoder_decoder import MODEL_TYPE
+from posformer.hf.family import UnsupportedCheckpoint
+from posformer.model import Transformer
+
+# posformer names of the BERT body -> the BERT2BERT tensors they start (the stack prefix is swapped)
+EMBEDDINGS = {"embed_tokens.weight": ("embed_tokens.weight", "decoder_embed_tokens.weight"),
+              "token_types.weight": ("token_types.weight", "decoder_token_types.weight")}
+MASKED_LM_HEAD = ("head.dense.weight", "head.dense.bias", "head.norm.weight", "head.norm.bias", "head.proj.bias")
+
+
+def bert2bert_config(bert: Config, decoder_start_token_id: int | None = None, eos_token_id: int | None = None,
+                     pad_token_id: int | None = None) -> Config:
+    """The BERT2BERT `Config` of a BERT `Config` (arch "encoder"): two stacks of its size, the decoder with its
+    own embeddings and BERT's LM head. Special ids left None keep BERT's (decoder start: none)."""
+    if bert.arch != "encoder" or bert.hf_model_type != "bert":
+        raise UnsupportedCheckpoint(f"a BERT2BERT model is warm-started from a BERT checkpoint (model_type 'bert'); "
+                                    f"this one is a {bert.arch} of model_type {bert.hf_model_type!r}")
+    ids = {"eos_token_id": eos_token_id, "pad_token_id": pad_token_id}
+    return bert.replace(arch="encoder_decoder", n_decoder_layers=bert.n_layers, head="seq2seq_lm",
+                        separate_decoder_embeddings=True, head_transform=True, head_bias=True,
+                        decoder_start_token_id=decoder_start_token_id, hf_model_type=MODEL_TYPE,
+                        **{k: v for k, v in ids.items() if v is not None})
+
+
+def bert2bert_from_pretrained(path_or_hub_id: str | os.PathLike, decoder_start_token_id: int | None = None,
+                              eos_token_id: int | None = None, pad_token_id: int | None = None) -> Transformer:
+    """A BERT2BERT `Transformer` warm-started from the BERT checkpoint at `path_or_hub_id` (see the module doc).
+
+    decoder_start_token_id, eos_token_id, pad_token_id: the special ids of the new model (None: BERT's
+    config's, and no decoder start, as transformers leaves them); a BERT tokenizer's are [CLS], [SEP]
+    and [PAD]. Returns the model in eval mode, as transformers does. Raises `UnsupportedCheckpoint` for a
+    checkpoint that is not a BERT.
+    """
+    bert = from_hf(path_or_hub_id)
+    model = Transformer(bert2bert_config(bert.cfg, decoder_start_token_id, eos_token_id, pad_token_id))
+    source, target = bert.state_dict(), model.state_dict()
+    copies: dict[str, str] = {}
+    for name in source:
+        if name.startswith("encoder."):
+            copies[name] = name
+            copies["decoder." + name.removeprefix("encoder.")] = name
+        elif name in EMBEDDINGS:
+            copies.update({ours: name for ours in EMBEDDINGS[name]})
+    if bert.cfg.head_kind == "masked_lm":
+        copies.update({name: name for name in MASKED_LM_HEAD})
+        if not bert.cfg.tie_embeddings:
+            copies["head.proj.weight"] = "head.proj.weight"
+    with torch.no_grad():
+        for ours, theirs in copies.items():
+            target[ours].copy_(source[theirs])
+    return model.eval()
