@@ -9,17 +9,21 @@ from pathlib import Path
 from typing import Any
 
 
-def write_json_atomic(path: str | Path, obj: Any) -> Path:
-    """Write `obj` as indented UTF-8 JSON to `path` (folders created), replacing it in one rename."""
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write `text` (UTF-8) to `path` (folders created), replacing it in one rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, ensure_ascii=False, indent=2)
-            f.write("\n")
+            f.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> Path:
+    """Write `obj` as indented UTF-8 JSON to `path` (folders created), replacing it in one rename."""
+    return write_text_atomic(path, json.dumps(obj, ensure_ascii=False, indent=2) + "\n")

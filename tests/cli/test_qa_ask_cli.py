@@ -57,7 +57,7 @@ def test_ask_reads_json_lines_from_stdin_and_prints_json(run, capsys, monkeypatc
     assert [p["question"] for p in printed] == list(GOLD)
     assert [p["answer"] for p in printed] == list(GOLD.values())
     assert [p["has_answer"] for p in printed] == [bool(gold) for gold in GOLD.values()]
-    assert all((p["score"] > 0) == p["has_answer"] for p in printed), printed
+    assert all((p["score"] >= p["needed"]) == p["has_answer"] for p in printed), printed
     assert all(p["best_answer"] == p["answer"] for p in printed if p["has_answer"])
     context_file = tmp_path / "context.txt"
     context_file.write_text(CONTEXT, encoding="utf-8")

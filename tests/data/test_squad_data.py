@@ -12,7 +12,10 @@ from shared_data import squad_dev_file
 from posformer.data.squad import (UNLOCATED, QADataError, QAExample, load_hf_dataset, load_qa_file,
                                   load_squad_json, split_by_article, squad_sample)
 
-SAMPLE_TITLES = ["Normans", "Sky_(United_Kingdom)", "Victoria_(Australia)", "Black_Death", "Jacksonville,_Florida"]
+SAMPLE_TITLES = ["Normans", "Southern_California", "Sky_(United_Kingdom)", "Victoria_(Australia)", "1973_oil_crisis",
+                 "Amazon_rainforest", "Fresno,_California", "Black_Death", "Geology", "Pharmacy", "Construction",
+                 "Private_school", "Harvard_University", "Jacksonville,_Florida",
+                 "Intergovernmental_Panel_on_Climate_Change"]
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +49,9 @@ def test_real_dev_counts(dev):
 
 def test_sample_ships_whole_articles():
     path = squad_sample()
-    assert path.is_file() and 150_000 < path.stat().st_size < 330_000
+    assert path.is_file() and path.stat().st_size < 1_200_000
     data = load_qa_file(path)
-    assert len(data) == 1076 and sum(not ex.is_impossible for ex in data) == 532
+    assert len(data) == 3776 and sum(not ex.is_impossible for ex in data) == 1808
     assert [t for i, t in enumerate(ex.title for ex in data) if i == 0 or t != data[i - 1].title] == SAMPLE_TITLES
     assert "squad_v2_sample.json" in (path.parent / "SOURCE.md").read_text()
 

@@ -76,15 +76,16 @@ def test_answers_follow_the_predictor_in_question_order(monkeypatch):
 
     monkeypatch.setattr(qa_ask, "qa_predictor", predictor)
     questions = questions_from_flags("Ada wrote it in 1843.", None, list(by_question))
-    answers = qa_ask.answer(None, None, "span", questions, QAJobOptions())
+    answers = qa_ask.answer(None, None, "span", questions, QAJobOptions(null_score_diff_threshold=0.5))
     assert calls == [("span", [(f"--question {n}", "Ada wrote it in 1843.", q)
                                for n, q in enumerate(by_question, start=1)])]
-    assert answers == [Answer("Who?", "Ada", "Ada", 2.5), Answer("When?", "", "1843", -1.25),
-                       Answer("Where?", "", "", -math.inf)]
+    assert answers == [Answer("Who?", "Ada", "Ada", 2.5, -0.5), Answer("When?", "", "1843", -1.25, -0.5),
+                       Answer("Where?", "", "", -math.inf, -0.5)]  # span: "" when null odds > 0.5
     assert [a.to_json() for a in answers] == [
-        {"question": "Who?", "answer": "Ada", "has_answer": True, "score": 2.5, "best_answer": "Ada"},
-        {"question": "When?", "answer": "", "has_answer": False, "score": -1.25, "best_answer": "1843"},
-        {"question": "Where?", "answer": "", "has_answer": False, "score": None, "best_answer": ""}]
-    assert [a.describe() for a in answers] == ["Who? -> Ada  (score +2.50)",
-                                               'When? -> no answer  (score -1.25; best candidate: "1843")',
+        {"question": "Who?", "answer": "Ada", "has_answer": True, "score": 2.5, "needed": -0.5, "best_answer": "Ada"},
+        {"question": "When?", "answer": "", "has_answer": False, "score": -1.25, "needed": -0.5, "best_answer": "1843"},
+        {"question": "Where?", "answer": "", "has_answer": False, "score": None, "needed": -0.5, "best_answer": ""}]
+    assert [a.describe() for a in answers] == ["Who? -> Ada  (score +2.50, needs -0.50)",
+                                               'When? -> no answer  (score -1.25, needs -0.50; '
+                                               'best candidate: "1843")',
                                                "Where? -> no answer  (no candidate answer)"]

@@ -18,7 +18,7 @@ from posformer.tasks.feature_batches import FeatureBatches
 from posformer.tasks.qa_evaluation import QAEvaluator
 from posformer.tasks.qa_windows import question_prefix, seq2seq_eval_windows, target_labels
 from posformer.tasks.seq2seq_qa import (Seq2SeqPredictor, bert2bert_token_ids, build_scratch_t5, end_token_id,
-                                        match_in_context, qa_training_texts, train_qa_tokenizer, training_batches)
+                                        match_in_context, qa_training_texts, seq2seq_train_tensors, train_qa_tokenizer)
 from posformer.train.settings import TrainerSettings
 from posformer.train.trainer import Trainer
 
@@ -76,8 +76,8 @@ def test_overfit_32_examples_reaches_90_exact(tmp_path, build):
     examples = _overfit_examples()
     assert sum(e.is_impossible for e in examples) >= 8
     model, tokenizer, schedule, (max_seq, stride) = build(tmp_path, examples)
-    batches = training_batches(examples, tokenizer, max_seq, stride, ANSWER_TOKENS, seed=0,
-                               end_token=model.cfg.eos_token_id)
+    batches = FeatureBatches(seq2seq_train_tensors(examples, tokenizer, max_seq, stride, ANSWER_TOKENS,
+                                                   end_token=model.cfg.eos_token_id), seed=0)
     assert len(batches) > len(examples)  # several windows per example
     options = dict(max_seq_length=max_seq, doc_stride=stride, max_answer_tokens=ANSWER_TOKENS)
     evaluate = QAEvaluator(Seq2SeqPredictor(tokenizer, examples, null_score_diff_threshold=-1.0, **options))

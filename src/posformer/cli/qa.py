@@ -133,7 +133,15 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     _flag(train, "--group-by-length", dest="group_by_length", action=argparse.BooleanOptionalAction, default=True,
           help="batch windows of similar length together (each batch is padded only to its longest window; "
                f"runs of {GROUP_BATCHES} batches are sorted by length) (default: on)")
-    _flag(train, "--weight-decay", dest="weight_decay", type=float, default=0.0)
+    _flag(train, "--weight-decay", dest="weight_decay", type=float, default=0.0, help="AdamW weight decay (default: 0)")
+    _flag(train, "--keep-null-windows", dest="keep_null_windows", type=float, default=1.0,
+          help="share of the training windows without an answer (unanswerable questions, windows that miss the "
+               "answer) to train on, drawn with --seed; below 1, more of each step goes to finding answers "
+               "(default: 1, all)")
+    _flag(train, "--calibration-fraction", dest="calibration_fraction", type=float, default=0.0,
+          help="share of the training articles kept out of training to calibrate --null-score-diff-threshold "
+               "after it: the threshold with the best F1 on them is used for the evaluation and stored for "
+               "`qa eval` / `qa ask` (default: 0, no calibration: the threshold as given)")
     _add_predict_flags(train, "default: 384 pretrained, 256 --from-scratch / 128 and 64")
     _flag(train, "--output-dir", dest="output_dir", default="runs/qa", help="default: runs/qa")
     _flag(train, "--eval-steps", dest="eval_steps", type=int, help="also evaluate every N steps")
@@ -173,7 +181,8 @@ def _add_ask_arguments(ask: argparse.ArgumentParser) -> None:
                "{\"context\": ..., \"question\": ...} are read from stdin, blank lines skipped (default: none)")
     _flag(ask, "--json", action="store_true",
           help="print one JSON object per question: {\"question\", \"answer\" (\"\" for none), \"has_answer\", "
-               "\"score\" (null when there is no candidate), \"best_answer\"} (default: off, one readable line)")
+               "\"score\" (null when there is no candidate), \"needed\", \"best_answer\"} (default: off, one "
+               "readable line)")
     _add_predict_flags(ask, "default: the training run's, else 384 / 128", from_run=True)
 
 
@@ -234,9 +243,10 @@ ASK = Command(
     epilog="score: how much the model prefers its best answer to \"no answer\", the negated null odds of "
            "null_odds.json. span: the best span's start + end logits minus the [CLS] (no-answer) logits, the "
            "smallest over the windows; seq2seq: log p(best answer) minus log p(\"\") of the best \"\" window. "
-           "Both are log-odds: above 0 the model prefers its answer; the answer is given when the score is "
-           ">= 0 (span) or > 0 (seq2seq) at --null-score-diff-threshold 0. When there is no answer, the best "
-           "candidate is shown with its (negative) score.",
+           "Both are log-odds: above 0 the model prefers its answer. needed: the score an answer must reach "
+           "to be given, from --null-score-diff-threshold (the training run's, calibrated when it was trained "
+           "with --calibration-fraction): its negation for span (reached at >=), the threshold itself for "
+           "seq2seq (to beat). When there is no answer, the best candidate is shown with its score.",
     add_arguments=_add_ask_arguments, run=cmd_ask,
 )
 COMMAND = Command("qa", help="SQuAD v2 question answering: train, eval, score, ask",

@@ -3,7 +3,7 @@
     questions = questions_from_flags(context="Paris is the capital of France.", context_file=None,
                                      questions=["What is the capital of France?"])
     for a in ask("runs/qa", questions):           # a `qa train` run dir, a checkpoint or a model dir
-        print(a.describe())                       # What is the capital of France? -> Paris  (score +7.31)
+        print(a.describe())                       # What is the capital of France? -> Paris  (score +7.31, needs +0.00)
 
 Long contexts go through the doc_stride windows of evaluation: the head's predictor
 (`qa_job.qa_predictor`, span or seq2seq) answers every question at once, and the prediction
@@ -52,25 +52,30 @@ class Answer:
     answer: the answer text, "" when the model answers that there is none.
     best: the best non-empty candidate whatever the no-answer score ("" when there is none).
     score: the best candidate's margin over "no answer" (see the module doc); -inf without a candidate.
+    needed: the score an answer must reach to be given (from --null-score-diff-threshold: its negation
+      for span, where a score equal to it answers; the threshold itself for seq2seq, where it must be beaten).
     """
 
     question: str
     answer: str
     best: str
     score: float
+    needed: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         """{"question", "answer" ("" for none), "has_answer", "score" (null when infinite), "best_answer"}."""
         return {"question": self.question, "answer": self.answer, "has_answer": bool(self.answer),
-                "score": self.score if math.isfinite(self.score) else None, "best_answer": self.best}
+                "score": self.score if math.isfinite(self.score) else None, "needed": self.needed,
+                "best_answer": self.best}
 
     def describe(self) -> str:
         """One human-readable line: the question, the answer or that there is none, and the score."""
         if self.answer:
-            return f"{self.question} -> {self.answer}  (score {self.score:+.2f})"
+            return f"{self.question} -> {self.answer}  (score {self.score:+.2f}, needs {self.needed:+.2f})"
         if not self.best:
             return f"{self.question} -> no answer  (no candidate answer)"
-        return f"{self.question} -> no answer  (score {self.score:+.2f}; best candidate: {json.dumps(self.best, ensure_ascii=False)})"
+        best = json.dumps(self.best, ensure_ascii=False)
+        return f"{self.question} -> no answer  (score {self.score:+.2f}, needs {self.needed:+.2f}; best candidate: {best})"
 
 
 def _text(where: str, value: str, expected: str) -> str:
@@ -158,7 +163,9 @@ def answer(model: nn.Module, tokenizer, head: str, questions: Sequence[Question]
     """Answers of a loaded QA `model` ("span" or "seq2seq" `head`) with resolved `options`, in order."""
     examples = _examples(questions)
     predictions, null_odds, answers = qa_predictor(head, tokenizer, examples, options).predict(model)
-    return [Answer(q.question, predictions[e.id], answers[e.id], -null_odds[e.id])
+    threshold = options.null_score_diff_threshold
+    needed = -threshold if head == "span" else threshold
+    return [Answer(q.question, predictions[e.id], answers[e.id], -null_odds[e.id], needed)
             for q, e in zip(questions, examples)]
 
 

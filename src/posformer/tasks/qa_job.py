@@ -40,14 +40,17 @@ from typing import Any, Callable, Sequence
 import torch
 import yaml
 
+from posformer.atomic import write_text_atomic
 from posformer.data.squad import (QAData, QAExample, load_hf_dataset, load_qa_file, split_by_article,
                                   squad_sample)
 from posformer.model import Transformer
 from posformer.tasks.extractive_qa import SpanPredictor, span_train_tensors
+from posformer.tasks.null_answers import (calibrate_null_threshold, keep_null_windows, seq2seq_null_windows,
+                                          span_null_windows)
 from posformer.tasks.qa_evaluation import QAEvaluator
 from posformer.tasks.qa_predictor import QAPredictor
 from posformer.tasks.seq2seq_qa import (Seq2SeqPredictor, bert2bert_token_ids, build_scratch_t5, end_token_id,
-                                        qa_training_texts, train_qa_tokenizer, training_batches)
+                                        qa_training_texts, seq2seq_train_tensors, train_qa_tokenizer)
 from posformer.validation import check_choice, check_int, check_number, fail
 
 HEADS = ("seq2seq", "span")
@@ -106,6 +109,8 @@ class QAJobOptions:
     heads: int = 4
     d_ff: int = 512
     group_by_length: bool = True
+    keep_null_windows: float = 1.0
+    calibration_fraction: float = 0.0
     progress: bool = True
 
     def resolved(self, defaults: dict[str, Any]) -> "QAJobOptions":
@@ -276,6 +281,8 @@ def _check_options(o: QAJobOptions) -> None:
     if o.warmup_ratio is not None:
         check_number("--warmup-ratio", o.warmup_ratio, low=0, high=1)
     check_number("--weight-decay", o.weight_decay, low=0)
+    check_number("--keep-null-windows", o.keep_null_windows, low=0, high=1, low_open=True)
+    check_number("--calibration-fraction", o.calibration_fraction, low=0, high=1, high_open=True)
     check_number("--null-score-diff-threshold", o.null_score_diff_threshold)
     check_int("--seed", o.seed, minimum=0)
     if o.from_scratch and (o.head != "seq2seq" or o.model is not None):
@@ -327,13 +334,17 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
         torch.manual_seed(o.seed)
         model, tokenizer, _, directory = load_qa_model(path, o.head)
         source = str(directory)
-    group_size = GROUP_BATCHES * o.per_device_train_batch_size if o.group_by_length else None
+    train, calibration = calibration_split(train, o.calibration_fraction)
     if o.head == "span":
-        batches = FeatureBatches(span_train_tensors(train, tokenizer, o.max_seq_length, o.doc_stride, model.cfg),
-                                 o.seed, group_size=group_size)
+        features = span_train_tensors(train, tokenizer, o.max_seq_length, o.doc_stride, model.cfg)
+        null = span_null_windows(features, tokenizer.cls_token_id)
     else:
-        batches = training_batches(train, tokenizer, o.max_seq_length, o.doc_stride, o.max_answer_length, o.seed,
-                                   end_token_id(model.cfg), group_size=group_size)
+        features = seq2seq_train_tensors(train, tokenizer, o.max_seq_length, o.doc_stride, o.max_answer_length,
+                                         end_token_id(model.cfg))
+        null = seq2seq_null_windows(features, end_token_id(model.cfg))
+    features = keep_null_windows(features, null, o.keep_null_windows, o.seed)
+    group_size = GROUP_BATCHES * o.per_device_train_batch_size if o.group_by_length else None
+    batches = FeatureBatches(features, o.seed, group_size=group_size)
     steps = o.max_steps or math.ceil(math.ceil(len(batches) / o.per_device_train_batch_size) * o.num_train_epochs)
     if steps < 1:
         raise ValueError(f"no training steps: --max-steps / --num-train-epochs give {steps}")
@@ -351,13 +362,32 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
     trainer = Trainer(model, batches, settings, o.output_dir, evaluate=evaluator, run_config=run_config,
                       extra_files=tokenizer_files(tokenizer), log=log, progress=o.progress)
     result = trainer.fit(resume=o.resume)
-    if not result.evals or result.evals[-1]["step"] != result.step:
+    if calibration:
+        o = dataclasses.replace(o, null_score_diff_threshold=calibrate_null_threshold(
+            qa_predictor(o.head, tokenizer, calibration, o), o.head, model.eval()))
+        log(f"null threshold calibrated on {len(calibration)} held-out training questions: "
+            f"--null-score-diff-threshold {o.null_score_diff_threshold:.4g}")
+        evaluator.predictor.null_score_diff_threshold = o.null_score_diff_threshold
+        run_config["qa"]["null_score_diff_threshold"] = o.null_score_diff_threshold
+        write_text_atomic(Path(o.output_dir) / "run_config.yaml", yaml.safe_dump(run_config, sort_keys=False))
+    if calibration or not result.evals or result.evals[-1]["step"] != result.step:
         evaluator(model.eval())
     results = evaluator.write(o.output_dir, {"head": o.head, "model": source, "step": result.step,
                                              "checkpoint": str(result.checkpoint or ""),
                                              **eval_settings(o)})
     print_report(evaluator.report, log)
     return results
+
+
+def calibration_split(train: list[QAExample], fraction: float) -> tuple[list[QAExample], list[QAExample]]:
+    """(training, calibration) questions: `fraction` of the training articles kept out of training to
+    calibrate the null threshold (none for fraction 0)."""
+    if not fraction:
+        return train, []
+    try:
+        return split_by_article(train, eval_fraction=fraction, seed=SPLIT_SEED + 1)
+    except ValueError as err:
+        raise ValueError(f"--calibration-fraction {fraction}: {err}") from None
 
 
 def _run_options(directory: Path) -> dict[str, Any]:

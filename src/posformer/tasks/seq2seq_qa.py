@@ -33,10 +33,10 @@ from collections import defaultdict
 from typing import Any, Iterable, Sequence
 
 import torch
+from torch import Tensor
 
 from posformer.config import Config, check_token_in_vocabulary
 from posformer.model import Transformer
-from posformer.tasks.feature_batches import FeatureBatches
 from posformer.tasks.qa_predictor import QAPredictions, check_windows
 from posformer.tasks.qa_windows import (QAExampleLike, pad_windows, question_prefix, select_seq2seq_answer,
                                         seq2seq_eval_windows, seq2seq_training_features)
@@ -123,15 +123,13 @@ def end_token_id(cfg: Config) -> int:
     return cfg.eos_token_id
 
 
-def training_batches(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int, doc_stride: int,
-                     max_answer_tokens: int, seed: int, end_token: int,
-                     group_size: int | None = None) -> FeatureBatches:
-    """The training windows of `examples` as a `FeatureBatches` of input_ids, attention_mask
-    (N, max_seq_length) and labels (N, max_answer_tokens + 1): the answer's tokens, `end_token`, -100s.
-    Each batch is cut to its longest row; group_size: see `FeatureBatches`."""
-    features = seq2seq_training_features(examples, tokenizer, max_seq_length, doc_stride, max_answer_tokens + 1,
-                                         end_token)
-    return FeatureBatches(features, seed, group_size=group_size)
+def seq2seq_train_tensors(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int, doc_stride: int,
+                          max_answer_tokens: int, end_token: int) -> dict[str, Tensor]:
+    """The training windows of `examples`, one row per window, ready for `FeatureBatches`: input_ids,
+    attention_mask (N, max_seq_length) and labels (N, max_answer_tokens + 1): the answer's tokens,
+    `end_token`, -100s."""
+    return seq2seq_training_features(examples, tokenizer, max_seq_length, doc_stride, max_answer_tokens + 1,
+                                     end_token)
 
 
 def _fold(text: str) -> str:

@@ -28,6 +28,7 @@ import yaml
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
+from posformer.atomic import write_text_atomic
 from posformer.model import Transformer
 from posformer.train import distributed
 from posformer.train.metrics_log import MetricsLog, plot_losses
@@ -124,9 +125,7 @@ class Trainer:
         if start == 0 and ctx.is_main:
             self.metrics.truncate_after(0)
         if ctx.is_main and self.run_config is not None:
-            tmp = self.output_dir / "run_config.yaml.tmp"
-            tmp.write_text(yaml.safe_dump(self.run_config, sort_keys=False))
-            os.replace(tmp, self.output_dir / "run_config.yaml")
+            write_text_atomic(self.output_dir / "run_config.yaml", yaml.safe_dump(self.run_config, sort_keys=False))
         return start
 
     def _resume(self) -> int:
