@@ -185,3 +185,34 @@ def test_bad_inputs_fail_clearly(tmp_path, capsys):
         capsys.readouterr().err
     assert main(["qa", "train", *out, "--head", "span"]) == 2
     assert "--from-scratch=True is invalid" in capsys.readouterr().err
+
+
+def test_null_window_sampling_and_threshold_calibration(tmp_path, capsys):
+    """--keep-null-windows trains on fewer windows; --calibration-fraction sets the threshold on held-out
+    training articles, and the predictions, eval_results.json and run_config.yaml (read by `qa eval`) use it."""
+    import yaml
+
+    bert = save_tiny_bert(tmp_path / "bert")
+    common = ["qa", "train", "--head", "span", "--model", str(bert), "--max-steps", "3", "--learning-rate", "1e-3",
+              "--no-progress", *WINDOWS, "--max-train-samples", "400", "--max-eval-samples", "12"]
+    assert main([*common, "--output-dir", str(tmp_path / "all")]) == 0
+    windows_all = int(capsys.readouterr().out.split(" windows)")[0].rsplit("(", 1)[1])
+    run = tmp_path / "run"
+    assert main([*common, "--output-dir", str(run), "--keep-null-windows", "0.3", "--calibration-fraction", "0.25"]) == 0
+    out = capsys.readouterr().out
+    windows = int(out.split(" windows)")[0].rsplit("(", 1)[1])
+    assert 0 < windows < windows_all
+    assert "null threshold calibrated on" in out
+    threshold = yaml.safe_load((run / "run_config.yaml").read_text())["qa"]["null_score_diff_threshold"]
+    assert json.loads((run / "eval_results.json").read_text())["null_score_diff_threshold"] == threshold
+    predictions = json.loads((run / "predictions.json").read_text())
+    answers = json.loads((run / "answers.json").read_text())
+    odds = json.loads((run / "null_odds.json").read_text())
+    assert predictions == {q: answers[q] if odds[q] <= threshold else "" for q in predictions}  # run_qa.py's rule
+    assert main(["qa", "eval", "--model", str(run), "--max-eval-samples", "12", "--output-dir", str(tmp_path / "e")]) == 0
+    assert json.loads((tmp_path / "e" / "eval_results.json").read_text())["null_score_diff_threshold"] == threshold
+    capsys.readouterr()
+    for flag, value, expected in (("--keep-null-windows", "0", "--keep-null-windows=0.0 is invalid"),
+                                  ("--calibration-fraction", "1", "--calibration-fraction=1.0 is invalid")):
+        assert main([*common, "--output-dir", str(tmp_path / "bad"), flag, value]) == 2
+        assert expected in capsys.readouterr().err
