@@ -11,10 +11,11 @@ CONTEXT = "The Eiffel Tower was completed in 1889 in Paris. It was designed by t
 GOLD = {"When was the Eiffel Tower completed?": "1889", "Who designed the tower?": "Gustave Eiffel",
         "What colour is the bridge?": ""}  # "": unanswerable
 DOC_STRIDE = 16
-TRAINING = {  # windows holding the context and any question whole; steps that make each head answer all three
+TRAINING = {  # windows holding the context and any question whole; steps that make each head answer all
+    # three with room to spare (seq2seq: loss ~0.016 at 600 steps; at 300 it was 0.1-0.7 and a CI run missed one)
     "span": dict(max_seq_length=64, max_steps=120, learning_rate=3e-3),
-    "seq2seq": dict(from_scratch=True, max_seq_length=128, max_steps=300, learning_rate=3e-3, d_model=32, layers=1, heads=2, d_ff=64,
-                    vocab_size=200),
+    "seq2seq": dict(from_scratch=True, max_seq_length=128, max_steps=600, learning_rate=3e-3, d_model=32, layers=1,
+                    heads=2, d_ff=64, vocab_size=200),
 }
 
 
