@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 import posformer as pf
-from posformer.tasks.qa_job import PREDICTION_OPTIONS, PRETRAINED_DEFAULTS, QAJobOptions, model_head, prediction_options
+from posformer.tasks.qa_job import PREDICTION_OPTIONS, PRETRAINED_DEFAULTS, QAJobOptions, prediction_options
+from posformer.tasks.qa_models import model_head
 from tests.conftest import tiny
 
 STORED = dict(max_seq_length=96, doc_stride=24, max_answer_length=12, num_beams=3, null_score_diff_threshold=-1.5,

@@ -57,7 +57,7 @@ CLIP = 1.0
 
 
 def default_checkpoint() -> Path:
-    from posformer.tasks.qa_job import default_pretrained_model
+    from posformer.tasks.qa_models import default_pretrained_model
 
     return default_pretrained_model()
 

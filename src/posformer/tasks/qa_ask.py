@@ -30,7 +30,8 @@ from torch import nn
 from posformer.data.squad import QAExample
 from posformer.data.text import read_utf8
 from posformer.model import Transformer
-from posformer.tasks.qa_job import QAJobOptions, load_qa_model, prediction_options, qa_predictor
+from posformer.tasks.qa_job import QAJobOptions, prediction_options, qa_predictor
+from posformer.tasks.qa_models import load_qa_model
 
 FIELDS = ("context", "question")
 
@@ -171,7 +172,7 @@ def answer(model: nn.Module, tokenizer, head: str, questions: Sequence[Question]
 
 def load_answering_model(path: str | Path,
                          options: QAJobOptions | None = None) -> tuple[Transformer, Any, str, QAJobOptions]:
-    """(model, tokenizer, head, options) for `path` (see `qa_job.load_qa_model`), the prediction options left
+    """(model, tokenizer, head, options) for `path` (see `qa_models.load_qa_model`), the prediction options left
     unset taken from its training run; errors name --model."""
     try:
         model, tokenizer, head, directory = load_qa_model(path, None)

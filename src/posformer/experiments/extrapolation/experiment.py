@@ -23,12 +23,12 @@ import torch
 from tqdm.auto import tqdm
 
 from posformer import positions
-from posformer.atomic import write_json_atomic
+from posformer.atomic import write_json_atomic, write_text_atomic
 from posformer.data.shared import default_data_dir
 from posformer.experiments.extrapolation import data
 from posformer.experiments.extrapolation.evaluation import perplexity
 from posformer.experiments.extrapolation.layout import ExperimentLayout
-from posformer.experiments.extrapolation.report import markdown, plot, write_text_atomic
+from posformer.experiments.extrapolation.report import markdown, plot
 from posformer.experiments.extrapolation.settings import ExtrapolationSettings, model_config
 from posformer.model import Transformer
 from posformer.train.batches import WindowBatches

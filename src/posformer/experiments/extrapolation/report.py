@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 
@@ -69,18 +68,6 @@ def markdown(results: dict) -> str:
         parts.append(f"### {name}: ppl(kL) / ppl(L)\n")
         parts.append(ratio_table(results, name) + "\n")
     return "\n".join(parts)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, then rename it over `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def plot(results: dict, path: Path) -> Path:
