@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from posformer.cache import LayerCache, MemoryCache
 from posformer.config import Config
 from posformer.masks import AttentionMask
+from posformer.packing import TokenPacking
 from posformer.positions.base import PositionEncoding
 
 ValuesTerm = Callable[[Tensor], "Tensor | None"]
@@ -103,12 +104,21 @@ class Attention(nn.Module):
         """(B, T, n * dh) -> (B, n, T, dh)."""
         return x.unflatten(-1, (n_heads, self.head_dim)).transpose(1, 2)
 
+    @staticmethod
+    def _unpacked(x: Tensor, packing: TokenPacking | None) -> Tensor:
+        """A projection of packed tokens (N, n) back to the batch layout (B, T, n); unpacked x passes."""
+        return x if packing is None else packing.unpack(x)
+
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, bias: Tensor | None,
-                need_weights: bool, values: ValuesTerm | None = None) -> tuple[Tensor, Tensor | None]:
-        """The kernel, then the output projection: (B, T, d_model) and the probabilities asked for."""
+                need_weights: bool, values: ValuesTerm | None = None,
+                packing: TokenPacking | None = None) -> tuple[Tensor, Tensor | None]:
+        """The kernel, then the output projection: (B, T, d_model), or (N, d_model) for the real tokens
+        of a `packing`, and the probabilities asked for."""
         out, probs = attend(q, k, v, mask, bias, self.scale, self.dropout if self.training else 0.0,
                             eager=self.eager or need_weights, values=values)
-        return self.out(out.transpose(1, 2).flatten(2)), probs
+        out = out.transpose(1, 2)  # (B, T, H, dh)
+        out = out.flatten(2) if packing is None else packing.pack(out).flatten(1)
+        return self.out(out), probs
 
 
 class SelfAttention(Attention):
@@ -126,12 +136,13 @@ class SelfAttention(Attention):
         self.layer = layer
 
     def forward(self, x: Tensor, mask: AttentionMask, pos: Tensor, cache: LayerCache | None = None,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        """x: (B, T, d_model) at positions pos: (B, T), after the `cache`d keys (mask covers both).
+                need_weights: bool = False, packing: TokenPacking | None = None) -> tuple[Tensor, Tensor | None]:
+        """x: (B, T, d_model) at positions pos: (B, T), after the `cache`d keys (mask covers both);
+        with a `packing`, x holds its real tokens only: (N, d_model).
 
-        Returns the output (B, T, d_model) and, with `need_weights`, the probabilities (B, H, T, S).
+        Returns the output, shaped as x, and, with `need_weights`, the probabilities (B, H, T, S).
         """
-        q, k, v = self.qkv(x).split((self.q_dim, self.kv_dim, self.kv_dim), dim=-1)
+        q, k, v = self._unpacked(self.qkv(x), packing).split((self.q_dim, self.kv_dim, self.kv_dim), dim=-1)
         q, k, v = self._heads(q, self.n_heads), self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
         q, k = self.position.rotate(q, k, pos, pos, self.layer)
         k_pos = pos
@@ -140,7 +151,7 @@ class SelfAttention(Attention):
         bias = self.position.bias(q, k, pos, k_pos, self.layer)
         values = partial(self.position.values, q_pos=pos, k_pos=k_pos, layer=self.layer) \
             if self.position.uses_values else None
-        return self._attend(q, k, v, mask, bias, need_weights, values)
+        return self._attend(q, k, v, mask, bias, need_weights, values, packing)
 
     def extra_repr(self) -> str:
         return f"position={self.position.name}, layer={self.layer}"
@@ -160,9 +171,12 @@ class CrossAttention(Attention):
         self.out = self._output_projection(cfg)
 
     def forward(self, x: Tensor, memory: Tensor, mask: AttentionMask, cache: MemoryCache | None = None,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        """x: (B, T, d_model), memory: (B, S, d_model) -> (B, T, d_model) and the probabilities (B, H, T, S)."""
-        q = self._heads(self.q(x), self.n_heads)
+                need_weights: bool = False, packing: TokenPacking | None = None) -> tuple[Tensor, Tensor | None]:
+        """x: (B, T, d_model), or its real tokens (N, d_model) with a `packing`; memory: (B, S, d_model).
+
+        Returns the output, shaped as x, and the probabilities (B, H, T, S).
+        """
+        q = self._heads(self._unpacked(self.q(x), packing), self.n_heads)
         if cache is not None and cache.k is not None:
             k, v = cache.k, cache.v
         else:
@@ -170,4 +184,4 @@ class CrossAttention(Attention):
             k, v = self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
             if cache is not None:
                 cache.set(k, v)
-        return self._attend(q, k, v, mask, None, need_weights)
+        return self._attend(q, k, v, mask, None, need_weights, packing=packing)

@@ -13,6 +13,7 @@ from posformer.config import Config
 from posformer.feedforward import FeedForward
 from posformer.masks import AttentionMask
 from posformer.norms import make_norm
+from posformer.packing import TokenPacking
 from posformer.positions.base import PositionEncoding
 
 
@@ -70,20 +71,22 @@ class Block(nn.Module):
         memory_mask: AttentionMask | None = None,
         memory_cache: MemoryCache | None = None,
         need_weights: bool = False,
+        packing: TokenPacking | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
-        """x: (B, T, d_model) at positions pos (B, T); memory: (B, S, d_model), the encoder output.
+        """x: (B, T, d_model) at positions pos (B, T), or with a `packing` its real tokens (N, d_model);
+        memory: (B, S, d_model), the encoder output.
 
         Returns the new hidden states and the attention weights asked for (self, then cross).
         """
         weights: list[Tensor] = []
 
         def self_attention(h: Tensor) -> Tensor:
-            out, probs = self.attn(h, mask, pos, cache, need_weights)
+            out, probs = self.attn(h, mask, pos, cache, need_weights, packing)
             weights.extend([] if probs is None else [probs])
             return out
 
         def cross_attention(h: Tensor) -> Tensor:
-            out, probs = self.cross_attn(h, memory, memory_mask, memory_cache, need_weights)
+            out, probs = self.cross_attn(h, memory, memory_mask, memory_cache, need_weights, packing)
             weights.extend([] if probs is None else [probs])
             return out
 

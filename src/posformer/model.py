@@ -22,6 +22,7 @@ from posformer.init import normal_init_, t5_init_
 from posformer.masks import AttentionMask, build_mask
 from posformer.norms import deepnorm_constants, make_norm
 from posformer.outputs import ModelOutput
+from posformer.packing import TokenPacking
 
 
 class Stack(nn.Module):
@@ -51,13 +52,18 @@ class Stack(nn.Module):
         memory: Tensor | None = None,
         memory_mask: AttentionMask | None = None,
         need_weights: bool = False,
+        packing: TokenPacking | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
         """x: (B, T, d_model) token embeddings, pos: (B, T) -> hidden states (B, T, d_model).
 
         memory: (B, S, d_model), the encoder output a decoder with cross-attention attends to.
+        With a `packing`, the layers between the embeddings and the output run on the real tokens
+        only, and the hidden states of padded positions are zeros.
         """
         self.position.check_positions(pos)
         x = self.position.embed(x, pos)
+        if packing is not None:
+            x = packing.pack(x)
         if self.embed_norm is not None:
             x = self.embed_norm(x)
         x = self.dropout(x)
@@ -68,12 +74,12 @@ class Stack(nn.Module):
                 cache=None if cache is None else cache.self_attn[i],
                 memory=memory, memory_mask=memory_mask,
                 memory_cache=None if cache is None else cache.cross_attn[i],
-                need_weights=need_weights,
+                need_weights=need_weights, packing=packing,
             )
             weights.extend(w)
         if self.norm is not None:
             x = self.norm(x)
-        return x, weights
+        return (x if packing is None else packing.unpack(x)), weights
 
 
 class Transformer(nn.Module):
@@ -220,7 +226,7 @@ class Transformer(nn.Module):
         pos = self._positions(position_ids, input_ids, 0, "position_ids")
         x = self._embed(input_ids, token_type_ids)
         mask = build_mask(keep, False, length, length, x.dtype, x.device)
-        return self.encoder(x, pos, mask, need_weights=output_attentions)
+        return self.encoder(x, pos, mask, need_weights=output_attentions, packing=TokenPacking.of(keep))
 
     def decode(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, position_ids: Tensor | None = None,
@@ -296,14 +302,22 @@ class Transformer(nn.Module):
             out.attentions += weights
             out.encoder_last_hidden_state = memory
         out.last_hidden_state = hidden
-        self._apply_head(out, hidden, labels, start_positions, end_positions)
+        self._apply_head(out, hidden, labels, start_positions, end_positions,
+                         attention_mask if cfg.arch == "encoder" else None)
         return out
 
     def _apply_head(self, out: ModelOutput, hidden: Tensor, labels: Tensor | None,
-                    start_positions: Tensor | None, end_positions: Tensor | None) -> None:
+                    start_positions: Tensor | None, end_positions: Tensor | None,
+                    attention_mask: Tensor | None) -> None:
+        """Logits (span logits of padded positions set to the dtype's minimum: never an answer) and the loss."""
         kind = self.cfg.head_kind
         if kind == "span_qa":
             out.start_logits, out.end_logits = self.head(hidden)
+            if attention_mask is not None:
+                padded = ~attention_mask.bool()
+                lowest = torch.finfo(out.start_logits.dtype).min
+                out.start_logits = out.start_logits.masked_fill(padded, lowest)
+                out.end_logits = out.end_logits.masked_fill(padded, lowest)
             if start_positions is not None and end_positions is not None:
                 out.loss = span_loss(out.start_logits, out.end_logits, start_positions, end_positions)
         elif kind == "classification":

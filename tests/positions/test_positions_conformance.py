@@ -161,3 +161,36 @@ def test_every_encoding_declares_a_valid_contract() -> None:
         assert issubclass(cls, pf.positions.PositionEncoding) and cls.name == name
         if cls.values is not pf.positions.PositionEncoding.values:
             assert not cls.sdpa_compatible, f"{name} uses the values hook, so it cannot run on SDPA"
+
+
+@pytest.mark.parametrize("name, arch", [(name, arch) for name, arch in CASES if arch != "decoder"])
+def test_a_right_padded_encoder_batch_trains_as_each_row_alone(name: str, arch: str) -> None:
+    """The encoder skips padding (`TokenPacking`): at the real tokens, the outputs and the gradients of a
+    padded batch are those of each row run alone; the hidden states of padded positions are zeros."""
+    cfg = config(name, arch)
+    model = pf.Transformer(cfg).train()
+    for module in model.modules():  # dropout off: the same function, row by row
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    rows = [torch.randint(1, cfg.vocab_size, (1, n)) for n in (4, 7)]
+    batch = torch.cat((torch.cat((rows[0], torch.zeros(1, 3, dtype=torch.long)), 1), rows[1]))
+    mask = torch.tensor([[1] * 4 + [0] * 3, [1] * 7])
+    tgt = torch.randint(1, cfg.vocab_size, (2, 5)) if arch == "encoder_decoder" else None
+
+    def run(ids: torch.Tensor, keep: torch.Tensor | None, decoder_ids: torch.Tensor | None) -> tuple:
+        model.zero_grad(set_to_none=True)
+        out = model(ids, attention_mask=keep, decoder_input_ids=decoder_ids)
+        hidden = out.encoder_last_hidden_state if arch == "encoder_decoder" else out.last_hidden_state
+        out.logits[:, :4].square().sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return hidden, out.logits[:, :4], grads
+
+    hidden, logits, grads = run(batch, mask, tgt)
+    alone = [run(row, None, None if tgt is None else tgt[i : i + 1]) for i, row in enumerate(rows)]
+    torch.testing.assert_close(hidden[0, :4], alone[0][0][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(hidden[1], alone[1][0][0], atol=1e-5, rtol=1e-5)
+    assert not hidden[0, 4:].any()
+    torch.testing.assert_close(logits, torch.cat((alone[0][1], alone[1][1])), atol=1e-5, rtol=1e-5)
+    for key, grad in grads.items():
+        expected = sum(a[2].get(key, torch.zeros_like(grad)) for a in alone)
+        torch.testing.assert_close(grad, expected, atol=1e-4, rtol=1e-4, msg=lambda m: f"{key}: {m}")

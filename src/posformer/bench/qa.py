@@ -10,8 +10,10 @@ into both). Like for like:
   run_qa.py windows (`span_train_tensors`); the same pre-drawn batches (`FeatureBatches`
   order, each cut to its longest row) go to both models, step by step;
 - optimizer: AdamW (the same lr, betas, eps, weight decay on linear weights only),
-  gradient clipping at 1.0, a linear decay to 0 without warm-up
-  (`get_linear_schedule_with_warmup`, as HF's Trainer), float32, the same seed;
+  gradient clipping at 1.0, a linear warm-up over `warmup_ratio` of the steps and a linear
+  decay to 0 (`get_linear_schedule_with_warmup`, as HF's Trainer), float32, the same seed;
+- loss: the span loss over each window's real tokens (HF's model in `PaddingMaskedSpanLoss`:
+  its own loss would also softmax over the padding);
 - dropout: OFF in both. The checkpoint's config.json (hidden and attention dropout 0.1) is
   rewritten with 0 before either library loads it. With dropout on, the two libraries draw
   different masks, so their losses would drift apart from the first step and the
@@ -34,6 +36,7 @@ SQuAD v2 metric (`posformer.tasks.squad_metric`): EM, F1, HasAns_f1, NoAns_f1.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from pathlib import Path
@@ -66,12 +69,12 @@ class Run:
     """One model's training: its AdamW, linear schedule, step losses and timed steps."""
 
     def __init__(self, model: nn.Module, steps: int, lr: float, betas: tuple[float, float], eps: float,
-                 weight_decay: float) -> None:
+                 weight_decay: float, warmup_steps: int = 0) -> None:
         from transformers import get_linear_schedule_with_warmup
 
         self.model = model.train()
         self.optimizer = torch.optim.AdamW(parameter_groups(model, weight_decay), lr=lr, betas=betas, eps=eps)
-        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, 0, steps)
+        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, warmup_steps, steps)
         self.losses: list[float] = []
         self.seconds: list[float] = []
 
@@ -90,9 +93,10 @@ class Run:
 
 def train_both(models: dict[str, nn.Module], batches: list[dict[str, Tensor]], block: int, lr: float,
                betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-               weight_decay: float = 0.0, progress: bool = True) -> dict[str, Run]:
+               weight_decay: float = 0.0, progress: bool = True, warmup_steps: int = 0) -> dict[str, Run]:
     """Train each model on `batches` (one per step), alternating blocks of `block` steps between them."""
-    runs = {name: Run(model, len(batches), lr, betas, eps, weight_decay) for name, model in models.items()}
+    runs = {name: Run(model, len(batches), lr, betas, eps, weight_decay, warmup_steps)
+            for name, model in models.items()}
     with tqdm(total=len(batches) * len(runs), desc="training", unit="step", disable=not progress) as bar:
         for first in range(0, len(batches), block):
             for name, run in runs.items():
@@ -121,13 +125,17 @@ def _speed(runs: dict[str, Run], tokens: list[int], block: int) -> dict[str, Any
 
 
 def _check(steps: int, batch_size: int, lr: float, max_seq_length: int, doc_stride: int, block: int,
-           train_questions: int, eval_questions: int) -> None:
+           train_questions: int, eval_questions: int, epochs: float | None, warmup_ratio: float) -> None:
     check_int("steps", steps, minimum=2)
-    for name, value in (("batch_size", batch_size), ("block", block), ("train_questions", train_questions),
-                        ("eval_questions", eval_questions), ("max_seq_length", max_seq_length),
+    for name, value in (("batch_size", batch_size), ("block", block), ("max_seq_length", max_seq_length),
                         ("doc_stride", doc_stride)):
         check_int(name, value)
+    for name, value in (("train_questions", train_questions), ("eval_questions", eval_questions)):
+        check_int(name, value, minimum=0)
     check_number("lr", lr, low=0, low_open=True)
+    check_number("warmup_ratio", warmup_ratio, low=0, high=1, high_open=True)
+    if epochs is not None:
+        check_number("epochs", epochs, low=0, low_open=True, high=1000)
     if not doc_stride < max_seq_length:
         fail("doc_stride", doc_stride, f"an integer < max_seq_length ({max_seq_length})")
 
@@ -135,10 +143,15 @@ def _check(steps: int, batch_size: int, lr: float, max_seq_length: int, doc_stri
 def run(data: str | Path | None = None, checkpoint: str | Path | None = None, steps: int = 60,
         batch_size: int = 16, lr: float = 1e-4, max_seq_length: int = 256, doc_stride: int = 64,
         train_questions: int = 2000, eval_questions: int = 300, block: int = 5, seed: int = 0,
-        threads: int | None = 2, log: Callable[[str], None] = print) -> dict[str, Any]:
+        threads: int | None = 2, log: Callable[[str], None] = print, epochs: float | None = None,
+        warmup_ratio: float = 0.0) -> dict[str, Any]:
     """Train and evaluate both models; return the setup, per model its tokens/s, losses and SQuAD v2 scores,
-    `ratio` (posformer / HF tokens/s), `block_ratio` and `max_loss_diff` (largest step-loss gap)."""
-    _check(steps, batch_size, lr, max_seq_length, doc_stride, block, train_questions, eval_questions)
+    `ratio` (posformer / HF tokens/s), `block_ratio` and `max_loss_diff` (largest step-loss gap).
+
+    `epochs`, when given, sets steps = ceil(windows * epochs / batch_size) instead of `steps`; question caps
+    of 0 take every question of their side of the split."""
+    _check(steps, batch_size, lr, max_seq_length, doc_stride, block, train_questions, eval_questions, epochs,
+           warmup_ratio)
     path, note = resolve_data(data)
     if note:
         log(note)
@@ -154,26 +167,32 @@ def run(data: str | Path | None = None, checkpoint: str | Path | None = None, st
         torch.manual_seed(seed)
         ours, theirs = load_models(directory, seed)
         features = span_train_tensors(train, tokenizer, max_seq_length, doc_stride, ours.cfg)
+        windows = int(features["input_ids"].shape[0])
+        if epochs is not None:
+            steps = max(2, math.ceil(windows * epochs / batch_size))
+        warmup_steps = math.ceil(steps * warmup_ratio)
         batches = draw_batches(features, steps, batch_size, seed)
         tokens = [int(b["attention_mask"].sum()) for b in batches]
         load_start = load_average()
-        log(f"training both models for {steps} steps ...")
-        runs = train_both({"posformer": ours, "hf": theirs}, batches, block, lr)
+        log(f"training both models for {steps} steps of {batch_size} of {windows} windows ...")
+        runs = train_both({"posformer": ours, "hf": theirs}, batches, block, lr, warmup_steps=warmup_steps)
         speed = _speed(runs, tokens, block)
         evaluate = QAEvaluator(SpanPredictor(tokenizer, held, max_seq_length, doc_stride))
         result: dict[str, Any] = {
             "torch": torch.__version__, "threads": threads, "dtype": "float32", "device": "cpu",
             "data": str(path), "data_note": note, "checkpoint": str(directory), "seed": seed, "steps": steps,
             "batch_size": batch_size, "lr": lr, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0,
-            "clip_grad": CLIP, "schedule": "linear to 0, no warm-up", "dropout": 0.0, "block": block,
+            "clip_grad": CLIP, "warmup_steps": warmup_steps, "epochs": steps * batch_size / windows,
+            "schedule": f"linear warm-up over {warmup_steps} steps, then linear to 0", "dropout": 0.0, "block": block,
             "hf_attention": getattr(theirs.config, "_attn_implementation", None), "posformer_attention":
             ours.cfg.attn_impl, "max_seq_length": max_seq_length, "doc_stride": doc_stride, "train": summary(train),
-            "eval": summary(held), "train_windows": int(features["input_ids"].shape[0]),
+            "eval": summary(held), "train_windows": windows,
             "tokens": "non-pad tokens (attention_mask ones) of steps 2..steps; batches cut to their longest row",
             "timed_tokens": speed["timed_tokens"], "ratio": speed["ratio"], "block_ratio": speed["block_ratio"],
             "max_loss_diff": max(abs(a - b) for a, b in zip(runs["posformer"].losses, runs["hf"].losses)),
         }
         for name, model in (("posformer", ours), ("hf", theirs)):
+            log(f"evaluating {LABELS[name]} on {len(held)} questions ...")
             start = time.perf_counter()
             report = evaluate(model)
             result[name] = {**speed[name], "eval_s": time.perf_counter() - start,
@@ -200,7 +219,8 @@ def format_report(result: dict[str, Any]) -> str:
         f"train: {train['questions']} questions ({train['unanswerable']} unanswerable), "
         f"{result['train_windows']} windows; eval: {held['questions']} questions ({held['unanswerable']} "
         f"unanswerable), other articles; windows {result['max_seq_length']} tokens, stride {result['doc_stride']}",
-        f"both: {result['steps']} steps x batch {result['batch_size']}, AdamW lr {result['lr']:g} linear to 0, "
+        f"both: {result['steps']} steps x batch {result['batch_size']} ({result['epochs']:.2f} epochs), AdamW lr "
+        f"{result['lr']:g}, {result['schedule']}, "
         f"betas (0.9, 0.999), eps 1e-8, weight decay 0, clip 1.0, dropout 0, seed {result['seed']}; "
         f"alternating blocks of {result['block']} steps",
         f"tokens/s: {result['tokens']} ({result['timed_tokens']:,} tokens)",

@@ -40,8 +40,8 @@ def resolve_data(path: str | Path | None) -> tuple[Path, str | None]:
 
 
 def _sample(examples: list[QAExample], limit: int, seed: int) -> list[QAExample]:
-    """At most `limit` of `examples`, drawn with `seed`, in their original order."""
-    if limit >= len(examples):
+    """At most `limit` of `examples` (0: all), drawn with `seed`, in their original order."""
+    if limit == 0 or limit >= len(examples):
         return examples
     keep = set(random.Random(seed).sample(range(len(examples)), limit))
     return [e for i, e in enumerate(examples) if i in keep]
@@ -95,8 +95,9 @@ def set_linear(linear: nn.Linear, weight: Tensor, bias: Tensor) -> None:
 
 
 def load_models(directory: Path, seed: int) -> tuple[nn.Module, nn.Module]:
-    """(posformer `from_hf(dir, head="span_qa")`, `BertForQuestionAnswering.from_pretrained(dir)`), float32,
-    dropout 0, with identical span heads (N(0, initializer_range) weights drawn with `seed`, zero biases)."""
+    """(posformer `from_hf(dir, head="span_qa")`, `BertForQuestionAnswering.from_pretrained(dir)` in a
+    `PaddingMaskedSpanLoss`), float32, dropout 0, with identical span heads (N(0, initializer_range) weights
+    drawn with `seed`, zero biases)."""
     import transformers
 
     from posformer.hf import from_hf
@@ -116,7 +117,40 @@ def load_models(directory: Path, seed: int) -> tuple[nn.Module, nn.Module]:
     weight, bias = span_head_init(theirs.config.hidden_size, std, seed)
     set_linear(ours.head.proj, weight, bias)
     set_linear(theirs.qa_outputs, weight, bias)
-    return ours, theirs
+    return ours, PaddingMaskedSpanLoss(theirs)
+
+
+class PaddingMaskedSpanLoss(nn.Module):
+    """A Hugging Face span model trained on posformer's span loss, which leaves padded positions out.
+
+    `BertForQuestionAnswering` takes its softmax over every position of the batch, padding included, so a
+    window's loss depends on the longest window it was batched with; posformer's span head gives padded
+    positions the lowest logit (`Transformer._apply_head`), so they never take probability mass. Both
+    sides of the benchmark train on that one loss; the network, its weights and its speed are HF's.
+    Calls without answer positions (prediction) return HF's output unchanged.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    @property
+    def config(self) -> Any:
+        return self.model.config
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None,
+                start_positions: Tensor | None = None, end_positions: Tensor | None = None) -> Any:
+        """input_ids, attention_mask, token_type_ids: (B, T); start/end positions (B,) -> HF's output, its
+        `loss` that of posformer's span head."""
+        from posformer.heads import span_loss
+
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        if start_positions is not None and end_positions is not None:
+            padded = ~attention_mask.bool()
+            lowest = torch.finfo(out.start_logits.dtype).min
+            out.loss = span_loss(out.start_logits.masked_fill(padded, lowest),
+                                 out.end_logits.masked_fill(padded, lowest), start_positions, end_positions)
+        return out
 
 
 def summary(questions: Sequence[QAExample]) -> dict[str, int]:

@@ -171,6 +171,7 @@ def cmd_qa(args: argparse.Namespace) -> int:
         data=args.data, checkpoint=args.checkpoint, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
         max_seq_length=args.max_seq_length, doc_stride=args.doc_stride, train_questions=args.train_questions,
         eval_questions=args.eval_questions, block=args.block, seed=args.seed, threads=args.threads,
+        epochs=args.epochs, warmup_ratio=args.warmup_ratio,
     ), qa.format_report)
 
 
@@ -179,9 +180,11 @@ def add_qa_arguments(parser: argparse.ArgumentParser) -> None:
     add("--data", metavar="FILE", help="SQuAD v2 JSON file; None: the reconstructed dev set, or the shipped "
         "sample when it is missing")
     add("--checkpoint", metavar="DIR", help="BERT-family checkpoint; None: the bundled all-MiniLM-L6-v2")
-    add("--train-questions", type=int, default=2000, help="cap on the training questions (seeded sample)")
-    add("--eval-questions", type=int, default=300, help="cap on the evaluation questions (seeded sample)")
+    add("--train-questions", type=int, default=2000, help="cap on the training questions (seeded sample; 0: all)")
+    add("--eval-questions", type=int, default=300, help="cap on the evaluation questions (seeded sample; 0: all)")
     add("--steps", type=int, default=60, help="optimizer steps of each model (the first is not timed)")
+    add("--epochs", type=float, help="train this many passes over the windows instead of --steps")
+    add("--warmup-ratio", type=float, default=0.0, help="share of the steps for a linear lr warm-up")
     add("--batch-size", type=int, default=16, help="windows per step")
     add("--lr", type=float, default=1e-4, help="peak learning rate, decayed linearly to 0")
     add("--max-seq-length", type=int, default=256, help="tokens per window (question + context part)")
@@ -198,8 +201,8 @@ QA = Command(
     description="Fine-tune all-MiniLM-L6-v2 for extractive SQuAD v2 QA twice in one run, with posformer "
     "(from_hf(dir, head='span_qa')) and with Hugging Face (BertForQuestionAnswering), from the same weights "
     "(the span head too), on the same tokenized windows in the same batch order, with the same AdamW, "
-    "linear schedule, clipping, seed and number of steps, float32, dropout off in both (so both compute "
-    "the same function and their losses agree step by step). Reports training tokens/s of each and the "
+    "linear schedule, clipping, seed and number of steps, float32, dropout off in both, and one span loss "
+    "over each window's real tokens (so both compute the same function and their losses agree step by step). Reports training tokens/s of each and the "
     "ratio posformer/HF, the final losses, and EM, F1, HasAns_f1 and NoAns_f1 of each on held-out articles "
     "(the same post-processing and the official SQuAD v2 metric).",
     epilog="Timed: each training step (zero_grad, forward, backward, clip, AdamW, schedule, reading the loss) "

@@ -1,0 +1,48 @@
+"""`TokenPacking`: run the per-token layers of a padded batch on its real tokens only.
+
+Everything in a Transformer layer but the attention kernel acts on each token alone: the
+norms, the q/k/v and output projections, the feed-forward network, dropout and the residual
+sums. On a padded batch (B, T) with N real tokens, those layers can run on an (N, d) matrix
+instead of (B, T, d), which skips the padding's share of the matmuls (about a fifth of a
+SQuAD batch cut to its longest window). Only attention needs the (B, T) layout: its
+projections are unpacked before the kernel and packed again after it. This is the
+"unpadding" of ModernBERT (Warner et al. 2024) and MosaicBERT, here for every position
+encoding, because the encodings act inside the padded layout exactly as before.
+
+The hidden states of the real tokens are the same as without packing; those at padded
+positions come back as zeros (they were never defined: a padded query's output depends on
+the batch it was padded in).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+
+class TokenPacking:
+    """The real tokens of a padded batch. keep: (B, T) bool, True for a real token."""
+
+    def __init__(self, keep: Tensor) -> None:
+        self.batch, self.length = keep.shape
+        self.index = keep.reshape(-1).nonzero().squeeze(1)  # (N,) flat positions of the real tokens
+
+    @classmethod
+    def of(cls, keep: Tensor | None) -> TokenPacking | None:
+        """A packing for `keep` (B, T) bool, or None when there is no padding to skip."""
+        if keep is None or bool(keep.all()):
+            return None
+        return cls(keep)
+
+    @property
+    def tokens(self) -> int:
+        """N, the number of real tokens."""
+        return int(self.index.numel())
+
+    def pack(self, x: Tensor) -> Tensor:
+        """(B, T, ...) -> (N, ...): the rows of the real tokens, in batch-major order."""
+        return x.reshape(self.batch * self.length, *x.shape[2:]).index_select(0, self.index)
+
+    def unpack(self, x: Tensor) -> Tensor:
+        """(N, ...) -> (B, T, ...), zeros at the padded positions."""
+        flat = x.new_zeros(self.batch * self.length, *x.shape[1:]).index_copy(0, self.index, x)
+        return flat.unflatten(0, (self.batch, self.length))
