@@ -16,6 +16,7 @@ the batch it was padded in).
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 
@@ -40,9 +41,44 @@ class TokenPacking:
 
     def pack(self, x: Tensor) -> Tensor:
         """(B, T, ...) -> (N, ...): the rows of the real tokens, in batch-major order."""
-        return x.reshape(self.batch * self.length, *x.shape[2:]).index_select(0, self.index)
+        return _TakeRows.apply(x.reshape(self.batch * self.length, *x.shape[2:]), self.index)
 
     def unpack(self, x: Tensor) -> Tensor:
         """(N, ...) -> (B, T, ...), zeros at the padded positions."""
-        flat = x.new_zeros(self.batch * self.length, *x.shape[1:]).index_copy(0, self.index, x)
-        return flat.unflatten(0, (self.batch, self.length))
+        return _PlaceRows.apply(x, self.index, self.batch * self.length).unflatten(0, (self.batch, self.length))
+
+
+def _place(rows: Tensor, index: Tensor, total: int) -> Tensor:
+    """(N, ...) rows put at `index` (N,) distinct positions of a zero (total, ...) tensor."""
+    return rows.new_zeros(total, *rows.shape[1:]).index_copy_(0, index, rows)
+
+
+class _TakeRows(torch.autograd.Function):
+    """x[index] along dim 0 for distinct indices. Autograd's own backward of index_select accumulates with
+    index_add_ (it must allow repeated indices), several times slower on the CPU than the copy that
+    distinct indices allow."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, index: Tensor) -> Tensor:
+        ctx.save_for_backward(index)
+        ctx.total = x.shape[0]
+        return x.index_select(0, index)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        (index,) = ctx.saved_tensors
+        return _place(grad, index, ctx.total), None
+
+
+class _PlaceRows(torch.autograd.Function):
+    """The inverse of `_TakeRows`: rows placed at distinct indices of a zero tensor; the gradient is taken back."""
+
+    @staticmethod
+    def forward(ctx, rows: Tensor, index: Tensor, total: int) -> Tensor:
+        ctx.save_for_backward(index)
+        return _place(rows, index, total)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        (index,) = ctx.saved_tensors
+        return grad.index_select(0, index), None, None

@@ -9,7 +9,8 @@ into both). Like for like:
   held out) of the SQuAD v2 file, tokenized ONCE with the checkpoint's tokenizer into
   run_qa.py windows (`span_train_tensors`); the same pre-drawn batches (`FeatureBatches`
   order, each cut to its longest row) go to both models, step by step;
-- optimizer: AdamW (the same lr, betas, eps, weight decay on linear weights only),
+- optimizer: fused AdamW (HF Trainer's default on torch >= 2.8; the same lr, betas, eps, weight
+  decay on linear weights only),
   gradient clipping at 1.0, a linear warm-up over `warmup_ratio` of the steps and a linear
   decay to 0 (`get_linear_schedule_with_warmup`, as HF's Trainer), float32, the same seed;
 - loss: the span loss over each window's real tokens (HF's model in `PaddingMaskedSpanLoss`:
@@ -73,7 +74,8 @@ class Run:
         from transformers import get_linear_schedule_with_warmup
 
         self.model = model.train()
-        self.optimizer = torch.optim.AdamW(parameter_groups(model, weight_decay), lr=lr, betas=betas, eps=eps)
+        self.optimizer = torch.optim.AdamW(parameter_groups(model, weight_decay), lr=lr, betas=betas, eps=eps,
+                                           fused=True)
         self.scheduler = get_linear_schedule_with_warmup(self.optimizer, warmup_steps, steps)
         self.losses: list[float] = []
         self.seconds: list[float] = []
@@ -107,7 +109,7 @@ def train_both(models: dict[str, nn.Module], batches: list[dict[str, Tensor]], b
     return runs
 
 
-def _speed(runs: dict[str, Run], tokens: list[int], block: int) -> dict[str, Any]:
+def training_speed(runs: dict[str, Run], tokens: list[int], block: int) -> dict[str, Any]:
     """tokens/s of each run over steps 1.. (step 0 is the warm-up), and the median per-block ratio."""
     timed = sum(tokens[1:])
     result: dict[str, Any] = {name: {"tok_s": timed / sum(run.seconds[1:]), "timed_s": sum(run.seconds[1:])}
@@ -176,7 +178,7 @@ def run(data: str | Path | None = None, checkpoint: str | Path | None = None, st
         load_start = load_average()
         log(f"training both models for {steps} steps of {batch_size} of {windows} windows ...")
         runs = train_both({"posformer": ours, "hf": theirs}, batches, block, lr, warmup_steps=warmup_steps)
-        speed = _speed(runs, tokens, block)
+        speed = training_speed(runs, tokens, block)
         evaluate = QAEvaluator(SpanPredictor(tokenizer, held, max_seq_length, doc_stride))
         result: dict[str, Any] = {
             "torch": torch.__version__, "threads": threads, "dtype": "float32", "device": "cpu",
@@ -216,7 +218,7 @@ def format_report(result: dict[str, Any]) -> str:
         f"torch {result['torch']}, threads {result['threads']}, {result['dtype']}, {result['device']}; "
         f"checkpoint {result['checkpoint']}",
         f"data: {result['data']}{' (' + result['data_note'] + ')' if result['data_note'] else ''}",
-        f"train: {train['questions']} questions ({train['unanswerable']} unanswerable), "
+        f"head: {result.get('head', 'span')}; train: {train['questions']} questions ({train['unanswerable']} unanswerable), "
         f"{result['train_windows']} windows; eval: {held['questions']} questions ({held['unanswerable']} "
         f"unanswerable), other articles; windows {result['max_seq_length']} tokens, stride {result['doc_stride']}",
         f"both: {result['steps']} steps x batch {result['batch_size']} ({result['epochs']:.2f} epochs), AdamW lr "

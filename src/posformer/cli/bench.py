@@ -167,12 +167,18 @@ TRAINER = Command(
 def cmd_qa(args: argparse.Namespace) -> int:
     from posformer.bench import qa
 
-    return report(args, qa.run(
+    options = dict(
         data=args.data, checkpoint=args.checkpoint, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
         max_seq_length=args.max_seq_length, doc_stride=args.doc_stride, train_questions=args.train_questions,
         eval_questions=args.eval_questions, block=args.block, seed=args.seed, threads=args.threads,
         epochs=args.epochs, warmup_ratio=args.warmup_ratio,
-    ), qa.format_report)
+    )
+    if args.head == "seq2seq":
+        from posformer.bench import qa_seq2seq
+
+        return report(args, qa_seq2seq.run(**options, max_answer_tokens=args.max_answer_tokens,
+                                           keep_null=args.keep_null_windows), qa.format_report)
+    return report(args, qa.run(**options), qa.format_report)
 
 
 def add_qa_arguments(parser: argparse.ArgumentParser) -> None:
@@ -180,6 +186,12 @@ def add_qa_arguments(parser: argparse.ArgumentParser) -> None:
     add("--data", metavar="FILE", help="SQuAD v2 JSON file; None: the reconstructed dev set, or the shipped "
         "sample when it is missing")
     add("--checkpoint", metavar="DIR", help="BERT-family checkpoint; None: the bundled all-MiniLM-L6-v2")
+    add("--head", choices=("span", "seq2seq"), default="span", help="span: posformer's span head against "
+        "BertForQuestionAnswering; seq2seq: BERT2BERT warm-started from the checkpoint against HF's "
+        "EncoderDecoderModel (posformer.bench.qa_seq2seq)")
+    add("--max-answer-tokens", type=int, default=30, help="seq2seq: answer tokens generated at most")
+    add("--keep-null-windows", type=float, default=1.0, help="seq2seq: share of the training windows whose "
+        "target is \"\" that are kept (1: all, as the seed job)")
     add("--train-questions", type=int, default=2000, help="cap on the training questions (seeded sample; 0: all)")
     add("--eval-questions", type=int, default=300, help="cap on the evaluation questions (seeded sample; 0: all)")
     add("--steps", type=int, default=60, help="optimizer steps of each model (the first is not timed)")
@@ -196,7 +208,8 @@ def add_qa_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 QA = Command(
-    "qa", help="SQuAD v2 fine-tuning of all-MiniLM-L6-v2 against BertForQuestionAnswering",
+    "qa", help="SQuAD v2 fine-tuning of all-MiniLM-L6-v2 against BertForQuestionAnswering (--head seq2seq: "
+    "BERT2BERT against EncoderDecoderModel)",
     formatter_class=HelpFormatter,
     description="Fine-tune all-MiniLM-L6-v2 for extractive SQuAD v2 QA twice in one run, with posformer "
     "(from_hf(dir, head='span_qa')) and with Hugging Face (BertForQuestionAnswering), from the same weights "
@@ -204,7 +217,10 @@ QA = Command(
     "linear schedule, clipping, seed and number of steps, float32, dropout off in both, and one span loss "
     "over each window's real tokens (so both compute the same function and their losses agree step by step). Reports training tokens/s of each and the "
     "ratio posformer/HF, the final losses, and EM, F1, HasAns_f1 and NoAns_f1 of each on held-out articles "
-    "(the same post-processing and the official SQuAD v2 metric).",
+    "(the same post-processing and the official SQuAD v2 metric). --head seq2seq does the same for "
+    "generative QA: a BERT2BERT warm-started from the checkpoint (HF's EncoderDecoderModel."
+    "from_encoder_decoder_pretrained, loaded into posformer with from_hf: the same tensors), "
+    "teacher-forced on the seq2seq job's windows, evaluated by greedy generation (HF's generate for HF).",
     epilog="Timed: each training step (zero_grad, forward, backward, clip, AdamW, schedule, reading the loss) "
     "after the first; tokens are non-pad tokens. The models alternate in blocks of --block steps. Data: "
     "--data, default the SQuAD v2 dev file in ../shared/data/squad_v2 (or $POSFORMER_DATA_DIR), or the shipped "

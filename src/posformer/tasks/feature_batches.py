@@ -42,7 +42,8 @@ def row_lengths(features: Mapping[str, Tensor]) -> Tensor | None:
 
 def trim_batch(batch: dict[str, Tensor]) -> dict[str, Tensor]:
     """`batch` cut to its longest row: tensors as wide as attention_mask to its longest row, labels
-    (b, L) to its last labelled column. Tensors of other shapes are returned unchanged."""
+    (b, L) to its last labelled column, each a contiguous copy (HF's losses `view` the labels). Tensors of
+    other shapes are returned unchanged."""
     mask = batch.get("attention_mask")
     trimmed = dict(batch)
     if mask is not None and mask.dim() == 2 and mask.shape[0]:
@@ -50,11 +51,11 @@ def trim_batch(batch: dict[str, Tensor]) -> dict[str, Tensor]:
         length = max(int(mask.sum(dim=1).max()), 1)
         for name, tensor in batch.items():
             if name != "labels" and tensor.dim() == 2 and tensor.shape[1] == width:
-                trimmed[name] = tensor[:, :length]
+                trimmed[name] = tensor[:, :length].contiguous()
     labels = batch.get("labels")
     if labels is not None and labels.dim() == 2 and labels.shape[0]:
         labelled = (labels != IGNORE_INDEX).any(dim=0).nonzero()
-        trimmed["labels"] = labels[:, : int(labelled[-1]) + 1 if len(labelled) else 1]
+        trimmed["labels"] = labels[:, : int(labelled[-1]) + 1 if len(labelled) else 1].contiguous()
     return trimmed
 
 
