@@ -40,3 +40,26 @@ def test_model_head_is_the_models_own_qa_head(tmp_path):
                                          r"expected a `qa train` run or checkpoint, or a model with a 'seq2seq_lm' "
                                          r"or 'span_qa' head$"):
         model_head(pf.Transformer(tiny("decoder")), tmp_path)
+
+
+def test_with_dropout_keeps_the_weights_and_sets_every_probability():
+    import torch
+
+    from posformer.tasks.qa_models import with_dropout
+
+    model = pf.Transformer(tiny("encoder", head="span_qa", dropout=0.1, attention_dropout=0.1)).train()
+    plain = with_dropout(model, 0.0)
+    assert plain.training and (plain.cfg.dropout, plain.cfg.attention_dropout, plain.cfg.activation_dropout) == (0, 0, 0)
+    assert all(m.p == 0.0 for m in plain.modules() if isinstance(m, torch.nn.Dropout))
+    for (name, ours), (_, theirs) in zip(plain.state_dict().items(), model.state_dict().items()):
+        assert torch.equal(ours, theirs), name
+    ids = torch.randint(0, 61, (2, 9))
+    torch.testing.assert_close(plain(ids).start_logits, model.eval()(ids).start_logits)  # train mode, p=0: eval's
+    assert torch.equal(plain(ids).start_logits, plain(ids).start_logits)
+
+
+def test_a_dropout_outside_0_to_1_is_refused():
+    from posformer.tasks.qa_job import train_qa
+
+    with pytest.raises(ValueError, match="--dropout"):
+        train_qa(QAJobOptions(head="span", dropout=1.0, output_dir="unused"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +73,11 @@ class HFGenerativeQA(nn.Module):
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
                 decoder_input_ids: Tensor | None = None, labels: Tensor | None = None) -> Any:
         """input_ids, attention_mask: (B, S); decoder_input_ids or labels: (B, T) -> HF's output."""
-        return self.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-                          labels=labels, use_cache=False)
+        with warnings.catch_warnings():  # two notes HF prints on every call with labels, none about this use
+            warnings.filterwarnings("ignore", message="Version v4.12.0 introduces")
+            warnings.filterwarnings("ignore", message="To copy construct from a tensor")
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                              labels=labels, use_cache=False)
 
     @torch.no_grad()
     def generate(self, input_ids: Tensor, attention_mask: Tensor, max_new_tokens: int, num_beams: int = 1,

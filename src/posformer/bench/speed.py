@@ -20,6 +20,7 @@ from torch import nn
 from tqdm import tqdm
 
 import posformer as pf
+from posformer.train.optim import adamw
 
 HF_REQUIREMENT = "transformers==4.57.6"
 ADAMW = {"lr": 1e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
@@ -90,7 +91,7 @@ def _forward_step(model: nn.Module, ids: torch.Tensor) -> Callable[[], None]:
 
 
 def _train_step(model: nn.Module, ids: torch.Tensor) -> Callable[[], None]:
-    optimizer = torch.optim.AdamW(model.parameters(), **ADAMW)
+    optimizer = adamw(model.parameters(), **ADAMW)
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)

@@ -54,6 +54,7 @@ import posformer as pf
 from posformer.bench.speed import bench_config
 from posformer.data.text import CharTokenizer, default_corpus, read_text
 from posformer.train.batches import WindowBatches
+from posformer.train.optim import adamw
 from posformer.train.settings import TrainerSettings
 from posformer.train.trainer import Trainer
 
@@ -118,9 +119,8 @@ def plain_loop(model: nn.Module, batches: StampedBatches, settings: TrainerSetti
     matrices = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)} - tables
     decay = [p for p in model.parameters() if id(p) in matrices]
     no_decay = [p for p in model.parameters() if id(p) not in matrices]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": settings.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=settings.lr, betas=tuple(settings.betas))
+    optimizer = adamw([{"params": decay, "weight_decay": settings.weight_decay},
+                       {"params": no_decay, "weight_decay": 0.0}], lr=settings.lr, betas=tuple(settings.betas))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: cosine_with_warmup(
         step, settings.warmup, settings.steps, settings.min_lr_ratio))
     model.train()

@@ -165,7 +165,8 @@ TRAINER = Command(
 
 
 def cmd_qa(args: argparse.Namespace) -> int:
-    from posformer.bench import qa
+    from posformer.bench import qa, qa_seq2seq
+    from posformer.bench.qa_compare import format_report
 
     options = dict(
         data=args.data, checkpoint=args.checkpoint, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
@@ -174,11 +175,9 @@ def cmd_qa(args: argparse.Namespace) -> int:
         epochs=args.epochs, warmup_ratio=args.warmup_ratio,
     )
     if args.head == "seq2seq":
-        from posformer.bench import qa_seq2seq
-
         return report(args, qa_seq2seq.run(**options, max_answer_tokens=args.max_answer_tokens,
-                                           keep_null=args.keep_null_windows), qa.format_report)
-    return report(args, qa.run(**options), qa.format_report)
+                                           keep_null=args.keep_null_windows), format_report)
+    return report(args, qa.run(**options), format_report)
 
 
 def add_qa_arguments(parser: argparse.ArgumentParser) -> None:

@@ -138,6 +138,10 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
           help="share of the training windows without an answer (unanswerable questions, windows that miss the "
                "answer) to train on, drawn with --seed; below 1, more of each step goes to finding answers "
                "(default: 1, all)")
+    _flag(train, "--dropout", dest="dropout", type=float,
+          help="dropout probability of every dropout of the model (hidden, attention, feed-forward) while it is "
+               "fine-tuned; 0 trains faster and suits a short run that sees each window once (default: the "
+               "checkpoint's)")
     _flag(train, "--calibration-fraction", dest="calibration_fraction", type=float, default=0.0,
           help="share of the training articles kept out of training to calibrate --null-score-diff-threshold "
                "after it: the threshold with the best F1 on them is used for the evaluation and stored for "

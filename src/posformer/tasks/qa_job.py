@@ -109,6 +109,7 @@ class QAJobOptions:
     d_ff: int = 512
     group_by_length: bool = True
     keep_null_windows: float = 1.0
+    dropout: float | None = None
     calibration_fraction: float = 0.0
     progress: bool = True
 
@@ -210,6 +211,8 @@ def _check_options(o: QAJobOptions) -> None:
     check_number("--weight-decay", o.weight_decay, low=0)
     check_number("--keep-null-windows", o.keep_null_windows, low=0, high=1, low_open=True)
     check_number("--calibration-fraction", o.calibration_fraction, low=0, high=1, high_open=True)
+    if o.dropout is not None:
+        check_number("--dropout", o.dropout, low=0, high=1, high_open=True)
     check_number("--null-score-diff-threshold", o.null_score_diff_threshold)
     check_int("--seed", o.seed, minimum=0)
     if o.from_scratch and (o.head != "seq2seq" or o.model is not None):
@@ -261,6 +264,8 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
         torch.manual_seed(o.seed)
         model, tokenizer, _, directory = load_qa_model(path, o.head)
         source = str(directory)
+    if o.dropout is not None:
+        model = with_dropout(model, o.dropout)
     train, calibration = calibration_split(train, o.calibration_fraction)
     if o.head == "span":
         features = span_train_tensors(train, tokenizer, o.max_seq_length, o.doc_stride, model.cfg)

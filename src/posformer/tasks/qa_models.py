@@ -86,6 +86,15 @@ def load_qa_model(path: str | Path, head: str | None) -> tuple[Transformer, Any,
     return _check_head(model, head, directory).eval(), load_tokenizer(directory), head, directory
 
 
+def with_dropout(model: Transformer, p: float) -> Transformer:
+    """`model` with every dropout probability (hidden, attention, feed-forward) set to `p`: the same weights in a
+    model built from the changed config, so the config saved with it says what it was trained with."""
+    cfg = model.cfg.replace(dropout=p, attention_dropout=p, activation_dropout=p)
+    rebuilt = Transformer(cfg)
+    rebuilt.load_state_dict(model.state_dict())
+    return rebuilt.train(model.training)
+
+
 def tokenizer_files(tokenizer) -> dict[str, str]:
     """The text files of `tokenizer.save_pretrained`, to store in every checkpoint beside the model."""
     with tempfile.TemporaryDirectory() as tmp:
