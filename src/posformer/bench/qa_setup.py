@@ -21,10 +21,9 @@ from torch import Tensor, nn
 from posformer.data.shared import squad_v2_dev
 from posformer.data.squad import QAExample, load_qa_file, split_by_article, squad_sample
 from posformer.tasks.feature_batches import FeatureBatches
+from posformer.tasks.qa_job import EVAL_FRACTION, SPLIT_SEED  # the split of `qa train --train-file`
 
 DEFAULT_DATA = squad_v2_dev()
-SPLIT_SEED = 0
-EVAL_FRACTION = 0.2
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "classifier_dropout": 0.0}
 
 

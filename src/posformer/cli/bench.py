@@ -224,7 +224,8 @@ QA = Command(
     "after the first; tokens are non-pad tokens. The models alternate in blocks of --block steps. Data: "
     "--data, default the SQuAD v2 dev file in ../shared/data/squad_v2 (or $POSFORMER_DATA_DIR), or the shipped "
     "sample when it is missing; split by article (20% held out), then capped by --train-questions / "
-    "--eval-questions. The code: posformer.bench.qa.",
+    "--eval-questions. The code: posformer.bench.qa (span), posformer.bench.qa_seq2seq (seq2seq), both "
+    "through posformer.bench.qa_compare.",
     add_arguments=add_qa_arguments, run=cmd_qa,
 )
 
