@@ -79,9 +79,11 @@ def test_span_train_then_eval_and_head_mismatch(tmp_path, capsys):
     bert = save_tiny_bert(tmp_path / "bert")
     run = tmp_path / "span"
     args = ["qa", "train", "--head", "span", "--model", str(bert), "--output-dir", str(run), "--max-steps", "3",
-            "--learning-rate", "1e-3", "--no-progress", *WINDOWS, *SAMPLES]
+            "--learning-rate", "1e-3", "--no-progress", "--dropout", "0", *WINDOWS, *SAMPLES]
     assert main(args) == 0
     _check_outputs(run, _printed_report(capsys.readouterr().out), 12)
+    saved = json.loads(next(run.glob("checkpoints/step-*/config.json")).read_text())["posformer"]  # was 0.1
+    assert (saved["dropout"], saved["attention_dropout"]) == (0.0, 0.0)
     assert main(["qa", "eval", "--model", str(run), "--max-eval-samples", "12"]) == 0
     _check_outputs(run, _printed_report(capsys.readouterr().out), 12)
     assert json.loads((run / "eval_results.json").read_text())["head"] == "span"

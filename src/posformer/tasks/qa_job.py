@@ -47,7 +47,7 @@ from posformer.tasks.extractive_qa import SpanPredictor, span_train_tensors
 from posformer.tasks.null_answers import (calibrate_null_threshold, keep_null_windows, seq2seq_null_windows,
                                           span_null_windows)
 from posformer.tasks.qa_evaluation import QAEvaluator
-from posformer.tasks.qa_models import default_pretrained_model, load_qa_model, tokenizer_files
+from posformer.tasks.qa_models import default_pretrained_model, load_qa_model, tokenizer_files, with_dropout
 from posformer.tasks.qa_predictor import QAPredictor
 from posformer.tasks.seq2seq_qa import (Seq2SeqPredictor, build_scratch_t5, end_token_id,
                                         qa_training_texts, seq2seq_train_tensors, train_qa_tokenizer)
