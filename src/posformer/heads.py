@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -96,6 +97,12 @@ def token_loss(logits: Tensor, labels: Tensor, shift: bool) -> Tensor:
     total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels, ignore_index=IGNORE_INDEX,
                             reduction="sum")
     return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
+
+
+def mask_padded_logits(logits: Tensor, attention_mask: Tensor) -> Tensor:
+    """Span logits (B, T) with padded positions (attention_mask (B, T) 0) at the dtype's minimum: never an
+    answer, and no probability mass in the span loss."""
+    return logits.masked_fill(~attention_mask.bool(), torch.finfo(logits.dtype).min)
 
 
 def span_loss(start_logits: Tensor, end_logits: Tensor, start: Tensor, end: Tensor) -> Tensor:

@@ -17,7 +17,7 @@ from posformer.attention import CrossAttention
 from posformer.blocks import Block
 from posformer.cache import Cache
 from posformer.config import Config, check_token_in_vocabulary
-from posformer.heads import IGNORE_INDEX, build_head, span_loss, token_loss
+from posformer.heads import IGNORE_INDEX, build_head, mask_padded_logits, span_loss, token_loss
 from posformer.init import normal_init_, t5_init_
 from posformer.masks import AttentionMask, build_mask
 from posformer.norms import deepnorm_constants, make_norm
@@ -314,10 +314,8 @@ class Transformer(nn.Module):
         if kind == "span_qa":
             out.start_logits, out.end_logits = self.head(hidden)
             if attention_mask is not None:
-                padded = ~attention_mask.bool()
-                lowest = torch.finfo(out.start_logits.dtype).min
-                out.start_logits = out.start_logits.masked_fill(padded, lowest)
-                out.end_logits = out.end_logits.masked_fill(padded, lowest)
+                out.start_logits = mask_padded_logits(out.start_logits, attention_mask)
+                out.end_logits = mask_padded_logits(out.end_logits, attention_mask)
             if start_positions is not None and end_positions is not None:
                 out.loss = span_loss(out.start_logits, out.end_logits, start_positions, end_positions)
         elif kind == "classification":

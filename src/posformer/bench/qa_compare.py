@@ -214,7 +214,8 @@ def format_report(result: dict[str, Any]) -> str:
         f"alternating blocks of {result['block']} steps",
         f"tokens/s: {result['tokens']} ({result['timed_tokens']:,} tokens)",
         "",
-        "| model | train tokens/s | timed train s | eval s | first loss | final loss | EM | F1 | HasAns F1 | NoAns F1 |",
+        "| model | train tokens/s | timed train s | eval s | first loss | final loss | EM | F1 | HasAns F1 "
+        "| NoAns F1 |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in NAMES:

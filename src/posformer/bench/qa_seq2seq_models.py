@@ -9,7 +9,6 @@ cross-attention included.
 
 from __future__ import annotations
 
-import logging
 import tempfile
 import warnings
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from posformer.bench.qa_setup import checkpoint_without_dropout
+from posformer.bench.qa_setup import checkpoint_without_dropout, quiet_loggers
 from posformer.config import Config
 from posformer.tasks.seq2seq_qa import bert2bert_token_ids
 
@@ -31,11 +30,7 @@ def load_bert2bert_pair(directory: Path, tokenizer, seed: int) -> tuple[nn.Modul
 
     from posformer.hf import from_hf
 
-    loggers = [logging.getLogger(name) for name in QUIET]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:  # "cross-attention weights newly initialised": expected, and both get the same
-        logger.setLevel(logging.ERROR)
-    try:
+    with quiet_loggers(*QUIET):  # "cross-attention weights newly initialised": expected, and both get the same
         with checkpoint_without_dropout(directory) as plain:
             torch.manual_seed(seed)
             theirs = transformers.EncoderDecoderModel.from_encoder_decoder_pretrained(plain, plain)
@@ -46,9 +41,6 @@ def load_bert2bert_pair(directory: Path, tokenizer, seed: int) -> tuple[nn.Modul
         with tempfile.TemporaryDirectory(prefix="posformer-bench-b2b-") as tmp:
             theirs.save_pretrained(tmp)
             ours = from_hf(tmp).float()
-    finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
     return ours, HFGenerativeQA(theirs, ours.cfg)
 
 

@@ -68,6 +68,20 @@ def draw_batches(features: dict[str, Tensor], steps: int, batch_size: int, seed:
 
 
 @contextmanager
+def quiet_loggers(*names: str) -> Iterator[None]:
+    """The loggers `names` print only errors inside the block (their levels restored after it)."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+@contextmanager
 def checkpoint_without_dropout(directory: Path) -> Iterator[Path]:
     """A temporary copy of checkpoint `directory` (files linked, not copied) whose config.json sets every
     dropout probability to 0."""
@@ -101,17 +115,11 @@ def load_models(directory: Path, seed: int) -> tuple[nn.Module, nn.Module]:
 
     from posformer.hf import from_hf
 
-    quiet = [logging.getLogger(name) for name in ("posformer.hf.api", "transformers.modeling_utils")]
-    levels = [logger.level for logger in quiet]
-    for logger in quiet:  # "the span head is newly initialised": it is overwritten below
-        logger.setLevel(logging.ERROR)
-    try:
-        with checkpoint_without_dropout(directory) as plain:
-            ours = from_hf(plain, head="span_qa").float()
-            theirs = transformers.BertForQuestionAnswering.from_pretrained(plain, torch_dtype=torch.float32)
-    finally:
-        for logger, level in zip(quiet, levels):
-            logger.setLevel(level)
+    # "the span head is newly initialised": it is overwritten below
+    with quiet_loggers("posformer.hf.api", "transformers.modeling_utils"), \
+            checkpoint_without_dropout(directory) as plain:
+        ours = from_hf(plain, head="span_qa").float()
+        theirs = transformers.BertForQuestionAnswering.from_pretrained(plain, torch_dtype=torch.float32)
     std = theirs.config.initializer_range
     weight, bias = span_head_init(theirs.config.hidden_size, std, seed)
     set_linear(ours.head.proj, weight, bias)
@@ -141,14 +149,12 @@ class PaddingMaskedSpanLoss(nn.Module):
                 start_positions: Tensor | None = None, end_positions: Tensor | None = None) -> Any:
         """input_ids, attention_mask, token_type_ids: (B, T); start/end positions (B,) -> HF's output, its
         `loss` that of posformer's span head."""
-        from posformer.heads import span_loss
+        from posformer.heads import mask_padded_logits, span_loss
 
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         if start_positions is not None and end_positions is not None:
-            padded = ~attention_mask.bool()
-            lowest = torch.finfo(out.start_logits.dtype).min
-            out.loss = span_loss(out.start_logits.masked_fill(padded, lowest),
-                                 out.end_logits.masked_fill(padded, lowest), start_positions, end_positions)
+            out.loss = span_loss(mask_padded_logits(out.start_logits, attention_mask),
+                                 mask_padded_logits(out.end_logits, attention_mask), start_positions, end_positions)
         return out
 
 
