@@ -23,7 +23,12 @@ SEED_FLAGS = ["--model", "--model-name-or-path", "--dataset-name", "--train-file
 
 
 def _printed_report(out: str) -> dict:
-    return json.loads(out[out.rindex('{\n  "exact"'):])
+    """The official report printed last, checked against the line after it that sets F1 beside the F1 of
+    answering nothing."""
+    report, end = json.JSONDecoder().raw_decode(out, out.rindex('{\n  "exact"'))
+    baseline = 100.0 * report["NoAns_total"] / report["total"]
+    assert out[end:].strip().startswith(f"F1 {report['f1']:.2f} against {baseline:.2f} for answering nothing")
+    return report
 
 
 def _eval_examples(count: int) -> list:

@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 import posformer as pf
-from posformer.tasks.qa_job import PREDICTION_OPTIONS, PRETRAINED_DEFAULTS, QAJobOptions, prediction_options
+from posformer.tasks.qa_job import (PREDICTION_OPTIONS, PRETRAINED_DEFAULTS, QAJobOptions, prediction_options,
+                                    print_report)
 from posformer.tasks.qa_models import model_head
 from tests.conftest import tiny
 
@@ -63,3 +64,12 @@ def test_a_dropout_outside_0_to_1_is_refused():
 
     with pytest.raises(ValueError, match="--dropout"):
         train_qa(QAJobOptions(head="span", dropout=1.0, output_dir="unused"))
+
+
+def test_the_report_ends_with_f1_beside_answering_nothing() -> None:
+    """Three of eight questions unanswerable: answering nothing scores 37.5."""
+    lines: list[str] = []
+    print_report({"exact": 40.0, "f1": 45.5, "total": 8, "HasAns_f1": 30.0, "HasAns_total": 5, "NoAns_f1": 71.25,
+                  "NoAns_total": 3}, lines.append)
+    assert lines[-1] == ("F1 45.50 against 37.50 for answering nothing (3 of 8 questions have no answer); "
+                         "HasAns F1 30.00, NoAns F1 71.25")

@@ -241,8 +241,17 @@ def eval_settings(o: QAJobOptions) -> dict[str, Any]:
 
 
 def print_report(report: dict[str, Any], log: Callable[[str], None] = print) -> None:
-    """The official keys (exact, f1, total, HasAns_*, NoAns_*, best_*) as JSON, as `qa score` prints them."""
+    """The official keys (exact, f1, total, HasAns_*, NoAns_*, best_*) as JSON, as `qa score` prints them,
+    then F1 beside the F1 of answering nothing (the share of unanswerable questions)."""
     log(json.dumps(report, indent=2))
+    if report.get("total"):
+        unanswerable = report.get("NoAns_total", 0)
+        baseline = 100.0 * unanswerable / report["total"]
+        line = (f"F1 {report['f1']:.2f} against {baseline:.2f} for answering nothing ({unanswerable} of "
+                f"{report['total']} questions have no answer)")
+        if "HasAns_f1" in report:
+            line += f"; HasAns F1 {report['HasAns_f1']:.2f}, NoAns F1 {report.get('NoAns_f1', 0.0):.2f}"
+        log(line)
 
 
 def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
