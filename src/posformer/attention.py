@@ -73,13 +73,9 @@ def _eager(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, bias: Tensor | 
 
 def _combine(bias: Tensor | None, mask: AttentionMask, q: Tensor, k: Tensor) -> Tensor | None:
     """bias (B or 1, H, T, S) plus the materialised mask, in q's dtype."""
-    additive = mask.materialized(q.shape[2], k.shape[2], q.dtype, q.device)
     if bias is None:
-        return additive
-    bias = bias.to(q.dtype)
-    if additive is None:
-        return bias
-    return torch.where(additive < 0, additive, bias)
+        return mask.materialized(q.shape[2], k.shape[2], q.dtype, q.device)
+    return mask.with_bias(bias, q.dtype)
 
 
 class Attention(nn.Module):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -23,12 +23,27 @@ class AttentionMask:
     additive: Tensor | None = None
     is_causal: bool = False
     query_keep: Tensor | None = None
+    _with_last_bias: tuple[Tensor, Tensor | None] | None = field(default=None, repr=False, compare=False)
 
     def materialized(self, q_len: int, k_len: int, dtype: torch.dtype, device: torch.device) -> Tensor | None:
         """The mask as an additive tensor, the causal part included (for the eager path and biases)."""
         if not self.is_causal:
             return self.additive
         return causal_additive(q_len, k_len, dtype, device)
+
+    def with_bias(self, bias: Tensor, dtype: torch.dtype) -> Tensor:
+        """bias: (B or 1, H, Tq, Tk) in `dtype`, with every masked pair set to the mask's value there.
+
+        The last result is kept: layers that share one bias tensor (a bias computed once per forward)
+        combine it with the mask once.
+        """
+        last = self._with_last_bias
+        if last is not None and last[0] is bias and last[1].dtype == dtype:
+            return last[1]
+        additive = self.materialized(bias.shape[-2], bias.shape[-1], dtype, bias.device)
+        combined = bias.to(dtype) if additive is None else torch.where(additive < 0, additive, bias.to(dtype))
+        self._with_last_bias = (bias, combined)
+        return combined
 
 
 def causal_allowed(q_len: int, k_len: int, device: torch.device) -> Tensor:

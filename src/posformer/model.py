@@ -68,15 +68,16 @@ class Stack(nn.Module):
             x = self.embed_norm(x)
         x = self.dropout(x)
         weights: list[Tensor] = []
-        for i, block in enumerate(self.layers):
-            x, w = block(
-                x, mask, pos,
-                cache=None if cache is None else cache.self_attn[i],
-                memory=memory, memory_mask=memory_mask,
-                memory_cache=None if cache is None else cache.cross_attn[i],
-                need_weights=need_weights, packing=packing,
-            )
-            weights.extend(w)
+        with self.position.forward_scope():
+            for i, block in enumerate(self.layers):
+                x, w = block(
+                    x, mask, pos,
+                    cache=None if cache is None else cache.self_attn[i],
+                    memory=memory, memory_mask=memory_mask,
+                    memory_cache=None if cache is None else cache.cross_attn[i],
+                    need_weights=need_weights, packing=packing,
+                )
+                weights.extend(w)
         if self.norm is not None:
             x = self.norm(x)
         return (x if packing is None else packing.unpack(x)), weights

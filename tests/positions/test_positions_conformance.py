@@ -5,6 +5,8 @@ A newly registered encoding is covered here with no new test code.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -194,3 +196,31 @@ def test_a_right_padded_encoder_batch_trains_as_each_row_alone(name: str, arch: 
     for key, grad in grads.items():
         expected = sum(a[2].get(key, torch.zeros_like(grad)) for a in alone)
         torch.testing.assert_close(grad, expected, atol=1e-4, rtol=1e-4, msg=lambda m: f"{key}: {m}")
+
+
+@pytest.mark.parametrize("name, arch", CASES)
+def test_computing_once_per_forward_changes_no_output_or_gradient(name: str, arch: str, monkeypatch) -> None:
+    """What an encoding computes once per forward (`per_forward`) and from one row of positions repeated
+    over the batch (the default position ids) equals what each layer computes alone from (B, T) positions:
+    the same logits, and the same gradient for every parameter (a table shared by the layers sums theirs)."""
+    cfg = config(name, arch, n_layers=3, n_decoder_layers=3 if arch == "encoder_decoder" else None)
+    model = pf.Transformer(cfg)
+    kwargs = inputs(cfg, batch=3)
+    labels = kwargs.get("decoder_input_ids", kwargs["input_ids"])
+
+    def logits_and_grads(**extra):
+        model.zero_grad()
+        out = model(**kwargs, **extra, labels=labels)
+        out.loss.backward()
+        return out.logits, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    shared, shared_grads = logits_and_grads()
+    explicit = {"position_ids": torch.arange(kwargs["input_ids"].shape[1]).repeat(3, 1)}
+    if arch == "encoder_decoder":
+        explicit["decoder_position_ids"] = torch.arange(labels.shape[1]).repeat(3, 1)
+    monkeypatch.setattr(pf.positions.PositionEncoding, "forward_scope", lambda self: contextlib.nullcontext())
+    alone, alone_grads = logits_and_grads(**explicit)
+    torch.testing.assert_close(shared, alone, atol=1e-5, rtol=1e-5)
+    assert shared_grads.keys() == alone_grads.keys()
+    for pname in shared_grads:
+        torch.testing.assert_close(shared_grads[pname], alone_grads[pname], atol=1e-5, rtol=1e-4, msg=pname)

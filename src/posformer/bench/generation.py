@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 
 import posformer as pf
-from posformer.bench.speed import _measure, _transformers
+from posformer.bench.speed import _transformers, measure_interleaved, torch_threads
 
 NAMES = ("posformer", "hf")
 
@@ -70,12 +70,7 @@ def run(
     if prompt_length + new_tokens > 1024:
         raise ValueError(f"prompt_length + new_tokens = {prompt_length + new_tokens} exceeds GPT-2's 1024 positions")
     transformers = _transformers()
-    threads = torch.get_num_threads() if threads is None else threads
-    if threads < 1:
-        raise ValueError(f"threads={threads} is invalid: expected an integer >= 1")
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads) as threads:
         hf = hf_gpt2(d_model, layers, heads, vocab, seed=seed)
         with tempfile.TemporaryDirectory(prefix="posformer-bench-") as directory:
             hf.save_pretrained(directory, safe_serialization=True)
@@ -92,7 +87,8 @@ def run(
         for batch in batches:
             ids = torch.randint(0, vocab, (batch, prompt_length), generator=generator)
             outputs: dict[str, torch.Tensor] = {}
-            times = _measure(_steps(models, ids, new_tokens, outputs), warmup, iters, f"batch {batch}", progress)
+            steps = _steps(models, ids, new_tokens, outputs)
+            times = measure_interleaved(steps, warmup, iters, f"batch {batch}", progress)
             ours, theirs = (batch * new_tokens / statistics.median(times[name]) for name in NAMES)
             result["batches"][batch] = {
                 "posformer_tok_s": ours, "hf_tok_s": theirs, "ratio": ours / theirs,
@@ -100,8 +96,6 @@ def run(
                 "same_tokens": torch.equal(outputs["posformer"], outputs["hf"]),
             }
         return result
-    finally:
-        torch.set_num_threads(previous_threads)
 
 
 def format_report(result: dict[str, Any]) -> str:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -63,7 +64,7 @@ def hf_llama_config(cfg: pf.Config) -> Any:
     )
 
 
-def _measure(steps: dict[str, Callable[[], None]], warmup: int, iters: int, desc: str,
+def measure_interleaved(steps: dict[str, Callable[[], None]], warmup: int, iters: int, desc: str,
              progress: bool) -> dict[str, list[float]]:
     """Run the steps in turn (ABAB) warmup + iters times; the seconds of the timed iterations per step."""
     times: dict[str, list[float]] = {name: [] for name in steps}
@@ -77,25 +78,58 @@ def _measure(steps: dict[str, Callable[[], None]], warmup: int, iters: int, desc
     return times
 
 
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[int]:
+    """torch.set_num_threads(threads) inside the block (None: the current count), restored after it;
+    yields the count. ValueError for a count below 1."""
+    previous = torch.get_num_threads()
+    threads = previous if threads is None else threads
+    if threads < 1:
+        raise ValueError(f"threads={threads} is invalid: expected an integer >= 1")
+    torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        torch.set_num_threads(previous)
+
+
+def time_phases(models: dict[str, nn.Module], inputs: dict[str, torch.Tensor], labels: torch.Tensor, warmup: int,
+                iters: int, train: bool, progress: bool) -> dict[str, dict[str, list[float]]]:
+    """The timed seconds of each model, interleaved, per phase: "forward" (eval mode, no grad, `inputs`)
+    and, with `train`, "train" (train mode, `inputs` with `labels`, backward and an AdamW step)."""
+    for model in models.values():
+        model.eval()
+    steps = {name: _forward_step(model, inputs) for name, model in models.items()}
+    times = {"forward": measure_interleaved(steps, warmup, iters, "forward", progress)}
+    if train:
+        for model in models.values():
+            model.train()
+        steps = {name: _train_step(model, {**inputs, "labels": labels}) for name, model in models.items()}
+        times["train"] = measure_interleaved(steps, warmup, iters, "train", progress)
+    return times
+
+
 def _summary(times: dict[str, list[float]], tokens: int) -> dict[str, Any]:
     ours, theirs = (tokens / statistics.median(times[name]) for name in NAMES)
     return {"posformer_tok_s": ours, "hf_tok_s": theirs, "ratio": ours / theirs,
             "posformer_s": times["posformer"], "hf_s": times["hf"]}
 
 
-def _forward_step(model: nn.Module, ids: torch.Tensor) -> Callable[[], None]:
+def _forward_step(model: nn.Module, inputs: dict[str, torch.Tensor]) -> Callable[[], None]:
+    """A no-grad forward of `model(**inputs)`."""
     def step() -> None:
         with torch.no_grad():
-            model(ids)
+            model(**inputs)
     return step
 
 
-def _train_step(model: nn.Module, ids: torch.Tensor) -> Callable[[], None]:
+def _train_step(model: nn.Module, inputs: dict[str, torch.Tensor]) -> Callable[[], None]:
+    """One AdamW step on `model(**inputs).loss` (inputs hold the labels)."""
     optimizer = adamw(model.parameters(), **ADAMW)
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        model(ids, labels=ids).loss.backward()
+        model(**inputs).loss.backward()
         optimizer.step()
     return step
 
@@ -111,13 +145,8 @@ def run(
         if value < low:
             raise ValueError(f"{name}={value} is invalid: expected an integer >= {low}")
     transformers = _transformers()
-    threads = torch.get_num_threads() if threads is None else threads
-    if threads < 1:
-        raise ValueError(f"threads={threads} is invalid: expected an integer >= 1")
     cfg = bench_config(d_model, layers, heads, vocab, d_ff, length)
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads) as threads:
         torch.manual_seed(seed)
         models = {"posformer": pf.Transformer(cfg).float(),
                   "hf": transformers.LlamaForCausalLM(hf_llama_config(cfg)).float()}
@@ -135,18 +164,9 @@ def run(
             "dtype": "float32", "batch": batch, "length": length, "tokens_per_iter": tokens, "warmup": warmup,
             "iters": iters, "params": params["posformer"], "config": cfg.to_dict(),
         }
-        for model in models.values():
-            model.eval()
-        steps = {name: _forward_step(model, ids) for name, model in models.items()}
-        result["forward"] = _summary(_measure(steps, warmup, iters, "forward", progress), tokens)
-        if train:
-            for model in models.values():
-                model.train()
-            steps = {name: _train_step(model, ids) for name, model in models.items()}
-            result["train"] = _summary(_measure(steps, warmup, iters, "train", progress), tokens)
+        for phase, times in time_phases(models, {"input_ids": ids}, ids, warmup, iters, train, progress).items():
+            result[phase] = _summary(times, tokens)
         return result
-    finally:
-        torch.set_num_threads(previous_threads)
 
 
 def format_report(result: dict[str, Any]) -> str:

@@ -1,4 +1,5 @@
-"""`posformer bench`: the speed benchmarks, each declared once; `--generation`, `--trainer` or `--qa` picks one.
+"""`posformer bench`: the speed benchmarks, each declared once; `--generation`, `--trainer`, `--qa` or
+`--positions` picks one.
 
 Every benchmark prints its report and, with `--json PATH`, writes its results there. A missing
 optional package (ImportError) exits with 1 and its message; a bad option value (ValueError)
@@ -230,7 +231,53 @@ QA = Command(
     add_arguments=add_qa_arguments, run=cmd_qa,
 )
 
-BENCHMARKS = {"--generation": GENERATION, "--trainer": TRAINER, "--qa": QA}  # no flag: SPEED
+def cmd_positions(args: argparse.Namespace) -> int:
+    from posformer.bench import positions
+
+    return report(args, positions.run(
+        encodings=args.encodings, arch=args.arch, batch=args.batch, length=args.length, d_model=args.d_model,
+        layers=args.layers, heads=args.heads, vocab=args.vocab, d_ff=args.d_ff, warmup=args.warmup,
+        iters=args.iters, threads=args.threads, train=not args.skip_train, progress=not args.no_progress,
+    ), positions.format_report)
+
+
+def add_positions_arguments(parser: argparse.ArgumentParser) -> None:
+    from posformer.bench.positions import ARCHS
+    from posformer.positions import registry
+
+    add = parser.add_argument
+    add("--encodings", nargs="+", metavar="NAME", help="encodings to measure (none is always measured, as the "
+        f"baseline); default: every registered one ({', '.join(registry.names())})")
+    add("--arch", choices=ARCHS, default="decoder", help="the stack(s) every model has")
+    add("--batch", type=int, default=4, help="sequences per iteration")
+    add("--length", type=int, default=512, help="tokens per sequence")
+    add("--d-model", type=int, default=512, help="hidden size")
+    add("--layers", type=int, default=4, help="layers per stack")
+    add("--heads", type=int, default=8, help="attention heads")
+    add("--vocab", type=int, default=8192, help="vocabulary size")
+    add("--d-ff", type=int, default=1376, help="SwiGLU inner size")
+    add("--warmup", type=int, default=1, help="untimed rounds before timing, per phase")
+    add("--iters", type=int, default=3, help="timed rounds per phase; each encoding's median is reported")
+    add("--skip-train", action="store_true", help="measure the forward pass only")
+    add_run_flags(parser, _threads_default(), "every model")
+
+
+POSITIONS = Command(
+    "positions", help="training and forward time of every position encoding relative to none",
+    formatter_class=HelpFormatter,
+    description="Measure the training-step and forward time of one model per registered position encoding, "
+    "identical in everything else (the llama preset's parts at the given size, each encoding with its "
+    "default parameters, same seed, float32, SDPA wherever the encoding allows it), relative to the model "
+    "with position='none', in the same run.",
+    epilog="Forward: torch.no_grad() forward in eval mode. Train: forward with labels, loss.backward() and an "
+    "AdamW step. Every round runs each encoding's model once, in turn (interleaved), so that load on a "
+    "shared machine hits all of them alike; x = median time / median time of none. The code: "
+    "posformer.bench.positions.",
+    add_arguments=add_positions_arguments, run=cmd_positions,
+)
+
+# no flag: SPEED
+BENCHMARKS = {"--generation": GENERATION, "--trainer": TRAINER, "--qa": QA, "--positions": POSITIONS}
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -254,6 +301,7 @@ COMMAND = Command(
     "bench", help="speed benchmark against Hugging Face (run `posformer bench --help`; "
                   "`posformer bench --generation --help` for generation speed, "
                   "`posformer bench --trainer --help` for the trainer's, "
-                  "`posformer bench --qa --help` for extractive QA training)",
+                  "`posformer bench --qa --help` for extractive QA training, "
+                  "`posformer bench --positions --help` for the cost of each position encoding)",
     run=cmd_bench, passes_on=True,
 )

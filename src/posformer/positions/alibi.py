@@ -54,7 +54,10 @@ class ALiBi(PositionEncoding):
         self.register_buffer("slopes", alibi_slopes(cfg.n_heads), persistent=False)
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
-        """-> -m_h * |q_pos - k_pos|: (B, H, Tq, Tk) float32."""
+        """-> -m_h * |q_pos - k_pos|: (B or 1, H, Tq, Tk) float32, computed once per forward for every layer."""
+        return self.per_forward("bias", q_pos, k_pos, self._bias)
+
+    def _bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         distance = (q_pos[:, None, :, None] - k_pos[:, None, None, :]).abs().to(torch.float32)
         return -self.slopes[None, :, None, None] * distance
 

@@ -15,8 +15,9 @@ KV-cached decoding and left padding are correct for every encoding.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -25,6 +26,15 @@ from posformer.validation import is_int
 
 if TYPE_CHECKING:
     from posformer.config import Config
+
+Result = TypeVar("Result")
+
+
+def batch_rows(pos: Tensor) -> Tensor:
+    """pos: (B, T) -> (1, T) when every row is one row repeated by construction (stride 0 over the batch,
+    as the default position ids), else pos itself. What is computed from that row broadcasts over the
+    batch; telling this costs no host synchronisation."""
+    return pos[:1] if pos.dim() == 2 and pos.shape[0] > 1 and pos.stride(0) == 0 else pos
 
 
 class PositionParams(dict):
@@ -82,6 +92,7 @@ class PositionEncoding(nn.Module):
         self.head_dim = cfg.head_dim
         self.d_model = cfg.d_model
         self.scale = cfg.scale  # the attention scale: a bias hook that mimics a q.k term multiplies by it
+        self._per_forward: dict[Hashable, tuple[Tensor, Tensor, Any]] | None = None
 
     # ------------------------------------------------------------ parameters
     @classmethod
@@ -169,6 +180,36 @@ class PositionEncoding(nn.Module):
         if pos.numel() and int(pos.min()) < 0:
             raise ValueError(f"position_ids must be >= 0, got minimum {int(pos.min())}")
 
+    # ------------------------------------------------------ shared by the layers
+    @contextmanager
+    def forward_scope(self) -> Iterator[None]:
+        """One forward of the stack: inside it, `per_forward` computes each value once for all layers."""
+        outer, self._per_forward = self._per_forward, {}
+        try:
+            yield
+        finally:
+            self._per_forward = outer
+
+    def per_forward(self, key: Hashable, q_pos: Tensor, k_pos: Tensor,
+                    compute: Callable[[Tensor, Tensor], Result]) -> Result:
+        """compute(q_pos, k_pos), once per stack forward for each `key` (say, a table shared by the layers).
+
+        Inside `forward_scope`, a later call with the same key and the same position tensors (the stack
+        hands the same ones to every layer; recognised by identity) returns the first result; outside it,
+        every call computes. Positions that repeat one row over the batch reach `compute` as that row,
+        (1, T), so that a table of positions is computed once, not once per row.
+        """
+        memo = self._per_forward
+        if memo is not None:
+            hit = memo.get(key)
+            if hit is not None and hit[0] is q_pos and hit[1] is k_pos:
+                return hit[2]
+        q_rows = batch_rows(q_pos)
+        value = compute(q_rows, q_rows if k_pos is q_pos else batch_rows(k_pos))
+        if memo is not None:
+            memo[key] = (q_pos, k_pos, value)
+        return value
+
     # ----------------------------------------------------------------- hooks
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         """x: (B, T, d_model), pos: (B, T) -> (B, T, d_model)."""
@@ -181,7 +222,8 @@ class PositionEncoding(nn.Module):
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor | None:
         """q: (B, H, Tq, dh), k: (B, Hkv, Tk, dh) -> additive logits (B or 1, H, Tq, Tk), or None.
 
-        The bias is added after the attention scale: logits = scale * q.k + bias.
+        The bias is added after the attention scale: logits = scale * q.k + bias. In a causal stack the
+        pairs with k_pos > q_pos are masked, and the bias there may be any finite value.
         """
         return None
 

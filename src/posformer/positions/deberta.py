@@ -122,7 +122,10 @@ class DeBERTa(PositionEncoding):
             self.pos_query_proj = nn.ModuleList(nn.Linear(cfg.d_model, inner) for _ in range(n_layers))
 
     def index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """idx(i, j) = clamp(bucket(i - j) + span, 0, 2 span - 1): (B, Tq, Tk)."""
+        """idx(i, j) = clamp(bucket(i - j) + span, 0, 2 span - 1): (B or 1, Tq, Tk); computed once per forward."""
+        return self.per_forward("index", q_pos, k_pos, self._index)
+
+    def _index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         rel = relative_distance(q_pos, k_pos)
         if self.position_buckets > 0 and self.max_relative_positions - 1 > self.position_buckets // 2:
             rel = log_bucket_position(rel, self.position_buckets, self.max_relative_positions)

@@ -95,5 +95,7 @@ class FIRE(PositionEncoding):
         return torch.log(c * distance + 1) / normalizer[:, :, None]
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
-        """-> f_theta(normalized distance): (B, H, Tq, Tk)."""
-        return self.mlp(self.normalized_distance(q_pos, k_pos, layer), layer).permute(0, 3, 1, 2)
+        """-> f_theta(normalized distance): (B or 1, H, Tq, Tk); computed once per forward for each group of
+        layers that shares one FIRE (all of them by default)."""
+        return self.per_forward(("bias", self.group(layer)), q_pos, k_pos, lambda q_rows, k_rows: self.mlp(
+            self.normalized_distance(q_rows, k_rows, layer), layer).permute(0, 3, 1, 2))

@@ -49,8 +49,10 @@ class KerpleLog(PositionEncoding):
         return EPS + F.softplus(self.r1_raw), EPS + F.softplus(self.r2_raw)
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
-        """-> -r1 * log(1 + r2 * |q_pos - k_pos|): (B, H, Tq, Tk) float32."""
+        """-> -r1 * log(1 + r2 * |q_pos - k_pos|): (B or 1, H, Tq, Tk) float32; the distances are computed
+        once per forward."""
         r1, r2 = self.kernel()
         r1, r2 = r1[layer][None, :, None, None], r2[layer][None, :, None, None]
-        distance = (q_pos[:, None, :, None] - k_pos[:, None, None, :]).abs().to(torch.float32)
+        distance = self.per_forward("distance", q_pos, k_pos, lambda q_rows, k_rows: (
+            q_rows[:, None, :, None] - k_rows[:, None, None, :]).abs().to(torch.float32))
         return -r1 * torch.log1p(r2 * distance)

@@ -58,20 +58,30 @@ class RelativeKey(PositionEncoding):
             )
 
     def table_and_index(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> tuple[Tensor, Tensor]:
-        """The rows of E_l that these positions use, (R, head_dim), and the row of each pair, (B, Tq, Tk).
+        """The rows of E_l that these positions use, (R, head_dim), and the row of each pair, (B or 1, Tq, Tk).
 
         Only the distances in [min(i - j), max(i - j)] are scored, not the whole table.
         """
+        low, high, index = self.per_forward("span", q_pos, k_pos, self._distance_span)
+        offset = self.max_positions - 1
+        return self.distance[layer].weight[low + offset : high + offset + 1], index
+
+    def _distance_span(self, q_pos: Tensor, k_pos: Tensor) -> tuple[int, int, Tensor]:
+        """The smallest and largest i - j, and i - j minus the smallest: (B or 1, Tq, Tk).
+
+        In a causal stack a key after its query is masked, and its bias never used: i - j < 0 is read as
+        0, so the table rows scored are the T distances attention can use, not 2T - 1.
+        """
         dist = relative_distance(q_pos, k_pos)
+        if self.causal:
+            dist = dist.clamp(min=0)
         low, high = int(dist.min()), int(dist.max())
         if low < -(self.max_positions - 1) or high > self.max_positions - 1:
             raise ValueError(
                 f"relative distances in [{low}, {high}] exceed the table of position={self.name!r} "
                 f"(|i - j| <= {self.max_positions - 1}, Config.max_positions={self.max_positions})"
             )
-        offset = self.max_positions - 1
-        table = self.distance[layer].weight[low + offset : high + offset + 1]
-        return table, dist - low
+        return low, high, dist - low
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         table, index = self.table_and_index(q_pos, k_pos, layer)

@@ -149,7 +149,6 @@ class Rotary(PositionEncoding):
         self.scaling = None if self.params["scaling"] is None else dict(self.params["scaling"])
         inv_freq, self.attention_factor = rope_inv_freq(self.rotary_dim, self.theta, self.scaling)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
-        self._memo: tuple[Tensor, Tensor, tuple] | None = None
 
     @property
     def dynamic(self) -> bool:
@@ -163,18 +162,17 @@ class Rotary(PositionEncoding):
         return inv_freq.to(self.inv_freq.device, torch.promote_types(self.inv_freq.dtype, torch.float32)), factor
 
     def cos_sin(self, pos: Tensor) -> tuple[Tensor, Tensor]:
-        """pos: (B, T) -> cos, sin: (B, 1, T, r/2) float32, times the attention factor; memoised."""
+        """pos: (B, T) -> cos, sin: (B or 1, 1, T, r/2) float32, times the attention factor."""
         return self.tables(pos, pos)[0]
 
     def tables(self, q_pos: Tensor, k_pos: Tensor) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
-        """((cos, sin) at q_pos, (cos, sin) at k_pos), as `cos_sin`; memoised for the positions of one forward."""
-        if self._memo is not None and self._memo[0] is q_pos and self._memo[1] is k_pos:
-            return self._memo[2]
+        """((cos, sin) at q_pos, (cos, sin) at k_pos), as `cos_sin`; computed once per forward."""
+        return self.per_forward("tables", q_pos, k_pos, self._tables)
+
+    def _tables(self, q_pos: Tensor, k_pos: Tensor) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
         inv_freq, factor = self.frequencies_for(_longest(q_pos, k_pos) if self.dynamic else None)
         q_table = rope_cos_sin(q_pos, inv_freq, factor)
-        k_table = q_table if k_pos is q_pos else rope_cos_sin(k_pos, inv_freq, factor)
-        self._memo = (q_pos, k_pos, (q_table, k_table))
-        return q_table, k_table
+        return q_table, q_table if k_pos is q_pos else rope_cos_sin(k_pos, inv_freq, factor)
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> tuple[Tensor, Tensor]:
         layout = self.params["layout"]

@@ -48,9 +48,10 @@ class Shaw(PositionEncoding):
         self.value = nn.ModuleList(nn.Embedding(size, cfg.head_dim) for _ in range(n_layers))
 
     def index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """clip(j - i, -k, k) + k: (B, Tq, Tk) in [0, 2k]."""
+        """clip(j - i, -k, k) + k: (B or 1, Tq, Tk) in [0, 2k]; computed once per forward."""
         k = self.max_distance
-        return (-relative_distance(q_pos, k_pos)).clamp(-k, k) + k
+        return self.per_forward("index", q_pos, k_pos, lambda q_rows, k_rows: (
+            -relative_distance(q_rows, k_rows)).clamp(-k, k) + k)
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         """scale * q_i . a^K[idx(i, j)]: (B, H, Tq, Tk)."""

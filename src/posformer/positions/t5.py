@@ -96,5 +96,7 @@ class T5Bias(PositionEncoding):
         return t5_bucket(rel, not self.causal, self.num_buckets, self.max_distance)
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
-        """-> table[bucket(k_pos - q_pos)]: (B, H, Tq, Tk), the same for every layer."""
-        return self.table(self.buckets(q_pos, k_pos)).permute(0, 3, 1, 2)
+        """-> table[bucket(k_pos - q_pos)]: (B or 1, H, Tq, Tk), the same for every layer: computed once per
+        forward, as T5 computes it in its first layer and hands it on."""
+        return self.per_forward("bias", q_pos, k_pos, lambda q_rows, k_rows: self.table(
+            self.buckets(q_rows, k_rows)).permute(0, 3, 1, 2))

@@ -74,17 +74,27 @@ class TransformerXL(PositionEncoding):
         angles = dist.to(torch.float32)[:, None] * self.inv_freq
         return sinusoidal_angles_to_table(angles, "half")
 
-    def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
-        dist = relative_distance(q_pos, k_pos)  # (B, Tq, Tk)
+    def distances(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        """The (clamped) distances i - j that occur, R_d of each: (R, d_model), and each pair's row in it:
+        (B or 1, Tq, Tk); computed once per forward."""
+        return self.per_forward("distances", q_pos, k_pos, self._distances)
+
+    def _distances(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        dist = relative_distance(q_pos, k_pos)
+        if self.causal:  # a key after its query is masked and its bias never used
+            dist = dist.clamp(min=0)
         if self.clamp_len > 0:
             dist = dist.clamp(-self.clamp_len, self.clamp_len)
         low, high = int(dist.min()), int(dist.max())
-        distances = torch.arange(low, high + 1, device=dist.device)
+        return self.sinusoid(torch.arange(low, high + 1, device=dist.device)), dist - low
+
+    def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
+        sinusoids, index = self.distances(q_pos, k_pos)
         w = self.proj[layer]
-        r = w(self.sinusoid(distances).to(w.weight.dtype))  # (R, H * dh)
+        r = w(sinusoids.to(w.weight.dtype))  # (R, H * dh)
         r = r.unflatten(-1, (self.n_heads, self.head_dim)).transpose(0, 1)  # (H, R, dh)
         i = layer if self.u.shape[0] > 1 else 0
         u, v = self.u[i], self.v[i]  # (H, dh)
-        position = query_position_scores(q + v[:, None].to(q.dtype), r, dist - low)  # (b) + (d)
+        position = query_position_scores(q + v[:, None].to(q.dtype), r, index)  # (b) + (d)
         content = torch.matmul(expand_heads(k, q.shape[1]), u[:, :, None].to(k.dtype)).transpose(-1, -2)  # (c)
         return (position + content) * self.scale

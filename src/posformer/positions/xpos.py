@@ -56,20 +56,19 @@ class XPos(PositionEncoding):
         self.scale_base = float(self.params["scale_base"])
         self.register_buffer("inv_freq", rope_inv_freq(dim, float(self.params["theta"]))[0], persistent=False)
         self.register_buffer("zeta", xpos_zeta(dim), persistent=False)
-        self._memo: tuple[Tensor, Tensor, tuple] | None = None
 
     def tables(self, q_pos: Tensor, k_pos: Tensor) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
         """((cos, sin) for q, (cos, sin) for k): (B, 1, T, r/2) float32 with the xPos factors
-        zeta^(+pos/scale_base) (q) and zeta^(-pos/scale_base) (k) folded in; memoised per forward."""
-        if self._memo is not None and self._memo[0] is q_pos and self._memo[1] is k_pos:
-            return self._memo[2]
+        zeta^(+pos/scale_base) (q) and zeta^(-pos/scale_base) (k) folded in; computed once per forward."""
+        return self.per_forward("tables", q_pos, k_pos, self._tables)
+
+    def _tables(self, q_pos: Tensor, k_pos: Tensor) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
         tables = []
         for pos, sign in ((q_pos, 1.0), (k_pos, -1.0)):
             cos, sin = rope_cos_sin(pos, self.inv_freq)
             dtype = torch.promote_types(self.zeta.dtype, torch.float32)
             factor = self.zeta.to(dtype) ** (pos[:, None, :, None].to(dtype) * (sign / self.scale_base))
             tables.append((cos * factor, sin * factor))
-        self._memo = (q_pos, k_pos, (tables[0], tables[1]))
         return tables[0], tables[1]
 
     rotate = Rotary.rotate  # the RoPE rotation, applied with this class's scaled tables

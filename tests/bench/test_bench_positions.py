@@ -1,0 +1,62 @@
+"""`posformer bench --positions` measures every registered encoding on one otherwise identical model."""
+
+import json
+import re
+
+import pytest
+
+from posformer.bench.positions import BASELINE, positions_config, run
+from posformer.cli import main
+from posformer.positions import registry
+
+TINY = dict(batch=2, length=12, d_model=32, layers=1, heads=4, vocab=64, d_ff=48, warmup=0, iters=1, threads=1,
+            progress=False)
+
+
+@pytest.mark.parametrize("arch", ["decoder", "encoder", "encoder_decoder"])
+def test_every_registered_encoding_is_timed_against_none(arch):
+    result = run(arch=arch, **TINY)
+    for phase in ("forward", "train"):
+        rows = result[phase]
+        assert list(rows)[0] == BASELINE and set(rows) == set(registry.names())
+        assert rows[BASELINE]["relative"] == 1.0
+        base_median = rows[BASELINE]["seconds"][0]
+        for name, row in rows.items():
+            assert row["relative"] == pytest.approx(row["seconds"][0] / base_median), name
+            assert row["tok_s"] == pytest.approx(2 * 12 / row["seconds"][0]), name
+
+
+def test_models_differ_only_in_their_position_encoding():
+    configs = {name: positions_config(name, d_model=32, layers=1, heads=4, vocab=64, d_ff=48, length=12).to_dict()
+               for name in registry.names()}
+    for name, cfg in configs.items():
+        assert cfg["position"] == name
+        others = {key: value for key, value in cfg.items() if key not in ("position", "position_params")}
+        reference = {key: value for key, value in configs[BASELINE].items()
+                     if key not in ("position", "position_params")}
+        assert others == reference, name
+
+
+def test_cli_prints_one_row_per_encoding_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "positions.json"
+    assert main(["bench", "--positions", "--encodings", "rope", "alibi", "--batch", "2", "--length", "12",
+                 "--d-model", "32", "--layers", "1", "--heads", "4", "--vocab", "64", "--d-ff", "48",
+                 "--warmup", "0", "--iters", "1", "--threads", "1", "--no-progress", "--json", str(out)]) == 0
+    report = capsys.readouterr().out
+    rows = re.findall(r"^(\w+)\s+(sdpa|eager)\s+([\d.]+)\s+([\d,]+)\s+([\d.]+)\s+([\d,]+)$", report, re.MULTILINE)
+    assert [row[0] for row in rows] == ["none", "rope", "alibi"], report
+    assert rows[0][2] == rows[0][4] == "1.00"
+    saved = json.loads(out.read_text())
+    assert list(saved["train"]) == ["none", "rope", "alibi"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--encodings", "nope"], "unknown encoding(s) ['nope']"),
+    (["--length", "0"], "length=0 is invalid"),
+    (["--arch", "mixture"], "invalid choice: 'mixture'"),
+])
+def test_bad_options_are_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "--positions", *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
