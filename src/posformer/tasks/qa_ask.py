@@ -165,7 +165,7 @@ def answer(model: nn.Module, tokenizer, head: str, questions: Sequence[Question]
     examples = _examples(questions)
     predictions, null_odds, answers = qa_predictor(head, tokenizer, examples, options).predict(model)
     threshold = options.null_score_diff_threshold
-    needed = -threshold if head == "span" else threshold
+    needed = (-threshold if head == "span" else threshold) + 0.0  # + 0.0: a threshold of 0 needs +0, not -0
     return [Answer(q.question, predictions[e.id], answers[e.id], -null_odds[e.id], needed)
             for q, e in zip(questions, examples)]
 
