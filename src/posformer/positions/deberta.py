@@ -144,10 +144,10 @@ class DeBERTa(PositionEncoding):
         """scale * (c2p + p2c): (B, H, Tq, Tk)."""
         index = self.index(q_pos, k_pos)
         table = self.relative_embeddings()
-        score = torch.zeros((), dtype=q.dtype, device=q.device)
+        terms = []  # the scale multiplies the (T, dh) operands, not the (T, T) scores
         if "c2p" in self.kinds:
-            score = score + query_position_scores(q, self._heads(self.pos_key_proj[layer], table), index)
+            terms.append(query_position_scores(q * self.scale, self._heads(self.pos_key_proj[layer], table), index))
         if "p2c" in self.kinds:
-            k = expand_heads(k, q.shape[1])
-            score = score + key_position_scores(k, self._heads(self.pos_query_proj[layer], table), index)
-        return score * self.scale
+            k = expand_heads(k, q.shape[1]) * self.scale
+            terms.append(key_position_scores(k, self._heads(self.pos_query_proj[layer], table), index))
+        return terms[0] + terms[1] if len(terms) == 2 else terms[0]

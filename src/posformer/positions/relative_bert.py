@@ -85,10 +85,10 @@ class RelativeKey(PositionEncoding):
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         table, index = self.table_and_index(q_pos, k_pos, layer)
-        scores = query_position_scores(q, table, index)
+        scores = query_position_scores(q * self.scale, table, index)  # the scale on (T, dh), not on (T, T)
         if self.key_term:
-            scores = scores + key_position_scores(expand_heads(k, q.shape[1]), table, index)
-        return scores * self.scale
+            scores = scores + key_position_scores(expand_heads(k, q.shape[1]) * self.scale, table, index)
+        return scores
 
 
 @register("relative_key_query")

@@ -55,7 +55,7 @@ class Shaw(PositionEncoding):
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         """scale * q_i . a^K[idx(i, j)]: (B, H, Tq, Tk)."""
-        return query_position_scores(q, self.key[layer].weight, self.index(q_pos, k_pos)) * self.scale
+        return query_position_scores(q * self.scale, self.key[layer].weight, self.index(q_pos, k_pos))
 
     def values(self, probs: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         """sum_j probs_ij a^V[idx(i, j)]: (B, H, Tq, head_dim)."""

@@ -95,6 +95,7 @@ class TransformerXL(PositionEncoding):
         r = r.unflatten(-1, (self.n_heads, self.head_dim)).transpose(0, 1)  # (H, R, dh)
         i = layer if self.u.shape[0] > 1 else 0
         u, v = self.u[i], self.v[i]  # (H, dh)
-        position = query_position_scores(q + v[:, None].to(q.dtype), r, index)  # (b) + (d)
-        content = torch.matmul(expand_heads(k, q.shape[1]), u[:, :, None].to(k.dtype)).transpose(-1, -2)  # (c)
-        return (position + content) * self.scale
+        # the scale multiplies the (T, dh) operands, not the (T, T) scores
+        position = query_position_scores((q + v[:, None].to(q.dtype)) * self.scale, r, index)  # (b) + (d)
+        content = torch.matmul(expand_heads(k, q.shape[1]), u[:, :, None].to(k.dtype) * self.scale)  # (c)
+        return position + content.transpose(-1, -2)
