@@ -26,8 +26,10 @@ from torch import Tensor, nn
 from posformer.positions.base import PositionEncoding
 from posformer.positions.registry import register
 from posformer.positions.relative_scores import (
+    Diagonal,
     expand_heads,
     key_position_scores,
+    pair_rows,
     query_position_scores,
     relative_distance,
 )
@@ -57,8 +59,9 @@ class RelativeKey(PositionEncoding):
                 f"an encoding that extrapolates such as 'shaw', 't5' or 'rope'"
             )
 
-    def table_and_index(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> tuple[Tensor, Tensor]:
-        """The rows of E_l that these positions use, (R, head_dim), and the row of each pair, (B or 1, Tq, Tk).
+    def table_and_index(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> tuple[Tensor, Tensor | Diagonal]:
+        """The rows of E_l that these positions use, (R, head_dim), and the row of each pair, (B or 1, Tq, Tk)
+        or a `Diagonal`.
 
         Only the distances in [min(i - j), max(i - j)] are scored, not the whole table.
         """
@@ -66,8 +69,8 @@ class RelativeKey(PositionEncoding):
         offset = self.max_positions - 1
         return self.distance[layer].weight[low + offset : high + offset + 1], index
 
-    def _distance_span(self, q_pos: Tensor, k_pos: Tensor) -> tuple[int, int, Tensor]:
-        """The smallest and largest i - j, and i - j minus the smallest: (B or 1, Tq, Tk).
+    def _distance_span(self, q_pos: Tensor, k_pos: Tensor) -> tuple[int, int, Tensor | Diagonal]:
+        """The smallest and largest i - j, and i - j minus the smallest: (B or 1, Tq, Tk) or a `Diagonal`.
 
         In a causal stack a key after its query is masked, and its bias never used: i - j < 0 is read as
         0, so the table rows scored are the T distances attention can use, not 2T - 1.
@@ -81,13 +84,14 @@ class RelativeKey(PositionEncoding):
                 f"relative distances in [{low}, {high}] exceed the table of position={self.name!r} "
                 f"(|i - j| <= {self.max_positions - 1}, Config.max_positions={self.max_positions})"
             )
-        return low, high, dist - low
+        return low, high, pair_rows(q_pos, k_pos, dist, low)
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         table, index = self.table_and_index(q_pos, k_pos, layer)
-        scores = query_position_scores(q * self.scale, table, index)  # the scale on (T, dh), not on (T, T)
+        q_len, k_len = q.shape[-2], k.shape[-2]
+        scores = query_position_scores(q * self.scale, table, index, k_len)  # the scale on (T, dh), not (T, T)
         if self.key_term:
-            scores = scores + key_position_scores(expand_heads(k, q.shape[1]) * self.scale, table, index)
+            scores = scores + key_position_scores(expand_heads(k, q.shape[1]) * self.scale, table, index, q_len)
         return scores
 
 

@@ -9,12 +9,54 @@ Materialising r_idx(i, j) for every pair costs (B, Tq, Tk, dh). Instead, every
 content vector is scored against every table row once, (B, H, T, R), and the
 score of each pair is then picked out with `gather`; the value side of Shaw
 does the reverse with `scatter_add`. R is the table length (2k+1 for Shaw).
+
+When the positions count up by one in queries and keys alike (the default
+position ids), row idx(i, j) = offset + i - j lies on a diagonal: the index is
+then a `Diagonal`, and the pair scores are a strided view of the (T, R) scores
+(the "skewing" of Huang et al. 2018, Music Transformer), with no gather and a
+copy for a backward instead of a scatter.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Diagonal:
+    """Pair (i, j) reads table row `offset + i - j`. A pair whose row falls outside the table is a masked
+    one (a key after its query in a causal stack) and reads some finite value."""
+
+    offset: int
+
+
+def counts_up(pos: Tensor) -> bool:
+    """Whether pos is one row, (1, T), of consecutive integers (synchronises the host once)."""
+    return pos.shape[0] == 1 and (pos.shape[1] < 2 or bool((pos[0, 1:] - pos[0, :-1] == 1).all()))
+
+
+def pair_rows(q_pos: Tensor, k_pos: Tensor, dist: Tensor, low: int) -> Tensor | Diagonal:
+    """The table row of each pair, dist - low with dist (B or 1, Tq, Tk) the distances i - j of these
+    positions; a `Diagonal` when both count up by one (row q_pos[0] - k_pos[0] - low + i - j)."""
+    if counts_up(q_pos) and counts_up(k_pos):
+        return Diagonal(int(q_pos[0, 0]) - int(k_pos[0, 0]) - low)
+    return dist - low
+
+
+def _diagonal(scores: Tensor, first: int, cols: int) -> Tensor:
+    """out[..., i, j] = scores[..., i, first - i + j]: scores (..., T, R) -> (..., T, cols), a strided view
+    of a zero-padded copy. A column outside [0, R) reads padding or a neighbouring row: a masked pair."""
+    rows, length = scores.shape[-2:]
+    left = max(0, -first)  # so that no pair starts before the copy
+    first += left
+    width = max(length + left, cols + 1, cols + first + 1 - rows)  # cols + 1: no two pairs share an element
+    padded = F.pad(scores, (left, width - length - left))
+    strides = padded.stride()[:-2] + (width - 1, 1)
+    return padded.as_strided((*padded.shape[:-2], rows, cols), strides, first)
 
 
 def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -29,23 +71,29 @@ def expand_heads(x: Tensor, n_heads: int) -> Tensor:
     return x.repeat_interleave(n_heads // x.shape[1], dim=1)
 
 
-def query_position_scores(q: Tensor, table: Tensor, index: Tensor) -> Tensor:
+def query_position_scores(q: Tensor, table: Tensor, index: Tensor | Diagonal, k_len: int = 0) -> Tensor:
     """s_ij = q_i . table[index_ij].
 
     q: (B, H, Tq, dh); table: (R, dh) shared by the heads or (H, R, dh) per head;
-    index: (B or 1, Tq, Tk) long in [0, R) -> (B, H, Tq, Tk).
+    index: (B or 1, Tq, Tk) long in [0, R), or a `Diagonal` with k_len = Tk -> (B, H, Tq, Tk).
     """
+    if isinstance(index, Diagonal):  # the table upside down: row offset + i - j is column R - 1 - offset - i + j
+        scores = torch.matmul(q, table.flip(-2).transpose(-1, -2).to(q.dtype))
+        return _diagonal(scores, table.shape[-2] - 1 - index.offset, k_len)
     scores = torch.matmul(q, table.transpose(-1, -2).to(q.dtype))  # (B, H, Tq, R)
     b, h, tq, _ = scores.shape
     return scores.gather(-1, index[:, None].expand(b, h, tq, index.shape[-1]))
 
 
-def key_position_scores(k: Tensor, table: Tensor, index: Tensor) -> Tensor:
+def key_position_scores(k: Tensor, table: Tensor, index: Tensor | Diagonal, q_len: int = 0) -> Tensor:
     """s_ij = k_j . table[index_ij].
 
-    k: (B, H, Tk, dh); table: (R, dh) or (H, R, dh); index: (B or 1, Tq, Tk) -> (B, H, Tq, Tk).
+    k: (B, H, Tk, dh); table: (R, dh) or (H, R, dh); index: (B or 1, Tq, Tk), or a `Diagonal` with
+    q_len = Tq -> (B, H, Tq, Tk).
     """
     scores = torch.matmul(k, table.transpose(-1, -2).to(k.dtype))  # (B, H, Tk, R)
+    if isinstance(index, Diagonal):  # the pair (i, j) is column offset + i - j of key j's scores
+        return _diagonal(scores, index.offset, q_len).transpose(-1, -2)
     b, h, tk, _ = scores.shape
     picked = scores.gather(-1, index.transpose(-1, -2)[:, None].expand(b, h, tk, index.shape[-2]))  # (B, H, Tk, Tq)
     return picked.transpose(-1, -2)

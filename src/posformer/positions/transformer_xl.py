@@ -33,7 +33,9 @@ from posformer.positions.absolute import sinusoidal_angles_to_table
 from posformer.positions.base import PositionEncoding, frequencies
 from posformer.positions.registry import register
 from posformer.positions.relative_scores import (
+    Diagonal,
     expand_heads,
+    pair_rows,
     query_position_scores,
     relative_distance,
 )
@@ -74,19 +76,22 @@ class TransformerXL(PositionEncoding):
         angles = dist.to(torch.float32)[:, None] * self.inv_freq
         return sinusoidal_angles_to_table(angles, "half")
 
-    def distances(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+    def distances(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor | Diagonal]:
         """The (clamped) distances i - j that occur, R_d of each: (R, d_model), and each pair's row in it:
-        (B or 1, Tq, Tk); computed once per forward."""
+        (B or 1, Tq, Tk) or a `Diagonal`; computed once per forward."""
         return self.per_forward("distances", q_pos, k_pos, self._distances)
 
-    def _distances(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+    def _distances(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor | Diagonal]:
         dist = relative_distance(q_pos, k_pos)
         if self.causal:  # a key after its query is masked and its bias never used
             dist = dist.clamp(min=0)
-        if self.clamp_len > 0:
-            dist = dist.clamp(-self.clamp_len, self.clamp_len)
         low, high = int(dist.min()), int(dist.max())
-        return self.sinusoid(torch.arange(low, high + 1, device=dist.device)), dist - low
+        if self.clamp_len > 0 and max(-low, high) > self.clamp_len:
+            low, high = max(low, -self.clamp_len), min(high, self.clamp_len)
+            index = dist.clamp(-self.clamp_len, self.clamp_len) - low
+        else:
+            index = pair_rows(q_pos, k_pos, dist, low)
+        return self.sinusoid(torch.arange(low, high + 1, device=dist.device)), index
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         sinusoids, index = self.distances(q_pos, k_pos)
@@ -96,6 +101,7 @@ class TransformerXL(PositionEncoding):
         i = layer if self.u.shape[0] > 1 else 0
         u, v = self.u[i], self.v[i]  # (H, dh)
         # the scale multiplies the (T, dh) operands, not the (T, T) scores
-        position = query_position_scores((q + v[:, None].to(q.dtype)) * self.scale, r, index)  # (b) + (d)
+        query = (q + v[:, None].to(q.dtype)) * self.scale
+        position = query_position_scores(query, r, index, k.shape[-2])  # (b) + (d)
         content = torch.matmul(expand_heads(k, q.shape[1]), u[:, :, None].to(k.dtype) * self.scale)  # (c)
         return position + content.transpose(-1, -2)

@@ -1,0 +1,55 @@
+"""The diagonal (strided) reading of relative scores equals the gather it replaces, values and gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from posformer.positions.relative_scores import (Diagonal, counts_up, key_position_scores, pair_rows,
+                                                 query_position_scores, relative_distance)
+
+# (cached positions before the queries, queries, causal: distances below 0 read as 0)
+SHAPES = [(0, 6, False), (0, 6, True), (4, 3, True), (4, 3, False), (7, 1, True), (2, 1, False), (0, 1, False)]
+
+
+@pytest.mark.parametrize("past, q_len, causal", SHAPES)
+@pytest.mark.parametrize("per_head", [False, True])
+def test_diagonal_scores_equal_the_gathered_ones(past: int, q_len: int, causal: bool, per_head: bool) -> None:
+    torch.manual_seed(past * 10 + q_len)
+    start = 5  # positions need not start at 0
+    k_pos = torch.arange(start, start + past + q_len)[None]
+    q_pos = k_pos[:, past:]
+    dist = relative_distance(q_pos, k_pos)
+    if causal:
+        dist = dist.clamp(min=0)
+    low, high = int(dist.min()), int(dist.max())
+    diagonal = pair_rows(q_pos, k_pos, dist, low)
+    assert isinstance(diagonal, Diagonal)
+    rows = dist - low
+    table = torch.randn(*((3,) if per_head else ()), high - low + 1, 4, requires_grad=True)
+    q = torch.randn(2, 3, q_len, 4, requires_grad=True)
+    k = torch.randn(2, 3, past + q_len, 4, requires_grad=True)
+    attended = (k_pos[:, None, :] <= q_pos[:, :, None]) if causal else torch.ones(1, q_len, past + q_len, dtype=bool)
+    weights = torch.randn(2, 3, q_len, past + q_len) * attended[:, None]  # masked pairs get no gradient
+
+    def scores_and_grads(index):
+        scores = (query_position_scores(q, table, index, k.shape[-2])
+                  + key_position_scores(k, table, index, q.shape[-2]))
+        grads = torch.autograd.grad((scores * weights).sum(), (q, k, table))
+        return scores, grads
+
+    gathered, gathered_grads = scores_and_grads(rows)
+    strided, strided_grads = scores_and_grads(diagonal)
+    mask = attended[:, None].expand_as(gathered)
+    torch.testing.assert_close(strided[mask], gathered[mask])
+    for got, expected in zip(strided_grads, gathered_grads):
+        torch.testing.assert_close(got, expected)
+
+
+def test_only_positions_that_count_up_in_one_row_are_diagonal() -> None:
+    assert counts_up(torch.arange(3, 9)[None]) and counts_up(torch.tensor([[4]]))
+    assert not counts_up(torch.tensor([[0, 1, 3]]))
+    assert not counts_up(torch.arange(4).repeat(2, 1))  # two rows: each may differ
+    left_padded = torch.tensor([[0, 0, 1, 2]])
+    dist = relative_distance(left_padded, left_padded)
+    assert torch.equal(pair_rows(left_padded, left_padded, dist, -2), dist + 2)
