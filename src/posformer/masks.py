@@ -23,7 +23,7 @@ class AttentionMask:
     additive: Tensor | None = None
     is_causal: bool = False
     query_keep: Tensor | None = None
-    _with_last_bias: tuple[Tensor, Tensor | None] | None = field(default=None, repr=False, compare=False)
+    _with_last_bias: tuple[Tensor, Tensor] | None = field(default=None, repr=False, compare=False)
 
     def materialized(self, q_len: int, k_len: int, dtype: torch.dtype, device: torch.device) -> Tensor | None:
         """The mask as an additive tensor, the causal part included (for the eager path and biases)."""

@@ -65,7 +65,7 @@ def hf_llama_config(cfg: pf.Config) -> Any:
 
 
 def measure_interleaved(steps: dict[str, Callable[[], None]], warmup: int, iters: int, desc: str,
-             progress: bool) -> dict[str, list[float]]:
+                        progress: bool) -> dict[str, list[float]]:
     """Run the steps in turn (ABAB) warmup + iters times; the seconds of the timed iterations per step."""
     times: dict[str, list[float]] = {name: [] for name in steps}
     for i in tqdm(range(warmup + iters), desc=desc, unit="iter", disable=not progress):

@@ -55,19 +55,26 @@ def cmd_speed(args: argparse.Namespace) -> int:
     ), speed.format_report)
 
 
-def add_speed_arguments(parser: argparse.ArgumentParser) -> None:
+def add_llama_model_arguments(parser: argparse.ArgumentParser, batch: int, layers: int, layers_help: str,
+                              compared: str) -> None:
+    """The sizes of a llama-preset benchmark model, its timed iterations and the shared run flags."""
     add = parser.add_argument
-    add("--batch", type=int, default=8, help="sequences per iteration")
+    add("--batch", type=int, default=batch, help="sequences per iteration")
     add("--length", type=int, default=512, help="tokens per sequence")
     add("--d-model", type=int, default=512, help="hidden size (d_model / hidden_size)")
-    add("--layers", type=int, default=8, help="number of decoder layers")
+    add("--layers", type=int, default=layers, help=layers_help)
     add("--heads", type=int, default=8, help="attention heads (key/value heads are the same number)")
     add("--vocab", type=int, default=8192, help="vocabulary size")
     add("--d-ff", type=int, default=1376, help="SwiGLU inner size (d_ff / intermediate_size)")
     add("--warmup", type=int, default=1, help="untimed iterations per model before timing, per phase")
     add("--iters", type=int, default=3, help="timed iterations per model, per phase; the median is reported")
     add("--skip-train", action="store_true", help="measure the forward pass only")
-    add_run_flags(parser, _threads_default(), "both models")
+    add_run_flags(parser, _threads_default(), compared)
+
+
+def add_speed_arguments(parser: argparse.ArgumentParser) -> None:
+    add_llama_model_arguments(parser, batch=8, layers=8, layers_help="number of decoder layers",
+                              compared="both models")
 
 
 SPEED = Command(
@@ -249,17 +256,7 @@ def add_positions_arguments(parser: argparse.ArgumentParser) -> None:
     add("--encodings", nargs="+", metavar="NAME", help="encodings to measure (none is always measured, as the "
         f"baseline); default: every registered one ({', '.join(registry.names())})")
     add("--arch", choices=ARCHS, default="decoder", help="the stack(s) every model has")
-    add("--batch", type=int, default=4, help="sequences per iteration")
-    add("--length", type=int, default=512, help="tokens per sequence")
-    add("--d-model", type=int, default=512, help="hidden size")
-    add("--layers", type=int, default=4, help="layers per stack")
-    add("--heads", type=int, default=8, help="attention heads")
-    add("--vocab", type=int, default=8192, help="vocabulary size")
-    add("--d-ff", type=int, default=1376, help="SwiGLU inner size")
-    add("--warmup", type=int, default=1, help="untimed rounds before timing, per phase")
-    add("--iters", type=int, default=3, help="timed rounds per phase; each encoding's median is reported")
-    add("--skip-train", action="store_true", help="measure the forward pass only")
-    add_run_flags(parser, _threads_default(), "every model")
+    add_llama_model_arguments(parser, batch=4, layers=4, layers_help="layers per stack", compared="every model")
 
 
 POSITIONS = Command(

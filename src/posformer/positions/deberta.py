@@ -150,4 +150,4 @@ class DeBERTa(PositionEncoding):
         if "p2c" in self.kinds:
             k = expand_heads(k, q.shape[1]) * self.scale
             terms.append(key_position_scores(k, self._heads(self.pos_query_proj[layer], table), index))
-        return terms[0] + terms[1] if len(terms) == 2 else terms[0]
+        return sum(terms[1:], terms[0])
