@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posformer.config import Config
+from posformer.cross_entropy import token_cross_entropy
 from posformer.feedforward import ACTIVATION_FNS
 
 IGNORE_INDEX = -100
@@ -94,8 +95,7 @@ def token_loss(logits: Tensor, labels: Tensor, shift: bool) -> Tensor:
     if shift:  # shift the labels, not the (large) logits, so nothing is copied
         labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
     labels = labels.reshape(-1)
-    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels, ignore_index=IGNORE_INDEX,
-                            reduction="sum")
+    total = token_cross_entropy(logits.reshape(-1, logits.shape[-1]), labels, IGNORE_INDEX)
     return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
 
 

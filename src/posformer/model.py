@@ -23,6 +23,7 @@ from posformer.masks import AttentionMask, build_mask
 from posformer.norms import deepnorm_constants, make_norm
 from posformer.outputs import ModelOutput
 from posformer.packing import TokenPacking
+from posformer.tensor_checks import check_in_range
 
 
 class Stack(nn.Module):
@@ -177,11 +178,8 @@ class Transformer(nn.Module):
             raise ValueError(f"{name} must have shape (batch, length), got {tuple(ids.shape)}")
         if ids.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.cfg.vocab_size):
-            raise ValueError(
-                f"{name} holds token ids in [{int(ids.min())}, {int(ids.max())}], outside [0, vocab_size="
-                f"{self.cfg.vocab_size})"
-            )
+        check_in_range(ids, 0, self.cfg.vocab_size, f"{name} must hold token ids in [0, vocab_size="
+                       f"{self.cfg.vocab_size})")
 
     @staticmethod
     def _keep(mask: Tensor | None, batch: int, length: int, name: str) -> Tensor | None:
@@ -208,10 +206,11 @@ class Transformer(nn.Module):
         if types is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(ids)
-            elif token_type_ids.shape != ids.shape or int(token_type_ids.max()) >= self.cfg.type_vocab_size:
-                raise ValueError(
-                    f"token_type_ids must have shape {tuple(ids.shape)} and values in [0, {self.cfg.type_vocab_size})"
-                )
+            elif token_type_ids.shape != ids.shape:
+                raise ValueError(f"token_type_ids has shape {tuple(token_type_ids.shape)}; expected {tuple(ids.shape)}")
+            else:
+                check_in_range(token_type_ids, 0, self.cfg.type_vocab_size,
+                               f"token_type_ids must hold values in [0, {self.cfg.type_vocab_size})")
             x = x + types(token_type_ids)
         return x
 

@@ -102,6 +102,31 @@ def test_efficient_form_equals_the_rotation_matrix(layout: str, fraction: float)
                                    rotation_matrix(enc.inv_freq, 9, layout, 8))
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("fraction", [0.5, 1.0])
+def test_gradient_is_the_transposed_rotation_matrix(layout: str, fraction: float) -> None:
+    """d(R x)/dx = R, so the gradient of x is grad @ R: the hand-written backward against the explicit matrix,
+    for q laid out (B, T, H, dh) and transposed to heads (strided, as the attention passes it)."""
+    enc = encoding(d_head=8, layout=layout, rotary_fraction=fraction).double()
+    positions = [0, 3, 77, 1000]
+    q = torch.randn(1, len(positions), 2, 8, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(1, 2, len(positions), 8, dtype=torch.float64)
+    pos = torch.tensor([positions])
+    rotated, _ = enc.rotate(q.transpose(1, 2), q.detach().transpose(1, 2), pos, pos, 0)
+    rotated.backward(grad)
+    for t, m in enumerate(positions):
+        torch.testing.assert_close(q.grad[0, t], grad[0, :, t] @ rotation_matrix(enc.inv_freq, m, layout, 8))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_xpos_rotation_passes_gradcheck(layout: str) -> None:
+    """xPos scales cos and sin differently for q and k: finite differences check the backward of both."""
+    enc = encoding("xpos", d_head=16, layout=layout).double()
+    q, k = (torch.randn(1, 2, 5, 16, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    pos = torch.tensor([[0, 4, 9, 30, 31]])
+    assert torch.autograd.gradcheck(lambda a, b: enc.rotate(a, b, pos, pos, 0), (q, k))
+
+
 def interleaved_to_half(d: int) -> torch.Tensor:
     """perm with (P x)[j] = x[perm[j]]: interleaved pair (2i, 2i+1) lands on half pair (i, i + d/2)."""
     return torch.cat((torch.arange(0, d, 2), torch.arange(1, d, 2)))

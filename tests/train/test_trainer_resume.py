@@ -32,7 +32,8 @@ from posformer.train.training_checkpoint import CheckpointManager, verify
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-KILL_STEPS = 100  # checkpoints every 10 steps; the signals land between the first checkpoint and step ~55
+KILL_STEPS = 200  # checkpoints every 10 steps; the signals land between the first checkpoint and step ~55,
+# far enough from the end that a run finishing while the test polls under load is no concern
 STEPS = 40  # the in-process runs: checkpoints at 10, 20, 30, 40 (the newest 3 kept)
 CRASH_AT = 35  # the in-process crashed run dies while computing step 35, after checkpoint 30
 

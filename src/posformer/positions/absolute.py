@@ -7,6 +7,7 @@ from torch import Tensor, nn
 
 from posformer.positions.base import PositionEncoding, frequencies
 from posformer.positions.registry import register
+from posformer.tensor_checks import check_values
 
 SINUSOIDAL_LAYOUTS = ("interleaved", "half")
 
@@ -91,13 +92,11 @@ class Learned(PositionEncoding):
     def check_positions(self, pos: Tensor) -> None:
         super().check_positions(pos)
         usable = self.table.num_embeddings - self.offset  # = max_length(cfg)
-        longest = int(pos.max()) + 1 if pos.numel() else 0
-        if longest > usable:
-            raise ValueError(
-                f"position {longest - 1} is beyond the learned position table of {usable} positions "
-                f"(Config.max_positions={self.table.num_embeddings}, offset {self.offset}); 'learned' cannot "
-                f"extrapolate: shorten the input or use an encoding such as 'rope' or 'sinusoidal'"
-            )
+        if pos.numel():
+            check_values((pos < usable).all(), f"position_ids reach beyond the learned position table of {usable} "
+                         f"positions (Config.max_positions={self.table.num_embeddings}, offset {self.offset}); "
+                         f"'learned' cannot extrapolate: shorten the input or use an encoding such as 'rope' or "
+                         f"'sinusoidal'", lambda: f"position {int(pos.max())}")
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         return x + self.table(pos + self.offset if self.offset else pos)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import torch
 from torch import Tensor, nn
 
+from posformer.tensor_checks import check_values
 from posformer.validation import is_int
 
 if TYPE_CHECKING:
@@ -177,8 +178,8 @@ class PositionEncoding(nn.Module):
 
     def check_positions(self, pos: Tensor) -> None:
         """Raise `ValueError` when `pos` (B, T) holds positions this encoding cannot represent."""
-        if pos.numel() and int(pos.min()) < 0:
-            raise ValueError(f"position_ids must be >= 0, got minimum {int(pos.min())}")
+        if pos.numel():
+            check_values((pos >= 0).all(), "position_ids must be >= 0", lambda: f"minimum {int(pos.min())}")
 
     # ------------------------------------------------------ shared by the layers
     @contextmanager

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from posformer.positions.base import PositionEncoding
 from posformer.positions.registry import register
+from posformer.tensor_checks import check_values
 from posformer.positions.relative_scores import (
     Diagonal,
     expand_heads,
@@ -51,13 +52,12 @@ class RelativeKey(PositionEncoding):
 
     def check_positions(self, pos: Tensor) -> None:
         super().check_positions(pos)
-        if pos.numel() and int(pos.max()) >= self.max_positions:
-            raise ValueError(
-                f"position {int(pos.max())} is beyond the relative distance table of position={self.name!r}, "
-                f"which covers distances up to {self.max_positions - 1} (Config.max_positions="
-                f"{self.max_positions}, so positions in [0, {self.max_positions})); shorten the input or use "
-                f"an encoding that extrapolates such as 'shaw', 't5' or 'rope'"
-            )
+        if pos.numel():
+            check_values((pos < self.max_positions).all(), f"position_ids reach beyond the relative distance table "
+                         f"of position={self.name!r}, which covers distances up to {self.max_positions - 1} "
+                         f"(Config.max_positions={self.max_positions}, so positions in [0, {self.max_positions})); "
+                         f"shorten the input or use an encoding that extrapolates such as 'shaw', 't5' or 'rope'",
+                         lambda: f"position {int(pos.max())}")
 
     def table_and_index(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> tuple[Tensor, Tensor | Diagonal]:
         """The rows of E_l that these positions use, (R, head_dim), and the row of each pair, (B or 1, Tq, Tk)

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from posformer.positions.base import PositionEncoding, PositionParams
 from posformer.positions.registry import register
+from posformer.positions.rotation import Rotation
 from posformer.positions.rope_scaling import check_scaling, scaled_inv_freq
 
 ROPE_LAYOUTS = ("half", "interleaved")
@@ -84,19 +85,14 @@ def rope_cos_sin(pos: Tensor, inv_freq: Tensor, factor: float = 1.0) -> tuple[Te
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
-    """Rotate the first 2*cos.shape[-1] dims of x.
+    """Rotate the first 2*cos.shape[-1] dims of x (pairs as `layout` says); the rest pass.
 
-    x: (B, H, T, dh); cos, sin: (B, 1, T, r/2) with r the rotary dim -> (B, H, T, dh).
+    x: (B, H, T, dh); cos, sin: (B or 1, 1, T, r/2) with r the rotary dim -> (B, H, T, dh).
+    One autograd node (`rotation.Rotation`): the gradient flows to x only, so cos and sin must not need one.
     """
-    r = 2 * cos.shape[-1]
-    rot, rest = x[..., :r], x[..., r:]
-    if layout == "interleaved":
-        x1, x2 = rot[..., 0::2], rot[..., 1::2]
-        rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
-    else:
-        x1, x2 = rot[..., : r // 2], rot[..., r // 2 :]
-        rotated = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-    return torch.cat((rotated, rest), dim=-1) if rest.shape[-1] else rotated
+    if cos.requires_grad or sin.requires_grad:
+        raise ValueError("apply_rotary: cos and sin must not require grad (the rotation's backward reaches x only)")
+    return Rotation.apply(x, cos, sin, layout)
 
 
 def _longest(q_pos: Tensor, k_pos: Tensor) -> int | None:

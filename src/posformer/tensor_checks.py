@@ -1,0 +1,40 @@
+"""Checks on tensor values (token ids, positions, labels) that never make the host wait for a device.
+
+Reading a tensor's value in Python (`int(ids.max())`) waits for every queued kernel
+on an accelerator and breaks a `torch.compile` graph. On the CPU in eager mode
+the read is free, so there a failed check raises the usual `ValueError` with the
+values it saw; elsewhere it is a device-side assert (`torch._assert_async`) that
+raises a `RuntimeError` carrying the same message once the device gets there.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+
+def reads_values_cheaply(t: Tensor) -> bool:
+    """Whether Python may read t's values without a device wait or a graph break: eager and on the CPU."""
+    return t.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+def check_values(ok: Tensor, message: str, seen: Callable[[], str] | None = None) -> None:
+    """Raise unless the one-element bool tensor `ok` holds: ValueError(message + ", got " + seen()) where
+    values read cheaply, else an asynchronous device assert with `message`."""
+    if not reads_values_cheaply(ok):
+        torch._assert_async(ok, message)
+    elif not bool(ok):
+        raise ValueError(message if seen is None else f"{message}, got {seen()}")
+
+
+def check_in_range(values: Tensor, low: int, high: int, message: str, allowed: int | None = None) -> None:
+    """Every element of `values` in [low, high) (or equal to `allowed`); else `check_values` with `message`
+    and the range seen."""
+    if not values.numel():
+        return
+    inside = (values >= low) & (values < high)
+    if allowed is not None:
+        inside |= values == allowed
+    check_values(inside.all(), message, lambda: f"values in [{int(values.min())}, {int(values.max())}]")
