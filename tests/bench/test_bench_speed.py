@@ -1,17 +1,41 @@
-"""The speed benchmark runs end to end on a tiny configuration."""
+"""The speed benchmark runs end to end on a tiny configuration, against both peers."""
 
 import pytest
 
 pytest.importorskip("transformers")
 
-from posformer.bench.speed import run  # noqa: E402
+from posformer.bench.speed import format_report, run  # noqa: E402
+from posformer.bench.x_transformers_peer import x_transformers_available  # noqa: E402
 
 
-def test_run_tiny_reports_positive_throughput_and_ratio():
+def test_run_tiny_reports_positive_throughput_and_ratios():
     result = run(batch=2, length=16, d_model=32, layers=1, heads=4, vocab=128, d_ff=64,
                  warmup=0, iters=1, threads=1, progress=False)
+    peers = ["hf"] + (["x_transformers"] if x_transformers_available() else [])
+    assert list(result["peer_params"]) == peers
     for phase in ("forward", "train"):
         figures = result[phase]
         assert figures["posformer_tok_s"] > 0
-        assert figures["hf_tok_s"] > 0
-        assert figures["ratio"] == pytest.approx(figures["posformer_tok_s"] / figures["hf_tok_s"])
+        for peer in peers:
+            ratio = figures["ratio" if peer == "hf" else f"ratio_{peer}"]
+            assert ratio == pytest.approx(figures["posformer_tok_s"] / figures[f"{peer}_tok_s"])
+    report = format_report(result)
+    assert ("vs x-transformers" in report) == ("x_transformers" in peers)
+    assert f"{result['train']['ratio']:.3f}" in report.splitlines()[-2]
+
+
+@pytest.mark.skipif(not x_transformers_available(), reason="x-transformers is not installed")
+def test_x_transformers_peer_trains_on_the_next_token_loss():
+    import torch
+
+    from posformer.bench.speed import bench_config
+    from posformer.bench.x_transformers_peer import XTransformersLM
+
+    torch.manual_seed(0)
+    model = XTransformersLM(bench_config(d_model=32, layers=1, heads=4, vocab=50, d_ff=64, length=8))
+    ids = torch.randint(0, 50, (2, 8))
+    logits = model(ids[:, :-1]).logits
+    expected = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:])
+    torch.testing.assert_close(model(ids, labels=ids).loss, expected)
+    with pytest.raises(ValueError, match="labels must equal input_ids"):
+        model(ids, labels=ids.flip(1))

@@ -224,3 +224,20 @@ def test_computing_once_per_forward_changes_no_output_or_gradient(name: str, arc
     assert shared_grads.keys() == alone_grads.keys()
     for pname in shared_grads:
         torch.testing.assert_close(shared_grads[pname], alone_grads[pname], atol=1e-5, rtol=1e-4, msg=pname)
+
+
+@pytest.mark.parametrize("name, arch", [(name, arch) for name, arch in CASES if arch != "encoder_decoder"])
+def test_compiles_to_one_graph_exactly_when_it_says_so(name: str, arch: str) -> None:
+    """`compiles_whole`: the forward with labels traces into one `torch.compile` graph (fullgraph, no
+    Inductor: the tracing is what breaks) and gives the eager loss; an encoding that says it breaks does."""
+    torch._dynamo.reset()
+    cfg = config(name, arch, n_layers=1)
+    model = pf.Transformer(cfg)
+    kwargs = inputs(cfg)
+    compiled = torch.compile(lambda: model(**kwargs, labels=kwargs["input_ids"]).loss, fullgraph=True,
+                             backend="eager")
+    if pf.positions.get(name).compiles_whole:
+        torch.testing.assert_close(compiled(), model(**kwargs, labels=kwargs["input_ids"]).loss)
+    else:
+        with pytest.raises(torch._dynamo.exc.TorchDynamoException):  # a graph break (or a data-dependent guard)
+            compiled()

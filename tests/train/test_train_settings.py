@@ -20,6 +20,7 @@ BAD_TRAINER = {  # field -> (value, the error's words)
     "betas": (0.9, "trainer.betas=0.9 is invalid: expected two numbers in [0, 1)"),
     "clip_grad": (0, "trainer.clip_grad=0 is invalid: expected a number > 0, or null for no clipping"),
     "max_minutes": (math.nan, "trainer.max_minutes=nan is invalid: expected a number > 0, or null"),
+    "compile": ("yes", "trainer.compile='yes' is invalid: expected true or false"),
     "schedule": ("cosin", "trainer.schedule='cosin' is invalid: expected one of constant, linear, cosine"),
 }
 

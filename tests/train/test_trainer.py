@@ -287,3 +287,17 @@ def test_bf16_autocast_on_cpu_trains_float32_weights_close_to_fp32(corpus: Path,
     for (_, a), (_, b) in zip(low, full):
         assert a == pytest.approx(b, rel=1e-3)  # observed: 3e-5 over these 10 steps
     assert low[-1][1] < low[0][1]
+
+
+def test_compiled_training_equals_eager_training(corpus: Path, tmp_path: Path) -> None:
+    """trainer.compile runs the steps through torch.compile (Inductor, on the CPU here): the same losses and
+    final weights as the eager run, up to float32 reordering."""
+    run_in_process(tiny_run(corpus, 3, dropout=0.0, eval_every=3), tmp_path / "eager")
+    run_in_process(tiny_run(corpus, 3, dropout=0.0, eval_every=3, compile=True), tmp_path / "compiled")
+    eager, compiled = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
+    assert [s for s, _ in compiled] == [1, 2, 3]
+    for (_, a), (_, b) in zip(eager, compiled):
+        assert b == pytest.approx(a, abs=1e-5)
+    weights = final_weights(tmp_path / "compiled", 3)
+    for name, tensor in final_weights(tmp_path / "eager", 3).items():
+        torch.testing.assert_close(weights[name], tensor, rtol=0, atol=1e-5)

@@ -1,10 +1,12 @@
-"""Throughput of posformer's `llama` preset against Hugging Face `LlamaForCausalLM` (SDPA), same config.
+"""Throughput of posformer's `llama` preset against Hugging Face `LlamaForCausalLM` (SDPA), same config,
+and against x-transformers' decoder of the same shape when it is installed.
 
-Both models are built from one `Config` (the HF `LlamaConfig` is derived from it by
-`hf_llama_config`), fed the same token ids, run with the same thread count and
-trained with the same AdamW settings. Iterations alternate between the two models
-(ABAB) so that drift on a shared machine hits both alike; the median time of the
-timed iterations gives tokens/s = batch * length / time.
+The models are built from one `Config` (the HF `LlamaConfig` is derived from it by
+`hf_llama_config`, the x-transformers model by `XTransformersLM`), fed the same
+token ids, run with the same thread count and trained with the same AdamW
+settings. Iterations alternate between the models (ABC ABC ...) so that drift on a
+shared machine hits all alike; the median time of the timed iterations gives
+tokens/s = batch * length / time.
 
     posformer bench --help
 """
@@ -21,11 +23,12 @@ from torch import nn
 from tqdm import tqdm
 
 import posformer as pf
+from posformer.bench.x_transformers_peer import X_TRANSFORMERS_REQUIREMENT, XTransformersLM, x_transformers_available
 from posformer.train.optim import adamw
 
 HF_REQUIREMENT = "transformers==4.57.6"
 ADAMW = {"lr": 1e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
-NAMES = ("posformer", "hf")
+PEERS = {"hf": "HF", "x_transformers": "x-transformers"}  # result key -> name in the report
 
 
 def bench_config(
@@ -109,10 +112,34 @@ def time_phases(models: dict[str, nn.Module], inputs: dict[str, torch.Tensor], l
     return times
 
 
+def compile_seconds(model: nn.Module, inputs: dict[str, torch.Tensor], labels: torch.Tensor,
+                    train: bool) -> dict[str, float]:
+    """Compile a `torch.compile`d model for each phase by running it once: the seconds of that first call,
+    "forward" (eval, no grad) and, with `train`, "train" (train mode, forward and backward)."""
+    seconds = {}
+    model.eval()
+    start = time.perf_counter()
+    _forward_step(model, inputs)()
+    seconds["forward"] = time.perf_counter() - start
+    if train:
+        model.train()
+        start = time.perf_counter()
+        model(**inputs, labels=labels).loss.backward()
+        model.zero_grad(set_to_none=True)
+        seconds["train"] = time.perf_counter() - start
+    return seconds
+
+
 def _summary(times: dict[str, list[float]], tokens: int) -> dict[str, Any]:
-    ours, theirs = (tokens / statistics.median(times[name]) for name in NAMES)
-    return {"posformer_tok_s": ours, "hf_tok_s": theirs, "ratio": ours / theirs,
-            "posformer_s": times["posformer"], "hf_s": times["hf"]}
+    """tok/s and timed seconds per model (`{key}_tok_s`, `{key}_s`) and posformer's ratio to each peer:
+    `ratio` against HF, `ratio_x_transformers` against x-transformers."""
+    row: dict[str, Any] = {}
+    for key, seconds in times.items():
+        row[f"{key}_tok_s"], row[f"{key}_s"] = tokens / statistics.median(seconds), seconds
+    for key in PEERS:
+        if key in times:
+            row["ratio" if key == "hf" else f"ratio_{key}"] = row["posformer_tok_s"] / row[f"{key}_tok_s"]
+    return row
 
 
 def _forward_step(model: nn.Module, inputs: dict[str, torch.Tensor]) -> Callable[[], None]:
@@ -137,10 +164,15 @@ def _train_step(model: nn.Module, inputs: dict[str, torch.Tensor]) -> Callable[[
 def run(
     batch: int = 8, length: int = 512, d_model: int = 512, layers: int = 8, heads: int = 8, vocab: int = 8192,
     d_ff: int = 1376, warmup: int = 1, iters: int = 3, threads: int | None = None, train: bool = True,
-    progress: bool = True, seed: int = 0,
+    progress: bool = True, seed: int = 0, compile: bool = False,
 ) -> dict[str, Any]:
-    """Benchmark both models; return the setup and, per phase ("forward", "train"), the tokens/s of each
-    model (`posformer_tok_s`, `hf_tok_s`), `ratio` = posformer / HF and the timed seconds per iteration."""
+    """Benchmark the models; return the setup and, per phase ("forward", "train"), the tokens/s of each
+    model (`posformer_tok_s`, `hf_tok_s`, `x_transformers_tok_s`), `ratio` = posformer / HF,
+    `ratio_x_transformers` = posformer / x-transformers and the timed seconds per iteration. x-transformers
+    takes part when it is installed (`x_transformers_available`).
+
+    compile: posformer's model runs under `torch.compile` (default mode), HF's stays eager; the seconds
+    its compilation took per phase are reported apart (`compile_s`), outside the timed iterations."""
     for name, value, low in (("batch", batch, 1), ("length", length, 2), ("iters", iters, 1), ("warmup", warmup, 0)):
         if value < low:
             raise ValueError(f"{name}={value} is invalid: expected an integer >= {low}")
@@ -150,6 +182,8 @@ def run(
         torch.manual_seed(seed)
         models = {"posformer": pf.Transformer(cfg).float(),
                   "hf": transformers.LlamaForCausalLM(hf_llama_config(cfg)).float()}
+        if x_transformers_available():
+            models["x_transformers"] = XTransformersLM(cfg).float()
         params = {name: sum(p.numel() for p in model.parameters()) for name, model in models.items()}
         if params["posformer"] != params["hf"]:
             raise RuntimeError(f"the two models differ in size ({params}): the comparison would not be fair")
@@ -162,8 +196,12 @@ def run(
         result: dict[str, Any] = {
             "torch": torch.__version__, "transformers": transformers.__version__, "threads": threads,
             "dtype": "float32", "batch": batch, "length": length, "tokens_per_iter": tokens, "warmup": warmup,
-            "iters": iters, "params": params["posformer"], "config": cfg.to_dict(),
+            "iters": iters, "params": params["posformer"], "config": cfg.to_dict(), "compile": compile,
+            "peer_params": {key: params[key] for key in PEERS if key in params},
         }
+        if compile:
+            models["posformer"] = torch.compile(models["posformer"])
+            result["compile_s"] = compile_seconds(models["posformer"], {"input_ids": ids}, ids, train)
         for phase, times in time_phases(models, {"input_ids": ids}, ids, warmup, iters, train, progress).items():
             result[phase] = _summary(times, tokens)
         return result
@@ -179,13 +217,28 @@ def format_report(result: dict[str, Any]) -> str:
         f"rope theta={cfg['position_params']['theta']:g}, rms eps={cfg['norm_eps']:g}, {result['dtype']}, "
         f"no biases, untied embeddings, {result['params']:,} parameters",
         f"batch {result['batch']} x length {result['length']} = {result['tokens_per_iter']} tokens/iter; "
-        f"warmup {result['warmup']}, median of {result['iters']} timed iterations (ABAB)",
-        "",
-        f"{'phase':<8} {'posformer tok/s':>16} {'HF tok/s':>12} {'ratio':>7}",
+        f"warmup {result['warmup']}, median of {result['iters']} timed iterations (the models in turn)",
     ]
+    if result["compile"]:
+        lines.append("posformer under torch.compile (HF eager); compilation took " + ", ".join(
+            f"{seconds:.1f} s ({phase})" for phase, seconds in result["compile_s"].items()) + ", not timed")
+    lines += [
+        "",
+    ]
+    peers = list(result["peer_params"])
+    if "x_transformers" in peers:
+        lines.append(f"x-transformers: the same shape, {result['peer_params']['x_transformers']:,} parameters "
+                     f"(its SwiGLU projection keeps a bias)")
+    else:
+        lines.append(f"x-transformers: not installed, not measured (pip install {X_TRANSFORMERS_REQUIREMENT})")
+    lines.append(f"{'phase':<8} {'posformer tok/s':>16}" + "".join(f" {PEERS[k] + ' tok/s':>20}" for k in peers)
+                 + "".join(f" {'vs ' + PEERS[k]:>18}" for k in peers))
     for phase in ("forward", "train"):
         if phase in result:
             row = result[phase]
-            lines.append(f"{phase:<8} {row['posformer_tok_s']:>16,.0f} {row['hf_tok_s']:>12,.0f} {row['ratio']:>7.3f}")
-    lines.append("ratio = posformer tok/s / HF tok/s; > 1 means posformer is faster")
+            ratios = [row["ratio" if k == "hf" else f"ratio_{k}"] for k in peers]
+            lines.append(f"{phase:<8} {row['posformer_tok_s']:>16,.0f}"
+                         + "".join(f" {row[f'{k}_tok_s']:>20,.0f}" for k in peers)
+                         + "".join(f" {ratio:>18.3f}" for ratio in ratios))
+    lines.append("vs X = posformer tok/s / X tok/s; > 1 means posformer is faster")
     return "\n".join(lines)

@@ -51,7 +51,7 @@ def cmd_speed(args: argparse.Namespace) -> int:
     return report(args, speed.run(
         batch=args.batch, length=args.length, d_model=args.d_model, layers=args.layers, heads=args.heads,
         vocab=args.vocab, d_ff=args.d_ff, warmup=args.warmup, iters=args.iters, threads=args.threads,
-        train=not args.skip_train, progress=not args.no_progress,
+        train=not args.skip_train, progress=not args.no_progress, compile=args.compile,
     ), speed.format_report)
 
 
@@ -75,16 +75,21 @@ def add_llama_model_arguments(parser: argparse.ArgumentParser, batch: int, layer
 def add_speed_arguments(parser: argparse.ArgumentParser) -> None:
     add_llama_model_arguments(parser, batch=8, layers=8, layers_help="number of decoder layers",
                               compared="both models")
+    parser.add_argument("--compile", action="store_true",
+                        help="run posformer's model under torch.compile (HF's stays eager); the compilation "
+                        "time is reported apart, not timed")
 
 
 SPEED = Command(
-    "speed", help="forward and training tokens/s against Hugging Face LlamaForCausalLM", formatter_class=HelpFormatter,
+    "speed", help="forward and training tokens/s against Hugging Face LlamaForCausalLM and x-transformers",
+    formatter_class=HelpFormatter,
     description="Measure forward and training throughput (tokens/s) of posformer's Transformer built from the "
     "'llama' preset against Hugging Face LlamaForCausalLM (attn_implementation='sdpa') on the identical "
-    "config, in float32 on the CPU, in the same run.",
+    "config and, when it is installed, x-transformers' decoder of the same shape, in float32 on the CPU, "
+    "in the same run.",
     epilog="Forward: torch.no_grad() forward in eval mode producing logits. Train: forward with labels, "
-    "loss.backward() and an AdamW step, in train mode. Each iteration runs posformer then HF (ABAB); the "
-    "median time per iteration gives tokens/s = batch * length / time. The ratio is posformer tok/s "
+    "loss.backward() and an AdamW step, in train mode. Each iteration runs posformer, HF, x-transformers in "
+    "turn; the median time per iteration gives tokens/s = batch * length / time. 'vs HF' is posformer tok/s "
     "divided by HF tok/s: above 1 posformer is faster, below 1 HF is faster. The code: posformer.bench.speed. "
     "The other benchmarks: posformer bench --generation, --trainer, --qa (each with --help).",
     add_arguments=add_speed_arguments, run=cmd_speed,

@@ -76,6 +76,9 @@ class PositionEncoding(nn.Module):
         then raises a clear error instead of failing inside an embedding lookup.
       scalings: the context-extension methods `rescaled_params` applies (RoPE's
         linear / ntk / ...); empty when the encoding has none.
+      compiles_whole: False when a tensor's shape depends on the positions' values
+        (a table sliced to the distances that occur), so that `torch.compile`
+        breaks its graph there, once per forward; True: one graph per forward.
     """
 
     name: ClassVar[str] = ""
@@ -83,6 +86,7 @@ class PositionEncoding(nn.Module):
     sdpa_compatible: ClassVar[bool] = True
     extrapolates: ClassVar[bool] = True
     scalings: ClassVar[tuple[str, ...]] = ()
+    compiles_whole: ClassVar[bool] = True
 
     def __init__(self, cfg: "Config", causal: bool, n_layers: int) -> None:
         super().__init__()

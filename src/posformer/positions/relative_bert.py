@@ -42,6 +42,7 @@ class RelativeKey(PositionEncoding):
 
     key_term = False
     extrapolates = False
+    compiles_whole = False  # the table rows scored: the span of distances that occur (`_distance_span`)
 
     def __init__(self, cfg, causal: bool, n_layers: int) -> None:
         super().__init__(cfg, causal, n_layers)

@@ -29,8 +29,12 @@ def rotated(x: Tensor, cos: Tensor, sin: Tensor, layout: str, sign: float = 1.0)
     x: (B, H, T, dh); cos, sin: (B or 1, 1, T, r/2), in x's dtype -> a new tensor shaped (and strided) as x.
     """
     r = 2 * cos.shape[-1]
-    out = torch.empty_like(x)
     x1, x2 = _pairs(x[..., :r], layout)
+    if torch.compiler.is_compiling():  # Dynamo traces no out= into a strided view; Inductor fuses this form anyway
+        pairs = (x1 * cos - sign * x2 * sin, x2 * cos + sign * x1 * sin)
+        turned = torch.stack(pairs, dim=-1).flatten(-2) if layout == "interleaved" else torch.cat(pairs, dim=-1)
+        return torch.cat((turned, x[..., r:]), dim=-1)
+    out = torch.empty_like(x)
     out1, out2 = _pairs(out[..., :r], layout)
     torch.mul(x1, cos, out=out1)
     out1.addcmul_(x2, sin, value=-sign)

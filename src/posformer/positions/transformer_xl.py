@@ -46,6 +46,7 @@ class TransformerXL(PositionEncoding):
     """Sinusoidal relative positions projected per layer, with global biases u and v. Any length."""
 
     defaults = {"base": 10000.0, "untie_r": True, "clamp_len": -1}
+    compiles_whole = False  # the sinusoids computed: the span of distances that occur (`_distances`)
 
     @classmethod
     def check_config(cls, cfg) -> None:

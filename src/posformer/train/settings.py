@@ -51,7 +51,9 @@ class TrainerSettings:
 
     The batch of one optimizer step is batch_size * grad_accum * world_size
     sequences. lr follows `schedule` after `warmup` linear steps; "linear" and
-    "cosine" decay to min_lr_ratio * lr at `steps`.
+    "cosine" decay to min_lr_ratio * lr at `steps`. `compile`: run the training
+    forward and backward through `torch.compile` (compiled at the first step, again
+    if the batch shape changes; evaluation stays eager); see docs/speed.md.
     """
 
     steps: int = 500
@@ -78,6 +80,7 @@ class TrainerSettings:
     max_minutes: float | None = None
     sample_prompt: str | None = "ROMEO:\n"
     sample_tokens: int = 200
+    compile: bool = False
 
     def validate(self) -> None:
         for name in ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "keep_last", "log_every"):
@@ -94,6 +97,8 @@ class TrainerSettings:
             fail("trainer.betas", self.betas, "two numbers in [0, 1)")
         if self.clip_grad is not None and not (is_number(self.clip_grad) and self.clip_grad > 0):
             fail("trainer.clip_grad", self.clip_grad, "a number > 0, or null for no clipping")
+        if not isinstance(self.compile, bool):
+            fail("trainer.compile", self.compile, "true or false")
         if self.max_minutes is not None and not (is_number(self.max_minutes) and self.max_minutes > 0):
             fail("trainer.max_minutes", self.max_minutes, "a number > 0, or null")
         for name, allowed in (("schedule", SCHEDULES), ("precision", PRECISIONS), ("device", DEVICES),

@@ -112,6 +112,10 @@ class Trainer:
         seed_everything(s.seed)
         self.model.to(ctx.device)
         self.wrapped = distributed.wrap(self.model, ctx, s.parallel)
+        self.no_sync = self.wrapped.no_sync if isinstance(self.wrapped, torch.nn.parallel.DistributedDataParallel) \
+            else None
+        if s.compile:
+            self.wrapped = torch.compile(self.wrapped)
         self.optimizer = build_optimizer(self.model, s)
         self.scheduler = build_scheduler(self.optimizer, s)
         self.scaler = torch.amp.GradScaler("cuda") if s.precision == "fp16" else None
@@ -195,8 +199,8 @@ class Trainer:
             batch = {k: v.to(ctx.device) for k, v in batch.items()}
             mask = batch.get("attention_mask")
             tokens += (batch["input_ids"].numel() if mask is None else int(mask.sum())) * ctx.world_size
-            sync = micro == s.grad_accum - 1 or not isinstance(self.wrapped, torch.nn.parallel.DistributedDataParallel)
-            with (contextlib.nullcontext() if sync else self.wrapped.no_sync()), self._autocast():
+            sync = micro == s.grad_accum - 1 or self.no_sync is None
+            with (contextlib.nullcontext() if sync else self.no_sync()), self._autocast():
                 loss = self.wrapped(**batch).loss / s.grad_accum
             finite = finite and distributed.all_true(bool(torch.isfinite(loss)), ctx)
             if finite:
