@@ -15,28 +15,31 @@ from torch import Tensor, nn
 
 from posformer.cache import LayerCache, MemoryCache
 from posformer.config import Config
+from posformer.flex import flex_attend
 from posformer.masks import AttentionMask
 from posformer.packing import TokenPacking
-from posformer.positions.base import PositionEncoding
+from posformer.positions.base import PositionEncoding, ScoreMod
 
 ValuesTerm = Callable[[Tensor], "Tensor | None"]
 
 
 def attend(
     q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, bias: Tensor | None, scale: float,
-    dropout: float = 0.0, eager: bool = False, values: ValuesTerm | None = None,
+    dropout: float = 0.0, kernel: str = "sdpa", values: ValuesTerm | None = None, score_mod: ScoreMod | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """softmax(scale * q.k + bias + mask) v, plus `values(probs)` when given.
 
     q: (B, H, T, dh); k, v: (B, Hkv, S, dh) with H a multiple of Hkv (GQA, MQA);
-    bias: (B or 1, H, T, S) or None. The eager path runs when asked, or when the
-    `values` term needs the probabilities; else SDPA. Queries that `mask.query_keep`
-    drops get a zero output.
+    bias: (B or 1, H, T, S) or None. `kernel`: "sdpa", "eager" (also whenever the
+    `values` term needs the probabilities) or "flex" (`posformer.flex`: the bias given
+    as `score_mod` instead, no dropout). Queries that `mask.query_keep` drops get a zero output.
 
     Returns the output (B, H, T, dh) and, on the eager path, the probabilities (B, H, T, S).
     """
-    if eager or values is not None:
+    if kernel == "eager" or values is not None:
         out, probs = _eager(q, k, v, mask, bias, scale, dropout, values)
+    elif kernel == "flex":
+        out, probs = flex_attend(q, k, v, mask, score_mod, scale), None
     else:
         out, probs = _sdpa(q, k, v, mask, bias, scale, dropout), None
     if mask.query_keep is not None:
@@ -91,7 +94,7 @@ class Attention(nn.Module):
         self.q_dim, self.kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.scale = cfg.scale
         self.dropout = cfg.attention_dropout
-        self.eager = cfg.attn_impl == "eager"
+        self.kernel = cfg.attn_impl
 
     def _output_projection(self, cfg: Config) -> nn.Linear:
         return nn.Linear(self.q_dim, cfg.d_model, bias=cfg.attn_out_bias)
@@ -106,12 +109,12 @@ class Attention(nn.Module):
         return x if packing is None else packing.unpack(x)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, bias: Tensor | None,
-                need_weights: bool, values: ValuesTerm | None = None,
-                packing: TokenPacking | None = None) -> tuple[Tensor, Tensor | None]:
-        """The kernel, then the output projection: (B, T, d_model), or (N, d_model) for the real tokens
-        of a `packing`, and the probabilities asked for."""
+                need_weights: bool, values: ValuesTerm | None = None, packing: TokenPacking | None = None,
+                score_mod: ScoreMod | None = None) -> tuple[Tensor, Tensor | None]:
+        """The kernel (eager when the probabilities are asked for), then the output projection: (B, T, d_model),
+        or (N, d_model) for the real tokens of a `packing`, and the probabilities asked for."""
         out, probs = attend(q, k, v, mask, bias, self.scale, self.dropout if self.training else 0.0,
-                            eager=self.eager or need_weights, values=values)
+                            kernel="eager" if need_weights else self.kernel, values=values, score_mod=score_mod)
         out = out.transpose(1, 2)  # (B, T, H, dh)
         out = out.flatten(2) if packing is None else packing.pack(out).flatten(1)
         return self.out(out), probs
@@ -144,9 +147,12 @@ class SelfAttention(Attention):
         k_pos = pos
         if cache is not None:
             k, v, k_pos = cache.append(k, v, pos)
-        bias = self.position.bias(q, k, pos, k_pos, self.layer)
         values = partial(self.position.values, q_pos=pos, k_pos=k_pos, layer=self.layer) \
             if self.position.uses_values else None
+        if self.kernel == "flex" and not need_weights:
+            return self._attend(q, k, v, mask, None, need_weights, values, packing,
+                                score_mod=self.position.score_mod(pos, k_pos, self.layer))
+        bias = self.position.bias(q, k, pos, k_pos, self.layer)
         return self._attend(q, k, v, mask, bias, need_weights, values, packing)
 
     def extra_repr(self) -> str:

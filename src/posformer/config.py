@@ -21,7 +21,7 @@ from posformer.validation import check_choice, check_int, check_number, fail, is
 ARCHS = ("encoder", "decoder", "encoder_decoder")
 NORMS = ("layernorm", "rmsnorm", "deepnorm")
 NORM_PLACEMENTS = ("post", "pre", "sandwich")
-ATTN_IMPLS = ("sdpa", "eager")
+ATTN_IMPLS = ("sdpa", "eager", "flex")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish", "silu", "glu", "swiglu", "geglu", "geglu_tanh",
                "reglu")
 INITS = ("normal", "t5")
@@ -60,8 +60,10 @@ class Config:
     `position_params` holds its parameters, resolved on validation by the encoding
     (its defaults, then the values given) and tagged with it: changing `position`
     (`replace`, a preset override) starts from the new encoding's defaults. `attn_impl` picks the attention
-    kernel: "sdpa" (PyTorch's fused kernel) or "eager" (plain matmuls);
-    encodings that need the probabilities use eager regardless.
+    kernel: "sdpa" (PyTorch's fused kernel), "eager" (plain matmuls) or "flex" (FlexAttention, the
+    position bias as a `score_mod`: encodings without a bias or with one of the distance alone, no
+    attention dropout, forward only on the CPU; see `posformer.flex`); encodings that need the
+    probabilities use eager regardless.
     `scale_embeddings` multiplies token embeddings by sqrt(d_model) (Vaswani et al.).
     `parallel_residual` computes attention and FFN from the same input,
     x + attn(norm1(x)) + ffn(norm2(x)) (GPT-NeoX, GPT-J); pre-norm, no cross-attention.
@@ -188,6 +190,10 @@ class Config:
         if not isinstance(self.position_params, Mapping):
             _fail("position_params", self.position_params, "a dict of the encoding's parameters")
         self.position_params = positions.get(self.position).resolve_params(self.position_params)
+        if self.attn_impl == "flex" and not positions.get(self.position).flex_compatible():
+            flex = ", ".join(name for name in positions.names() if positions.get(name).flex_compatible())
+            _fail("attn_impl", "flex", f"'sdpa' or 'eager' with position={self.position!r}, whose bias depends on more "
+                  f"than the distance (FlexAttention takes: {flex})")
 
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_positions", "num_labels"):
             check_int(f"Config.{name}", getattr(self, name))
@@ -201,6 +207,8 @@ class Config:
             _fail("n_kv_heads", self.n_kv_heads, f"a divisor of n_heads={self.n_heads}")
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             check_number(f"Config.{name}", getattr(self, name), 0.0, 1.0, high_open=True)
+        if self.attn_impl == "flex" and self.attention_dropout:
+            _fail("attention_dropout", self.attention_dropout, "0 with attn_impl='flex' (FlexAttention has no dropout)")
         for name in ("norm_eps", "init_std"):
             check_number(f"Config.{name}", getattr(self, name), 0.0, low_open=True)
         if self.attn_scale is not None and not (is_number(self.attn_scale) and self.attn_scale > 0):

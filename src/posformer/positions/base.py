@@ -28,6 +28,7 @@ from posformer.validation import is_int
 if TYPE_CHECKING:
     from posformer.config import Config
 
+ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]  # FlexAttention's (score, b, h, q, kv)
 Result = TypeVar("Result")
 
 
@@ -76,6 +77,8 @@ class PositionEncoding(nn.Module):
         then raises a clear error instead of failing inside an embedding lookup.
       scalings: the context-extension methods `rescaled_params` applies (RoPE's
         linear / ntk / ...); empty when the encoding has none.
+      A bias that depends on the distance alone is declared by `distance_bias`; then
+        `score_mod` hands it to FlexAttention (`Config.attn_impl="flex"`) as a table.
       compiles_whole: False when a tensor's shape depends on the positions' values
         (a table sliced to the distances that occur), so that `torch.compile`
         breaks its graph there, once per forward; True: one graph per forward.
@@ -174,6 +177,35 @@ class PositionEncoding(nn.Module):
         """rel: (R,) relative distances key_pos - query_pos -> the bias (H, R) the encoding adds at them,
         for encodings whose bias depends on distance alone; None for the others."""
         return None
+
+    @classmethod
+    def flex_compatible(cls) -> bool:
+        """Whether FlexAttention can take the whole encoding: no attention bias at all, or one that depends on
+        the distance alone (`distance_bias`); and no values term (`sdpa_compatible`)."""
+        return cls.sdpa_compatible and (cls.bias is PositionEncoding.bias
+                                        or cls.distance_bias is not PositionEncoding.distance_bias)
+
+    def score_mod(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> ScoreMod | None:
+        """This encoding's bias as a FlexAttention `score_mod` (score, b, h, q_idx, kv_idx) -> score + bias, or
+        None when it adds none. Reads `distance_bias` over the distances these positions span, (H, R),
+        built once per forward and layer; q_pos (B or 1, Tq), k_pos (B or 1, Tk)."""
+        if type(self).distance_bias is PositionEncoding.distance_bias:
+            return None
+        low, table = self.per_forward(("score_table", layer), q_pos, k_pos,
+                                      lambda q_rows, k_rows: self._score_table(q_rows, k_rows, layer))
+        q_rows, k_rows = batch_rows(q_pos), batch_rows(k_pos)
+        q_one, k_one = q_rows.shape[0] == 1, k_rows.shape[0] == 1
+
+        def add_bias(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            rel = k_rows[0 if k_one else b, kv_idx] - q_rows[0 if q_one else b, q_idx]
+            return score + table[h, rel - low].to(score.dtype)
+        return add_bias
+
+    def _score_table(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> tuple[int, Tensor]:
+        """(low, table): the distances key - query from low to the largest that occurs, and their bias (H, R)."""
+        low = int(k_pos.min()) - int(q_pos.max())
+        high = int(k_pos.max()) - int(q_pos.min())
+        return low, self.distance_bias(torch.arange(low, high + 1, device=q_pos.device), layer)
 
     @property
     def saturation_distance(self) -> int | None:

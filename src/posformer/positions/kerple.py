@@ -56,3 +56,8 @@ class KerpleLog(PositionEncoding):
         distance = self.per_forward("distance", q_pos, k_pos, lambda q_rows, k_rows: (
             q_rows[:, None, :, None] - k_rows[:, None, None, :]).abs().to(torch.float32))
         return -r1 * torch.log1p(r2 * distance)
+
+    def distance_bias(self, rel: Tensor, layer: int = 0) -> Tensor:
+        """rel: (R,) = key_pos - query_pos -> -r1 * log(1 + r2 * |rel|) of `layer`: (H, R)."""
+        r1, r2 = (value[layer][:, None] for value in self.kernel())
+        return -r1 * torch.log1p(r2 * rel.abs().to(torch.float32)[None, :])
