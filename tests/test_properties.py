@@ -67,7 +67,7 @@ def valid_config_dicts(draw) -> dict:
         attn_out_bias=draw(st.booleans()),
         ffn_bias=draw(st.booleans()),
         attn_scale=draw(st.sampled_from([None, None, 1.0, 0.3])),
-        attn_impl=draw(st.sampled_from(C.ATTN_IMPLS)),
+        attn_impl=draw(st.sampled_from(("sdpa", "eager"))),  # "flex" has no CPU backward: test_flex_attention.py
         scale_embeddings=draw(st.booleans()),
         tie_embeddings=draw(st.booleans()),
         type_vocab_size=draw(st.sampled_from([0, 2])),
