@@ -77,11 +77,12 @@ class PositionEncoding(nn.Module):
         then raises a clear error instead of failing inside an embedding lookup.
       scalings: the context-extension methods `rescaled_params` applies (RoPE's
         linear / ntk / ...); empty when the encoding has none.
-      A bias that depends on the distance alone is declared by `distance_bias`; then
-        `score_mod` hands it to FlexAttention (`Config.attn_impl="flex"`) as a table.
       compiles_whole: False when a tensor's shape depends on the positions' values
         (a table sliced to the distances that occur), so that `torch.compile`
         breaks its graph there, once per forward; True: one graph per forward.
+
+    An encoding whose bias depends on the distance alone also overrides `distance_bias`;
+    `score_mod` then hands that bias to FlexAttention (`Config.attn_impl="flex"`) as a table.
     """
 
     name: ClassVar[str] = ""
