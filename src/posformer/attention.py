@@ -61,7 +61,7 @@ def _eager(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, bias: Tensor | 
     repeat = q.shape[1] // k.shape[1]
     if repeat > 1:
         k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
-    scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, H, T, S)
+    scores = torch.matmul(q * scale, k.transpose(-1, -2))  # (B, H, T, S); the scale on the (T, dh) operand
     additive = _combine(bias, mask, q, k)
     if additive is not None:
         scores = scores + additive
