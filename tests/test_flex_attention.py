@@ -47,9 +47,9 @@ def test_score_mod_adds_exactly_the_bias(name: str, causal: bool) -> None:
         torch.testing.assert_close(added.expand(2, 4, 6, 6), bias.expand(2, 4, 6, 6))
 
 
-def models(name: str, arch: str) -> tuple[pf.Transformer, pf.Transformer]:
+def models(name: str, arch: str, **overrides) -> tuple[pf.Transformer, pf.Transformer]:
     torch.manual_seed(0)
-    cfg = config(name, arch)
+    cfg = config(name, arch, **overrides)
     sdpa = pf.Transformer(cfg).eval()
     flex = pf.Transformer(cfg.replace(attn_impl="flex")).eval()
     flex.load_state_dict(sdpa.state_dict())
@@ -69,7 +69,9 @@ def test_flex_equals_sdpa_with_and_without_padding(name: str, arch: str) -> None
 
 @pytest.mark.parametrize("name", ["alibi", "t5"])
 def test_flex_generates_the_tokens_of_sdpa_from_left_padded_prompts(name: str) -> None:
-    sdpa, flex = models(name, "decoder")
+    """With grouped key/value heads (4 query heads over 2): the prompt through FlexAttention, the steps through
+    the one-query path."""
+    sdpa, flex = models(name, "decoder", n_kv_heads=2)
     prompts = torch.randint(1, sdpa.cfg.vocab_size, (2, 5))
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
     expected = sdpa.generate(prompts, attention_mask=mask, max_new_tokens=6, eos_token_id=[])

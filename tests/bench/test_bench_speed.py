@@ -39,3 +39,12 @@ def test_x_transformers_peer_trains_on_the_next_token_loss():
     torch.testing.assert_close(model(ids, labels=ids).loss, expected)
     with pytest.raises(ValueError, match="labels must equal input_ids"):
         model(ids, labels=ids.flip(1))
+
+
+def test_compiled_run_reports_its_compile_time_apart():
+    result = run(batch=2, length=16, d_model=32, layers=1, heads=4, vocab=128, d_ff=64,
+                 warmup=0, iters=1, threads=1, progress=False, compile=True)
+    assert result["compile"] is True and set(result["compile_s"]) == {"forward", "train"}
+    assert all(seconds > 0 for seconds in result["compile_s"].values())
+    assert result["train"]["posformer_tok_s"] > 0
+    assert "posformer under torch.compile (HF eager); compilation took" in format_report(result)
