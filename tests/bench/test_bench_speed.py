@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from posformer.bench.speed import format_report, run  # noqa: E402
+from posformer.bench.speed import format_report, ratio_key, run  # noqa: E402
 from posformer.bench.x_transformers_peer import x_transformers_available  # noqa: E402
 
 
@@ -17,7 +17,7 @@ def test_run_tiny_reports_positive_throughput_and_ratios():
         figures = result[phase]
         assert figures["posformer_tok_s"] > 0
         for peer in peers:
-            ratio = figures["ratio" if peer == "hf" else f"ratio_{peer}"]
+            ratio = figures[ratio_key(peer)]
             assert ratio == pytest.approx(figures["posformer_tok_s"] / figures[f"{peer}_tok_s"])
     report = format_report(result)
     assert ("vs x-transformers" in report) == ("x_transformers" in peers)

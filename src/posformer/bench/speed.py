@@ -130,6 +130,11 @@ def compile_seconds(model: nn.Module, inputs: dict[str, torch.Tensor], labels: t
     return seconds
 
 
+def ratio_key(peer: str) -> str:
+    """Where a result row keeps posformer's ratio to `peer`: "ratio" for HF, "ratio_{peer}" for the others."""
+    return "ratio" if peer == "hf" else f"ratio_{peer}"
+
+
 def _summary(times: dict[str, list[float]], tokens: int) -> dict[str, Any]:
     """tok/s and timed seconds per model (`{key}_tok_s`, `{key}_s`) and posformer's ratio to each peer:
     `ratio` against HF, `ratio_x_transformers` against x-transformers."""
@@ -138,7 +143,7 @@ def _summary(times: dict[str, list[float]], tokens: int) -> dict[str, Any]:
         row[f"{key}_tok_s"], row[f"{key}_s"] = tokens / statistics.median(seconds), seconds
     for key in PEERS:
         if key in times:
-            row["ratio" if key == "hf" else f"ratio_{key}"] = row["posformer_tok_s"] / row[f"{key}_tok_s"]
+            row[ratio_key(key)] = row["posformer_tok_s"] / row[f"{key}_tok_s"]
     return row
 
 
@@ -236,7 +241,7 @@ def format_report(result: dict[str, Any]) -> str:
     for phase in ("forward", "train"):
         if phase in result:
             row = result[phase]
-            ratios = [row["ratio" if k == "hf" else f"ratio_{k}"] for k in peers]
+            ratios = [row[ratio_key(k)] for k in peers]
             lines.append(f"{phase:<8} {row['posformer_tok_s']:>16,.0f}"
                          + "".join(f" {row[f'{k}_tok_s']:>20,.0f}" for k in peers)
                          + "".join(f" {ratio:>18.3f}" for ratio in ratios))

@@ -215,8 +215,7 @@ class PositionEncoding(nn.Module):
 
     def check_positions(self, pos: Tensor) -> None:
         """Raise `ValueError` when `pos` (B, T) holds positions this encoding cannot represent."""
-        if pos.numel():
-            check_values((pos >= 0).all(), "position_ids must be >= 0", lambda: f"minimum {int(pos.min())}")
+        check_values((pos >= 0).all(), "position_ids must be >= 0", lambda: f"minimum {int(pos.min())}")
 
     # ------------------------------------------------------ shared by the layers
     @contextmanager

@@ -53,12 +53,11 @@ class RelativeKey(PositionEncoding):
 
     def check_positions(self, pos: Tensor) -> None:
         super().check_positions(pos)
-        if pos.numel():
-            check_values((pos < self.max_positions).all(), f"position_ids reach beyond the relative distance table "
-                         f"of position={self.name!r}, which covers distances up to {self.max_positions - 1} "
-                         f"(Config.max_positions={self.max_positions}, so positions in [0, {self.max_positions})); "
-                         f"shorten the input or use an encoding that extrapolates such as 'shaw', 't5' or 'rope'",
-                         lambda: f"position {int(pos.max())}")
+        check_values((pos < self.max_positions).all(), f"position_ids reach beyond the relative distance table "
+                     f"of position={self.name!r}, which covers distances up to {self.max_positions - 1} "
+                     f"(Config.max_positions={self.max_positions}, so positions in [0, {self.max_positions})); "
+                     f"shorten the input or use an encoding that extrapolates such as 'shaw', 't5' or 'rope'",
+                     lambda: f"position {int(pos.max())}")
 
     def table_and_index(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> tuple[Tensor, Tensor | Diagonal]:
         """The rows of E_l that these positions use, (R, head_dim), and the row of each pair, (B or 1, Tq, Tk)
