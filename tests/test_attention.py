@@ -137,3 +137,25 @@ def test_cross_attention_is_plain_scaled_dot_product_attention() -> None:
     reference = torch.softmax(q @ k.transpose(-1, -2) * cfg.scale, dim=-1)
     torch.testing.assert_close(probs, reference)
     torch.testing.assert_close(out, cross.out((reference @ v).transpose(1, 2).flatten(2)))
+
+
+@pytest.mark.parametrize("name", [n for n in pf.positions.names() if pf.positions.get(n).sdpa_compatible])
+def test_sdpa_gets_every_encodings_bias_with_contiguous_keys(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SDPA's fused CUDA kernels take a mask only with stride 1 over the keys: with any other layout (a permuted
+    (B, T, S, H) bias) they fall back to the unfused math kernel."""
+    import posformer.attention as attention
+
+    masks: list[torch.Tensor] = []
+    sdpa = attention.F.scaled_dot_product_attention
+
+    def recording(q, k, v, attn_mask=None, **kwargs):
+        if attn_mask is not None:
+            masks.append(attn_mask)
+        return sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", recording)
+    for arch in ("decoder", "encoder"):
+        model = pf.Transformer(tiny(arch, position=name))
+        model(input_ids=torch.randint(0, model.cfg.vocab_size, (2, 9)),
+              attention_mask=torch.tensor([[1] * 9, [0] * 2 + [1] * 7]))
+    assert masks and all(mask.stride(-1) == 1 for mask in masks)

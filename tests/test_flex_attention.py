@@ -11,6 +11,7 @@ import posformer as pf
 from tests.positions.test_positions_conformance import config, inputs
 
 FLEX = [name for name in pf.positions.names() if pf.positions.get(name).flex_compatible()]
+BIASED = [name for name in FLEX if pf.positions.get(name).bias is not pf.positions.PositionEncoding.bias]
 
 # the fused kernel must really run: PyTorch's unfused fallback (past the recompile limit) fails the test
 pytestmark = pytest.mark.filterwarnings("error:flex_attention called without torch.compile")
@@ -91,3 +92,34 @@ def test_flex_configurations_it_cannot_run_name_the_field() -> None:
         config("relative_key", "decoder", attn_impl="flex")
     with pytest.raises(ValueError, match=r"Config.attention_dropout=0.1 is invalid: expected 0 with attn_impl='flex'"):
         config("alibi", "decoder", attn_impl="flex", attention_dropout=0.1)
+
+
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch's FlexAttention trains only on CUDA")
+
+
+@cuda_only
+@pytest.mark.parametrize("name, arch", [(name, "decoder") for name in FLEX]
+                         + [(name, "encoder") for name in FLEX if name in BIASED])
+def test_flex_trains_as_sdpa_on_cuda(name: str, arch: str) -> None:
+    """The loss and every parameter's gradient of one padded batch equal the SDPA path's (float32)."""
+    sdpa, flex = (model.cuda().train() for model in models(name, arch))
+    kwargs = {key: value.cuda() for key, value in inputs(sdpa.cfg).items()}
+    kwargs["attention_mask"] = torch.tensor([[1] * 7, [0] * 2 + [1] * 5], device="cuda")
+    losses = []
+    for model in (sdpa, flex):
+        loss = model(**kwargs, labels=kwargs["input_ids"]).loss
+        loss.backward()
+        losses.append(loss)
+    torch.testing.assert_close(losses[1], losses[0], atol=1e-5, rtol=1e-5)
+    grads = dict(sdpa.named_parameters())
+    for param_name, param in flex.named_parameters():
+        torch.testing.assert_close(param.grad, grads[param_name].grad, atol=1e-5, rtol=1e-4, msg=param_name)
+
+
+@cuda_only
+def test_flex_generates_the_tokens_of_sdpa_on_cuda() -> None:
+    sdpa, flex = (model.cuda() for model in models("alibi", "decoder", n_kv_heads=2))
+    prompts = torch.randint(1, sdpa.cfg.vocab_size, (2, 5), device="cuda")
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]], device="cuda")
+    expected = sdpa.generate(prompts, attention_mask=mask, max_new_tokens=6, eos_token_id=[])
+    assert torch.equal(flex.generate(prompts, attention_mask=mask, max_new_tokens=6, eos_token_id=[]), expected)

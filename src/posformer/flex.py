@@ -8,7 +8,7 @@ CPU template fails to build with dynamic ones in torch 2.13); past
 `torch._dynamo.config.recompile_limit` shapes PyTorch runs its unfused version and warns. A decoding step (one
 query) instead adds its (H, S) bias, read from the same score_mod, in SDPA. On the
 CPU PyTorch gives FlexAttention a forward only: training there needs attn_impl
-"sdpa" (the same model and weights). Shapes: B batch, H query heads, Hkv key/value heads, T query length,
+"sdpa" (the same model and weights). On a GPU, heads narrower than 16 are padded with zero columns. Shapes: B batch, H query heads, Hkv key/value heads, T query length,
 S key length, dh head dim.
 """
 
@@ -23,6 +23,9 @@ from torch import Tensor
 
 from posformer.masks import AttentionMask
 from posformer.positions.base import ScoreMod
+
+
+GPU_MIN_HEAD_DIM = 16  # the GPU kernel's matrix products (Triton's tl.dot) take no narrower heads
 
 
 @functools.cache
@@ -70,7 +73,11 @@ def flex_attend(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, score_mod:
         bias = None if scores is None else _evaluated(scores, q.shape[0], q.shape[1], k.shape[2], q.device).to(q.dtype)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale, enable_gqa=gqa)
     blocks = _causal_blocks(q.shape[2], k.shape[2], str(q.device)) if mask.is_causal else None
-    return _kernel()(q, k, v, score_mod=scores, block_mask=blocks, scale=scale, enable_gqa=gqa)
+    head_dim = q.shape[-1]
+    if q.device.type != "cpu" and head_dim < GPU_MIN_HEAD_DIM:  # zero columns change neither q.k nor the kept output
+        q, k, v = (F.pad(t, (0, GPU_MIN_HEAD_DIM - head_dim)) for t in (q, k, v))
+    out = _kernel()(q, k, v, score_mod=scores, block_mask=blocks, scale=scale, enable_gqa=gqa)
+    return out[..., :head_dim]
 
 
 def _evaluated(score_mod: ScoreMod, batch: int, heads: int, k_len: int, device: torch.device) -> Tensor:

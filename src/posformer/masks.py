@@ -32,7 +32,8 @@ class AttentionMask:
         return causal_additive(q_len, k_len, dtype, device)
 
     def with_bias(self, bias: Tensor, dtype: torch.dtype) -> Tensor:
-        """bias: (B or 1, H, Tq, Tk) in `dtype`, with every masked pair set to the mask's value there.
+        """bias: (B or 1, H, Tq, Tk) in `dtype`, with every masked pair set to the mask's value there;
+        contiguous.
 
         The last result is kept: layers that share one bias tensor (a bias computed once per forward)
         combine it with the mask once.
@@ -42,6 +43,9 @@ class AttentionMask:
             return last[1]
         additive = self.materialized(bias.shape[-2], bias.shape[-1], dtype, bias.device)
         combined = bias.to(dtype) if additive is None else torch.where(additive < 0, additive, bias.to(dtype))
+        # SDPA's fused CUDA kernels take a mask whose keys are contiguous; a bias laid out (B, T, S, H) and
+        # permuted (T5's table lookup, FIRE's MLP) would otherwise send it to the unfused math kernel
+        combined = combined.contiguous()
         self._with_last_bias = (bias, combined)
         return combined
 

@@ -20,11 +20,20 @@ def reads_values_cheaply(t: Tensor) -> bool:
     return t.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
+DEVICE_MESSAGE_LIMIT = 254  # CUDA's asynchronous assert refuses a longer message
+
+
+def device_message(message: str) -> str:
+    """`message` cut to what a device assert carries: at most DEVICE_MESSAGE_LIMIT characters, "..." marking a cut."""
+    return message if len(message) <= DEVICE_MESSAGE_LIMIT else message[:DEVICE_MESSAGE_LIMIT - 3] + "..."
+
+
 def check_values(ok: Tensor, message: str, seen: Callable[[], str] | None = None) -> None:
-    """Raise unless the one-element bool tensor `ok` holds (`.all()` of an empty check holds): ValueError(message + ", got " + seen()) where
-    values read cheaply, else an asynchronous device assert with `message`."""
+    """Raise unless the one-element bool tensor `ok` holds (`.all()` of an empty check holds):
+    ValueError(message + ", got " + seen()) where values read cheaply, else an asynchronous device assert
+    with `message` (cut by `device_message`)."""
     if not reads_values_cheaply(ok):
-        torch._assert_async(ok, message)
+        torch._assert_async(ok, device_message(message))
     elif not bool(ok):
         raise ValueError(message if seen is None else f"{message}, got {seen()}")
 

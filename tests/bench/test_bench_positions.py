@@ -43,7 +43,7 @@ def test_cli_prints_one_row_per_encoding_and_writes_json(tmp_path, capsys):
                  "--d-model", "32", "--layers", "1", "--heads", "4", "--vocab", "64", "--d-ff", "48",
                  "--warmup", "0", "--iters", "1", "--threads", "1", "--no-progress", "--json", str(out)]) == 0
     report = capsys.readouterr().out
-    rows = re.findall(r"^(\w+)\s+(sdpa|eager)\s+([\d.]+)\s+([\d,]+)\s+([\d.]+)\s+([\d,]+)$", report, re.MULTILINE)
+    rows = re.findall(r"^(\w+)\s+(sdpa|eager|flex)\s+([\d.]+)\s+([\d,]+)\s+([\d.]+)\s+([\d,]+)$", report, re.MULTILINE)
     assert [row[0] for row in rows] == ["none", "rope", "alibi"], report
     assert rows[0][2] == rows[0][4] == "1.00"
     saved = json.loads(out.read_text())
@@ -60,3 +60,16 @@ def test_bad_options_are_usage_errors(argv, message, capsys):
         main(["bench", "--positions", *argv])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_flex_runs_the_encodings_it_takes_and_the_others_as_before():
+    torch = pytest.importorskip("torch")
+    torch._dynamo.reset()
+    result = run(encodings=["alibi", "t5", "fire", "shaw"], attn="flex", train=False, **TINY)
+    assert result["attn"] == {"none": "flex", "alibi": "flex", "t5": "flex", "fire": "sdpa", "shaw": "eager"}
+    assert set(result["forward"]) == set(result["attn"]) and "train" not in result
+
+
+def test_flex_training_on_the_cpu_is_refused_with_the_remedy():
+    with pytest.raises(ValueError, match="add --skip-train or --device cuda"):
+        run(encodings=["alibi"], attn="flex", **TINY)

@@ -21,7 +21,9 @@ def test_run_tiny_reports_positive_throughput_and_ratios():
             assert ratio == pytest.approx(figures["posformer_tok_s"] / figures[f"{peer}_tok_s"])
     report = format_report(result)
     assert ("vs x-transformers" in report) == ("x_transformers" in peers)
-    assert f"{result['train']['ratio']:.3f}" in report.splitlines()[-2]
+    train_row = next(line for line in report.splitlines() if line.startswith("train "))
+    assert f"{result['train']['ratio']:.3f}" in train_row
+    assert f"posformer {result['train']['posformer_tflops']:.2f}" in report
 
 
 @pytest.mark.skipif(not x_transformers_available(), reason="x-transformers is not installed")

@@ -3,8 +3,8 @@ and against x-transformers' decoder of the same shape when it is installed.
 
 The models are built from one `Config` (the HF `LlamaConfig` is derived from it by
 `hf_llama_config`, the x-transformers model by `XTransformersLM`), fed the same
-token ids, run with the same thread count and trained with the same AdamW
-settings. Iterations alternate between the models (ABC ABC ...) so that drift on a
+token ids, run with the same thread count, device and precision (`Runtime`) and
+trained with the same AdamW settings. Iterations alternate between the models (ABC ABC ...) so that drift on a
 shared machine hits all alike; the median time of the timed iterations gives
 tokens/s = batch * length / time.
 
@@ -23,6 +23,8 @@ from torch import nn
 from tqdm import tqdm
 
 import posformer as pf
+from posformer.bench.flops import forward_flops_per_token, train_flops_per_token
+from posformer.bench.runtime import PRECISIONS, Runtime
 from posformer.bench.x_transformers_peer import X_TRANSFORMERS_REQUIREMENT, XTransformersLM, x_transformers_available
 from posformer.train.optim import adamw
 
@@ -97,35 +99,42 @@ def torch_threads(threads: int | None) -> Iterator[int]:
 
 
 def time_phases(models: dict[str, nn.Module], inputs: dict[str, torch.Tensor], labels: torch.Tensor, warmup: int,
-                iters: int, train: bool, progress: bool) -> dict[str, dict[str, list[float]]]:
+                iters: int, train: bool, progress: bool,
+                runtime: Runtime | None = None) -> dict[str, dict[str, list[float]]]:
     """The timed seconds of each model, interleaved, per phase: "forward" (eval mode, no grad, `inputs`)
-    and, with `train`, "train" (train mode, `inputs` with `labels`, backward and an AdamW step)."""
+    and, with `train`, "train" (train mode, `inputs` with `labels`, backward and an AdamW step). The models
+    and tensors are on `runtime`'s device (default: the CPU in fp32); each step runs in its precision and
+    waits for the device before its time is taken."""
+    runtime = runtime or Runtime(torch.device("cpu"))
     for model in models.values():
         model.eval()
-    steps = {name: _forward_step(model, inputs) for name, model in models.items()}
+    steps = {name: _forward_step(model, inputs, runtime) for name, model in models.items()}
     times = {"forward": measure_interleaved(steps, warmup, iters, "forward", progress)}
     if train:
         for model in models.values():
             model.train()
-        steps = {name: _train_step(model, {**inputs, "labels": labels}) for name, model in models.items()}
+        steps = {name: _train_step(model, {**inputs, "labels": labels}, runtime) for name, model in models.items()}
         times["train"] = measure_interleaved(steps, warmup, iters, "train", progress)
     return times
 
 
-def compile_seconds(model: nn.Module, inputs: dict[str, torch.Tensor], labels: torch.Tensor,
-                    train: bool) -> dict[str, float]:
+def compile_seconds(model: nn.Module, inputs: dict[str, torch.Tensor], labels: torch.Tensor, train: bool,
+                    runtime: Runtime) -> dict[str, float]:
     """Compile a `torch.compile`d model for each phase by running it once: the seconds of that first call,
     "forward" (eval, no grad) and, with `train`, "train" (train mode, forward and backward)."""
     seconds = {}
     model.eval()
     start = time.perf_counter()
-    _forward_step(model, inputs)()
+    _forward_step(model, inputs, runtime)()
     seconds["forward"] = time.perf_counter() - start
     if train:
         model.train()
         start = time.perf_counter()
-        model(**inputs, labels=labels).loss.backward()
+        with runtime.autocast():
+            loss = model(**inputs, labels=labels).loss
+        loss.backward()
         model.zero_grad(set_to_none=True)
+        runtime.synchronize()
         seconds["train"] = time.perf_counter() - start
     return seconds
 
@@ -135,52 +144,66 @@ def ratio_key(peer: str) -> str:
     return "ratio" if peer == "hf" else f"ratio_{peer}"
 
 
-def _summary(times: dict[str, list[float]], tokens: int) -> dict[str, Any]:
-    """tok/s and timed seconds per model (`{key}_tok_s`, `{key}_s`) and posformer's ratio to each peer:
+def _summary(times: dict[str, list[float]], tokens: int, flops_per_token: float,
+             peak_tflops: float | None) -> dict[str, Any]:
+    """tok/s, timed seconds and model TFLOP/s per model (`{key}_tok_s`, `{key}_s`, `{key}_tflops`), with a
+    known peak the model FLOPs utilisation (`{key}_mfu`, a fraction), and posformer's ratio to each peer:
     `ratio` against HF, `ratio_x_transformers` against x-transformers."""
     row: dict[str, Any] = {}
     for key, seconds in times.items():
         row[f"{key}_tok_s"], row[f"{key}_s"] = tokens / statistics.median(seconds), seconds
+        row[f"{key}_tflops"] = row[f"{key}_tok_s"] * flops_per_token / 1e12
+        if peak_tflops:
+            row[f"{key}_mfu"] = row[f"{key}_tflops"] / peak_tflops
     for key in PEERS:
         if key in times:
             row[ratio_key(key)] = row["posformer_tok_s"] / row[f"{key}_tok_s"]
     return row
 
 
-def _forward_step(model: nn.Module, inputs: dict[str, torch.Tensor]) -> Callable[[], None]:
-    """A no-grad forward of `model(**inputs)`."""
+def _forward_step(model: nn.Module, inputs: dict[str, torch.Tensor], runtime: Runtime) -> Callable[[], None]:
+    """A no-grad forward of `model(**inputs)` in the runtime's precision, finished on its device."""
     def step() -> None:
-        with torch.no_grad():
+        with torch.no_grad(), runtime.autocast():
             model(**inputs)
+        runtime.synchronize()
     return step
 
 
-def _train_step(model: nn.Module, inputs: dict[str, torch.Tensor]) -> Callable[[], None]:
-    """One AdamW step on `model(**inputs).loss` (inputs hold the labels)."""
+def _train_step(model: nn.Module, inputs: dict[str, torch.Tensor], runtime: Runtime) -> Callable[[], None]:
+    """One AdamW step on `model(**inputs).loss` (inputs hold the labels), the forward in the runtime's
+    precision, finished on its device."""
     optimizer = adamw(model.parameters(), **ADAMW)
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        model(**inputs).loss.backward()
+        with runtime.autocast():
+            loss = model(**inputs).loss
+        loss.backward()
         optimizer.step()
+        runtime.synchronize()
     return step
 
 
 def run(
     batch: int = 8, length: int = 512, d_model: int = 512, layers: int = 8, heads: int = 8, vocab: int = 8192,
     d_ff: int = 1376, warmup: int = 1, iters: int = 3, threads: int | None = None, train: bool = True,
-    progress: bool = True, seed: int = 0, compile: bool = False,
+    progress: bool = True, seed: int = 0, compile: bool = False, device: str = "cpu", precision: str = "fp32",
 ) -> dict[str, Any]:
     """Benchmark the models; return the setup and, per phase ("forward", "train"), the tokens/s of each
-    model (`posformer_tok_s`, `hf_tok_s`, `x_transformers_tok_s`), `ratio` = posformer / HF,
-    `ratio_x_transformers` = posformer / x-transformers and the timed seconds per iteration. x-transformers
-    takes part when it is installed (`x_transformers_available`).
+    model (`posformer_tok_s`, `hf_tok_s`, `x_transformers_tok_s`), their model TFLOP/s and, on a GPU of
+    known peak, MFU (`bench.flops`), `ratio` = posformer / HF, `ratio_x_transformers` = posformer /
+    x-transformers and the timed seconds per iteration. x-transformers takes part when it is installed
+    (`x_transformers_available`).
 
     compile: posformer's model runs under `torch.compile` (default mode), HF's stays eager; the seconds
-    its compilation took per phase are reported apart (`compile_s`), outside the timed iterations."""
+    its compilation took per phase are reported apart (`compile_s`), outside the timed iterations.
+    device, precision: where every model runs ("cpu", "cuda") and in what ("fp32", or "bf16" autocast
+    over float32 weights, as `Trainer(precision="bf16")`)."""
     for name, value, low in (("batch", batch, 1), ("length", length, 2), ("iters", iters, 1), ("warmup", warmup, 0)):
         if value < low:
             raise ValueError(f"{name}={value} is invalid: expected an integer >= {low}")
+    runtime = Runtime.of(device, precision)
     transformers = _transformers()
     cfg = bench_config(d_model, layers, heads, vocab, d_ff, length)
     with torch_threads(threads) as threads:
@@ -195,20 +218,25 @@ def run(
         attn = models["hf"].config._attn_implementation
         if attn != "sdpa":
             raise RuntimeError(f"Hugging Face model uses attention {attn!r}, expected 'sdpa'")
+        models = {name: model.to(runtime.device) for name, model in models.items()}
         generator = torch.Generator().manual_seed(seed)
-        ids = torch.randint(0, cfg.vocab_size, (batch, length), generator=generator)
+        ids = torch.randint(0, cfg.vocab_size, (batch, length), generator=generator).to(runtime.device)
         tokens = batch * length
+        flops = {"forward": forward_flops_per_token(cfg, models["posformer"], length),
+                 "train": train_flops_per_token(cfg, models["posformer"], length)}
         result: dict[str, Any] = {
             "torch": torch.__version__, "transformers": transformers.__version__, "threads": threads,
-            "dtype": "float32", "batch": batch, "length": length, "tokens_per_iter": tokens, "warmup": warmup,
-            "iters": iters, "params": params["posformer"], "config": cfg.to_dict(), "compile": compile,
+            "device": runtime.name(), "precision": precision, "peak_tflops": runtime.peak_tflops(),
+            "batch": batch, "length": length, "tokens_per_iter": tokens, "warmup": warmup, "iters": iters,
+            "params": params["posformer"], "flops_per_token": flops, "config": cfg.to_dict(), "compile": compile,
             "peer_params": {key: params[key] for key in PEERS if key in params},
         }
         if compile:
             models["posformer"] = torch.compile(models["posformer"])
-            result["compile_s"] = compile_seconds(models["posformer"], {"input_ids": ids}, ids, train)
-        for phase, times in time_phases(models, {"input_ids": ids}, ids, warmup, iters, train, progress).items():
-            result[phase] = _summary(times, tokens)
+            result["compile_s"] = compile_seconds(models["posformer"], {"input_ids": ids}, ids, train, runtime)
+        phases = time_phases(models, {"input_ids": ids}, ids, warmup, iters, train, progress, runtime)
+        for phase, times in phases.items():
+            result[phase] = _summary(times, tokens, flops[phase], result["peak_tflops"])
         return result
 
 
@@ -216,10 +244,11 @@ def format_report(result: dict[str, Any]) -> str:
     """A readable report of `run`'s result: versions, config and the throughput table."""
     cfg = result["config"]
     lines = [
-        f"torch {result['torch']}, transformers {result['transformers']}, threads {result['threads']}",
+        f"torch {result['torch']}, transformers {result['transformers']}, threads {result['threads']}, "
+        f"{result['device']}, {PRECISIONS[result['precision']]}",
         f"config: llama preset, d_model={cfg['d_model']}, n_layers={cfg['n_layers']}, n_heads={cfg['n_heads']}, "
         f"n_kv_heads={cfg['n_kv_heads']}, d_ff={cfg['d_ff']}, vocab={cfg['vocab_size']}, "
-        f"rope theta={cfg['position_params']['theta']:g}, rms eps={cfg['norm_eps']:g}, {result['dtype']}, "
+        f"rope theta={cfg['position_params']['theta']:g}, rms eps={cfg['norm_eps']:g}, "
         f"no biases, untied embeddings, {result['params']:,} parameters",
         f"batch {result['batch']} x length {result['length']} = {result['tokens_per_iter']} tokens/iter; "
         f"warmup {result['warmup']}, median of {result['iters']} timed iterations (the models in turn)",
@@ -246,4 +275,19 @@ def format_report(result: dict[str, Any]) -> str:
                          + "".join(f" {row[f'{k}_tok_s']:>20,.0f}" for k in peers)
                          + "".join(f" {ratio:>18.3f}" for ratio in ratios))
     lines.append("vs X = posformer tok/s / X tok/s; > 1 means posformer is faster")
-    return "\n".join(lines)
+    return "\n".join(lines + _flops_lines(result, ["posformer", *peers]))
+
+
+def _flops_lines(result: dict[str, Any], keys: list[str]) -> list[str]:
+    """The model TFLOP/s of each model per phase and, with a known peak, its MFU."""
+    peak = result["peak_tflops"]
+    names = {"posformer": "posformer", **PEERS}
+    lines = ["", "model TFLOP/s (PaLM's count: 6N + 12·L·H·dh·T per trained token, a third of it forward)"
+             + (f", MFU against the {peak:g} TFLOP/s dense bf16 peak" if peak else "")]
+    for phase in ("forward", "train"):
+        if phase in result:
+            row = result[phase]
+            lines.append(f"{phase:<8}" + "".join(
+                f"  {names[k]} {row[f'{k}_tflops']:.2f}" + (f" ({row[f'{k}_mfu']:.1%})" if peak else "")
+                for k in keys))
+    return lines

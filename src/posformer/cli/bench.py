@@ -45,13 +45,23 @@ def add_run_flags(parser: argparse.ArgumentParser, threads: int, compared: str, 
     add("--no-progress", action="store_true", help=f"hide {bars}")
 
 
+def add_runtime_flags(parser: argparse.ArgumentParser) -> None:
+    """--device and --precision: where the models run and in what."""
+    add = parser.add_argument
+    add("--device", default="cpu", help="where every model runs: cpu, cuda or cuda:N (timed after "
+        "torch.cuda.synchronize)")
+    add("--precision", choices=("fp32", "bf16"), default="fp32", help="fp32, or bf16 autocast over float32 "
+        "weights (as trainer.precision=bf16)")
+
+
 def cmd_speed(args: argparse.Namespace) -> int:
     from posformer.bench import speed
 
     return report(args, speed.run(
         batch=args.batch, length=args.length, d_model=args.d_model, layers=args.layers, heads=args.heads,
         vocab=args.vocab, d_ff=args.d_ff, warmup=args.warmup, iters=args.iters, threads=args.threads,
-        train=not args.skip_train, progress=not args.no_progress, compile=args.compile,
+        train=not args.skip_train, progress=not args.no_progress, compile=args.compile, device=args.device,
+        precision=args.precision,
     ), speed.format_report)
 
 
@@ -69,6 +79,7 @@ def add_llama_model_arguments(parser: argparse.ArgumentParser, batch: int, layer
     add("--warmup", type=int, default=1, help="untimed iterations per model before timing, per phase")
     add("--iters", type=int, default=3, help="timed iterations per model, per phase; the median is reported")
     add("--skip-train", action="store_true", help="measure the forward pass only")
+    add_runtime_flags(parser)
     add_run_flags(parser, _threads_default(), compared)
 
 
@@ -85,12 +96,14 @@ SPEED = Command(
     formatter_class=HelpFormatter,
     description="Measure forward and training throughput (tokens/s) of posformer's Transformer built from the "
     "'llama' preset against Hugging Face LlamaForCausalLM (attn_implementation='sdpa') on the identical "
-    "config and, when it is installed, x-transformers' decoder of the same shape, in float32 on the CPU, "
-    "in the same run.",
+    "config and, when it is installed, x-transformers' decoder of the same shape, on the same device in the "
+    "same precision (default float32 on the CPU), in the same run. On a GPU: --device cuda --precision bf16; "
+    "the report gives each model's TFLOP/s and, on a known GPU, its MFU.",
     epilog="Forward: torch.no_grad() forward in eval mode producing logits. Train: forward with labels, "
     "loss.backward() and an AdamW step, in train mode. Each iteration runs posformer, HF, x-transformers in "
     "turn; the median time per iteration gives tokens/s = batch * length / time. 'vs HF' is posformer tok/s "
-    "divided by HF tok/s: above 1 posformer is faster, below 1 HF is faster. The code: posformer.bench.speed. "
+    "divided by HF tok/s: above 1 posformer is faster, below 1 HF is faster. Model FLOPs per token follow PaLM "
+    "(6N + 12*L*H*dh*T per trained token, posformer.bench.flops). The code: posformer.bench.speed. "
     "The other benchmarks: posformer bench --generation, --trainer, --qa (each with --help).",
     add_arguments=add_speed_arguments, run=cmd_speed,
 )
@@ -250,17 +263,21 @@ def cmd_positions(args: argparse.Namespace) -> int:
         encodings=args.encodings, arch=args.arch, batch=args.batch, length=args.length, d_model=args.d_model,
         layers=args.layers, heads=args.heads, vocab=args.vocab, d_ff=args.d_ff, warmup=args.warmup,
         iters=args.iters, threads=args.threads, train=not args.skip_train, progress=not args.no_progress,
+        device=args.device, precision=args.precision, attn=args.attn,
     ), positions.format_report)
 
 
 def add_positions_arguments(parser: argparse.ArgumentParser) -> None:
-    from posformer.bench.positions import ARCHS
+    from posformer.bench.positions import ARCHS, ATTENTION
     from posformer.positions import registry
 
     add = parser.add_argument
     add("--encodings", nargs="+", metavar="NAME", help="encodings to measure (none is always measured, as the "
         f"baseline); default: every registered one ({', '.join(registry.names())})")
     add("--arch", choices=ARCHS, default="decoder", help="the stack(s) every model has")
+    add("--attn", choices=ATTENTION, default="sdpa", help="sdpa: SDPA wherever the encoding allows it, else "
+        "eager; flex: FlexAttention (score_mod) for the encodings it takes, the rest as sdpa (training it "
+        "needs CUDA)")
     add_llama_model_arguments(parser, batch=4, layers=4, layers_help="layers per stack", compared="every model")
 
 
@@ -269,8 +286,8 @@ POSITIONS = Command(
     formatter_class=HelpFormatter,
     description="Measure the training-step and forward time of one model per registered position encoding, "
     "identical in everything else (the llama preset's parts at the given size, each encoding with its "
-    "default parameters, same seed, float32, SDPA wherever the encoding allows it), relative to the model "
-    "with position='none', in the same run.",
+    "default parameters, same seed, same device and precision, SDPA wherever the encoding allows it or "
+    "FlexAttention with --attn flex), relative to the model with position='none', in the same run.",
     epilog="Forward: torch.no_grad() forward in eval mode. Train: forward with labels, loss.backward() and an "
     "AdamW step. Every round runs each encoding's model once, in turn (interleaved), so that load on a "
     "shared machine hits all of them alike; x = median time / median time of none. The code: "

@@ -206,7 +206,10 @@ class PositionEncoding(nn.Module):
         """(low, table): the distances key - query from low to the largest that occurs, and their bias (H, R)."""
         low = int(k_pos.min()) - int(q_pos.max())
         high = int(k_pos.max()) - int(q_pos.min())
-        return low, self.distance_bias(torch.arange(low, high + 1, device=q_pos.device), layer)
+        table = self.distance_bias(torch.arange(low, high + 1, device=q_pos.device), layer)
+        # contiguous: training T5 (whose table is a transposed view) through FlexAttention on an H100 took 23x
+        # the time of no encoding with the view, 1.3x with a contiguous copy
+        return low, table.contiguous()
 
     @property
     def saturation_distance(self) -> int | None:
