@@ -88,14 +88,26 @@ def test_half_trained_row_resumes_from_its_checkpoint(tmp_path, capsys):
     assert "rope" in json.loads((tmp_path / "results.json").read_text())["rows"]
 
 
-def _interrupt_after_checkpoint(args: list[str]) -> None:
+def test_a_row_stopped_after_its_last_step_records_the_loss_it_trained_to(tmp_path, capsys):
+    """Killed between the last checkpoint and the evaluation: the rerun trains no step, and takes the final loss
+    from the row's training log."""
+    args = [*TINY, "--positions", "rope", "--output-dir", str(tmp_path)]
+    with pytest.raises(KeyboardInterrupt):
+        _interrupt_after_checkpoint(args, at_step=3)
+    logged = [json.loads(line) for line in (tmp_path / "rows" / "rope" / "metrics.jsonl").read_text().splitlines()]
+    assert main(["extrapolate", *args]) == 0
+    row = json.loads((tmp_path / "results.json").read_text())["rows"]["rope"]
+    assert row["steps"] == 3 and row["final_loss"] == [r["loss"] for r in logged if "loss" in r][-1]
+
+
+def _interrupt_after_checkpoint(args: list[str], at_step: int = 2) -> None:
     from posformer.train import trainer as trainer_module
 
     save = trainer_module.Trainer._save
 
     def save_then_stop(self, step):
         path = save(self, step)
-        if step == 2:
+        if step == at_step:
             raise KeyboardInterrupt
         return path
 

@@ -33,6 +33,7 @@ from posformer.experiments.extrapolation.settings import ExtrapolationSettings, 
 from posformer.model import Transformer
 from posformer.train.batches import WindowBatches
 from posformer.train.rng import seed_everything
+from posformer.train.metrics_log import MetricsLog
 from posformer.train.settings import TrainerSettings
 from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
 
@@ -181,7 +182,8 @@ class Experiment:
             self.log(f"{position}: {err}")
             record.update(error=str(err), ppl={name: {str(n): None for n in s.eval_lens} for name in self.streams})
             return {position: record}
-        record.update(steps=fit.step, final_loss=fit.losses[-1] if fit.losses else None,
+        losses = [r["loss"] for r in MetricsLog(run_dir / "metrics.jsonl").records() if "loss" in r]
+        record.update(steps=fit.step, final_loss=losses[-1] if losses else None,  # resumed runs: the whole log
                       train_wall_s=round(time.monotonic() - started, 2))
         started = time.monotonic()
         record["ppl"] = self.evaluate(model, position)
