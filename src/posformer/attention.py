@@ -17,6 +17,7 @@ from posformer.cache import LayerCache, MemoryCache
 from posformer.config import Config
 from posformer.flex import flex_attend
 from posformer.masks import AttentionMask
+from posformer.norms import make_norm
 from posformer.packing import TokenPacking
 from posformer.positions.base import PositionEncoding, ScoreMod
 
@@ -95,9 +96,19 @@ class Attention(nn.Module):
         self.scale = cfg.scale
         self.dropout = cfg.attention_dropout
         self.kernel = cfg.attn_impl
+        self.qk_norm = cfg.qk_norm
 
     def _output_projection(self, cfg: Config) -> nn.Linear:
         return nn.Linear(self.q_dim, cfg.d_model, bias=cfg.attn_out_bias)
+
+    def _head_norms(self, cfg: Config) -> None:
+        """`q_norm` and `k_norm` over each head (Config.qk_norm), after the projections, before `out`."""
+        if cfg.qk_norm:
+            self.q_norm, self.k_norm = make_norm(cfg, self.head_dim), make_norm(cfg, self.head_dim)
+
+    def _normed(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """q: (B, H, T, dh), k: (B, Hkv, S, dh), each head's vectors normalised with QK-norm, else as given."""
+        return (self.q_norm(q), self.k_norm(k)) if self.qk_norm else (q, k)
 
     def _heads(self, x: Tensor, n_heads: int) -> Tensor:
         """(B, T, n * dh) -> (B, n, T, dh)."""
@@ -130,6 +141,7 @@ class SelfAttention(Attention):
     def __init__(self, cfg: Config, position: PositionEncoding, layer: int) -> None:
         super().__init__(cfg)
         self.qkv = nn.Linear(cfg.d_model, self.q_dim + 2 * self.kv_dim, bias=cfg.qkv_bias)
+        self._head_norms(cfg)
         self.out = self._output_projection(cfg)
         object.__setattr__(self, "position", position)
         self.layer = layer
@@ -143,7 +155,7 @@ class SelfAttention(Attention):
         """
         q, k, v = self._unpacked(self.qkv(x), packing).split((self.q_dim, self.kv_dim, self.kv_dim), dim=-1)
         q, k, v = self._heads(q, self.n_heads), self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
-        q, k = self.position.rotate(q, k, pos, pos, self.layer)
+        q, k = self.position.rotate(*self._normed(q, k), pos, pos, self.layer)
         k_pos = pos
         if cache is not None:
             k, v, k_pos = cache.append(k, v, pos)
@@ -170,6 +182,7 @@ class CrossAttention(Attention):
         super().__init__(cfg)
         self.q = nn.Linear(cfg.d_model, self.q_dim, bias=cfg.qkv_bias)
         self.kv = nn.Linear(cfg.d_model, 2 * self.kv_dim, bias=cfg.qkv_bias)
+        self._head_norms(cfg)
         self.out = self._output_projection(cfg)
 
     def forward(self, x: Tensor, memory: Tensor, mask: AttentionMask, cache: MemoryCache | None = None,
@@ -179,11 +192,13 @@ class CrossAttention(Attention):
         Returns the output, shaped as x, and the probabilities (B, H, T, S).
         """
         q = self._heads(self._unpacked(self.q(x), packing), self.n_heads)
+        q = self.q_norm(q) if self.qk_norm else q
         if cache is not None and cache.k is not None:
             k, v = cache.k, cache.v
         else:
             k, v = self.kv(memory).split((self.kv_dim, self.kv_dim), dim=-1)
             k, v = self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
+            k = self.k_norm(k) if self.qk_norm else k
             if cache is not None:
                 cache.set(k, v)
         return self._attend(q, k, v, mask, None, need_weights, packing=packing)

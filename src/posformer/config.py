@@ -64,6 +64,11 @@ class Config:
     position bias as a `score_mod`: encodings without a bias or with one of the distance alone, no
     attention dropout, forward only on the CPU; see `posformer.flex`); encodings that need the
     probabilities use eager regardless.
+    `qk_norm` normalises each head's query and key vector (the `norm` kind over head_dim, its own
+    weights in every attention layer) before the position encoding rotates them (Qwen3, Gemma 3).
+    `sliding_window` W limits the decoder's self-attention to each query's last W tokens, itself
+    included (Mistral; `posformer.masks.build_mask`), counted over the cache and the input; the
+    KV cache keeps every key and the mask hides the older ones. None: no window.
     `scale_embeddings` multiplies token embeddings by sqrt(d_model) (Vaswani et al.).
     `parallel_residual` computes attention and FFN from the same input,
     x + attn(norm1(x)) + ffn(norm2(x)) (GPT-NeoX, GPT-J); pre-norm, no cross-attention.
@@ -114,6 +119,8 @@ class Config:
     attn_out_bias: bool = True
     ffn_bias: bool = True
     attn_scale: float | None = None
+    qk_norm: bool = False
+    sliding_window: int | None = None
     attn_impl: str = "sdpa"
     scale_embeddings: bool = False
     parallel_residual: bool = False
@@ -197,10 +204,13 @@ class Config:
 
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_positions", "num_labels"):
             check_int(f"Config.{name}", getattr(self, name))
-        for name in ("n_decoder_layers", "n_kv_heads", "d_head", "d_ff"):
+        for name in ("n_decoder_layers", "n_kv_heads", "d_head", "d_ff", "sliding_window"):
             if getattr(self, name) is not None:
                 check_int(f"Config.{name}", getattr(self, name))
         check_int("Config.type_vocab_size", self.type_vocab_size, minimum=0)
+        if self.sliding_window is not None and self.arch == "encoder":
+            _fail("sliding_window", self.sliding_window, "None with arch='encoder' (the window slides over a "
+                  "decoder's causal self-attention)")
         if self.d_head is None and self.d_model % self.n_heads != 0:
             _fail("n_heads", self.n_heads, f"a divisor of d_model={self.d_model} (or set d_head)")
         if self.n_heads % self.kv_heads != 0:

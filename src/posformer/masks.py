@@ -1,4 +1,4 @@
-"""Attention masks: key padding, causal order and padded queries, combined once per forward."""
+"""Attention masks: key padding, causal order, sliding windows and padded queries, combined once per forward."""
 
 from __future__ import annotations
 
@@ -50,16 +50,20 @@ class AttentionMask:
         return combined
 
 
-def causal_allowed(q_len: int, k_len: int, device: torch.device) -> Tensor:
-    """(Tq, Tk) bool: query i, the (k_len - q_len + i)-th token, sees keys j <= k_len - q_len + i."""
+def causal_allowed(q_len: int, k_len: int, device: torch.device, window: int | None = None) -> Tensor:
+    """(Tq, Tk) bool: query i, the (k_len - q_len + i)-th token, sees keys j <= k_len - q_len + i; with a
+    sliding `window` W only the last W of them, j > k_len - q_len + i - W."""
     offset = k_len - q_len
     rows = torch.arange(q_len, device=device)[:, None] + offset
-    return torch.arange(k_len, device=device)[None, :] <= rows
+    keys = torch.arange(k_len, device=device)[None, :]
+    allowed = keys <= rows
+    return allowed if window is None else allowed & (keys > rows - window)
 
 
-def causal_additive(q_len: int, k_len: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-    """(1, 1, Tq, Tk) additive causal mask."""
-    allowed = causal_allowed(q_len, k_len, device)
+def causal_additive(q_len: int, k_len: int, dtype: torch.dtype, device: torch.device,
+                    window: int | None = None) -> Tensor:
+    """(1, 1, Tq, Tk) additive causal mask (within a sliding `window` when one is given)."""
+    allowed = causal_allowed(q_len, k_len, device, window)
     return torch.zeros((), dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
 
 
@@ -70,23 +74,28 @@ def build_mask(
     k_len: int,
     dtype: torch.dtype,
     device: torch.device,
+    window: int | None = None,
 ) -> AttentionMask:
-    """Combine a key padding mask (B, Tk) bool (True = a real token) with causal order.
+    """Combine a key padding mask (B, Tk) bool (True = a real token) with causal order and, for causal
+    attention, a sliding `window` (each query sees its last `window` key slots, itself included, counted
+    over the cached and new tokens, pads included, as Hugging Face's Mistral counts them).
 
     Returns the cheapest `AttentionMask` that expresses the combination. A query
     left with no key to attend to (a left pad under a causal mask) gets a zero output.
     """
+    if window is not None and (not causal or k_len <= window):
+        window = None  # no key is ever farther than the window
     if key_keep is not None and bool(key_keep.all()):
         key_keep = None
     if key_keep is None:
-        if not causal or q_len == 1:
+        if not causal or (q_len == 1 and window is None):
             return AttentionMask()
-        if q_len == k_len:
+        if q_len == k_len and window is None:
             return AttentionMask(is_causal=True)
-        return AttentionMask(additive=causal_additive(q_len, k_len, dtype, device))
+        return AttentionMask(additive=causal_additive(q_len, k_len, dtype, device, window))
     allowed = key_keep[:, None, None, :]  # (B, 1, 1, Tk)
     if causal:
-        allowed = allowed & causal_allowed(q_len, k_len, device)
+        allowed = allowed & causal_allowed(q_len, k_len, device, window)
     query_keep = allowed.any(-1).squeeze(1)  # (B, Tq)
     additive = torch.zeros((), dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
     return AttentionMask(additive=additive, query_keep=None if bool(query_keep.all()) else query_keep)

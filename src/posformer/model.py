@@ -243,7 +243,7 @@ class Transformer(nn.Module):
         keep = self._keep(attention_mask, batch, past + length, "attention_mask (cached + new positions)")
         pos = self._positions(position_ids, input_ids, past, "position_ids")
         x = self._embed(input_ids, stack="decoder")
-        mask = build_mask(keep, True, length, past + length, x.dtype, x.device)
+        mask = build_mask(keep, True, length, past + length, x.dtype, x.device, self.cfg.sliding_window)
         memory_attn = None
         if memory is not None:
             src = memory.shape[1]

@@ -28,11 +28,13 @@ class RMSNorm(nn.Module):
         return f"{self.weight.shape[0]}, eps={self.eps}"
 
 
-def make_norm(cfg: Config) -> nn.Module:
-    """The norm `cfg.norm` over d_model: LayerNorm (DeepNorm uses LayerNorm too) or RMSNorm."""
+def make_norm(cfg: Config, dim: int | None = None) -> nn.Module:
+    """The norm `cfg.norm` over `dim` features (default d_model): LayerNorm (DeepNorm uses LayerNorm too) or
+    RMSNorm."""
+    dim = cfg.d_model if dim is None else dim
     if cfg.norm == "rmsnorm":
-        return RMSNorm(cfg.d_model, cfg.norm_eps)
-    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.norm_bias)
+        return RMSNorm(dim, cfg.norm_eps)
+    return nn.LayerNorm(dim, eps=cfg.norm_eps, bias=cfg.norm_bias)
 
 
 def deepnorm_constants(arch: str, n_encoder: int, n_decoder: int, stack: str) -> tuple[float, float]:

@@ -61,6 +61,7 @@ CASES = {
     "mistral": Case("MistralConfig", "MistralForCausalLM", LLAMA_SIZES),
     "mt5": Case("MT5Config", "MT5ForConditionalGeneration", T5_SIZES, seq2seq=True),
     "qwen2": Case("Qwen2Config", "Qwen2ForCausalLM", LLAMA_SIZES),
+    "qwen3": Case("Qwen3Config", "Qwen3ForCausalLM", LLAMA_SIZES),
     "roberta": Case("RobertaConfig", "RobertaForMaskedLM", BERT_SIZES, right_padded_only=True),
     "t5": Case("T5Config", "T5ForConditionalGeneration", T5_SIZES, seq2seq=True),
     # EncoderDecoderConfig has no sizes of its own: two default BertConfigs, the decoder's as

@@ -1,12 +1,14 @@
-"""LLaMA, Mistral and Qwen2 against transformers 4.57.6: logits, GQA, biases and every RoPE scaling."""
+"""LLaMA, Mistral, Qwen2 and Qwen3 against transformers 4.57.6: logits, GQA, biases, QK-norm, every RoPE scaling,
+and greedy generation."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from hf_oracle import check_family, padded_batch
+from hf_oracle import check_family, padded_batch, save_hf
 from transformers import (
     LlamaConfig, LlamaForCausalLM, LlamaModel, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+    Qwen3Config, Qwen3ForCausalLM,
 )
 
 import posformer as pf
@@ -87,9 +89,69 @@ def test_against_hf_qwen2_qkv_bias(tmp_path):
     assert model.cfg.qkv_bias and not model.cfg.attn_out_bias
 
 
-def test_mistral_sliding_window_is_refused(tmp_path):
+def _mistral(window: int) -> MistralForCausalLM:
     torch.manual_seed(0)
-    hf = MistralForCausalLM(MistralConfig(**SIZES, sliding_window=16))
+    return MistralForCausalLM(MistralConfig(**SIZES, sliding_window=window, attn_implementation="eager")).eval()
+
+
+@pytest.mark.parametrize("window", [1, 4])
+def test_against_hf_mistral_sliding_window(tmp_path, window):
+    """An 11-token batch with left and right padding through a window of 4 (and of 1: each token sees
+    itself only)."""
+    model = check_family(_mistral(window), MistralForCausalLM, tmp_path, padded_batch(97))
+    assert model.cfg.sliding_window == window
+
+
+def test_mistral_generates_hf_tokens_past_its_window(tmp_path):
+    """Greedy decoding with the KV cache, from prompts longer than the window and on past it: the cache
+    holds more keys than the window, the mask hides the older ones."""
+    hf = _mistral(4)
+    model = pf.from_hf(save_hf(hf, tmp_path))
+    for length in (5, 9):  # the left-padded row: 3 pads, then 2 and 6 tokens
+        batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=length).items()}  # full, left-padded
+        expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
+        assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected), length
+
+
+def _qwen3(**changes) -> Qwen3ForCausalLM:
+    torch.manual_seed(0)
+    hf = Qwen3ForCausalLM(Qwen3Config(**{**SIZES, "head_dim": 16, **changes}, attn_implementation="eager"))
+    with torch.no_grad():  # HF initialises the QK-norm weights to one; make a swapped or dropped one show
+        for layer in hf.model.layers:
+            layer.self_attn.q_norm.weight.normal_(1.0, 0.5)
+            layer.self_attn.k_norm.weight.normal_(1.0, 0.5)
+    return hf
+
+
+@pytest.mark.parametrize("changes", [{}, {"attention_bias": True, "tie_word_embeddings": True}],
+                         ids=["default", "biases-tied"])
+def test_against_hf_qwen3_qk_norm(tmp_path, changes):
+    hf = _qwen3(**changes)
+    if changes.get("attention_bias"):
+        with torch.no_grad():
+            for layer in hf.model.layers:
+                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.o_proj):
+                    proj.bias.normal_(0, 0.5)
+    model = check_family(hf, Qwen3ForCausalLM, tmp_path, padded_batch(97))
+    assert model.cfg.qk_norm and model.cfg.head_dim == 16
+    assert model.cfg.qkv_bias == model.cfg.attn_out_bias == bool(changes.get("attention_bias"))
+
+
+def test_qwen3_generates_hf_tokens_at_short_and_long_inputs(tmp_path):
+    """Greedy decoding with the KV cache from a left-padded batch, from prompts shorter and longer than
+    max_position_embeddings: the tokens of HF's `generate`."""
+    hf = _qwen3(max_position_embeddings=32).eval()
+    model = pf.from_hf(save_hf(hf, tmp_path))
+    for length in (6, 40):
+        batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=length).items()}  # full, left-padded
+        expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
+        ours = model.generate(**batch, max_new_tokens=8, eos_token_id=[])
+        assert torch.equal(ours, expected), length
+
+
+def test_qwen3_sliding_on_some_layers_is_refused(tmp_path):
+    torch.manual_seed(0)
+    hf = Qwen3ForCausalLM(Qwen3Config(**SIZES, use_sliding_window=True, sliding_window=8, max_window_layers=1))
     hf.save_pretrained(tmp_path)
-    with pytest.raises(pf.hf.UnsupportedCheckpoint, match="sliding-window attention"):
+    with pytest.raises(pf.hf.UnsupportedCheckpoint, match="sliding-window attention on some layers only"):
         pf.from_hf(tmp_path)

@@ -1,6 +1,7 @@
-"""LLaMA and the families that share its layout: Mistral and Qwen2.
+"""LLaMA and the families that share its layout: Mistral, Qwen2 and Qwen3.
 
-Pre-RMSNorm, RoPE (half layout), SwiGLU, GQA. Qwen2 adds q/k/v biases.
+Pre-RMSNorm, RoPE (half layout), SwiGLU, GQA. Qwen2 adds q/k/v biases; Qwen3 normalises each head's query and
+key (QK-norm, `q_norm` / `k_norm`) before RoPE.
 Heads: *ForCausalLM (causal_lm) and *Model (none).
 """
 
@@ -14,15 +15,24 @@ from posformer.hf.rope import rope_params, rope_to_hf
 HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
 GATED = {"silu": "swiglu", "gelu": "geglu", "relu": "reglu"}
 HIDDEN_ACT = {ours: theirs for theirs, ours in GATED.items()}
-ARCH_NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}
+ARCH_NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3"}
+
+
+def _sliding_window(hf: dict) -> int | None:
+    """The window every layer slides (Mistral's `sliding_window`), or None. Qwen2 and Qwen3 slide only the
+    layers from `max_window_layers` on (layers of two kinds): refused until per-layer schemes land."""
+    model_type, window = hf["model_type"], hf.get("sliding_window")
+    if window is None or not hf.get("use_sliding_window", model_type == "mistral"):
+        return None
+    types = set(hf.get("layer_types") or [])
+    if model_type != "mistral" and (types != {"sliding_attention"} if types else hf.get("max_window_layers", 0)):
+        raise unsupported(model_type, f"sliding-window attention on some layers only (sliding_window={window}, "
+                                      f"max_window_layers={hf.get('max_window_layers')})")
+    return window
 
 
 def _check_features(hf: dict) -> None:
     model_type = hf["model_type"]
-    window = hf.get("sliding_window")
-    uses_window = hf.get("use_sliding_window", model_type == "mistral")
-    if uses_window and window is not None and window < hf.get("max_position_embeddings", 0):
-        raise unsupported(model_type, f"sliding-window attention (sliding_window={window})")
     if hf.get("pretraining_tp", 1) not in (1, None):
         raise unsupported(model_type, f"tensor-parallel slicing pretraining_tp={hf['pretraining_tp']}")
     if hf.get("hidden_act", "silu") not in GATED:
@@ -39,7 +49,8 @@ def config_from_hf(hf: dict) -> Config:
         d_head=hf.get("head_dim"), d_ff=hf["intermediate_size"], position="rope", position_params=rope_params(hf),
         max_positions=hf.get("max_position_embeddings", 2048), norm="rmsnorm", norm_eps=hf.get("rms_norm_eps", 1e-6),
         norm_placement="pre", activation=GATED[hf.get("hidden_act", "silu")],
-        attention_dropout=hf.get("attention_dropout", 0.0), qkv_bias=bool(qkv_bias),
+        attention_dropout=hf.get("attention_dropout", 0.0), qkv_bias=bool(qkv_bias), qk_norm=model_type == "qwen3",
+        sliding_window=_sliding_window(hf),
         attn_out_bias=bool(hf.get("attention_bias", False)), ffn_bias=bool(hf.get("mlp_bias", False)),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)), head=architecture(hf, HEADS, "causal_lm"),
         pad_token_id=hf.get("pad_token_id"), bos_token_id=hf.get("bos_token_id"),
@@ -59,6 +70,10 @@ def config_to_hf(cfg: Config) -> dict:
         raise unsupported(model_type, "a layout other than RoPE + RMSNorm + gated FFN (to_hf)")
     if model_type == "qwen2" and not (cfg.qkv_bias and not cfg.attn_out_bias and not cfg.ffn_bias):
         raise unsupported(model_type, "biases other than q/k/v only (to_hf)")
+    if model_type == "qwen3" and (cfg.qkv_bias != cfg.attn_out_bias or cfg.ffn_bias):
+        raise unsupported(model_type, "attention biases on some projections only, or FFN biases (to_hf)")
+    if cfg.qk_norm != (model_type == "qwen3"):
+        raise unsupported(model_type, f"qk_norm={cfg.qk_norm} (only qwen3 normalises q and k) (to_hf)")
     name = ARCH_NAMES[model_type]
     out = {
         "model_type": model_type,
@@ -70,15 +85,19 @@ def config_to_hf(cfg: Config) -> dict:
         "initializer_range": cfg.init_std, "pad_token_id": cfg.pad_token_id, "bos_token_id": cfg.bos_token_id,
         "eos_token_id": cfg.eos_token_id, **rope_to_hf(cfg),
     }
-    if model_type == "qwen2":
+    if model_type in ("qwen2", "qwen3"):
         out["use_sliding_window"] = False
-    else:
+    if model_type == "qwen3":
+        out["attention_bias"] = cfg.qkv_bias
+    elif model_type != "qwen2":
         out["attention_bias"] = cfg.qkv_bias
         out["mlp_bias"] = cfg.ffn_bias
         if model_type == "llama" and cfg.qkv_bias != cfg.attn_out_bias:
             raise unsupported(model_type, "q/k/v biases without an output bias (use qwen2) (to_hf)")
+    if cfg.sliding_window is not None and model_type != "mistral":
+        raise unsupported(model_type, f"sliding_window={cfg.sliding_window} (only mistral slides every layer) (to_hf)")
     if model_type == "mistral":
-        out["sliding_window"] = None
+        out["sliding_window"] = cfg.sliding_window
     return out
 
 
@@ -92,6 +111,9 @@ def rules(cfg: Config) -> list[Rule]:
         out += norm(f"{ours}.attn_res.norm", f"{theirs}.input_layernorm", bias=False)
         out += fused_linear(f"{ours}.attn.qkv", (f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"),
                             (q, kv, kv), cfg.qkv_bias)
+        if cfg.qk_norm:
+            out += norm(f"{ours}.attn.q_norm", f"{attn}.q_norm", bias=False)
+            out += norm(f"{ours}.attn.k_norm", f"{attn}.k_norm", bias=False)
         out += linear(f"{ours}.attn.out", f"{attn}.o_proj", cfg.attn_out_bias)
         out += norm(f"{ours}.ffn_res.norm", f"{theirs}.post_attention_layernorm", bias=False)
         out += fused_linear(f"{ours}.ffn.up", (f"{mlp}.gate_proj", f"{mlp}.up_proj"), (cfg.ff_dim, cfg.ff_dim),
@@ -111,4 +133,4 @@ def ignore(cfg: Config) -> tuple[str, ...]:
     return tuple(patterns)
 
 
-FAMILY = register(Family(("llama", "mistral", "qwen2"), config_from_hf, config_to_hf, rules, ignore))
+FAMILY = register(Family(("llama", "mistral", "qwen2", "qwen3"), config_from_hf, config_to_hf, rules, ignore))
