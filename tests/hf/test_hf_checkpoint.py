@@ -81,9 +81,9 @@ def test_unsupported_model_type_names_the_supported_ones(tmp_path):
 def test_unsupported_feature_is_named(tmp_path, hf_llama):
     hf_llama.save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
-    config["rope_scaling"] = {"rope_type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}
+    config["rope_scaling"] = {"rope_type": "mrope", "mrope_section": [1, 1, 2]}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(UnsupportedCheckpoint, match="rope scaling type 'longrope'"):
+    with pytest.raises(UnsupportedCheckpoint, match="rope scaling type 'mrope'"):
         pf.from_hf(tmp_path)
 
 

@@ -60,6 +60,8 @@ CASES = {
                    seq2seq=True),
     "mistral": Case("MistralConfig", "MistralForCausalLM", LLAMA_SIZES),
     "mt5": Case("MT5Config", "MT5ForConditionalGeneration", T5_SIZES, seq2seq=True),
+    # Phi-3's pad id (32000 by default, also its eos) must lie inside the vocabulary (HF's padding_idx)
+    "phi3": Case("Phi3Config", "Phi3ForCausalLM", dict(LLAMA_SIZES, pad_token_id=VOCAB - 1, eos_token_id=VOCAB - 1)),
     "qwen2": Case("Qwen2Config", "Qwen2ForCausalLM", LLAMA_SIZES),
     "qwen3": Case("Qwen3Config", "Qwen3ForCausalLM", LLAMA_SIZES),
     "roberta": Case("RobertaConfig", "RobertaForMaskedLM", BERT_SIZES, right_padded_only=True),

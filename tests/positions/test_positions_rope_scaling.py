@@ -145,8 +145,8 @@ def config_error(**params) -> str:
 
 
 def test_unknown_scaling_type_names_the_param_and_the_allowed_types() -> None:
-    message = config_error(scaling={"type": "longrope", "factor": 2.0})
-    assert "position_params['scaling']" in message and "'longrope'" in message
+    message = config_error(scaling={"type": "mrope", "factor": 2.0})
+    assert "position_params['scaling']" in message and "'mrope'" in message
     assert all(kind in message for kind in SCALING_TYPES)
     message = config_error(scaling={"rope_type": "linear", "factor": 2.0})
     assert "position_params['scaling']" in message and "'type'" in message
@@ -226,3 +226,63 @@ def test_rotary_encoding_matches_hf_llama_rotary(scaling: dict) -> None:
     got = ours.rotate(q, k, pos, pos, 0)
     torch.testing.assert_close(got[0], expected[0], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got[1], expected[1], rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------- LongRoPE
+def longrope(dim: int, original: int = 64, factor: float = 4.0, **extra) -> dict:
+    g = torch.Generator().manual_seed(dim)
+    short = (1.0 + torch.rand(dim // 2, generator=g)).tolist()
+    long = (1.0 + 30 * torch.rand(dim // 2, generator=g)).tolist()
+    return {"type": "longrope", "factor": factor, "short_factor": short, "long_factor": long,
+            "original_max_position_embeddings": original, **extra}
+
+
+def hf_longrope(dim: int, scaling: dict, seq_len=None):
+    """HF's longrope configured two ways: as Phi-3 does (the original length at the top of the config, the
+    factor the ratio of the two lengths), and, with an attention factor given (which Phi3Config refuses), in
+    a LlamaConfig whose rope_scaling holds the factor (the original length is then max_position_embeddings)."""
+    from transformers import Phi3Config
+
+    original = scaling["original_max_position_embeddings"]
+    factors = {"short_factor": scaling["short_factor"], "long_factor": scaling["long_factor"]}
+    if scaling.get("attention_factor") is None:
+        cfg = Phi3Config(hidden_size=2 * dim, num_attention_heads=2, rope_theta=10000.0,
+                         rope_scaling={"type": "longrope", **factors}, original_max_position_embeddings=original,
+                         max_position_embeddings=int(original * scaling["factor"]))
+    else:
+        cfg = LlamaConfig(hidden_size=2 * dim, num_attention_heads=2, head_dim=dim, rope_theta=10000.0,
+                          max_position_embeddings=original,
+                          rope_scaling={"rope_type": "longrope", "factor": scaling["factor"],
+                                        "attention_factor": scaling["attention_factor"], **factors})
+    return ROPE_INIT_FUNCTIONS["longrope"](cfg, torch.device("cpu"), seq_len=seq_len)
+
+
+@pytest.mark.parametrize("dim", DIMS)
+@pytest.mark.parametrize("seq_len", [None, 10, 64, 65, 1000])
+@pytest.mark.parametrize("extra", [{}, {"attention_factor": 1.3}], ids=["default-factor", "given-factor"])
+def test_longrope_matches_hf(dim: int, seq_len: int | None, extra: dict) -> None:
+    scaling = longrope(dim, **extra)
+    assert_same_freqs(rope_inv_freq(dim, 10000.0, scaling, seq_len=seq_len), hf_longrope(dim, scaling, seq_len))
+
+
+def test_longrope_switches_exactly_past_the_original_length() -> None:
+    """The short factors up to L = original (largest position original - 1), the long ones from original + 1;
+    the attention factor is the paper's sqrt(1 + ln(factor) / ln(original)) on both sides."""
+    scaling = longrope(32, original=64, factor=4.0)
+    cfg = tiny("decoder", position="rope", position_params={"scaling": scaling}, d_head=32, max_positions=256)
+    rope = pf.positions.build(cfg, causal=True, n_layers=1)
+    base = 10000.0 ** (torch.arange(0, 32, 2).float() / 32)
+    for seq_len, key in ((64, "short_factor"), (65, "long_factor"), (1, "short_factor"), (256, "long_factor")):
+        inv_freq, factor = rope.frequencies_for(seq_len)
+        torch.testing.assert_close(inv_freq, 1.0 / (torch.tensor(scaling[key]) * base), rtol=1e-6, atol=0)
+        assert factor == pytest.approx(math.sqrt(1 + math.log(4.0) / math.log(64)))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"short_factor": [1.0, 2.0]}, "short_factor'\\]=\\[1.0, 2.0\\] is invalid for type 'longrope': expected a list of 8"),
+    ({"long_factor": [1.0] * 7 + [0.0]}, "long_factor'\\].* expected a list of 8 numbers > 0"),
+    ({"attention_factor": -1.0}, "attention_factor'\\]=-1.0 is invalid"),
+])
+def test_longrope_bad_factors_are_named(change: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        rope_inv_freq(16, 10000.0, {**longrope(16), **change})

@@ -4,7 +4,9 @@ Two config forms are read: transformers v4's `rope_theta` + `rope_scaling`
 ({"rope_type" or "type": ..., "factor": ..., ...}) and v5's `rope_parameters`
 ({"rope_type": ..., "rope_theta": ..., ...}). The original context length follows
 transformers 4.57.6: "dynamic" uses `max_position_embeddings`; "yarn" the scaling's
-`original_max_position_embeddings`, else `max_position_embeddings`; "llama3" the scaling's own.
+`original_max_position_embeddings`, else `max_position_embeddings`; "llama3" the scaling's own; "longrope"
+the config's top-level `original_max_position_embeddings` (Phi-3), whose ratio to `max_position_embeddings` is
+then its factor, else `max_position_embeddings` with the scaling's factor.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ SCALING_KEYS = {
     "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
              "attention_factor", "truncate"),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "longrope": ("short_factor", "long_factor", "attention_factor"),
 }
 
 
@@ -50,8 +53,18 @@ def rope_params(hf: dict, default_theta: float = 10000.0) -> dict:
         ours["original_max_position_embeddings"] = hf["max_position_embeddings"]
     if kind == "yarn" and "original_max_position_embeddings" in scaling:
         ours["factor"] = hf["max_position_embeddings"] / scaling["original_max_position_embeddings"]
+    if kind == "longrope":
+        ours.update(_longrope_lengths(hf, scaling))
     params["scaling"] = ours
     return params
+
+
+def _longrope_lengths(hf: dict, scaling: dict) -> dict:
+    """LongRoPE's factor and original length as transformers 4.57.6 reads them."""
+    original = hf.get("original_max_position_embeddings")
+    if original:
+        return {"factor": hf["max_position_embeddings"] / original, "original_max_position_embeddings": original}
+    return {"factor": scaling.get("factor") or 1.0, "original_max_position_embeddings": hf["max_position_embeddings"]}
 
 
 def rope_to_hf(cfg: Config) -> dict:
@@ -73,5 +86,12 @@ def rope_to_hf(cfg: Config) -> dict:
         original = hf_scaling.pop("original_max_position_embeddings")
         out["max_position_embeddings"] = int(round(original * scaling["factor"]))
         hf_scaling["original_max_position_embeddings"] = original
+    if kind == "longrope":  # Phi-3's form: the original length at the top, the factor their ratio
+        original = hf_scaling.pop("original_max_position_embeddings")
+        if abs(cfg.max_positions / original - hf_scaling.pop("factor")) > 1e-9:
+            raise UnsupportedCheckpoint(f"to_hf: a longrope factor other than max_positions / "
+                                        f"original_max_position_embeddings = {cfg.max_positions} / {original}")
+        hf_scaling = {"type": hf_scaling.pop("rope_type"), **hf_scaling}
+        out["original_max_position_embeddings"] = original
     out["rope_scaling"] = hf_scaling
     return out

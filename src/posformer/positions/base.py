@@ -211,6 +211,12 @@ class PositionEncoding(nn.Module):
         # the time of no encoding with the view, 1.3x with a contiguous copy
         return low, table.contiguous()
 
+    def stale_beyond(self) -> int | None:
+        """A length L0 such that keys cached while every length was <= L0 no longer match what a forward at a
+        longer length computes (LongRoPE's switch to its long factors); None when cached keys never go stale.
+        Generation runs the whole sequence again once, when the length first exceeds L0."""
+        return None
+
     @property
     def saturation_distance(self) -> int | None:
         """The distance past which `distance_bias` stops changing (T5's max_distance), or None."""

@@ -10,10 +10,13 @@ A scaling is None or a dict {"type": ..., "factor": ..., <the type's keys>}:
              frequencies over the dims between beta_fast and beta_slow rotations, and an
              attention factor 0.1 * ln(factor) + 1 on cos and sin.
   "llama3"   Llama 3.1: low frequencies / factor, high kept, a smooth ramp between.
+  "longrope" LongRoPE (Ding et al. 2024; Phi-3): theta_i / short_factor[i] while the current length
+             L <= original_max_position_embeddings, theta_i / long_factor[i] beyond it, and an
+             attention factor sqrt(1 + ln(factor) / ln(original)) on cos and sin (or the one given).
 
 The arithmetic repeats Hugging Face `transformers.modeling_rope_utils` (4.57.6) operation
 for operation, so the results agree to the last bit; the tests compare against it.
-Unlike Hugging Face, "dynamic", "yarn" and "llama3" require original_max_position_embeddings
+Unlike Hugging Face, "dynamic", "yarn", "llama3" and "longrope" require original_max_position_embeddings
 (Hugging Face falls back to `config.max_position_embeddings`).
 """
 
@@ -28,16 +31,19 @@ from torch import Tensor
 from posformer.positions.base import frequencies
 from posformer.validation import is_number
 
-SCALING_TYPES = ("linear", "ntk", "dynamic", "yarn", "llama3")
+SCALING_TYPES = ("linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
+LENGTH_DEPENDENT = ("dynamic", "longrope")  # the frequencies depend on the current length
 REQUIRED_KEYS = {
     "linear": ("factor",),
     "ntk": ("factor",),
     "dynamic": ("factor", "original_max_position_embeddings"),
     "yarn": ("factor", "original_max_position_embeddings"),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "longrope": ("factor", "short_factor", "long_factor", "original_max_position_embeddings"),
 }
 OPTIONAL_KEYS = {  # None stands for "absent", as in Hugging Face
     "yarn": ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"),
+    "longrope": ("attention_factor",),
 }
 
 
@@ -90,6 +96,15 @@ def check_scaling(scaling: Any, dim: int, label: str = "scaling") -> None:
             raise bad("beta_fast", f"a number > beta_slow={scaling.get('beta_slow') or 1!r}")
         if "truncate" in scaling and not isinstance(scaling["truncate"], bool):
             raise bad("truncate", "True or False")
+    if kind == "longrope":
+        for key in ("short_factor", "long_factor"):
+            values = scaling[key]
+            if not isinstance(values, (list, tuple)) or len(values) != dim // 2 or \
+                    not all(is_number(v) and v > 0 for v in values):
+                raise bad(key, f"a list of {dim // 2} numbers > 0 (one per rotated pair of the rotary dim {dim})")
+        if scaling.get("attention_factor") is not None and (not is_number(scaling["attention_factor"])
+                                                            or scaling["attention_factor"] <= 0):
+            raise bad("attention_factor", "a number > 0 (or None for the default)")
 
 
 def scaled_inv_freq(dim: int, base: float, scaling: dict | None, seq_len: int | None = None) -> tuple[Tensor, float]:
@@ -108,7 +123,21 @@ def scaled_inv_freq(dim: int, base: float, scaling: dict | None, seq_len: int | 
         return frequencies(dim, base * ((factor * seq_len / original) - (factor - 1)) ** (dim / (dim - 2))), 1.0
     if kind == "yarn":
         return _yarn(dim, base, scaling)
+    if kind == "longrope":
+        return _longrope(dim, base, scaling, seq_len)
     return _llama3(dim, base, scaling), 1.0
+
+
+def _longrope(dim: int, base: float, scaling: dict, seq_len: int | None) -> tuple[Tensor, float]:
+    """Hugging Face `_compute_longrope_parameters`: the long factors once seq_len > original, else the short."""
+    original, factor = scaling["original_max_position_embeddings"], scaling["factor"]
+    attention_factor = scaling.get("attention_factor")
+    if attention_factor is None:
+        attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    key = "long_factor" if seq_len and seq_len > original else "short_factor"
+    ext_factors = torch.tensor(scaling[key], dtype=torch.float32)
+    inv_freq_shape = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+    return 1.0 / (ext_factors * base**inv_freq_shape), attention_factor
 
 
 def _yarn_mscale(scale: float, mscale: float = 1) -> float:

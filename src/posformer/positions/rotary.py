@@ -5,7 +5,7 @@ Two layouts of the rotated pairs:
                  (`precompute_freqs_cis` / `apply_rotary_emb`).
   "half":        dims (i, i + d/2) form a pair, Hugging Face `rotate_half`.
 Only the first `rotary_fraction * head_dim` dims are rotated (GPT-NeoX partial rotary).
-Context-extension scalings (linear, ntk, dynamic, yarn, llama3) live in `rope_scaling`.
+Context-extension scalings (linear, ntk, dynamic, yarn, llama3, longrope) live in `rope_scaling`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from torch import Tensor
 from posformer.positions.base import PositionEncoding, PositionParams
 from posformer.positions.registry import register
 from posformer.positions.rotation import Rotation
-from posformer.positions.rope_scaling import check_scaling, scaled_inv_freq
+from posformer.positions.rope_scaling import LENGTH_DEPENDENT, check_scaling, scaled_inv_freq
 
 ROPE_LAYOUTS = ("half", "interleaved")
 
@@ -29,17 +29,17 @@ def rope_inv_freq(
     """The inverse frequencies of RoPE with an optional context-extension scaling.
 
     dim: the rotary dimension (even); base: theta; scaling: None or a dict
-    {"type": one of linear, ntk, dynamic, yarn, llama3, "factor": ..., <the type's keys>}
+    {"type": one of linear, ntk, dynamic, yarn, llama3, longrope, "factor": ..., <the type's keys>}
     (see `posformer.positions.rope_scaling`); seq_len: the current length (largest
-    position + 1), used by "dynamic" only (None: unscaled, as at initialisation).
+    position + 1), used by "dynamic" and "longrope" only (None: as at initialisation).
 
     Returns `(inv_freq, attention_factor)`:
       inv_freq: (dim/2,) float32 on the CPU; pair i of a vector at position m is
         rotated by the angle m * inv_freq[i]. Unscaled, inv_freq[i] = base^(-2i/dim).
       attention_factor: a Python float by which cos and sin are multiplied (so q.k is
-        multiplied by its square); 1.0 for every type except "yarn".
+        multiplied by its square); 1.0 for every type except "yarn" and "longrope".
     Equal to Hugging Face `ROPE_INIT_FUNCTIONS[type](config, device, seq_len)` for linear,
-    dynamic, yarn and llama3. Raises `ValueError` naming the offending key.
+    dynamic, yarn, llama3 and longrope. Raises `ValueError` naming the offending key.
     """
     if dim <= 0 or dim % 2:
         raise ValueError(f"rope_inv_freq: rotary dim={dim} must be even and > 0")
@@ -106,13 +106,14 @@ class Rotary(PositionEncoding):
     """RoPE: score(q at m, k at n) depends on m - n only. Parameter-free; any length.
 
     `scaling` (None or a dict, see `rope_inv_freq`) extends the context. Its attention
-    factor multiplies cos and sin, as in Hugging Face. "dynamic" recomputes the
+    factor multiplies cos and sin, as in Hugging Face. "dynamic" and "longrope" choose the
     frequencies in every forward from L = the largest position of that forward + 1
-    (over q_pos and k_pos, all rows): as in Hugging Face, keys already in a KV cache
-    keep the frequencies they were rotated with, so once L exceeds
+    (over q_pos and k_pos, all rows; LongRoPE switches from its short to its long factors
+    exactly when L exceeds original_max_position_embeddings): as in Hugging Face, keys
+    already in a KV cache keep the frequencies they were rotated with, so once L exceeds
     original_max_position_embeddings cached decoding no longer equals a full pass.
-    Hugging Face additionally keeps the grown frequencies while L stays above the
-    original length (its `max_seq_len_cached`); here each forward depends on its own L only.
+    For "dynamic" Hugging Face additionally keeps the grown frequencies while L stays above
+    the original length (its `max_seq_len_cached`); here each forward depends on its own L only.
     """
 
     defaults = {"theta": 10000.0, "layout": "half", "rotary_fraction": 1.0, "scaling": None}
@@ -147,12 +148,18 @@ class Rotary(PositionEncoding):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     @property
-    def dynamic(self) -> bool:
-        return self.scaling is not None and self.scaling["type"] == "dynamic"
+    def length_dependent(self) -> bool:
+        """Whether the frequencies depend on the current length ("dynamic", "longrope")."""
+        return self.scaling is not None and self.scaling["type"] in LENGTH_DEPENDENT
+
+    def stale_beyond(self) -> int | None:
+        """LongRoPE's original length: past it every key is rotated with the long factors."""
+        longrope = self.scaling is not None and self.scaling["type"] == "longrope"
+        return self.scaling["original_max_position_embeddings"] if longrope else None
 
     def frequencies_for(self, seq_len: int | None) -> tuple[Tensor, float]:
         """inv_freq (r/2,) and attention factor for a forward whose largest position is seq_len - 1."""
-        if not self.dynamic or seq_len is None or seq_len <= self.scaling["original_max_position_embeddings"]:
+        if not self.length_dependent or seq_len is None or seq_len <= self.scaling["original_max_position_embeddings"]:
             return self.inv_freq, self.attention_factor
         inv_freq, factor = rope_inv_freq(self.rotary_dim, self.theta, self.scaling, seq_len=seq_len)
         return inv_freq.to(self.inv_freq.device, torch.promote_types(self.inv_freq.dtype, torch.float32)), factor
@@ -166,7 +173,7 @@ class Rotary(PositionEncoding):
         return self.per_forward("tables", q_pos, k_pos, self._tables)
 
     def _tables(self, q_pos: Tensor, k_pos: Tensor) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
-        inv_freq, factor = self.frequencies_for(_longest(q_pos, k_pos) if self.dynamic else None)
+        inv_freq, factor = self.frequencies_for(_longest(q_pos, k_pos) if self.length_dependent else None)
         q_table = rope_cos_sin(q_pos, inv_freq, factor)
         return q_table, q_table if k_pos is q_pos else rope_cos_sin(k_pos, inv_freq, factor)
 

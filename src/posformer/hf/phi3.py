@@ -1,0 +1,83 @@
+"""Phi-3 (and Phi-4-mini, which shares its model_type): LLaMA's layout with fused projections and LongRoPE.
+
+Pre-RMSNorm, SwiGLU, GQA, no biases. The q/k/v projection is one `qkv_proj` (q rows, then k, then v) and the
+gate and up projections one `gate_up_proj` (gate rows, then up): both are posformer's own fused layouts, so
+they copy as they are. RoPE may rotate a `partial_rotary_factor` of each head and may be scaled with
+"longrope" (short and long factors switching past `original_max_position_embeddings`, read from the top of
+the config); a `sliding_window` slides every layer. Heads: Phi3ForCausalLM (causal_lm), Phi3Model (none).
+"""
+
+from __future__ import annotations
+
+from posformer.config import Config
+from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.mapping import Rule, linear, norm, same
+from posformer.hf.rope import rope_params, rope_to_hf
+
+HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
+
+
+def config_from_hf(hf: dict) -> Config:
+    if hf.get("hidden_act", "silu") != "silu":
+        raise unsupported("phi3", f"hidden_act={hf['hidden_act']!r} (supported: silu)")
+    fraction = float(hf.get("partial_rotary_factor", 1.0))
+    position_params = rope_params(hf) if fraction == 1.0 else {**rope_params(hf), "rotary_fraction": fraction}
+    return Config(
+        arch="decoder", vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_layers=hf["num_hidden_layers"],
+        n_heads=hf["num_attention_heads"], n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
+        d_ff=hf["intermediate_size"], position="rope", position_params=position_params,
+        max_positions=hf.get("max_position_embeddings", 4096), norm="rmsnorm", norm_eps=hf.get("rms_norm_eps", 1e-5),
+        norm_placement="pre", activation="swiglu", dropout=hf.get("resid_pdrop", 0.0),
+        attention_dropout=hf.get("attention_dropout", 0.0), qkv_bias=False, attn_out_bias=False, ffn_bias=False,
+        sliding_window=hf.get("sliding_window"), tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        head=architecture(hf, HEADS, "causal_lm"), pad_token_id=hf.get("pad_token_id"),
+        bos_token_id=hf.get("bos_token_id"), eos_token_id=hf.get("eos_token_id"),
+        init_std=hf.get("initializer_range", 0.02), hf_model_type="phi3",
+    )
+
+
+def config_to_hf(cfg: Config) -> dict:
+    if cfg.position != "rope" or cfg.norm != "rmsnorm" or cfg.activation != "swiglu" or cfg.qk_norm:
+        raise unsupported("phi3", "a layout other than RoPE + RMSNorm + SwiGLU without QK-norm (to_hf)")
+    if cfg.qkv_bias or cfg.attn_out_bias or cfg.ffn_bias or cfg.d_head not in (None, cfg.d_model // cfg.n_heads):
+        raise unsupported("phi3", "biases or a head size other than d_model / n_heads (to_hf)")
+    params = cfg.position_params
+    if params.get("layout") != "half" or (params.get("scaling") or {}).get("attention_factor") is not None:
+        raise unsupported("phi3", "RoPE's interleaved layout or a longrope attention_factor (to_hf)")
+    rope = rope_to_hf(cfg)
+    return {
+        "model_type": "phi3",
+        "architectures": ["Phi3ForCausalLM" if cfg.head_kind == "causal_lm" else "Phi3Model"],
+        "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model, "intermediate_size": cfg.ff_dim,
+        "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.kv_heads,
+        "hidden_act": "silu", "rms_norm_eps": cfg.norm_eps, "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout,
+        "attention_dropout": cfg.attention_dropout, "tie_word_embeddings": cfg.tie_embeddings,
+        "partial_rotary_factor": float(params.get("rotary_fraction", 1.0)), "sliding_window": cfg.sliding_window,
+        "initializer_range": cfg.init_std, "pad_token_id": cfg.pad_token_id, "bos_token_id": cfg.bos_token_id,
+        "eos_token_id": cfg.eos_token_id, "original_max_position_embeddings": cfg.max_positions, **rope,
+    }
+
+
+def rules(cfg: Config) -> list[Rule]:
+    base = "model." if cfg.head_kind == "causal_lm" else ""
+    out = [same("embed_tokens.weight", f"{base}embed_tokens.weight")]
+    for i in range(cfg.n_layers):
+        ours, theirs = f"decoder.layers.{i}", f"{base}layers.{i}"
+        out += norm(f"{ours}.attn_res.norm", f"{theirs}.input_layernorm", bias=False)
+        out.append(same(f"{ours}.attn.qkv.weight", f"{theirs}.self_attn.qkv_proj.weight"))
+        out += linear(f"{ours}.attn.out", f"{theirs}.self_attn.o_proj", bias=False)
+        out += norm(f"{ours}.ffn_res.norm", f"{theirs}.post_attention_layernorm", bias=False)
+        out.append(same(f"{ours}.ffn.up.weight", f"{theirs}.mlp.gate_up_proj.weight"))
+        out += linear(f"{ours}.ffn.down", f"{theirs}.mlp.down_proj", bias=False)
+    out += norm("decoder.norm", f"{base}norm", bias=False)
+    if cfg.head_kind == "causal_lm" and not cfg.tie_embeddings:
+        out.append(same("head.proj.weight", "lm_head.weight"))
+    return out
+
+
+def ignore(cfg: Config) -> tuple[str, ...]:
+    """Rotary buffers of old checkpoints, and a stored copy of a tied head."""
+    return (r".*rotary_emb\.inv_freq",) + ((r"lm_head\.weight",) if cfg.tie_embeddings else ())
+
+
+FAMILY = register(Family(("phi3",), config_from_hf, config_to_hf, rules, ignore))
