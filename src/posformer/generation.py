@@ -65,8 +65,8 @@ class Decoding:
     `reorder(index)` selects rows (beam search) in the cache and in the state.
     The cache is allocated once for the prefix and `max_new_tokens` more tokens. When a step takes a
     decoder past the length at which its encoding's cached keys go stale (`PositionEncoding.stale_beyond`:
-    LongRoPE switching to its long factors), the whole sequence is run again into a fresh cache, as
-    Hugging Face's Phi-3 does.
+    LongRoPE switching to its long factors), the whole sequence is run again into a fresh cache (Hugging
+    Face's Phi-3 drops its cache there too).
     """
 
     def __init__(self, model, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int) -> None:
