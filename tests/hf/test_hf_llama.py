@@ -155,3 +155,10 @@ def test_qwen3_sliding_on_some_layers_is_refused(tmp_path):
     hf.save_pretrained(tmp_path)
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match="sliding-window attention on some layers only"):
         pf.from_hf(tmp_path)
+
+
+def test_to_hf_refuses_p_rope(tmp_path):
+    cfg = pf.Config.preset("llama", vocab_size=97, d_model=32, n_layers=1, n_heads=4, d_ff=40,
+                           position_params={"frequency_fraction": 0.5}, hf_model_type="llama")
+    with pytest.raises(pf.hf.UnsupportedCheckpoint, match="p-RoPE .* no Hugging Face equivalent"):
+        pf.to_hf(pf.Transformer(cfg), tmp_path)

@@ -317,3 +317,26 @@ def test_dynamic_rotates_with_the_frequencies_of_the_forward_length() -> None:
     short = torch.tensor([[0, 5, 7]])  # length 8 <= 8: unscaled
     rotated, _ = enc.rotate(q, q, short, short, 0)
     torch.testing.assert_close(rotated[0, :, 2], q[0, :, 2] @ rotation_matrix(rope_inv_freq(8)[0], 7, "half", 8).T)
+
+
+# ------------------------------------------------------------------------------------------- p-RoPE
+@pytest.mark.parametrize("p, kept", [(0.5, 4), (0.25, 2), (0.0, 0), (1.0, 8)])
+def test_p_rope_leaves_the_dropped_dimensions_unrotated(p: float, kept: int) -> None:
+    """Barbero et al. 2024: only the highest round(p * r/2) frequencies rotate. The pairs of the dropped
+    (lowest) frequencies come out exactly as they went in, at every position; the kept ones rotate as RoPE's."""
+    cfg = tiny("decoder", position="rope", position_params={"frequency_fraction": p}, d_head=16)
+    plain = pf.positions.build(tiny("decoder", position="rope", d_head=16), causal=True, n_layers=1)
+    rope = pf.positions.build(cfg, causal=True, n_layers=1)
+    q = torch.randn(2, 3, 5, 16)
+    pos = torch.arange(3, 8).expand(2, 5)
+    rotated, _ = rope.rotate(q, q, pos, pos, 0)
+    reference, _ = plain.rotate(q, q, pos, pos, 0)
+    dropped = [i for i in range(8) if i >= kept] + [i + 8 for i in range(8) if i >= kept]  # "half": (i, i + 8)
+    kept_dims = [i for i in range(16) if i not in dropped]
+    assert torch.equal(rotated[..., dropped], q[..., dropped])
+    torch.testing.assert_close(rotated[..., kept_dims], reference[..., kept_dims])
+
+
+def test_p_rope_fraction_outside_zero_one_is_named() -> None:
+    with pytest.raises(ValueError, match=r"frequency_fraction.*1.5.*a number in \[0, 1\]"):
+        tiny("decoder", position="rope", position_params={"frequency_fraction": 1.5})

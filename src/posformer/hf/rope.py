@@ -70,6 +70,9 @@ def _longrope_lengths(hf: dict, scaling: dict) -> dict:
 def rope_to_hf(cfg: Config) -> dict:
     """The `rope_theta` / `rope_scaling` / `max_position_embeddings` entries of a v4 HF config."""
     params = cfg.position_params
+    if params.get("frequency_fraction", 1.0) != 1.0:
+        raise UnsupportedCheckpoint(f"to_hf: p-RoPE (frequency_fraction={params['frequency_fraction']}) has no "
+                                    f"Hugging Face equivalent")
     out = {"rope_theta": float(params.get("theta", 10000.0)), "rope_scaling": None,
            "max_position_embeddings": cfg.max_positions}
     scaling = params.get("scaling")

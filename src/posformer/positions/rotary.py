@@ -105,6 +105,9 @@ def _longest(q_pos: Tensor, k_pos: Tensor) -> int | None:
 class Rotary(PositionEncoding):
     """RoPE: score(q at m, k at n) depends on m - n only. Parameter-free; any length.
 
+    `frequency_fraction` p (p-RoPE, Barbero et al. 2024, "Round and Round We Go!"): only the
+    round(p * r/2) highest frequencies rotate; the pairs of the lower ones get angle 0 and pass
+    unrotated (p = 1: RoPE, p = 0: no rotation at all).
     `scaling` (None or a dict, see `rope_inv_freq`) extends the context. Its attention
     factor multiplies cos and sin, as in Hugging Face. "dynamic" and "longrope" choose the
     frequencies in every forward from L = the largest position of that forward + 1
@@ -116,7 +119,8 @@ class Rotary(PositionEncoding):
     the original length (its `max_seq_len_cached`); here each forward depends on its own L only.
     """
 
-    defaults = {"theta": 10000.0, "layout": "half", "rotary_fraction": 1.0, "scaling": None}
+    defaults = {"theta": 10000.0, "layout": "half", "rotary_fraction": 1.0, "scaling": None,
+                "frequency_fraction": 1.0}
     scalings = ("linear", "ntk", "dynamic", "yarn", "llama3")
 
     @classmethod
@@ -125,6 +129,9 @@ class Rotary(PositionEncoding):
         params = cfg.position_params
         dim = check_rotary_params(cls, cfg, params)
         check_scaling(params["scaling"], dim, "Config.position_params['scaling']")
+        p = params["frequency_fraction"]
+        if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 <= p <= 1:
+            raise cls.param_error(cls.name, "frequency_fraction", p, "a number in [0, 1] (p-RoPE's p)")
 
     @classmethod
     def rescaled_params(cls, params, kind: str, new_len: int, trained_len: int) -> PositionParams:
@@ -144,8 +151,10 @@ class Rotary(PositionEncoding):
         self.rotary_dim = rotary_dim(cfg.head_dim, float(self.params["rotary_fraction"]))
         self.theta = float(self.params["theta"])
         self.scaling = None if self.params["scaling"] is None else dict(self.params["scaling"])
+        kept = round(float(self.params["frequency_fraction"]) * self.rotary_dim / 2)
+        self.register_buffer("kept", (torch.arange(self.rotary_dim // 2) < kept).float(), persistent=False)
         inv_freq, self.attention_factor = rope_inv_freq(self.rotary_dim, self.theta, self.scaling)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("inv_freq", inv_freq * self.kept, persistent=False)
 
     @property
     def length_dependent(self) -> bool:
@@ -162,7 +171,8 @@ class Rotary(PositionEncoding):
         if not self.length_dependent or seq_len is None or seq_len <= self.scaling["original_max_position_embeddings"]:
             return self.inv_freq, self.attention_factor
         inv_freq, factor = rope_inv_freq(self.rotary_dim, self.theta, self.scaling, seq_len=seq_len)
-        return inv_freq.to(self.inv_freq.device, torch.promote_types(self.inv_freq.dtype, torch.float32)), factor
+        inv_freq = inv_freq.to(self.inv_freq.device, torch.promote_types(self.inv_freq.dtype, torch.float32))
+        return inv_freq * self.kept.to(inv_freq.dtype), factor
 
     def cos_sin(self, pos: Tensor) -> tuple[Tensor, Tensor]:
         """pos: (B, T) -> cos, sin: (B or 1, 1, T, r/2) float32, times the attention factor."""
