@@ -106,10 +106,6 @@ class Attention(nn.Module):
         if cfg.qk_norm:
             self.q_norm, self.k_norm = make_norm(cfg, self.head_dim), make_norm(cfg, self.head_dim)
 
-    def _normed(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        """q: (B, H, T, dh), k: (B, Hkv, S, dh), each head's vectors normalised with QK-norm, else as given."""
-        return (self.q_norm(q), self.k_norm(k)) if self.qk_norm else (q, k)
-
     def _heads(self, x: Tensor, n_heads: int) -> Tensor:
         """(B, T, n * dh) -> (B, n, T, dh)."""
         return x.unflatten(-1, (n_heads, self.head_dim)).transpose(1, 2)
@@ -155,7 +151,9 @@ class SelfAttention(Attention):
         """
         q, k, v = self._unpacked(self.qkv(x), packing).split((self.q_dim, self.kv_dim, self.kv_dim), dim=-1)
         q, k, v = self._heads(q, self.n_heads), self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
-        q, k = self.position.rotate(*self._normed(q, k), pos, pos, self.layer)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.position.rotate(q, k, pos, pos, self.layer)
         k_pos = pos
         if cache is not None:
             k, v, k_pos = cache.append(k, v, pos)

@@ -66,7 +66,7 @@ class Decoding:
     The cache is allocated once for the prefix and `max_new_tokens` more tokens. When a step takes a
     decoder past the length at which its encoding's cached keys go stale (`PositionEncoding.stale_beyond`:
     LongRoPE switching to its long factors), the whole sequence is run again into a fresh cache (Hugging
-    Face's Phi-3 drops its cache there too).
+    Face's Phi-3 drops its cache there too); only such a decoder keeps every token so far (`sequence`).
     """
 
     def __init__(self, model, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int) -> None:
@@ -78,6 +78,7 @@ class Decoding:
             self.mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()
             self.pos = (self.mask.cumsum(-1) - 1).clamp(min=0)
             self.tokens = self.sequence = input_ids
+            self.stale_beyond = model.decoder.position.stale_beyond()
         else:
             check_token_in_vocabulary("Config.decoder_start_token_id", cfg.decoder_start_token_id, cfg.vocab_size,
                                       "encoder-decoder generation starts every output with it")
@@ -102,8 +103,9 @@ class Decoding:
         if self.cfg.arch == "decoder":
             self.mask = torch.cat((self.mask, self.mask.new_ones(new.shape)), dim=1)
             self.pos = self.pos[:, -1:] + 1
-            self.sequence = torch.cat((self.sequence, new), dim=1)
-            if self._keys_go_stale():
+            if self.stale_beyond is not None:
+                self.sequence = torch.cat((self.sequence, new), dim=1)
+            if self.stale_beyond is not None and int(self.pos.max()) == self.stale_beyond:  # L just passed it
                 self.cache = Cache(len(self.model.decoder.layers), capacity=self.capacity)
                 every = (self.mask.cumsum(-1) - 1).clamp(min=0)
                 out = self.model(self.sequence, attention_mask=self.mask, position_ids=every, cache=self.cache)
@@ -114,11 +116,6 @@ class Decoding:
                              decoder_position_ids=torch.full_like(new, self.length))
             self.length += 1
         return out.logits[:, -1].float()
-
-    def _keys_go_stale(self) -> bool:
-        """Whether this step's length L = largest position + 1 just passed the encoding's `stale_beyond`."""
-        limit = self.model.decoder.position.stale_beyond()
-        return limit is not None and int(self.pos.max()) == limit
 
     def reorder(self, index: Tensor) -> None:
         """Keep rows `index` (B',) of the batch, in that order, in the cache and the decoding state."""

@@ -7,6 +7,8 @@ Heads: *ForCausalLM (causal_lm) and *Model (none).
 
 from __future__ import annotations
 
+from typing import Callable
+
 from posformer.config import Config
 from posformer.hf.family import Family, architecture, register, unsupported
 from posformer.hf.mapping import Rule, fused_linear, linear, norm, same
@@ -25,7 +27,8 @@ def _sliding_window(hf: dict) -> int | None:
     if window is None or not hf.get("use_sliding_window", model_type == "mistral"):
         return None
     types = set(hf.get("layer_types") or [])
-    if model_type != "mistral" and (types != {"sliding_attention"} if types else hf.get("max_window_layers", 0)):
+    every_layer = types == {"sliding_attention"} if types else not hf.get("max_window_layers", 0)
+    if model_type != "mistral" and not every_layer:
         raise unsupported(model_type, f"sliding-window attention on some layers only (sliding_window={window}, "
                                       f"max_window_layers={hf.get('max_window_layers')})")
     return window
@@ -101,28 +104,38 @@ def config_to_hf(cfg: Config) -> dict:
     return out
 
 
-def rules(cfg: Config) -> list[Rule]:
+def decoder_rules(cfg: Config, projections: Callable[[str, str], list[Rule]]) -> list[Rule]:
+    """The weight rules of a LLaMA-layout decoder; `projections(ours, theirs)` gives one layer's input
+    projections (q/k/v with any QK-norm, and the gated FFN's gate/up), the part the families lay out apart."""
     base = "model." if cfg.head_kind == "causal_lm" else ""
-    q, kv = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     out = [same("embed_tokens.weight", f"{base}embed_tokens.weight")]
     for i in range(cfg.n_layers):
         ours, theirs = f"decoder.layers.{i}", f"{base}layers.{i}"
-        attn, mlp = f"{theirs}.self_attn", f"{theirs}.mlp"
         out += norm(f"{ours}.attn_res.norm", f"{theirs}.input_layernorm", bias=False)
-        out += fused_linear(f"{ours}.attn.qkv", (f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"),
-                            (q, kv, kv), cfg.qkv_bias)
-        if cfg.qk_norm:
-            out += norm(f"{ours}.attn.q_norm", f"{attn}.q_norm", bias=False)
-            out += norm(f"{ours}.attn.k_norm", f"{attn}.k_norm", bias=False)
-        out += linear(f"{ours}.attn.out", f"{attn}.o_proj", cfg.attn_out_bias)
+        out += projections(ours, theirs)
+        out += linear(f"{ours}.attn.out", f"{theirs}.self_attn.o_proj", cfg.attn_out_bias)
         out += norm(f"{ours}.ffn_res.norm", f"{theirs}.post_attention_layernorm", bias=False)
-        out += fused_linear(f"{ours}.ffn.up", (f"{mlp}.gate_proj", f"{mlp}.up_proj"), (cfg.ff_dim, cfg.ff_dim),
-                            cfg.ffn_bias)
-        out += linear(f"{ours}.ffn.down", f"{mlp}.down_proj", cfg.ffn_bias)
+        out += linear(f"{ours}.ffn.down", f"{theirs}.mlp.down_proj", cfg.ffn_bias)
     out += norm("decoder.norm", f"{base}norm", bias=False)
     if cfg.head_kind == "causal_lm" and not cfg.tie_embeddings:
         out.append(same("head.proj.weight", "lm_head.weight"))
     return out
+
+
+def rules(cfg: Config) -> list[Rule]:
+    """Separate q/k/v and gate/up projections, each fused into posformer's one."""
+    q, kv = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+
+    def projections(ours: str, theirs: str) -> list[Rule]:
+        attn, mlp = f"{theirs}.self_attn", f"{theirs}.mlp"
+        out = fused_linear(f"{ours}.attn.qkv", (f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"),
+                           (q, kv, kv), cfg.qkv_bias)
+        if cfg.qk_norm:
+            out += norm(f"{ours}.attn.q_norm", f"{attn}.q_norm", bias=False)
+            out += norm(f"{ours}.attn.k_norm", f"{attn}.k_norm", bias=False)
+        return out + fused_linear(f"{ours}.ffn.up", (f"{mlp}.gate_proj", f"{mlp}.up_proj"),
+                                  (cfg.ff_dim, cfg.ff_dim), cfg.ffn_bias)
+    return decoder_rules(cfg, projections)
 
 
 def ignore(cfg: Config) -> tuple[str, ...]:

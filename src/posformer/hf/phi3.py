@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from posformer.config import Config
 from posformer.hf.family import Family, architecture, register, unsupported
-from posformer.hf.mapping import Rule, linear, norm, same
+from posformer.hf.llama import decoder_rules, ignore
+from posformer.hf.mapping import Rule, same
 from posformer.hf.rope import rope_params, rope_to_hf
 
 HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
@@ -59,25 +60,11 @@ def config_to_hf(cfg: Config) -> dict:
 
 
 def rules(cfg: Config) -> list[Rule]:
-    base = "model." if cfg.head_kind == "causal_lm" else ""
-    out = [same("embed_tokens.weight", f"{base}embed_tokens.weight")]
-    for i in range(cfg.n_layers):
-        ours, theirs = f"decoder.layers.{i}", f"{base}layers.{i}"
-        out += norm(f"{ours}.attn_res.norm", f"{theirs}.input_layernorm", bias=False)
-        out.append(same(f"{ours}.attn.qkv.weight", f"{theirs}.self_attn.qkv_proj.weight"))
-        out += linear(f"{ours}.attn.out", f"{theirs}.self_attn.o_proj", bias=False)
-        out += norm(f"{ours}.ffn_res.norm", f"{theirs}.post_attention_layernorm", bias=False)
-        out.append(same(f"{ours}.ffn.up.weight", f"{theirs}.mlp.gate_up_proj.weight"))
-        out += linear(f"{ours}.ffn.down", f"{theirs}.mlp.down_proj", bias=False)
-    out += norm("decoder.norm", f"{base}norm", bias=False)
-    if cfg.head_kind == "causal_lm" and not cfg.tie_embeddings:
-        out.append(same("head.proj.weight", "lm_head.weight"))
-    return out
-
-
-def ignore(cfg: Config) -> tuple[str, ...]:
-    """Rotary buffers of old checkpoints, and a stored copy of a tied head."""
-    return (r".*rotary_emb\.inv_freq",) + ((r"lm_head\.weight",) if cfg.tie_embeddings else ())
+    """LLaMA's layout with `qkv_proj` and `gate_up_proj` already fused as posformer fuses them."""
+    def projections(ours: str, theirs: str) -> list[Rule]:
+        return [same(f"{ours}.attn.qkv.weight", f"{theirs}.self_attn.qkv_proj.weight"),
+                same(f"{ours}.ffn.up.weight", f"{theirs}.mlp.gate_up_proj.weight")]
+    return decoder_rules(cfg, projections)
 
 
 FAMILY = register(Family(("phi3",), config_from_hf, config_to_hf, rules, ignore))
