@@ -47,7 +47,7 @@ class Block(nn.Module):
 
     Sequential: x = x + attn(...); x = x + ffn(...) (with the norms `Residual` places).
     Parallel (`Config.parallel_residual`): x + attn(norm1(x)) + ffn(norm2(x)).
-    The stack hands the block its position encoding and layer index once, here.
+    The stack hands the block its layer's config, position encoding and index once, here.
     """
 
     def __init__(self, cfg: Config, position: PositionEncoding, layer: int, cross: bool = False,
@@ -60,6 +60,7 @@ class Block(nn.Module):
         self.ffn_res = Residual(cfg, alpha)
         self.ffn = FeedForward(cfg)
         self.parallel = cfg.parallel_residual
+        self.window = cfg.sliding_window  # the sliding window of its self-attention (causal stacks), or None
 
     def forward(
         self,

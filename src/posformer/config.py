@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from posformer.validation import check_choice, check_int, check_number, fail, is_int, is_number
 
 ARCHS = ("encoder", "decoder", "encoder_decoder")
-NORMS = ("layernorm", "rmsnorm", "deepnorm")
+NORMS = ("layernorm", "rmsnorm", "rmsnorm_unit_offset", "deepnorm")
 NORM_PLACEMENTS = ("post", "pre", "sandwich")
 ATTN_IMPLS = ("sdpa", "eager", "flex")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish", "silu", "glu", "swiglu", "geglu", "geglu_tanh",
@@ -27,6 +27,7 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish", "silu", "glu", "swiglu", "g
 INITS = ("normal", "t5")
 HEADS = ("causal_lm", "masked_lm", "seq2seq_lm", "span_qa", "classification", "none")
 DEFAULT_HEAD = {"encoder": "masked_lm", "decoder": "causal_lm", "encoder_decoder": "seq2seq_lm"}
+LAYER_FIELDS = ("position", "position_params", "sliding_window")  # what `Config.layer_settings` may change
 
 
 def _fail(name: str, value: Any, expected: str) -> NoReturn:
@@ -69,6 +70,12 @@ class Config:
     `sliding_window` W limits the decoder's self-attention to each query's last W tokens, itself
     included (Mistral; `posformer.masks.build_mask`), counted over the cache and the input; the
     KV cache keeps every key and the mask hides the older ones. None: no window.
+    `layer_types` labels each layer of the stack (arch decoder or encoder; one label per layer), and
+    `layer_settings` maps a label to the fields its layers use instead of the config's own: `position`,
+    `position_params`, `sliding_window` (NoPE layers: {"position": "none"}; Gemma 3's local layers: a window and
+    their own RoPE base). A label without settings keeps the config's own. The stack resolves each layer's
+    config once, when it is built (`layer_config`); the config's own `position` embeds the tokens.
+    `norm` "rmsnorm_unit_offset" is RMSNorm whose scale is 1 + weight, in float32 (Gemma).
     `scale_embeddings` multiplies token embeddings by sqrt(d_model) (Vaswani et al.).
     `parallel_residual` computes attention and FFN from the same input,
     x + attn(norm1(x)) + ffn(norm2(x)) (GPT-NeoX, GPT-J); pre-norm, no cross-attention.
@@ -121,6 +128,8 @@ class Config:
     attn_scale: float | None = None
     qk_norm: bool = False
     sliding_window: int | None = None
+    layer_types: list[str] | None = None
+    layer_settings: dict = field(default_factory=dict)
     attn_impl: str = "sdpa"
     scale_embeddings: bool = False
     parallel_residual: bool = False
@@ -173,6 +182,21 @@ class Config:
             return self.attn_scale
         own = positions.get(self.position).default_attn_scale(self)
         return own if own is not None else 1.0 / math.sqrt(self.head_dim)
+
+    def layer_config(self, label: str | None) -> "Config":
+        """The config of the layers labelled `label` (`layer_types`): the config's own fields with that label's
+        `layer_settings` on top, and no per-layer fields of its own. None or a label without settings: self."""
+        settings = self.layer_settings.get(label) if label is not None else None
+        if not settings:
+            return self
+        return dataclasses.replace(self, layer_types=None, layer_settings={}, **settings)
+
+    def layer_configs(self, n_layers: int) -> list["Config"]:
+        """The config of each of a stack's `n_layers` layers: by `layer_types` (one object per label), else self."""
+        if self.layer_types is None:
+            return [self] * n_layers
+        by_label = {label: self.layer_config(label) for label in dict.fromkeys(self.layer_types)}
+        return [by_label[label] for label in self.layer_types]
 
     @property
     def use_final_norm(self) -> bool:
@@ -236,6 +260,44 @@ class Config:
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             _check_token_id(name, getattr(self, name))
         positions.get(self.position).check_config(self)
+        self._check_layer_types()
+
+    def _check_layer_types(self) -> None:
+        """`layer_types` and `layer_settings` (see the class docstring); each label's settings resolved."""
+        from posformer import positions
+        from posformer.positions.base import PositionEncoding
+
+        if self.layer_types is None:
+            if self.layer_settings:
+                _fail("layer_settings", self.layer_settings, "{} without layer_types (they label the layers)")
+            return
+        if self.arch == "encoder_decoder":
+            _fail("layer_types", self.layer_types, "None with arch='encoder_decoder' (one stack's layers only)")
+        if not isinstance(self.layer_types, (list, tuple)) or len(self.layer_types) != self.n_layers \
+                or not all(isinstance(label, str) and label for label in self.layer_types):
+            _fail("layer_types", self.layer_types, f"a list of n_layers={self.n_layers} labels (strings)")
+        self.layer_types = list(self.layer_types)
+        if not isinstance(self.layer_settings, Mapping):
+            _fail("layer_settings", self.layer_settings, "a dict from a layer label to the fields it changes")
+        self.layer_settings = dict(self.layer_settings)
+        for label, settings in self.layer_settings.items():
+            where = f"layer_settings[{label!r}]"
+            if label not in self.layer_types:
+                _fail(where, settings, f"settings for a label of layer_types ({', '.join(sorted(set(self.layer_types)))})")
+            if not isinstance(settings, Mapping) or set(settings) - set(LAYER_FIELDS):
+                _fail(where, settings, f"a dict of some of {', '.join(LAYER_FIELDS)}")
+            try:
+                layer = self.layer_config(label)
+            except ValueError as err:
+                raise ValueError(f"Config.{where}: {err}") from None
+            own = positions.get(layer.position)
+            if layer.position != self.position and own.embed is not PositionEncoding.embed:
+                _fail(f"{where}['position']", layer.position, "an encoding of the attention layers (the config's own "
+                      f"position, {self.position!r}, embeds the tokens once for the whole stack)")
+            resolved = {name: getattr(layer, name) for name in settings}
+            if "position_params" in resolved:
+                resolved["position_params"] = dict(resolved["position_params"])  # plain data, as `to_dict` gives
+            self.layer_settings[label] = resolved
 
     # ------------------------------------------------------------- round trips
     def to_dict(self) -> dict[str, Any]:

@@ -78,7 +78,7 @@ class Decoding:
             self.mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()
             self.pos = (self.mask.cumsum(-1) - 1).clamp(min=0)
             self.tokens = self.sequence = input_ids
-            self.stale_beyond = model.decoder.position.stale_beyond()
+            self.stale_beyond = model.decoder.stale_beyond()
         else:
             check_token_in_vocabulary("Config.decoder_start_token_id", cfg.decoder_start_token_id, cfg.vocab_size,
                                       "encoder-decoder generation starts every output with it")

@@ -28,12 +28,35 @@ class RMSNorm(nn.Module):
         return f"{self.weight.shape[0]}, eps={self.eps}"
 
 
+class UnitOffsetRMSNorm(nn.Module):
+    """y = x / sqrt(mean(x^2) + eps) * (1 + weight), everything in float32 before the cast back (Gemma).
+
+    The weight starts at zero: the identity scale.
+    x: (..., d) -> (..., d).
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        x32 = x.float()
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (normed * (1.0 + self.weight.float())).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
 def make_norm(cfg: Config, dim: int | None = None) -> nn.Module:
-    """The norm `cfg.norm` over `dim` features (default d_model): LayerNorm (DeepNorm uses LayerNorm too) or
-    RMSNorm."""
+    """The norm `cfg.norm` over `dim` features (default d_model): LayerNorm (DeepNorm uses LayerNorm too),
+    RMSNorm, or RMSNorm with a unit offset."""
     dim = cfg.d_model if dim is None else dim
     if cfg.norm == "rmsnorm":
         return RMSNorm(dim, cfg.norm_eps)
+    if cfg.norm == "rmsnorm_unit_offset":
+        return UnitOffsetRMSNorm(dim, cfg.norm_eps)
     return nn.LayerNorm(dim, eps=cfg.norm_eps, bias=cfg.norm_bias)
 
 

@@ -65,6 +65,10 @@ CASES = {
     "qwen2": Case("Qwen2Config", "Qwen2ForCausalLM", LLAMA_SIZES),
     "qwen3": Case("Qwen3Config", "Qwen3ForCausalLM", LLAMA_SIZES),
     "roberta": Case("RobertaConfig", "RobertaForMaskedLM", BERT_SIZES, right_padded_only=True),
+    # SmolLM3's pad id (128004 by default) must lie inside the vocabulary (HF's padding_idx); 4 layers: the
+    # fourth is NoPE by default
+    "smollm3": Case("SmolLM3Config", "SmolLM3ForCausalLM",
+                    dict(LLAMA_SIZES, num_hidden_layers=4, pad_token_id=VOCAB - 1)),
     "t5": Case("T5Config", "T5ForConditionalGeneration", T5_SIZES, seq2seq=True),
     # EncoderDecoderConfig has no sizes of its own: two default BertConfigs, the decoder's as
     # from_encoder_decoder_pretrained sets it (is_decoder, add_cross_attention); no top-level ids.

@@ -149,12 +149,11 @@ def test_qwen3_generates_hf_tokens_at_short_and_long_inputs(tmp_path):
         assert torch.equal(ours, expected), length
 
 
-def test_qwen3_sliding_on_some_layers_is_refused(tmp_path):
-    torch.manual_seed(0)
-    hf = Qwen3ForCausalLM(Qwen3Config(**SIZES, use_sliding_window=True, sliding_window=8, max_window_layers=1))
-    hf.save_pretrained(tmp_path)
-    with pytest.raises(pf.hf.UnsupportedCheckpoint, match="sliding-window attention on some layers only"):
-        pf.from_hf(tmp_path)
+def test_against_hf_qwen3_sliding_on_some_layers(tmp_path):
+    """Qwen3 slides a window of 4 over the layers from max_window_layers=1 on, after QK-norm."""
+    hf = _qwen3(use_sliding_window=True, sliding_window=4, max_window_layers=1)
+    model = check_family(hf, Qwen3ForCausalLM, tmp_path, padded_batch(97))
+    assert [block.window for block in model.decoder.layers] == [None, 4]
 
 
 def test_to_hf_refuses_p_rope(tmp_path):
@@ -162,3 +161,26 @@ def test_to_hf_refuses_p_rope(tmp_path):
                            position_params={"frequency_fraction": 0.5}, hf_model_type="llama")
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match="p-RoPE .* no Hugging Face equivalent"):
         pf.to_hf(pf.Transformer(cfg), tmp_path)
+
+
+def _qwen2_windowed(max_window_layers: int) -> Qwen2ForCausalLM:
+    torch.manual_seed(0)
+    config = Qwen2Config(**{**SIZES, "num_hidden_layers": 3}, use_sliding_window=True, sliding_window=4,
+                         max_window_layers=max_window_layers, attn_implementation="eager")
+    return Qwen2ForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("max_window_layers", [0, 1])
+def test_against_hf_qwen2_sliding_window_on_some_layers(tmp_path, max_window_layers):
+    """Layers from max_window_layers on slide a window of 4 over the 11-token padded batch; the first ones do
+    not (every layer slides with 0)."""
+    model = check_family(_qwen2_windowed(max_window_layers), Qwen2ForCausalLM, tmp_path, padded_batch(97))
+    assert [block.window for block in model.decoder.layers] == [None] * max_window_layers + [4] * (3 - max_window_layers)
+
+
+def test_qwen2_with_windows_on_some_layers_generates_hf_tokens(tmp_path):
+    hf = _qwen2_windowed(1)
+    model = pf.from_hf(save_hf(hf, tmp_path))
+    batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=9).items()}
+    expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected)

@@ -14,7 +14,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     overrides = args.set + ([f"trainer.seed={args.seed}"] if args.seed is not None else [])
     settings = load_run_settings(args.config, overrides)
-    train_causal_lm(settings, args.output_dir, resume=args.resume, progress=not args.no_progress)
+    try:
+        train_causal_lm(settings, args.output_dir, resume=args.resume, progress=not args.no_progress)
+    except BaseException:
+        distributed.shutdown(completed=False)
+        raise
     distributed.shutdown()
     return 0
 

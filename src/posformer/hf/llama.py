@@ -1,7 +1,8 @@
-"""LLaMA and the families that share its layout: Mistral, Qwen2 and Qwen3.
+"""LLaMA and the families that share its layout: Mistral, Qwen2, Qwen3 and SmolLM3.
 
 Pre-RMSNorm, RoPE (half layout), SwiGLU, GQA. Qwen2 adds q/k/v biases; Qwen3 normalises each head's query and
-key (QK-norm, `q_norm` / `k_norm`) before RoPE.
+key (QK-norm, `q_norm` / `k_norm`) before RoPE. Mistral slides a window over every layer, Qwen2 and Qwen3 over
+some, and SmolLM3 leaves RoPE out of some layers (NoPE): per-layer kinds become `Config.layer_types`.
 Heads: *ForCausalLM (causal_lm) and *Model (none).
 """
 
@@ -17,21 +18,80 @@ from posformer.hf.rope import rope_params, rope_to_hf
 HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
 GATED = {"silu": "swiglu", "gelu": "geglu", "relu": "reglu"}
 HIDDEN_ACT = {ours: theirs for theirs, ours in GATED.items()}
-ARCH_NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3"}
+# the config classes that leave tie_word_embeddings at PretrainedConfig's default, True: a config.json that
+# omits it (save_pretrained writes only values that differ from the defaults) means tied
+TIED_BY_DEFAULT = ("smollm3",)
+ARCH_NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "smollm3": "SmolLM3"}
 
 
-def _sliding_window(hf: dict) -> int | None:
-    """The window every layer slides (Mistral's `sliding_window`), or None. Qwen2 and Qwen3 slide only the
-    layers from `max_window_layers` on (layers of two kinds): refused until per-layer schemes land."""
-    model_type, window = hf["model_type"], hf.get("sliding_window")
-    if window is None or not hf.get("use_sliding_window", model_type == "mistral"):
-        return None
-    types = set(hf.get("layer_types") or [])
-    every_layer = types == {"sliding_attention"} if types else not hf.get("max_window_layers", 0)
-    if model_type != "mistral" and not every_layer:
-        raise unsupported(model_type, f"sliding-window attention on some layers only (sliding_window={window}, "
-                                      f"max_window_layers={hf.get('max_window_layers')})")
-    return window
+def _layer_kinds(hf: dict) -> list[tuple[bool, int | None]]:
+    """Each layer's (rotates, sliding window or None), as transformers 4.57.6 builds them from the config.
+
+    Mistral slides every layer. Qwen2 and Qwen3 slide the layers `layer_types` marks, by default those from
+    `max_window_layers` on, when `use_sliding_window`. SmolLM3 rotates the layers where `no_rope_layers` is 1
+    (every `no_rope_layer_interval`-th layer is NoPE by default) and slides the ones `layer_types` marks.
+    """
+    n, model_type, window = hf["num_hidden_layers"], hf["model_type"], hf.get("sliding_window")
+    rotates = [1] * n
+    if model_type == "llama":
+        return [(True, None)] * n
+    if model_type == "mistral":
+        return [(True, window)] * n
+    if model_type == "smollm3":
+        interval = hf.get("no_rope_layer_interval", 4)
+        rotates = hf.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]
+        default = ["sliding_attention" if hf.get("use_sliding_window") and window is not None and not r
+                   else "full_attention" for r in rotates]
+    else:
+        window = window if hf.get("use_sliding_window") else None
+        first = hf.get("max_window_layers", 28)
+        default = ["sliding_attention" if window is not None and i >= first else "full_attention" for i in range(n)]
+    types = hf.get("layer_types") or default
+    if len(types) != n or len(rotates) != n:
+        raise unsupported(model_type, f"layer_types / no_rope_layers of {len(types)} / {len(rotates)} entries for "
+                                      f"num_hidden_layers={n}")
+    return [(bool(r), window if kind == "sliding_attention" else None) for r, kind in zip(rotates, types)]
+
+
+def _layers(hf: dict) -> dict:
+    """The Config fields of the layer kinds: one sliding_window for all, or layer_types and their settings."""
+    kinds = _layer_kinds(hf)
+    if len(set(kinds)) == 1 and kinds[0][0]:
+        return {"sliding_window": kinds[0][1]}
+    labels = [("sliding_attention" if window else "full_attention") + ("" if rotates else "_nope")
+              for rotates, window in kinds]
+    settings = {label: {**({"sliding_window": window} if window else {}),
+                        **({} if rotates else {"position": "none"})}
+                for label, (rotates, window) in zip(labels, kinds)}
+    return {"layer_types": labels, "layer_settings": {label: s for label, s in settings.items() if s}}
+
+
+def _layers_to_hf(cfg: Config) -> dict:
+    """The HF fields of `cfg`'s layer kinds (RoPE or NoPE layers, one sliding window or none), per family."""
+    model_type, layers = cfg.hf_model_type, cfg.layer_configs(cfg.n_layers)
+    if any(c.position not in ("rope", "none") or (c.position == "rope" and c.position_params != cfg.position_params)
+           for c in layers):
+        raise unsupported(model_type, "per-layer position settings other than NoPE layers (to_hf)")
+    rotates = [int(c.position == "rope") for c in layers]
+    windows = [c.sliding_window for c in layers]
+    sizes = set(windows) - {None}
+    if len(sizes) > 1 or (0 in rotates and model_type != "smollm3"):
+        raise unsupported(model_type, f"sliding windows of {len(sizes)} sizes, or NoPE layers (only smollm3 has them) "
+                                      "(to_hf)")
+    window = sizes.pop() if sizes else None
+    types = ["sliding_attention" if w else "full_attention" for w in windows]
+    if model_type == "llama" and window is not None:
+        raise unsupported(model_type, f"sliding_window={window} (llama has none) (to_hf)")
+    if model_type == "mistral":
+        if None in windows and window is not None:
+            raise unsupported(model_type, "sliding-window attention on some layers only (mistral slides all) (to_hf)")
+        return {"sliding_window": window}
+    if model_type == "llama":
+        return {}
+    out = {"use_sliding_window": window is not None, "sliding_window": window, "layer_types": types}
+    if model_type == "smollm3":
+        return {**out, "no_rope_layers": rotates}
+    return {**out, "max_window_layers": types.index("sliding_attention") if window else cfg.n_layers}
 
 
 def _check_features(hf: dict) -> None:
@@ -53,9 +113,9 @@ def config_from_hf(hf: dict) -> Config:
         max_positions=hf.get("max_position_embeddings", 2048), norm="rmsnorm", norm_eps=hf.get("rms_norm_eps", 1e-6),
         norm_placement="pre", activation=GATED[hf.get("hidden_act", "silu")],
         attention_dropout=hf.get("attention_dropout", 0.0), qkv_bias=bool(qkv_bias), qk_norm=model_type == "qwen3",
-        sliding_window=_sliding_window(hf),
+        **_layers(hf),
         attn_out_bias=bool(hf.get("attention_bias", False)), ffn_bias=bool(hf.get("mlp_bias", False)),
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)), head=architecture(hf, HEADS, "causal_lm"),
+        tie_embeddings=bool(hf.get("tie_word_embeddings", model_type in TIED_BY_DEFAULT)), head=architecture(hf, HEADS, "causal_lm"),
         pad_token_id=hf.get("pad_token_id"), bos_token_id=hf.get("bos_token_id"),
         eos_token_id=_first(hf.get("eos_token_id")), init_std=hf.get("initializer_range", 0.02),
         hf_model_type=model_type,
@@ -88,20 +148,14 @@ def config_to_hf(cfg: Config) -> dict:
         "initializer_range": cfg.init_std, "pad_token_id": cfg.pad_token_id, "bos_token_id": cfg.bos_token_id,
         "eos_token_id": cfg.eos_token_id, **rope_to_hf(cfg),
     }
-    if model_type in ("qwen2", "qwen3"):
-        out["use_sliding_window"] = False
     if model_type == "qwen3":
         out["attention_bias"] = cfg.qkv_bias
     elif model_type != "qwen2":
         out["attention_bias"] = cfg.qkv_bias
         out["mlp_bias"] = cfg.ffn_bias
-        if model_type == "llama" and cfg.qkv_bias != cfg.attn_out_bias:
+        if model_type in ("llama", "smollm3") and cfg.qkv_bias != cfg.attn_out_bias:
             raise unsupported(model_type, "q/k/v biases without an output bias (use qwen2) (to_hf)")
-    if cfg.sliding_window is not None and model_type != "mistral":
-        raise unsupported(model_type, f"sliding_window={cfg.sliding_window} (only mistral slides every layer) (to_hf)")
-    if model_type == "mistral":
-        out["sliding_window"] = cfg.sliding_window
-    return out
+    return {**out, **_layers_to_hf(cfg)}
 
 
 def decoder_rules(cfg: Config, projections: Callable[[str, str], list[Rule]]) -> list[Rule]:
@@ -146,4 +200,4 @@ def ignore(cfg: Config) -> tuple[str, ...]:
     return tuple(patterns)
 
 
-FAMILY = register(Family(("llama", "mistral", "qwen2", "qwen3"), config_from_hf, config_to_hf, rules, ignore))
+FAMILY = register(Family(tuple(ARCH_NAMES), config_from_hf, config_to_hf, rules, ignore))

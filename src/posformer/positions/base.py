@@ -63,8 +63,9 @@ class PositionParams(dict):
 class PositionEncoding(nn.Module):
     """Base class of every position encoding.
 
-    One instance serves one stack (the encoder or the decoder); hooks that
-    keep per-layer parameters index them with `layer`.
+    One instance serves the layers of one stack (the encoder or the decoder) that share its position settings:
+    all of them, or those of some `Config.layer_types`; it is built with `n_layers`, their number, and hooks
+    that keep per-layer parameters index them with `layer`, counted among those layers.
 
     Class attributes a subclass sets:
       name: the registry name.

@@ -95,9 +95,17 @@ def barrier(ctx: Context) -> None:
         dist.barrier()
 
 
-def shutdown() -> None:
-    """Leave the process group, if any (the command line's job is done; NCCL warns at exit otherwise)."""
+def shutdown(completed: bool = True) -> None:
+    """Leave the process group, if any (the command line's job is done; NCCL warns at exit otherwise).
+
+    After a completed run every process first waits at a barrier: a process that tore its group down
+    while another was still finishing its last collective aborted the other one at exit (gloo,
+    "terminate called without an active exception"). After a failure there is no barrier, as the
+    other processes may never reach it.
+    """
     if dist.is_available() and dist.is_initialized():
+        if completed:
+            dist.barrier()
         dist.destroy_process_group()
 
 
