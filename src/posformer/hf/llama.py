@@ -158,17 +158,24 @@ def config_to_hf(cfg: Config) -> dict:
     return {**out, **_layers_to_hf(cfg)}
 
 
-def decoder_rules(cfg: Config, projections: Callable[[str, str], list[Rule]]) -> list[Rule]:
+def layer_norms(ours: str, theirs: str) -> list[Rule]:
+    """A pre-norm LLaMA layer's two RMSNorms: before attention and before the FFN."""
+    return [*norm(f"{ours}.attn_res.norm", f"{theirs}.input_layernorm", bias=False),
+            *norm(f"{ours}.ffn_res.norm", f"{theirs}.post_attention_layernorm", bias=False)]
+
+
+def decoder_rules(cfg: Config, projections: Callable[[str, str], list[Rule]],
+                  norms: Callable[[str, str], list[Rule]] = layer_norms) -> list[Rule]:
     """The weight rules of a LLaMA-layout decoder; `projections(ours, theirs)` gives one layer's input
-    projections (q/k/v with any QK-norm, and the gated FFN's gate/up), the part the families lay out apart."""
+    projections (q/k/v with any QK-norm, and the gated FFN's gate/up), the part the families lay out apart, and
+    `norms(ours, theirs)` its norms."""
     base = "model." if cfg.head_kind == "causal_lm" else ""
     out = [same("embed_tokens.weight", f"{base}embed_tokens.weight")]
     for i in range(cfg.n_layers):
         ours, theirs = f"decoder.layers.{i}", f"{base}layers.{i}"
-        out += norm(f"{ours}.attn_res.norm", f"{theirs}.input_layernorm", bias=False)
+        out += norms(ours, theirs)
         out += projections(ours, theirs)
         out += linear(f"{ours}.attn.out", f"{theirs}.self_attn.o_proj", cfg.attn_out_bias)
-        out += norm(f"{ours}.ffn_res.norm", f"{theirs}.post_attention_layernorm", bias=False)
         out += linear(f"{ours}.ffn.down", f"{theirs}.mlp.down_proj", cfg.ffn_bias)
     out += norm("decoder.norm", f"{base}norm", bias=False)
     if cfg.head_kind == "causal_lm" and not cfg.tie_embeddings:
@@ -176,8 +183,8 @@ def decoder_rules(cfg: Config, projections: Callable[[str, str], list[Rule]]) ->
     return out
 
 
-def rules(cfg: Config) -> list[Rule]:
-    """Separate q/k/v and gate/up projections, each fused into posformer's one."""
+def separate_projections(cfg: Config) -> Callable[[str, str], list[Rule]]:
+    """One layer's q/k/v (with any QK-norm) and gate/up projections, each set fused into posformer's one."""
     q, kv = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
 
     def projections(ours: str, theirs: str) -> list[Rule]:
@@ -189,7 +196,12 @@ def rules(cfg: Config) -> list[Rule]:
             out += norm(f"{ours}.attn.k_norm", f"{attn}.k_norm", bias=False)
         return out + fused_linear(f"{ours}.ffn.up", (f"{mlp}.gate_proj", f"{mlp}.up_proj"),
                                   (cfg.ff_dim, cfg.ff_dim), cfg.ffn_bias)
-    return decoder_rules(cfg, projections)
+    return projections
+
+
+def rules(cfg: Config) -> list[Rule]:
+    """Separate q/k/v and gate/up projections, each fused into posformer's one."""
+    return decoder_rules(cfg, separate_projections(cfg))
 
 
 def ignore(cfg: Config) -> tuple[str, ...]:
