@@ -26,7 +26,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     else:
         source = Path(args.to_hf)
         model = load_pretrained(source)
-        to_hf(model, out)
+        to_hf(model, out, rope_parameters=args.rope_parameters)
     copied = copy_tokenizer_files(source, out, hf_only=args.to_hf is not None)
     print(f"wrote {out}: {model.cfg.hf_model_type or 'posformer'} model, {model.num_parameters():,} parameters"
           f"{'; tokenizer files: ' + ', '.join(copied) if copied else '; no tokenizer files'}")
@@ -36,6 +36,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from-hf", dest="from_hf", metavar="DIR", help="Hugging Face checkpoint dir (or Hub id)")
     parser.add_argument("--to-hf", dest="to_hf", metavar="DIR", help="posformer checkpoint dir")
+    parser.add_argument("--rope-parameters", dest="rope_parameters", action="store_true",
+                        help="with --to-hf: write RoPE settings in transformers v5's rope_parameters form "
+                             "(default: v4's rope_theta and rope_scaling, which transformers 4.x reads)")
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory (created if needed)")
 
 

@@ -14,6 +14,7 @@ from posformer.heads import build_head
 from posformer.hf.family import Family, UnsupportedCheckpoint, family_for, supported
 from posformer.hf.hf_checkpoint import CONFIG, read_config, read_state, resolve, write_checkpoint
 from posformer.hf.mapping import export_state, import_state
+from posformer.hf.rope import v5_rope_parameters
 from posformer.model import Transformer
 
 log = logging.getLogger(__name__)
@@ -103,11 +104,13 @@ def from_hf(path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None,
     return model.to(device=device).eval()
 
 
-def to_hf(model: Transformer, out_dir: str | os.PathLike) -> Path:
+def to_hf(model: Transformer, out_dir: str | os.PathLike, rope_parameters: bool = False) -> Path:
     """Write `model` as a Hugging Face checkpoint (`config.json` + `model.safetensors`) into `out_dir`.
 
     The family is `model.cfg.hf_model_type` (set by `from_hf` and by the presets).
-    `transformers`' `from_pretrained` then loads it and gives the same logits.
+    `transformers`' `from_pretrained` then loads it and gives the same logits. `rope_parameters`: write the
+    RoPE settings in transformers v5's form (`rope_parameters`, see `posformer.hf.rope`), which 4.57.6 does
+    not read, instead of v4's (`rope_theta`, `rope_scaling`).
     """
     cfg = model.cfg
     if cfg.hf_model_type is None:
@@ -117,6 +120,11 @@ def to_hf(model: Transformer, out_dir: str | os.PathLike) -> Path:
         )
     family = family_for(cfg.hf_model_type, "to_hf")
     hf_config = family.config_to_hf(cfg)
+    if rope_parameters:
+        if "rope_theta" not in hf_config:
+            raise UnsupportedCheckpoint(f"to_hf(rope_parameters=True): {cfg.hf_model_type} has no RoPE settings "
+                                        f"to write (position={cfg.position!r})")
+        hf_config = v5_rope_parameters(hf_config)
     hf_config.setdefault("torch_dtype", str(next(model.parameters()).dtype).removeprefix("torch."))
     state = export_state(model, family.rules(cfg))
     family.finish_export(model, hf_config, state)

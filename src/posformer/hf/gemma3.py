@@ -16,7 +16,7 @@ from posformer.config import Config
 from posformer.hf.family import Family, architecture, register, unsupported
 from posformer.hf.llama import decoder_rules, ignore, separate_projections
 from posformer.hf.mapping import Rule, norm
-from posformer.hf.rope import rope_params, rope_to_hf
+from posformer.hf.rope import has_v5_layer_params, rope_params, rope_to_hf
 
 MODEL_TYPE = "gemma3_text"
 HEADS = {"ForCausalLM": "causal_lm", "TextModel": "none"}
@@ -44,14 +44,15 @@ def config_from_hf(hf: dict) -> Config:
     if activation not in ACTIVATIONS:
         raise unsupported(MODEL_TYPE, f"hidden_activation={activation!r} (supported: {', '.join(ACTIVATIONS)})")
     types = _layer_types(hf)
-    local = {"sliding_window": hf.get("sliding_window", 4096),
-             "position_params": {"theta": float(hf.get("rope_local_base_freq", 10000.0)), "layout": "half"}}
+    local_rope = rope_params(hf, layer_type=LOCAL) if has_v5_layer_params(hf, LOCAL) else \
+        {"theta": float(hf.get("rope_local_base_freq", 10000.0)), "layout": "half"}
+    local = {"sliding_window": hf.get("sliding_window", 4096), "position_params": local_rope}
     bias = bool(hf.get("attention_bias", False))
     return Config(
         arch="decoder", vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_layers=hf["num_hidden_layers"],
         n_heads=hf["num_attention_heads"], n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
         d_head=hf.get("head_dim", 256), d_ff=hf["intermediate_size"], position="rope",
-        position_params=rope_params(hf, default_theta=1e6), layer_types=types,
+        position_params=rope_params(hf, default_theta=1e6, layer_type=GLOBAL), layer_types=types,
         layer_settings={LOCAL: local} if LOCAL in types else {},
         max_positions=hf.get("max_position_embeddings", 131072), norm="rmsnorm_unit_offset",
         norm_eps=hf.get("rms_norm_eps", 1e-6), norm_placement="sandwich", activation=ACTIVATIONS[activation],
@@ -83,8 +84,9 @@ def _local_layers_to_hf(cfg: Config) -> dict:
             continue
         params = layer.position_params
         own = (layer.sliding_window, params.get("theta"))
-        if layer.sliding_window is None or layer.position != "rope" or params.get("scaling") is not None \
-                or params.get("layout") != "half" or local not in (None, own):
+        plain = params.get("scaling") is None and params.get("layout") == "half" \
+            and params.get("rotary_fraction") == params.get("frequency_fraction") == 1.0
+        if layer.sliding_window is None or layer.position != "rope" or not plain or local not in (None, own):
             raise unsupported(MODEL_TYPE, "layers other than global ones (the config's RoPE, no window) and local "
                                           "ones (one window, one unscaled RoPE base) (to_hf)")
         local = own

@@ -67,7 +67,7 @@ def config_to_hf(cfg: Config) -> dict:
     if params.get("layout", "half") != "half":
         raise UnsupportedCheckpoint(f"to_hf: gpt_neox rotates pairs (i, i + r/2) (layout 'half'); "
                                     f"Config.position_params has layout={params['layout']!r}")
-    rope = rope_to_hf(cfg)
+    rope = rope_to_hf(cfg, partial=True)
     fraction = float(params.get("rotary_fraction", 1.0))
     return {
         "model_type": MODEL_TYPE, "architectures": [ARCHITECTURES[cfg.head_kind]],

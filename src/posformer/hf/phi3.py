@@ -21,12 +21,10 @@ HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
 def config_from_hf(hf: dict) -> Config:
     if hf.get("hidden_act", "silu") != "silu":
         raise unsupported("phi3", f"hidden_act={hf['hidden_act']!r} (supported: silu)")
-    fraction = float(hf.get("partial_rotary_factor", 1.0))
-    position_params = rope_params(hf) if fraction == 1.0 else {**rope_params(hf), "rotary_fraction": fraction}
     return Config(
         arch="decoder", vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_layers=hf["num_hidden_layers"],
         n_heads=hf["num_attention_heads"], n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
-        d_ff=hf["intermediate_size"], position="rope", position_params=position_params,
+        d_ff=hf["intermediate_size"], position="rope", position_params=rope_params(hf),
         max_positions=hf.get("max_position_embeddings", 4096), norm="rmsnorm", norm_eps=hf.get("rms_norm_eps", 1e-5),
         norm_placement="pre", activation="swiglu", dropout=hf.get("resid_pdrop", 0.0),
         attention_dropout=hf.get("attention_dropout", 0.0), qkv_bias=False, attn_out_bias=False, ffn_bias=False,
@@ -45,7 +43,7 @@ def config_to_hf(cfg: Config) -> dict:
     params = cfg.position_params
     if params.get("layout") != "half" or (params.get("scaling") or {}).get("attention_factor") is not None:
         raise unsupported("phi3", "RoPE's interleaved layout or a longrope attention_factor (to_hf)")
-    rope = rope_to_hf(cfg)
+    rope = rope_to_hf(cfg, partial=True)
     return {
         "model_type": "phi3",
         "architectures": ["Phi3ForCausalLM" if cfg.head_kind == "causal_lm" else "Phi3Model"],

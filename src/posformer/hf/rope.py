@@ -2,7 +2,9 @@
 
 Two config forms are read: transformers v4's `rope_theta` + `rope_scaling`
 ({"rope_type" or "type": ..., "factor": ..., ...}) and v5's `rope_parameters`
-({"rope_type": ..., "rope_theta": ..., ...}). The original context length follows
+({"rope_type": ..., "rope_theta": ..., "partial_rotary_factor": ..., ...}, or one such dict per layer type:
+{"full_attention": {...}, "sliding_attention": {...}}). Both are written: v4 by default, v5 by
+`v5_rope_parameters` (`posformer.to_hf(..., rope_parameters=True)`). The original context length follows
 transformers 4.57.6: "dynamic" uses `max_position_embeddings`; "yarn" the scaling's
 `original_max_position_embeddings`, else `max_position_embeddings`; "llama3" the scaling's own; "longrope"
 the config's top-level `original_max_position_embeddings` (Phi-3), whose ratio to `max_position_embeddings` is
@@ -24,20 +26,46 @@ SCALING_KEYS = {
 }
 
 
-def _scaling_dict(hf: dict) -> tuple[dict | None, float | None]:
-    """(the scaling dict in either form, or None; rope_theta from rope_parameters, if there)."""
+def _v5_params(hf: dict, layer_type: str | None) -> dict | None:
+    """v5's `rope_parameters` for `layer_type`: the flat dict, or the entry of a dict nested by layer type
+    ("full_attention" when no type is named); None in a v4 config."""
     params = hf.get("rope_parameters")
-    if isinstance(params, dict):
-        return params, params.get("rope_theta")
-    return hf.get("rope_scaling"), None
+    if not isinstance(params, dict):
+        return None
+    if params and all(isinstance(value, dict) for value in params.values()):  # nested by layer type
+        key = layer_type or "full_attention"
+        if key not in params:
+            raise unsupported(hf.get("model_type", "?"), f"rope_parameters without an entry for {key!r} "
+                                                         f"(it has {', '.join(params)})")
+        return params[key]
+    return params
 
 
-def rope_params(hf: dict, default_theta: float = 10000.0) -> dict:
-    """posformer `position_params` for position="rope" (layout "half", as Hugging Face rotates)."""
+def _scaling_dict(hf: dict, layer_type: str | None = None) -> tuple[dict | None, float | None, bool]:
+    """(the scaling dict in either form, or None; rope_theta from rope_parameters, if there; whether the config
+    is in v5's form)."""
+    params = _v5_params(hf, layer_type)
+    if params is not None:
+        return params, params.get("rope_theta"), True
+    return hf.get("rope_scaling"), None, False
+
+
+def has_v5_layer_params(hf: dict, layer_type: str) -> bool:
+    """Whether `hf` is a v5 config whose `rope_parameters` nest an entry for `layer_type`."""
+    params = hf.get("rope_parameters")
+    return isinstance(params, dict) and isinstance(params.get(layer_type), dict)
+
+
+def rope_params(hf: dict, default_theta: float = 10000.0, layer_type: str | None = None) -> dict:
+    """posformer `position_params` for position="rope" (layout "half", as Hugging Face rotates), from the v4
+    fields or from v5's `rope_parameters` (for `layer_type`, when they nest by layer type). A
+    `partial_rotary_factor` other than 1 (top level, or inside `rope_parameters`) becomes `rotary_fraction`."""
     model_type = hf.get("model_type", "?")
-    scaling, theta = _scaling_dict(hf)
+    scaling, theta, v5 = _scaling_dict(hf, layer_type)
     theta = theta if theta is not None else hf.get("rope_theta", default_theta)
-    params = {"theta": float(theta), "layout": "half"}
+    fraction = (scaling or {}).get("partial_rotary_factor") if v5 else None
+    fraction = float(fraction if fraction is not None else hf.get("partial_rotary_factor") or 1.0)
+    params = {"theta": float(theta), "layout": "half", **({"rotary_fraction": fraction} if fraction != 1.0 else {})}
     if not scaling:
         return params
     kind = scaling.get("rope_type", scaling.get("type", "default"))
@@ -54,27 +82,35 @@ def rope_params(hf: dict, default_theta: float = 10000.0) -> dict:
     if kind == "yarn" and "original_max_position_embeddings" in scaling:
         ours["factor"] = hf["max_position_embeddings"] / scaling["original_max_position_embeddings"]
     if kind == "longrope":
-        ours.update(_longrope_lengths(hf, scaling))
+        ours.update(_longrope_lengths(hf, scaling, v5))
     params["scaling"] = ours
     return params
 
 
-def _longrope_lengths(hf: dict, scaling: dict) -> dict:
-    """LongRoPE's factor and original length as transformers 4.57.6 reads them."""
-    original = hf.get("original_max_position_embeddings")
+def _longrope_lengths(hf: dict, scaling: dict, v5: bool) -> dict:
+    """LongRoPE's factor and original length as transformers 4.57.6 reads them (v5 may keep the original length
+    inside `rope_parameters`)."""
+    original = hf.get("original_max_position_embeddings") or (scaling.get("original_max_position_embeddings")
+                                                              if v5 else None)
     if original:
         return {"factor": hf["max_position_embeddings"] / original, "original_max_position_embeddings": original}
     return {"factor": scaling.get("factor") or 1.0, "original_max_position_embeddings": hf["max_position_embeddings"]}
 
 
-def rope_to_hf(cfg: Config) -> dict:
-    """The `rope_theta` / `rope_scaling` / `max_position_embeddings` entries of a v4 HF config."""
+def rope_to_hf(cfg: Config, partial: bool = False) -> dict:
+    """The `rope_theta` / `rope_scaling` / `max_position_embeddings` (and `partial_rotary_factor`) entries of a
+    v4 HF config. `partial`: the family rotates part of each head (transformers 4.57.6's others fail on it)."""
     params = cfg.position_params
+    if params.get("rotary_fraction", 1.0) != 1.0 and not partial:
+        raise UnsupportedCheckpoint(f"to_hf: {cfg.hf_model_type} rotates every dimension of a head in transformers "
+                                    f"4.57.6 (rotary_fraction={params['rotary_fraction']})")
     if params.get("frequency_fraction", 1.0) != 1.0:
         raise UnsupportedCheckpoint(f"to_hf: p-RoPE (frequency_fraction={params['frequency_fraction']}) has no "
                                     f"Hugging Face equivalent")
     out = {"rope_theta": float(params.get("theta", 10000.0)), "rope_scaling": None,
            "max_position_embeddings": cfg.max_positions}
+    if params.get("rotary_fraction", 1.0) != 1.0:
+        out["partial_rotary_factor"] = float(params["rotary_fraction"])
     scaling = params.get("scaling")
     if scaling is None:
         return out
@@ -97,4 +133,24 @@ def rope_to_hf(cfg: Config) -> dict:
         hf_scaling = {"type": hf_scaling.pop("rope_type"), **hf_scaling}
         out["original_max_position_embeddings"] = original
     out["rope_scaling"] = hf_scaling
+    return out
+
+
+def v5_rope_parameters(hf_config: dict) -> dict:
+    """A config written in v4's form (`rope_theta`, `rope_scaling`, `partial_rotary_factor`, and Gemma 3's
+    `rope_local_base_freq`) in v5's: one `rope_parameters` dict, nested by layer type when the layers have two
+    RoPE settings. LongRoPE's `original_max_position_embeddings` goes inside too, and stays at the top."""
+    out = dict(hf_config)
+    scaling = out.pop("rope_scaling", None) or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    params = {"rope_type": kind, "rope_theta": out.pop("rope_theta"),
+              **{key: value for key, value in scaling.items() if key not in ("type", "rope_type")}}
+    if "partial_rotary_factor" in out:
+        params["partial_rotary_factor"] = out.pop("partial_rotary_factor")
+    if kind == "longrope" and "original_max_position_embeddings" in out:
+        params["original_max_position_embeddings"] = out["original_max_position_embeddings"]
+    local = out.pop("rope_local_base_freq", None)
+    if local is not None:
+        params = {"full_attention": params, "sliding_attention": {"rope_type": "default", "rope_theta": local}}
+    out["rope_parameters"] = params
     return out
