@@ -20,6 +20,7 @@ from posformer.masks import AttentionMask
 from posformer.norms import make_norm
 from posformer.packing import TokenPacking
 from posformer.positions.base import PositionEncoding, ScoreMod
+from posformer.query_temperature import query_temperature
 
 ValuesTerm = Callable[[Tensor], "Tensor | None"]
 
@@ -128,7 +129,8 @@ class Attention(nn.Module):
 
 
 class SelfAttention(Attention):
-    """Self-attention with the position hooks of its stack's encoding, at its layer index.
+    """Self-attention with the position hooks of its stack's encoding, at its layer index, and any query
+    temperature (`Config.query_temperature`) after them.
 
     One fused `qkv` projection. The encoding is held, not registered: the stack
     owns it (one copy in `state_dict`, `parameters()` and `.to()`).
@@ -141,6 +143,7 @@ class SelfAttention(Attention):
         self.out = self._output_projection(cfg)
         object.__setattr__(self, "position", position)
         self.layer = layer
+        self.temperature = cfg.query_temperature
 
     def forward(self, x: Tensor, mask: AttentionMask, pos: Tensor, cache: LayerCache | None = None,
                 need_weights: bool = False, packing: TokenPacking | None = None) -> tuple[Tensor, Tensor | None]:
@@ -154,6 +157,8 @@ class SelfAttention(Attention):
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = self.position.rotate(q, k, pos, pos, self.layer)
+        if self.temperature is not None:
+            q = (q * query_temperature(pos, **self.temperature)).to(q.dtype)
         k_pos = pos
         if cache is not None:
             k, v, k_pos = cache.append(k, v, pos)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from posformer.query_temperature import check_query_temperature
 from posformer.validation import check_choice, check_int, check_number, fail, is_int, is_number
 
 ARCHS = ("encoder", "decoder", "encoder_decoder")
@@ -27,7 +28,7 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish", "silu", "glu", "swiglu", "g
 INITS = ("normal", "t5")
 HEADS = ("causal_lm", "masked_lm", "seq2seq_lm", "span_qa", "classification", "none")
 DEFAULT_HEAD = {"encoder": "masked_lm", "decoder": "causal_lm", "encoder_decoder": "seq2seq_lm"}
-LAYER_FIELDS = ("position", "position_params", "sliding_window")  # what `Config.layer_settings` may change
+LAYER_FIELDS = ("position", "position_params", "sliding_window", "query_temperature")  # what `Config.layer_settings` may change
 
 
 def _fail(name: str, value: Any, expected: str) -> NoReturn:
@@ -70,9 +71,12 @@ class Config:
     `sliding_window` W limits the decoder's self-attention to each query's last W tokens, itself
     included (Mistral; `posformer.masks.build_mask`), counted over the cache and the input; the
     KV cache keeps every key and the mask hides the older ones. None: no window.
+    `query_temperature` {"scale": s, "floor_size": f} multiplies each query at position p by
+    1 + s * ln(1 + floor((p + 1) / f)) (log-n scaling, Llama 4's `attn_temperature_tuning`;
+    `posformer.query_temperature`). None: no temperature.
     `layer_types` labels each layer of the stack (arch decoder or encoder; one label per layer), and
     `layer_settings` maps a label to the fields its layers use instead of the config's own: `position`,
-    `position_params`, `sliding_window` (NoPE layers: {"position": "none"}; Gemma 3's local layers: a window and
+    `position_params`, `sliding_window`, `query_temperature` (NoPE layers: {"position": "none"}; Gemma 3's local layers: a window and
     their own RoPE base). A label without settings keeps the config's own. The stack resolves each layer's
     config once, when it is built (`layer_config`); the config's own `position` embeds the tokens.
     `norm` "rmsnorm_unit_offset" is RMSNorm whose scale is 1 + weight, in float32 (Gemma).
@@ -128,6 +132,7 @@ class Config:
     attn_scale: float | None = None
     qk_norm: bool = False
     sliding_window: int | None = None
+    query_temperature: dict | None = None
     layer_types: list[str] | None = None
     layer_settings: dict = field(default_factory=dict)
     attn_impl: str = "sdpa"
@@ -232,6 +237,7 @@ class Config:
             if getattr(self, name) is not None:
                 check_int(f"Config.{name}", getattr(self, name))
         check_int("Config.type_vocab_size", self.type_vocab_size, minimum=0)
+        check_query_temperature("Config.query_temperature", self.query_temperature)
         if self.sliding_window is not None and self.arch == "encoder":
             _fail("sliding_window", self.sliding_window, "None with arch='encoder' (the window slides over a "
                   "decoder's causal self-attention)")

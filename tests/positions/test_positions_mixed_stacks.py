@@ -18,6 +18,7 @@ from tests.positions.test_positions_conformance import TRAIN_LENGTH, config
 ARCHS = ["encoder", "decoder"]
 CASES = [(name, arch) for name in pf.positions.names() for arch in ARCHS]
 WINDOW = 3
+TEMPERATURE = {"scale": 0.5, "floor_size": 2}  # log-n query scaling on the NoPE layer, as Llama 4 has it
 
 
 def embeds(name: str) -> bool:
@@ -25,12 +26,14 @@ def embeds(name: str) -> bool:
 
 
 def mixed(name: str, arch: str, **overrides) -> pf.Config:
-    """Four layers: x, NoPE, x (a window of 3 in a decoder), and the stack's own encoding."""
+    """Four layers: x, NoPE with a query temperature, x (a window of 3 in a decoder), and the stack's own
+    encoding."""
     own, layer = (name, {"position": "rope", "position_params": {"theta": 100.0}}) if embeds(name) \
         else ("rope", {"position": name})
     local = {**layer, "sliding_window": WINDOW} if arch == "decoder" else layer
     return config(own, arch, n_layers=4, layer_types=["x", "nope", "x_local", "own"],
-                  layer_settings={"x": layer, "nope": {"position": "none"}, "x_local": local}, **overrides)
+                  layer_settings={"x": layer, "nope": {"position": "none", "query_temperature": TEMPERATURE},
+                                  "x_local": local}, **overrides)
 
 
 @pytest.mark.parametrize("name, arch", CASES)
