@@ -21,7 +21,10 @@ from posformer.presets import PRESETS, preset_names
 
 # Small sizes only; every other field (norm, activation, biases, special ids, ...) is the preset's own.
 SMALL = dict(vocab_size=67, d_model=32, n_layers=2, n_heads=4, d_head=None, d_ff=64, max_positions=64)
-CANNOT_EXIST: dict[tuple[str, str, str], str] = {}  # (preset, position, arch) -> a word the refusal names
+# (preset, position, arch) -> what the refusal names: encodings of causal attention only, in bidirectional stacks
+CANNOT_EXIST: dict[tuple[str, str, str], str] = {
+    (preset, name, arch): "arch='decoder' only" for preset in preset_names() for arch in ARCHS
+    for name in sorted(set(pf.positions.names()) - set(pf.positions.usable(arch)))}
 PROMPT, STEPS = 5, 3
 
 

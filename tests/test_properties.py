@@ -21,13 +21,13 @@ probabilities = st.sampled_from([0.0, 0.0, 0.1, 0.25, 0.5])
 
 @st.composite
 def valid_config_dicts(draw) -> dict:
-    arch = draw(st.sampled_from(C.ARCHS))
+    position = draw(st.sampled_from(pf.positions.names()))
+    arch = "decoder" if pf.positions.get(position).causal_only else draw(st.sampled_from(C.ARCHS))
     n_heads = draw(st.sampled_from([1, 2, 4]))
     head_dim = draw(st.sampled_from([4, 8]))
     n_kv_heads = draw(st.sampled_from([None] + [k for k in (1, 2, 4) if n_heads % k == 0]))
     norm = draw(st.sampled_from(C.NORMS))
     placement = "post" if norm == "deepnorm" else draw(st.sampled_from(C.NORM_PLACEMENTS))
-    position = draw(st.sampled_from(pf.positions.names()))
     if position == "rope":
         params = draw(st.fixed_dictionaries({}, optional={
             "theta": st.sampled_from([100.0, 10000.0, 500000.0]),

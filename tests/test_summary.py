@@ -58,3 +58,12 @@ def test_flops_follow_the_counting_rule() -> None:
 def test_describe_names_the_parts() -> None:
     text = describe(pf.Config.preset("llama"))
     assert "rope" in text and "6,738,415,616" in text and "FLOPs per token" in text
+
+
+def test_the_summary_lists_each_layer_type_with_its_count_and_settings() -> None:
+    cfg = pf.Config(arch="decoder", n_layers=6, position="rope", layer_types=["local"] * 5 + ["global"],
+                    layer_settings={"local": {"sliding_window": 512}})
+    lines = describe(cfg).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("position"))
+    assert lines[start + 1].split() == ["local", "x5:", "{'sliding_window':", "512}"]
+    assert lines[start + 2].split() == ["global", "x1:", "the", "config's", "own", "settings"]

@@ -74,6 +74,8 @@ class Config:
     `query_temperature` {"scale": s, "floor_size": f} multiplies each query at position p by
     1 + s * ln(1 + floor((p + 1) / f)) (log-n scaling, Llama 4's `attn_temperature_tuning`;
     `posformer.query_temperature`). None: no temperature.
+    `random_positions` L: while training, the default position ids are an ordered random subset of [0, L)
+    (Ruoss et al. 2023; `posformer.random_positions`); evaluation keeps 0..T-1. None: off.
     `layer_types` labels each layer of the stack (arch decoder or encoder; one label per layer), and
     `layer_settings` maps a label to the fields its layers use instead of the config's own: `position`,
     `position_params`, `sliding_window`, `query_temperature` (NoPE layers: {"position": "none"}; Gemma 3's local layers: a window and
@@ -133,6 +135,7 @@ class Config:
     qk_norm: bool = False
     sliding_window: int | None = None
     query_temperature: dict | None = None
+    random_positions: int | None = None
     layer_types: list[str] | None = None
     layer_settings: dict = field(default_factory=dict)
     attn_impl: str = "sdpa"
@@ -226,6 +229,9 @@ class Config:
         if not isinstance(self.position_params, Mapping):
             _fail("position_params", self.position_params, "a dict of the encoding's parameters")
         self.position_params = positions.get(self.position).resolve_params(self.position_params)
+        if positions.get(self.position).causal_only and self.arch != "decoder":
+            _fail("position", self.position, f"an encoding of bidirectional attention too with arch={self.arch!r} "
+                  f"({self.position} counts the keys before each query: arch='decoder' only)")
         if self.attn_impl == "flex" and not positions.get(self.position).flex_compatible():
             flex = ", ".join(name for name in positions.names() if positions.get(name).flex_compatible())
             _fail("attn_impl", "flex", f"'sdpa' or 'eager' with position={self.position!r}, whose bias depends on more "
@@ -233,11 +239,16 @@ class Config:
 
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_positions", "num_labels"):
             check_int(f"Config.{name}", getattr(self, name))
-        for name in ("n_decoder_layers", "n_kv_heads", "d_head", "d_ff", "sliding_window"):
+        for name in ("n_decoder_layers", "n_kv_heads", "d_head", "d_ff", "sliding_window", "random_positions"):
             if getattr(self, name) is not None:
                 check_int(f"Config.{name}", getattr(self, name))
         check_int("Config.type_vocab_size", self.type_vocab_size, minimum=0)
         check_query_temperature("Config.query_temperature", self.query_temperature)
+        encoding = positions.get(self.position)
+        longest = encoding.max_length(self) or (None if encoding.extrapolates else self.max_positions)
+        if self.random_positions is not None and longest is not None and self.random_positions > longest:
+            _fail("random_positions", self.random_positions, f"at most {longest}, the positions "
+                  f"position={self.position!r} can represent (max_positions={self.max_positions})")
         if self.sliding_window is not None and self.arch == "encoder":
             _fail("sliding_window", self.sliding_window, "None with arch='encoder' (the window slides over a "
                   "decoder's causal self-attention)")

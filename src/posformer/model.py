@@ -26,6 +26,7 @@ from posformer.norms import deepnorm_constants, make_norm
 from posformer.outputs import ModelOutput
 from posformer.packing import TokenPacking
 from posformer.positions.base import PositionEncoding
+from posformer.random_positions import sample_positions
 from posformer.tensor_checks import check_in_range
 
 
@@ -228,10 +229,13 @@ class Transformer(nn.Module):
             raise ValueError(f"{name} has shape {tuple(mask.shape)}; expected (batch, length) = ({batch}, {length})")
         return mask.bool()
 
-    @staticmethod
-    def _positions(pos: Tensor | None, ids: Tensor, start: int, name: str) -> Tensor:
+    def _positions(self, pos: Tensor | None, ids: Tensor, start: int, name: str) -> Tensor:
+        """`pos` checked, or the default: start.. start + T - 1, or while training with
+        `Config.random_positions` an ordered random subset of its range (`posformer.random_positions`)."""
         batch, length = ids.shape
         if pos is None:
+            if self.training and self.cfg.random_positions is not None and start == 0:
+                return sample_positions(batch, length, self.cfg.random_positions, ids.device)
             return torch.arange(start, start + length, device=ids.device).expand(batch, length)
         if tuple(pos.shape) != (batch, length):
             raise ValueError(f"{name} has shape {tuple(pos.shape)}; expected ({batch}, {length})")

@@ -13,6 +13,14 @@ from posformer.model import Transformer
 from posformer.positions.base import PositionEncoding
 
 
+def _layer_kinds(cfg: Config) -> list[tuple[str, int, str]]:
+    """(label, its number of layers, its settings) for each label of `Config.layer_types`, in order of first use;
+    [] without them."""
+    labels = cfg.layer_types or []
+    return [(label, labels.count(label), str(cfg.layer_settings.get(label) or "the config's own settings"))
+            for label in dict.fromkeys(labels)]
+
+
 def component_of(model: Transformer, module: nn.Module) -> str:
     if isinstance(module, PositionEncoding):
         return "position encoding"
@@ -80,6 +88,7 @@ def describe(cfg: Config, context: int | None = None) -> str:
         f"d_ff {cfg.ff_dim}",
         f"vocab            {cfg.vocab_size}",
         f"position         {cfg.position} {cfg.position_params or ''}".rstrip(),
+        *[f"  {label:<15} x{count}: {settings}" for label, count, settings in _layer_kinds(cfg)],
         f"norm             {cfg.norm}, {cfg.norm_placement}-norm; activation {cfg.activation}",
         f"attention scale  {cfg.scale:.6g}; kernel {cfg.attn_impl}",
         f"head             {cfg.head_kind}" + (" (tied to embeddings)" if cfg.tie_embeddings else ""),

@@ -14,7 +14,7 @@ import posformer as pf
 
 TRAIN_LENGTH = 16
 ARCHS = ["encoder", "decoder", "encoder_decoder"]
-CASES = [(name, arch) for name in pf.positions.names() for arch in ARCHS]
+CASES = [(name, arch) for arch in ARCHS for name in pf.positions.usable(arch)]
 DECODING = [(name, arch) for name, arch in CASES if arch != "encoder"]
 
 
@@ -155,6 +155,13 @@ def test_bfloat16_forward_runs(name: str, arch: str) -> None:
     with torch.no_grad():
         logits = model(**inputs(cfg)).logits
     assert logits.dtype == torch.bfloat16 and torch.isfinite(logits.float()).all()
+
+
+@pytest.mark.parametrize("name, arch", [(name, arch) for name in pf.positions.names() for arch in ARCHS
+                                        if (name, arch) not in CASES])
+def test_an_encoding_of_causal_attention_only_is_refused_elsewhere_by_name(name: str, arch: str) -> None:
+    with pytest.raises(ValueError, match=rf"Config.position='{name}' is invalid: .*arch='decoder' only"):
+        config(name, arch)
 
 
 def test_every_encoding_declares_a_valid_contract() -> None:

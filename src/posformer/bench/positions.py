@@ -84,13 +84,13 @@ def run(
     iters: int = 3, threads: int | None = None, train: bool = True, progress: bool = True, seed: int = 0,
     device: str = "cpu", precision: str = "fp32", attn: str = "sdpa",
 ) -> dict[str, Any]:
-    """Time each encoding's model (default: every registered encoding); return the setup and, per phase
+    """Time each encoding's model (default: every registered encoding `arch` can use); return the setup and, per phase
     ("forward", "train"), for each encoding its `relative` time (median / median of `none`), `tok_s` and
     the timed seconds per round.
 
     device, precision: as `posformer.bench.speed.run`. attn "flex": FlexAttention for every encoding that
     takes it (training it needs CUDA: PyTorch has no FlexAttention backward on the CPU)."""
-    names = _check(registry.names() if encodings is None else encodings, arch, attn,
+    names = _check(registry.usable(arch) if encodings is None else encodings, arch, attn,
                    dict(batch=batch, length=length, d_model=d_model, layers=layers, heads=heads, vocab=vocab,
                         d_ff=d_ff, iters=iters, warmup=warmup))
     runtime = Runtime.of(device, precision)

@@ -273,7 +273,7 @@ def add_positions_arguments(parser: argparse.ArgumentParser) -> None:
 
     add = parser.add_argument
     add("--encodings", nargs="+", metavar="NAME", help="encodings to measure (none is always measured, as the "
-        f"baseline); default: every registered one ({', '.join(registry.names())})")
+        f"baseline); default: every registered one that --arch can use ({', '.join(registry.names())})")
     add("--arch", choices=ARCHS, default="decoder", help="the stack(s) every model has")
     add("--attn", choices=ATTENTION, default="sdpa", help="sdpa: SDPA wherever the encoding allows it, else "
         "eager; flex: FlexAttention (score_mod) for the encodings it takes, the rest as sdpa (training it "

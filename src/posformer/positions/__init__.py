@@ -1,7 +1,7 @@
 """Position encodings behind one contract (see `base.PositionEncoding`)."""
 
 from posformer.positions.base import PositionEncoding, PositionParams
-from posformer.positions.registry import build, get, names, register
+from posformer.positions.registry import build, get, names, register, usable
 from posformer.positions.absolute import Learned, NoPosition, Sinusoidal, sinusoidal_table
 from posformer.positions.rotary import Rotary, apply_rotary, rope_inv_freq
 from posformer.positions.xpos import XPos
@@ -13,12 +13,14 @@ from posformer.positions.relative_bert import RelativeKey, RelativeKeyQuery
 from posformer.positions.shaw import Shaw
 from posformer.positions.transformer_xl import TransformerXL
 from posformer.positions.deberta import DeBERTa, log_bucket_position
+from posformer.positions.cope import ContextualPosition
 
 __all__ = [
-    "PositionEncoding", "PositionParams", "build", "get", "names", "register",
+    "PositionEncoding", "PositionParams", "build", "get", "names", "register", "usable",
     "NoPosition", "Sinusoidal", "Learned", "sinusoidal_table",
     "Rotary", "apply_rotary", "rope_inv_freq",
     "XPos",
     "T5Bias", "t5_bucket", "ALiBi", "alibi_slopes", "KerpleLog", "FIRE",
     "RelativeKey", "RelativeKeyQuery", "Shaw", "TransformerXL", "DeBERTa", "log_bucket_position",
+    "ContextualPosition",
 ]

@@ -78,6 +78,8 @@ class PositionEncoding(nn.Module):
         then raises a clear error instead of failing inside an embedding lookup.
       scalings: the context-extension methods `rescaled_params` applies (RoPE's
         linear / ntk / ...); empty when the encoding has none.
+      causal_only: True when the encoding is defined for causal attention alone (it counts the keys before
+        each query): `Config` then refuses any arch but "decoder".
       compiles_whole: False when a tensor's shape depends on the positions' values
         (a table sliced to the distances that occur), so that `torch.compile`
         breaks its graph there, once per forward; True: one graph per forward.
@@ -91,6 +93,7 @@ class PositionEncoding(nn.Module):
     sdpa_compatible: ClassVar[bool] = True
     extrapolates: ClassVar[bool] = True
     scalings: ClassVar[tuple[str, ...]] = ()
+    causal_only: ClassVar[bool] = False
     compiles_whole: ClassVar[bool] = True
 
     def __init__(self, cfg: "Config", causal: bool, n_layers: int) -> None:

@@ -30,6 +30,11 @@ def names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def usable(arch: str) -> list[str]:
+    """The encodings a model of `arch` can use: every one for "decoder", those not `causal_only` otherwise."""
+    return [name for name in names() if arch == "decoder" or not _REGISTRY[name].causal_only]
+
+
 def get(name: str) -> type[PositionEncoding]:
     if name not in _REGISTRY:
         raise ValueError(f"unknown position encoding {name!r}: expected one of {', '.join(names())}")
