@@ -76,3 +76,14 @@ def test_the_settings_given_are_not_mutated() -> None:
     settings = {"a": {"position": "alibi"}}
     config("rope", "decoder", layer_types=["a", "b"], layer_settings=settings)
     assert settings == {"a": {"position": "alibi"}}
+
+
+def test_swapping_the_position_keeps_the_layer_kinds() -> None:
+    """Gemma-like local and global layers, the encoding swapped for ALiBi: every layer ALiBi, the local ones
+    still windowed (their RoPE base belonged to RoPE and is dropped); a label that names its own encoding
+    keeps it."""
+    cfg = config("rope", "decoder", n_layers=3, **GEMMA_LIKE).replace(position="alibi")
+    assert [(c.position, c.sliding_window) for c in cfg.layer_configs(3)] == [("alibi", 4), ("alibi", 4),
+                                                                                ("alibi", None)]
+    nope = config("rope", "decoder", layer_types=["a", "b"], layer_settings={"a": {"position": "none"}})
+    assert [c.position for c in nope.replace(position="t5").layer_configs(2)] == ["none", "t5"]

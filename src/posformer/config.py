@@ -28,7 +28,8 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish", "silu", "glu", "swiglu", "g
 INITS = ("normal", "t5")
 HEADS = ("causal_lm", "masked_lm", "seq2seq_lm", "span_qa", "classification", "none")
 DEFAULT_HEAD = {"encoder": "masked_lm", "decoder": "causal_lm", "encoder_decoder": "seq2seq_lm"}
-LAYER_FIELDS = ("position", "position_params", "sliding_window", "query_temperature")  # what `Config.layer_settings` may change
+# the fields `Config.layer_settings` may change for the layers of one label
+LAYER_FIELDS = ("position", "position_params", "sliding_window", "query_temperature")
 
 
 def _fail(name: str, value: Any, expected: str) -> NoReturn:
@@ -78,9 +79,10 @@ class Config:
     (Ruoss et al. 2023; `posformer.random_positions`); evaluation keeps 0..T-1. None: off.
     `layer_types` labels each layer of the stack (arch decoder or encoder; one label per layer), and
     `layer_settings` maps a label to the fields its layers use instead of the config's own: `position`,
-    `position_params`, `sliding_window`, `query_temperature` (NoPE layers: {"position": "none"}; Gemma 3's local layers: a window and
-    their own RoPE base). A label without settings keeps the config's own. The stack resolves each layer's
-    config once, when it is built (`layer_config`); the config's own `position` embeds the tokens.
+    `position_params`, `sliding_window`, `query_temperature` (NoPE layers: {"position": "none"}; Gemma 3's
+    local layers: a window and their own RoPE base). A label without settings keeps the config's own. The
+    stack resolves each layer's config once, when it is built (`layer_config`); the config's own `position`
+    embeds the tokens.
     `norm` "rmsnorm_unit_offset" is RMSNorm whose scale is 1 + weight, in float32 (Gemma).
     `scale_embeddings` multiplies token embeddings by sqrt(d_model) (Vaswani et al.).
     `parallel_residual` computes attention and FFN from the same input,
@@ -300,7 +302,8 @@ class Config:
         for label, settings in self.layer_settings.items():
             where = f"layer_settings[{label!r}]"
             if label not in self.layer_types:
-                _fail(where, settings, f"settings for a label of layer_types ({', '.join(sorted(set(self.layer_types)))})")
+                labels = ", ".join(sorted(set(self.layer_types)))
+                _fail(where, settings, f"settings for a label of layer_types ({labels})")
             if not isinstance(settings, Mapping) or set(settings) - set(LAYER_FIELDS):
                 _fail(where, settings, f"a dict of some of {', '.join(LAYER_FIELDS)}")
             try:
@@ -311,16 +314,18 @@ class Config:
             if layer.position != self.position and own.embed is not PositionEncoding.embed:
                 _fail(f"{where}['position']", layer.position, "an encoding of the attention layers (the config's own "
                       f"position, {self.position!r}, embeds the tokens once for the whole stack)")
-            resolved = {name: getattr(layer, name) for name in settings}
-            if "position_params" in resolved:
-                resolved["position_params"] = dict(resolved["position_params"])  # plain data, as `to_dict` gives
-            self.layer_settings[label] = resolved
+            # tagged with their encoding, as `position_params` is: a label that keeps the config's own position
+            # starts from the new encoding's defaults when the config's position is swapped
+            self.layer_settings[label] = {name: getattr(layer, name) for name in settings}
 
     # ------------------------------------------------------------- round trips
     def to_dict(self) -> dict[str, Any]:
         """Every field as plain data (`position_params` resolved: the encoding's defaults included)."""
         data = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
         data["position_params"] = dict(data["position_params"])
+        for settings in data["layer_settings"].values():
+            if "position_params" in settings:
+                settings["position_params"] = dict(settings["position_params"])
         return data
 
     @classmethod

@@ -6,121 +6,24 @@ block has cross-attention.
 
 from __future__ import annotations
 
-import json
 import math
-from contextlib import ExitStack
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posformer import positions
 from posformer.attention import CrossAttention
-from posformer.blocks import Block
 from posformer.cache import Cache
 from posformer.config import Config, check_token_in_vocabulary
 from posformer.heads import IGNORE_INDEX, build_head, mask_padded_logits, span_loss, token_loss
 from posformer.init import normal_init_, t5_init_
-from posformer.masks import AttentionMask, build_mask
-from posformer.norms import deepnorm_constants, make_norm
+from posformer.masks import build_mask
+from posformer.norms import deepnorm_constants
 from posformer.outputs import ModelOutput
 from posformer.packing import TokenPacking
-from posformer.positions.base import PositionEncoding
 from posformer.random_positions import sample_positions
+from posformer.stack import Stack
 from posformer.tensor_checks import check_in_range
-
-
-class Stack(nn.Module):
-    """A position encoding, N blocks and an optional final norm. The encoder or the decoder.
-
-    The stack owns the encodings (`self.position`, the config's own, which also embeds the tokens; and
-    `layer_positions`, one for each other encoding or parameters that `Config.layer_settings` give, under the
-    first label that gives them: layers with the same position settings share one encoding) and hands each
-    block its layer's encoding, layer index and config when it builds it.
-    """
-
-    def __init__(self, cfg: Config, n_layers: int, causal: bool, cross: bool, alpha: float = 1.0) -> None:
-        super().__init__()
-        self.causal = causal
-        labels = cfg.layer_types or [None] * n_layers
-        layer_configs = cfg.layer_configs(n_layers)
-        owners = self._owners(cfg, labels, layer_configs)
-        served = {owner: [i for i, o in enumerate(owners) if o == owner] for owner in dict.fromkeys([None, *owners])}
-        self.position = positions.build(cfg, causal=causal, n_layers=len(served[None]))
-        self.layer_positions = nn.ModuleDict({owner: positions.build(layer_configs[layers[0]], causal=causal,
-                                                                     n_layers=len(layers))
-                                              for owner, layers in served.items() if owner is not None})
-        self.embed_norm = make_norm(cfg) if cfg.embed_norm else None
-        self.dropout = nn.Dropout(cfg.dropout)
-        self.layers = nn.ModuleList(
-            Block(c, position=self.position if owner is None else self.layer_positions[owner],
-                  layer=served[owner].index(i), cross=cross, alpha=alpha)
-            for i, (c, owner) in enumerate(zip(layer_configs, owners))
-        )
-        self.windows = list(dict.fromkeys(block.window for block in self.layers))  # each distinct one, None: none
-        self.norm = make_norm(cfg) if cfg.use_final_norm else None
-
-    @staticmethod
-    def _owners(cfg: Config, labels: list, layer_configs: list[Config]) -> list[str | None]:
-        """For each layer, whose encoding it uses: None for the config's own position settings, else the first
-        label that gives its settings."""
-        def setting(c: Config) -> tuple[str, str]:
-            return c.position, json.dumps(dict(c.position_params), sort_keys=True, default=str)
-
-        first: dict[tuple[str, str], str | None] = {setting(cfg): None}
-        return [first.setdefault(setting(c), label) for label, c in zip(labels, layer_configs)]
-
-    @property
-    def encodings(self) -> list[PositionEncoding]:
-        """Every position encoding of the stack: its own first, then those of its layer types."""
-        return [self.position, *self.layer_positions.values()]
-
-    def stale_beyond(self) -> int | None:
-        """The shortest length past which an encoding's cached keys go stale (`PositionEncoding.stale_beyond`)."""
-        return min((n for e in self.encodings if (n := e.stale_beyond()) is not None), default=None)
-
-    def forward(
-        self,
-        x: Tensor,
-        pos: Tensor,
-        masks: dict[int | None, AttentionMask],
-        cache: Cache | None = None,
-        memory: Tensor | None = None,
-        memory_mask: AttentionMask | None = None,
-        need_weights: bool = False,
-        packing: TokenPacking | None = None,
-    ) -> tuple[Tensor, list[Tensor]]:
-        """x: (B, T, d_model) token embeddings, pos: (B, T) -> hidden states (B, T, d_model).
-
-        masks: the self-attention mask for each sliding window of the stack's layers (`windows`; None: no window).
-        memory: (B, S, d_model), the encoder output a decoder with cross-attention attends to.
-        With a `packing`, the layers between the embeddings and the output run on the real tokens
-        only, and the hidden states of padded positions are zeros.
-        """
-        for encoding in self.encodings:
-            encoding.check_positions(pos)
-        x = self.position.embed(x, pos)
-        if packing is not None:
-            x = packing.pack(x)
-        if self.embed_norm is not None:
-            x = self.embed_norm(x)
-        x = self.dropout(x)
-        weights: list[Tensor] = []
-        with ExitStack() as scopes:
-            for encoding in self.encodings:
-                scopes.enter_context(encoding.forward_scope())
-            for i, block in enumerate(self.layers):
-                x, w = block(
-                    x, masks[block.window], pos,
-                    cache=None if cache is None else cache.self_attn[i],
-                    memory=memory, memory_mask=memory_mask,
-                    memory_cache=None if cache is None else cache.cross_attn[i],
-                    need_weights=need_weights, packing=packing,
-                )
-                weights.extend(w)
-        if self.norm is not None:
-            x = self.norm(x)
-        return (x if packing is None else packing.unpack(x)), weights
 
 
 class Transformer(nn.Module):

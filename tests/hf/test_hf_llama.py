@@ -94,11 +94,11 @@ def _mistral(window: int) -> MistralForCausalLM:
     return MistralForCausalLM(MistralConfig(**SIZES, sliding_window=window, attn_implementation="eager")).eval()
 
 
-@pytest.mark.parametrize("window", [1, 4])
-def test_against_hf_mistral_sliding_window(tmp_path, window):
-    """An 11-token batch with left and right padding through a window of 4 (and of 1: each token sees
-    itself only)."""
-    model = check_family(_mistral(window), MistralForCausalLM, tmp_path, padded_batch(97))
+@pytest.mark.parametrize("window, length", [(1, 11), (4, 11), (4, 80)], ids=["w1-short", "w4-short", "w4-long"])
+def test_against_hf_mistral_sliding_window(tmp_path, window, length):
+    """A batch with left and right padding through a window of 4 (and of 1: each token sees itself only), of 11
+    tokens and of 80, past max_position_embeddings=64."""
+    model = check_family(_mistral(window), MistralForCausalLM, tmp_path, padded_batch(97, length=length))
     assert model.cfg.sliding_window == window
 
 
@@ -123,16 +123,17 @@ def _qwen3(**changes) -> Qwen3ForCausalLM:
     return hf
 
 
-@pytest.mark.parametrize("changes", [{}, {"attention_bias": True, "tie_word_embeddings": True}],
-                         ids=["default", "biases-tied"])
-def test_against_hf_qwen3_qk_norm(tmp_path, changes):
+@pytest.mark.parametrize("changes, length", [
+    ({}, 11), ({}, 80), ({"attention_bias": True, "tie_word_embeddings": True}, 11),
+], ids=["default-short", "default-long", "biases-tied"])
+def test_against_hf_qwen3_qk_norm(tmp_path, changes, length):
     hf = _qwen3(**changes)
     if changes.get("attention_bias"):
         with torch.no_grad():
             for layer in hf.model.layers:
                 for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.o_proj):
                     proj.bias.normal_(0, 0.5)
-    model = check_family(hf, Qwen3ForCausalLM, tmp_path, padded_batch(97))
+    model = check_family(hf, Qwen3ForCausalLM, tmp_path, padded_batch(97, length=length))
     assert model.cfg.qk_norm and model.cfg.head_dim == 16
     assert model.cfg.qkv_bias == model.cfg.attn_out_bias == bool(changes.get("attention_bias"))
 
@@ -175,7 +176,8 @@ def test_against_hf_qwen2_sliding_window_on_some_layers(tmp_path, max_window_lay
     """Layers from max_window_layers on slide a window of 4 over the 11-token padded batch; the first ones do
     not (every layer slides with 0)."""
     model = check_family(_qwen2_windowed(max_window_layers), Qwen2ForCausalLM, tmp_path, padded_batch(97))
-    assert [block.window for block in model.decoder.layers] == [None] * max_window_layers + [4] * (3 - max_window_layers)
+    windows = [block.window for block in model.decoder.layers]
+    assert windows == [None] * max_window_layers + [4] * (3 - max_window_layers)
 
 
 def test_qwen2_with_windows_on_some_layers_generates_hf_tokens(tmp_path):
