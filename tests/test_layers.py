@@ -12,7 +12,7 @@ import posformer as pf
 from posformer.config import ACTIVATIONS
 from posformer.feedforward import FeedForward
 from posformer.heads import token_loss
-from posformer.norms import RMSNorm, deepnorm_constants
+from posformer.norms import RMSNorm, UnitOffsetRMSNorm, deepnorm_constants
 from tests.conftest import tiny
 
 transformers = pytest.importorskip("transformers")
@@ -28,6 +28,22 @@ def test_rmsnorm_equals_hugging_face_llama() -> None:
         ours.weight.copy_(theirs.weight)
     x = torch.randn(3, 5, 16)
     torch.testing.assert_close(ours(x), theirs(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_unit_offset_rmsnorm_equals_hugging_face_gemma3_in_float32_and_bfloat16(dtype: torch.dtype) -> None:
+    """Gemma scales by 1 + weight in float32 before the cast back: in bfloat16 that differs from casting first."""
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
+
+    theirs = Gemma3RMSNorm(16, eps=1e-6)
+    ours = UnitOffsetRMSNorm(16, eps=1e-6)
+    assert not ours.weight.any()  # zero: the identity scale, as Gemma starts
+    with torch.no_grad():
+        theirs.weight.normal_()
+        ours.weight.copy_(theirs.weight)
+    theirs, ours = theirs.to(dtype), ours.to(dtype)
+    x = torch.randn(3, 5, 16).to(dtype)
+    torch.testing.assert_close(ours(x), theirs(x), atol=0, rtol=0)
 
 
 def _gelu(a: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,7 @@ from transformers.models.llama4.modeling_llama4 import Llama4TextAttention
 
 import posformer as pf
 from posformer.masks import build_mask
-from tests.positions.test_positions_conformance import config
+from tests.positions.test_positions_conformance import cached_left_padded_steps, config
 
 TEMPERATURE = {"scale": 0.5, "floor_size": 4}
 
@@ -50,11 +50,7 @@ def test_cached_decoding_of_a_left_padded_batch_equals_the_full_pass() -> None:
     mask = torch.tensor([[0] * 3 + [1] * 11, [1] * 14])
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     full = model(ids, attention_mask=mask, position_ids=pos).logits
-    cache = pf.Cache(2)
-    steps = [model(ids[:, :5], attention_mask=mask[:, :5], position_ids=pos[:, :5], cache=cache).logits]
-    steps += [model(ids[:, t : t + 1], attention_mask=mask[:, : t + 1], position_ids=pos[:, t : t + 1],
-                    cache=cache).logits for t in range(5, 14)]
-    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cached_left_padded_steps(model, ids, mask, pos, prefix=5), full, atol=1e-5, rtol=1e-5)
     alone = model(ids[:1, 3:]).logits  # the left-padded row on its own: the temperature of its real positions
     torch.testing.assert_close(full[0, 3:], alone[0], atol=1e-5, rtol=1e-5)
 

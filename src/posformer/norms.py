@@ -9,7 +9,7 @@ from posformer.config import Config
 
 
 class RMSNorm(nn.Module):
-    """y = x / sqrt(mean(x^2) + eps) * weight (Zhang & Sennrich 2019), computed in float32.
+    """y = x / sqrt(mean(x^2) + eps) * weight (Zhang & Sennrich 2019), normalised in float32.
 
     x: (..., d) -> (..., d).
     """
@@ -19,34 +19,30 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def normalized(self, x: Tensor) -> Tensor:
+        """x / sqrt(mean(x^2) + eps) in float32."""
         x32 = x.float()
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * normed.to(x.dtype)
+        return x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.weight * self.normalized(x).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"
 
 
-class UnitOffsetRMSNorm(nn.Module):
+class UnitOffsetRMSNorm(RMSNorm):
     """y = x / sqrt(mean(x^2) + eps) * (1 + weight), everything in float32 before the cast back (Gemma).
 
-    The weight starts at zero: the identity scale.
-    x: (..., d) -> (..., d).
+    The weight starts at zero: the identity scale. x: (..., d) -> (..., d).
     """
 
     def __init__(self, dim: int, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.zeros(dim))
+        super().__init__(dim, eps)
+        nn.init.zeros_(self.weight)
 
     def forward(self, x: Tensor) -> Tensor:
-        x32 = x.float()
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (normed * (1.0 + self.weight.float())).to(x.dtype)
-
-    def extra_repr(self) -> str:
-        return f"{self.weight.shape[0]}, eps={self.eps}"
+        return (self.normalized(x) * (1.0 + self.weight.float())).to(x.dtype)
 
 
 def make_norm(cfg: Config, dim: int | None = None) -> nn.Module:

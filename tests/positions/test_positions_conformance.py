@@ -35,6 +35,25 @@ def inputs(cfg: pf.Config, batch: int = 2, length: int = 7, tgt_length: int = 5)
     return kwargs
 
 
+def cached_left_padded_steps(model: pf.Transformer, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
+                             prefix: int) -> torch.Tensor:
+    """A decoder's logits (B, T, V) over the cache, as generation runs it: the first `prefix` tokens, then one
+    token per step, the mask growing with the cache."""
+    cache = pf.Cache(model.cfg.decoder_layers)
+    steps = [model(ids[:, :prefix], attention_mask=mask[:, :prefix], position_ids=pos[:, :prefix], cache=cache).logits]
+    steps += [model(ids[:, t : t + 1], attention_mask=mask[:, : t + 1], position_ids=pos[:, t : t + 1],
+                    cache=cache).logits for t in range(prefix, ids.shape[1])]
+    return torch.cat(steps, dim=1)
+
+
+def assert_sdpa_equals_eager(cfg: pf.Config, **kwargs) -> None:
+    """The same weights through SDPA and through the eager path give the same logits."""
+    sdpa = pf.Transformer(cfg).eval()
+    eager = pf.Transformer(cfg.replace(attn_impl="eager")).eval()
+    eager.load_state_dict(sdpa.state_dict())
+    torch.testing.assert_close(sdpa(**kwargs).logits, eager(**kwargs).logits, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("name, arch", CASES)
 def test_forward_backward_reaches_every_encoding_parameter(name: str, arch: str) -> None:
     cfg = config(name, arch)
@@ -88,10 +107,7 @@ def test_kv_cached_decoding_of_a_left_padded_batch_equals_full_pass(name: str, a
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     if arch == "decoder":
         full = model(ids, attention_mask=mask, position_ids=pos).logits
-        cache = pf.Cache(cfg.decoder_layers)
-        steps = [model(ids[:, :5], attention_mask=mask[:, :5], position_ids=pos[:, :5], cache=cache).logits]
-        steps += [model(ids[:, t : t + 1], attention_mask=mask[:, : t + 1], position_ids=pos[:, t : t + 1],
-                        cache=cache).logits for t in range(5, ids.shape[1])]
+        steps = [cached_left_padded_steps(model, ids, mask, pos, prefix=5)]
     else:
         tgt = torch.randint(1, cfg.vocab_size, (2, 6))
         full = model(ids, attention_mask=mask, position_ids=pos, decoder_input_ids=tgt).logits
@@ -127,12 +143,7 @@ def test_left_padding_with_position_ids_equals_each_row_alone(name: str, arch: s
 @pytest.mark.parametrize("name, arch", CASES)
 def test_sdpa_and_eager_paths_agree(name: str, arch: str) -> None:
     cfg = config(name, arch)
-    sdpa = pf.Transformer(cfg).eval()
-    eager = pf.Transformer(cfg.replace(attn_impl="eager")).eval()
-    eager.load_state_dict(sdpa.state_dict())
-    kwargs = inputs(cfg)
-    kwargs["attention_mask"] = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
-    torch.testing.assert_close(sdpa(**kwargs).logits, eager(**kwargs).logits, atol=1e-5, rtol=1e-5)
+    assert_sdpa_equals_eager(cfg, **inputs(cfg), attention_mask=torch.tensor([[1] * 7, [1] * 5 + [0] * 2]))
 
 
 @pytest.mark.parametrize("name, arch", CASES)

@@ -13,7 +13,9 @@ import torch
 
 import posformer as pf
 from posformer.positions.base import PositionEncoding
-from tests.positions.test_positions_conformance import TRAIN_LENGTH, config
+from tests.positions.test_positions_conformance import (
+    TRAIN_LENGTH, assert_sdpa_equals_eager, cached_left_padded_steps, config,
+)
 
 ARCHS = ["encoder", "decoder"]
 CASES = [(name, arch) for arch in ARCHS for name in pf.positions.usable(arch)]
@@ -69,11 +71,7 @@ def test_kv_cached_decoding_of_a_left_padded_batch_equals_full_pass(name: str) -
     ids = ids.masked_fill(mask == 0, 0)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     full = model(ids, attention_mask=mask, position_ids=pos).logits
-    cache = pf.Cache(4)
-    steps = [model(ids[:, :5], attention_mask=mask[:, :5], position_ids=pos[:, :5], cache=cache).logits]
-    steps += [model(ids[:, t : t + 1], attention_mask=mask[:, : t + 1], position_ids=pos[:, t : t + 1],
-                    cache=cache).logits for t in range(5, 10)]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cached_left_padded_steps(model, ids, mask, pos, prefix=5), full, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name, arch", CASES)
@@ -90,14 +88,8 @@ def test_left_padding_with_position_ids_equals_each_row_alone(name: str, arch: s
 
 @pytest.mark.parametrize("name, arch", CASES)
 def test_sdpa_and_eager_paths_agree(name: str, arch: str) -> None:
-    cfg = mixed(name, arch)
-    sdpa = pf.Transformer(cfg).eval()
-    eager = pf.Transformer(cfg.replace(attn_impl="eager")).eval()
-    eager.load_state_dict(sdpa.state_dict())
-    ids = torch.randint(1, 53, (2, 7))
-    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
-    torch.testing.assert_close(sdpa(ids, attention_mask=mask).logits, eager(ids, attention_mask=mask).logits,
-                               atol=1e-5, rtol=1e-5)
+    assert_sdpa_equals_eager(mixed(name, arch), input_ids=torch.randint(1, 53, (2, 7)),
+                             attention_mask=torch.tensor([[1] * 7, [1] * 5 + [0] * 2]))
 
 
 @pytest.mark.parametrize("name, arch", CASES)
