@@ -1,0 +1,81 @@
+"""The tables and the figure of a task run, and how its ranking compares with Kazemnejad et al. (2023).
+
+The paper ranks five encodings by their accuracy beyond the training lengths and reports each one's mean
+reciprocal rank over its tasks (its Figure 2 summary): NoPE 0.69, T5 0.55, ALiBi 0.50, Rotary 0.33,
+APE 0.22. Here the ranks are taken at each evaluation length beyond train_len (ties share the best rank) and
+averaged the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PAPER_MRR = {"none": 0.69, "t5": 0.55, "alibi": 0.50, "rope": 0.33, "sinusoidal": 0.22}
+
+
+def beyond(results: dict) -> list[int]:
+    cfg = results["config"]
+    return [n for n in cfg["eval_lens"] if n > cfg["train_len"]]
+
+
+def mean_reciprocal_rank(results: dict) -> dict[str, float]:
+    """{row: the mean over the lengths beyond train_len of 1 / its rank by accuracy (1 = best, ties share)}."""
+    rows = results["rows"]
+    lengths = beyond(results)
+    if not rows or not lengths:
+        return {}
+    total = {row: 0.0 for row in rows}
+    for n in lengths:
+        scores = {row: r["accuracy"][str(n)] for row, r in rows.items()}
+        for row, score in scores.items():
+            rank = 1 + sum(other > score for other in scores.values())
+            total[row] += 1.0 / rank
+    return {row: value / len(lengths) for row, value in total.items()}
+
+
+def markdown(results: dict) -> str:
+    cfg = results["config"]
+    lengths = cfg["eval_lens"]
+    lines = [f"# Task `{cfg['task']}`: exact-match accuracy by length\n",
+             f"Trained at lengths 1..{cfg['train_len']} ({cfg['steps']} steps of {cfg['batch_size']} examples; "
+             f"d_model {cfg['d_model']}, {cfg['layers']} layers, {cfg['heads']} heads); {cfg['eval_examples']} "
+             "held-out examples per length, greedy decoding (exact match of the whole target).\n",
+             "| encoding | " + " | ".join(f"n={n}" for n in lengths) + " |",
+             "|---|" + "---|" * len(lengths)]
+    for row, r in results["rows"].items():
+        lines.append(f"| {row} | " + " | ".join(f"{r['accuracy'][str(n)]:.3f}" for n in lengths) + " |")
+    mrr = mean_reciprocal_rank(results)
+    if mrr:
+        lines += ["", f"Mean reciprocal rank beyond n={cfg['train_len']} (ours) and in Kazemnejad et al. 2023:", "",
+                  "| encoding | MRR (ours) | MRR (paper) |", "|---|---|---|"]
+        for row in sorted(mrr, key=lambda r: -mrr[r]):
+            paper = PAPER_MRR.get(row)
+            lines.append(f"| {row} | {mrr[row]:.2f} | {'' if paper is None else f'{paper:.2f}'} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict, path: Path) -> Path:
+    """accuracy.png: exact-match accuracy against task length, one line per encoding."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cfg = results["config"]
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for row, r in results["rows"].items():
+        ax.plot(cfg["eval_lens"], [r["accuracy"][str(n)] for n in cfg["eval_lens"]], marker="o", ms=3, label=row)
+    ax.axvline(cfg["train_len"], color="grey", lw=0.8, ls=":")
+    ax.set_xlabel(f"{cfg['task']} length n")
+    ax.set_ylabel("exact-match accuracy")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"{cfg['task']}: trained at n <= {cfg['train_len']}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,110 @@
+"""The knobs of `posformer extrapolate --task`, its presets (quick, cpu) and the model every row shares."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from posformer import positions
+from posformer.config import Config
+from posformer.experiments.tasks.generators import TASKS, VOCAB, min_length
+from posformer.train.settings import DEVICES, PRECISIONS, TrainerSettings
+from posformer.validation import check_choice, check_int, check_number, fail
+
+# Kazemnejad et al. 2023 compare these five (APE as the sinusoidal embedding)
+DEFAULT_ROWS = ["none", "t5", "alibi", "rope", "sinusoidal"]
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # a smoke run: about 10 s a row on one CPU thread (copy: rope learns n=8 to ~0.9 exact match)
+    "quick": dict(train_len=8, steps=500, batch_size=32, lr=3e-3, warmup=25, d_model=64, layers=2, heads=4,
+                  eval_examples=64, threads=1),
+    # lengths 1..20 as in the paper, tested up to 80
+    "cpu": dict(train_len=20, steps=3000, batch_size=64, lr=1e-3, warmup=200, d_model=128, layers=4, heads=4,
+                eval_examples=200, threads=1),
+}
+
+
+@dataclass
+class TaskSettings:
+    """Every knob of a task run. eval_lens None: train_len times 1, 2, 3 and 4 (sizes of the task, see
+    `posformer.experiments.tasks.generators`)."""
+
+    task: str = "copy"
+    positions: list[str] = field(default_factory=lambda: list(DEFAULT_ROWS))
+    train_len: int = 20
+    eval_lens: list[int] | None = None
+    eval_examples: int = 200
+    steps: int = 3000
+    batch_size: int = 64
+    lr: float = 1e-3
+    warmup: int = 200
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    d_model: int = 128
+    layers: int = 4
+    heads: int = 4
+    seed: int = 0
+    device: str = "auto"
+    threads: int | None = None
+    precision: str = "fp32"
+    save_every: int = 500
+
+    def __post_init__(self) -> None:
+        if self.eval_lens is None:
+            self.eval_lens = [k * self.train_len for k in (1, 2, 3, 4)]
+        self.validate()
+
+    def validate(self) -> None:
+        check_choice("task", self.task, tuple(TASKS))
+        if not isinstance(self.positions, list) or not self.positions:
+            fail("positions", self.positions, "a non-empty list of registered encodings")
+        for name in self.positions:
+            check_choice("positions", name, tuple(positions.usable("decoder")))
+        check_int("train_len", self.train_len, minimum=min_length(self.task))
+        if not isinstance(self.eval_lens, list) or not self.eval_lens:
+            fail("eval_lens", self.eval_lens, "a non-empty list of task lengths")
+        for n in self.eval_lens:
+            check_int("eval_lens", n, minimum=min_length(self.task))
+        for name in ("eval_examples", "steps", "batch_size", "d_model", "layers", "heads", "save_every"):
+            check_int(name, getattr(self, name))
+        check_int("warmup", self.warmup, minimum=0)
+        check_int("seed", self.seed, minimum=0)
+        check_number("lr", self.lr, 0.0, low_open=True)
+        check_number("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
+        check_number("weight_decay", self.weight_decay, 0.0)
+        check_choice("device", self.device, DEVICES)
+        check_choice("precision", self.precision, PRECISIONS)
+        if self.threads is not None:
+            check_int("threads", self.threads)
+        if self.d_model % self.heads:
+            fail("heads", self.heads, f"a divisor of d_model={self.d_model}")
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "TaskSettings":
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}: expected one of {', '.join(PRESETS)}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(f"unknown setting(s) {unknown}: expected some of {', '.join(sorted(known))}")
+        return cls(**{**PRESETS[name], **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def model_config(s: TaskSettings, position: str, longest: int) -> Config:
+    """The decoder of one row: pre-norm RMSNorm, SwiGLU, no biases, tied embeddings; only `position` differs.
+    `longest`: the longest sequence (prompt, SEP, target, EOS) it will read."""
+    return Config(arch="decoder", vocab_size=len(VOCAB), d_model=s.d_model, n_layers=s.layers, n_heads=s.heads,
+                  d_ff=4 * s.d_model, position=position, max_positions=longest, norm="rmsnorm", activation="swiglu",
+                  qkv_bias=False, attn_out_bias=False, ffn_bias=False, tie_embeddings=True)
+
+
+def trainer_settings(s: TaskSettings) -> TrainerSettings:
+    every = min(s.save_every, s.steps)
+    return TrainerSettings(steps=s.steps, batch_size=s.batch_size, lr=s.lr, min_lr_ratio=s.min_lr_ratio,
+                           schedule="cosine", warmup=min(s.warmup, s.steps - 1), weight_decay=s.weight_decay,
+                           precision=s.precision, device=s.device, eval_every=every, save_every=every, keep_last=1,
+                           log_every=10, seed=s.seed, sample_prompt=None, sample_tokens=0)

@@ -1,0 +1,141 @@
+"""The synthetic length-generalisation tasks: exact inputs and targets at the lengths asked, no example shared
+between training and evaluation, teacher-forced exact match equal to greedy decoding, and the quick preset of
+`posformer extrapolate --task` end to end."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+import posformer as pf
+from posformer.cli import main
+from posformer.experiments.tasks import generators as g
+from posformer.experiments.tasks.dataset import TaskBatches, encode, eval_examples, is_eval_prompt
+from posformer.experiments.tasks.evaluation import exact_match
+from posformer.experiments.tasks.settings import TaskSettings
+from posformer.heads import IGNORE_INDEX
+
+
+def digits(ids) -> list[int]:
+    return [int(g.VOCAB[i]) for i in ids]
+
+
+def number(ids) -> int:
+    """A little-endian digit string's value."""
+    return sum(d * 10**k for k, d in enumerate(digits(ids)))
+
+
+@pytest.mark.parametrize("n", [1, 5, 17])
+def test_each_task_writes_the_exact_target_at_the_length_asked(n: int) -> None:
+    rng = random.Random(n)
+    for _ in range(50):
+        copy, rev, srt, par = g.copy(rng, n), g.reverse(rng, n), g.sort(rng, n), g.parity(rng, n)
+        assert len(copy.prompt) == n and copy.target == copy.prompt
+        assert len(rev.prompt) == n and rev.target == tuple(reversed(rev.prompt))
+        assert len(srt.prompt) == n and digits(srt.target) == sorted(digits(srt.prompt))
+        assert len(par.prompt) == n and set(digits(par.prompt)) <= {0, 1}
+        assert digits(par.target) == [sum(digits(par.prompt)) % 2]
+        add = g.addition(rng, n)
+        plus = add.prompt.index(g.PLUS)
+        a, b = add.prompt[:plus], add.prompt[plus + 1 :]
+        assert len(a) == len(b) == n and number(add.target) == number(a) + number(b)
+        assert n == 1 or digits(a)[-1] != 0  # n digits: no leading zero (written last)
+        assert len(add.target) in (n, n + 1)
+
+
+@pytest.mark.parametrize("depth", [0.0, 0.5, 1.0])
+def test_the_passkey_sits_at_its_depth_and_is_the_target(depth: float) -> None:
+    example = g.passkey(random.Random(0), 40, depth=depth)
+    assert len(example.prompt) == 40 and example.prompt[-1] == g.QUERY
+    key_at = example.prompt.index(g.KEY)
+    assert example.prompt[key_at + 1 : key_at + 6] == example.target and len(example.target) == 5
+    assert key_at == round(depth * (40 - 7))
+    with pytest.raises(ValueError, match="passkey: length 6 is too short"):
+        g.passkey(random.Random(0), 6)
+
+
+def test_no_example_is_both_trained_on_and_evaluated() -> None:
+    """Training batches draw only prompts of the training side, evaluation sets only the other side, at every
+    length, trained or not; about one prompt in ten is set aside."""
+    batches = TaskBatches("copy", 8, seed=0)
+    trained = set()
+    for _ in range(40):
+        batch = batches.next_batch(32)
+        for row, mask in zip(batch["input_ids"], batch["attention_mask"]):
+            tokens = row[mask.bool()].tolist()
+            trained.add(tuple(tokens[: tokens.index(g.SEP)]))
+    evaluated = {e.prompt for n in (4, 8, 16) for e in eval_examples("copy", n, 200, seed=0)}
+    assert not trained & evaluated
+    assert all(not is_eval_prompt(p) for p in trained) and all(is_eval_prompt(p) for p in evaluated)
+    share = sum(is_eval_prompt(tuple(random.Random(i).choices(range(3, 13), k=6))) for i in range(5000)) / 5000
+    assert 0.08 < share < 0.12
+
+
+def test_training_lengths_stay_within_train_len_and_batches_resume_exactly() -> None:
+    batches = TaskBatches("reverse", 6, seed=3)
+    first = [batches.next_batch(16) for _ in range(3)]
+    prompt_lengths = {int(row.tolist().index(g.SEP)) for b in first for row in b["input_ids"]}
+    assert prompt_lengths <= set(range(1, 7)) and len(prompt_lengths) > 3
+    resumed = TaskBatches("reverse", 6, seed=3)
+    resumed.load_state_dict({"index": 2, "seed": 3})
+    assert torch.equal(resumed.next_batch(16)["input_ids"], first[2]["input_ids"])
+
+
+def test_labels_cover_the_target_and_eos_only() -> None:
+    example = g.Example(prompt=(3, 4, 5), target=(6, 7), length=3)
+    batch = encode([example, g.Example(prompt=(3,), target=(4,), length=1)])
+    assert batch["input_ids"][0].tolist() == [3, 4, 5, g.SEP, 6, 7, g.EOS]
+    assert batch["labels"][0].tolist() == [IGNORE_INDEX] * 4 + [6, 7, g.EOS]
+    assert batch["labels"][1].tolist() == [IGNORE_INDEX, IGNORE_INDEX, 4, g.EOS] + [IGNORE_INDEX] * 3
+
+
+def test_teacher_forced_exact_match_equals_greedy_decoding() -> None:
+    """On a partly trained model (some rows right, some wrong), the one-pass score equals the fraction of rows
+    where `generate` writes the target and then EOS."""
+    settings = TaskSettings.preset("quick", task="copy", positions=["rope"])
+    torch.manual_seed(0)
+    model = pf.Transformer(pf.Config(arch="decoder", vocab_size=len(g.VOCAB), d_model=32, n_layers=2, n_heads=4,
+                                     position="rope", max_positions=64))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    batches = TaskBatches("copy", 4, seed=0)
+    for _ in range(120):
+        loss = model(**batches.next_batch(32)).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    examples = eval_examples("copy", 4, 64, settings.seed)
+    score = exact_match(model, examples, batch_size=16)
+    model.eval()
+    greedy = 0
+    for e in examples:
+        prompt = torch.tensor([list(e.prompt) + [g.SEP]])
+        out = model.generate(prompt, max_new_tokens=len(e.target) + 1, eos_token_id=[])[0, prompt.shape[1] :]
+        greedy += out.tolist() == list(e.target) + [g.EOS]
+    assert 0 < score < 1 and score == greedy / len(examples)
+
+
+def test_the_quick_preset_runs_end_to_end(tmp_path, capsys) -> None:
+    out = tmp_path / "copy"
+    assert main(["extrapolate", "--task", "copy", "--output-dir", str(out), "--positions", "rope,none",
+                 "--no-progress"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["rows"]) == ["rope", "none"] and results["config"]["eval_lens"] == [8, 16, 24, 32]
+    assert all(0.0 <= acc <= 1.0 for r in results["rows"].values() for acc in r["accuracy"].values())
+    assert results["rows"]["rope"]["accuracy"]["8"] > 0.5  # it learns the trained lengths
+    assert (out / "accuracy.png").stat().st_size > 0 and "Kazemnejad" in (out / "results.md").read_text()
+    assert "| rope |" in capsys.readouterr().out
+    assert main(["extrapolate", "--task", "copy", "--output-dir", str(out), "--positions", "rope,none",
+                 "--no-progress"]) == 0  # a second run skips the recorded rows
+    assert "already recorded" in capsys.readouterr().out
+
+
+def test_bad_task_settings_are_refused_by_name(tmp_path, capsys) -> None:
+    assert main(["extrapolate", "--task", "copy", "--output-dir", str(tmp_path), "--vocab-size", "100"]) != 0
+    assert "--task copy: --vocab-size apply to the language-model benchmark only" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"positions='nope' is invalid: expected one of"):
+        TaskSettings.preset("quick", positions=["nope"])
+    with pytest.raises(ValueError, match=r"train_len=6 is invalid: expected an integer >= 7"):
+        TaskSettings.preset("quick", task="passkey", train_len=6)
