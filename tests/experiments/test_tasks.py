@@ -15,6 +15,7 @@ from posformer.cli import main
 from posformer.experiments.tasks import generators as g
 from posformer.experiments.tasks.dataset import TaskBatches, encode, eval_examples, is_eval_prompt
 from posformer.experiments.tasks.evaluation import exact_match
+from posformer.experiments.tasks.report import markdown, mean_reciprocal_rank
 from posformer.experiments.tasks.settings import TaskSettings
 from posformer.heads import IGNORE_INDEX
 
@@ -122,7 +123,7 @@ def test_the_quick_preset_runs_end_to_end(tmp_path, capsys) -> None:
     assert main(["extrapolate", "--task", "copy", "--output-dir", str(out), "--positions", "rope,none",
                  "--no-progress"]) == 0
     results = json.loads((out / "results.json").read_text())
-    assert list(results["rows"]) == ["rope", "none"] and results["config"]["eval_lens"] == [8, 16, 24, 32]
+    assert list(results["rows"]) == ["rope", "none"] and results["config"]["eval_lens"] == [8, 10, 12, 16, 24, 32]
     assert all(0.0 <= acc <= 1.0 for r in results["rows"].values() for acc in r["accuracy"].values())
     assert results["rows"]["rope"]["accuracy"]["8"] > 0.5  # it learns the trained lengths
     assert (out / "accuracy.png").stat().st_size > 0 and "Kazemnejad" in (out / "results.md").read_text()
@@ -139,3 +140,16 @@ def test_bad_task_settings_are_refused_by_name(tmp_path, capsys) -> None:
         TaskSettings.preset("quick", positions=["nope"])
     with pytest.raises(ValueError, match=r"train_len=6 is invalid: expected an integer >= 7"):
         TaskSettings.preset("quick", task="passkey", train_len=6)
+
+
+def test_mean_reciprocal_rank_counts_lengths_beyond_training_and_ties_share_the_best_rank() -> None:
+    """At 16: a 1.0, b and c 0.5 (ranks 1, 2, 2); at 24: c 1.0, a and b 0 (ranks 2, 2, 1); n=8 is trained and
+    does not count. A stopped row is left out."""
+    accuracy = {"a": (0.2, 1.0, 0.0), "b": (0.9, 0.5, 0.0), "c": (0.0, 0.5, 1.0)}
+    rows = {row: {"error": None, "accuracy": dict(zip(("8", "16", "24"), values))} for row, values in accuracy.items()}
+    rows["d"] = {"error": "stopped: NaN loss", "accuracy": {"8": None, "16": None, "24": None}}
+    results = {"config": {"train_len": 8, "eval_lens": [8, 16, 24]}, "rows": rows}
+    assert mean_reciprocal_rank(results) == {"a": 0.75, "b": 0.5, "c": 0.75}
+    assert results["rows"]["d"]["error"] and "| d | stopped | stopped | stopped |" in markdown(
+        {**results, "config": {**results["config"], "task": "copy", "steps": 1, "batch_size": 1, "d_model": 8,
+                               "layers": 1, "heads": 1, "eval_examples": 1}})

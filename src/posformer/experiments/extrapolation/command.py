@@ -38,9 +38,9 @@ length) serve every length and row.
 Tasks (--task copy|reverse|sort|addition|parity|passkey; after Kazemnejad et al. 2023 and the
 passkey retrieval of Mohtashami & Jaggi 2023): one small decoder per encoding (default rows none,
 t5, alibi, rope, sinusoidal) trained on examples of lengths 1..L, then exact-match accuracy of
-greedy decoding on held-out examples at L, 2L, 3L and 4L (results.md, results.json, accuracy.png,
+greedy decoding on held-out examples at L, 1.25L, 1.5L, 2L, 3L and 4L (results.md, results.json, accuracy.png,
 and the mean reciprocal rank beside the paper's). Presets: quick (L=8, 500 steps, ~10 s a row) and
-cpu (L=20, 3000 steps).
+cpu (L=20, 1000 steps, ~5 minutes a row).
 
 Outputs in --output-dir: results.md (perplexity and ppl(kL)/ppl(L) tables per eval set),
 results.json (every number, the resolved config, held-out books, wall times, versions),
@@ -56,7 +56,8 @@ EPILOG = ("Example: posformer extrapolate --preset cpu --output-dir runs/extrapo
 FLAGS = (  # (flag, settings key, type, help)
     ("--positions", "positions", str, "comma-separated rows (registered encodings)"),
     ("--train-len", "train_len", int, "training length L"),
-    ("--eval-lens", "eval_lens", str, "comma-separated eval lengths, L included (default: L, 2L, 4L, 8L, 16L)"),
+    ("--eval-lens", "eval_lens", str, "comma-separated eval lengths, L included (default: L, 2L, 4L, 8L, 16L; "
+                                      "--task: L, 1.25L, 1.5L, 2L, 3L, 4L)"),
     ("--steps", "steps", int, "optimizer steps per row"),
     ("--batch-size", "batch_size", int, "sequences per step"),
     ("--lr", "lr", float, "peak learning rate (cosine schedule with warm-up)"),

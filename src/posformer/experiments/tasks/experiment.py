@@ -80,7 +80,7 @@ def run_tasks(settings: TaskSettings, output_dir: str | Path, log: Callable[[str
             fit = trainer.fit(resume=True)
         except TrainingStopped as err:
             log(f"{position}: {err}")
-            results["rows"][position] = {"error": str(err), "accuracy": {str(n): 0.0 for n in s.eval_lens}}
+            results["rows"][position] = {"error": str(err), "accuracy": {str(n): None for n in s.eval_lens}}
             _save(results, layout)
             continue
         losses = [r["loss"] for r in MetricsLog(run_dir / "metrics.jsonl").records() if "loss" in r]

@@ -1,8 +1,7 @@
 """The tables and the figure of a task run, and how its ranking compares with Kazemnejad et al. (2023).
 
 The paper ranks five encodings by their accuracy beyond the training lengths and reports each one's mean
-reciprocal rank over its tasks (its Figure 2 summary): NoPE 0.69, T5 0.55, ALiBi 0.50, Rotary 0.33,
-APE 0.22. Here the ranks are taken at each evaluation length beyond train_len (ties share the best rank) and
+reciprocal rank over its tasks: NoPE 0.69, T5 0.55, ALiBi 0.50, Rotary 0.33, APE 0.22. Here the ranks are taken at each evaluation length beyond train_len (ties share the best rank) and
 averaged the same way.
 """
 
@@ -21,7 +20,7 @@ def beyond(results: dict) -> list[int]:
 
 def mean_reciprocal_rank(results: dict) -> dict[str, float]:
     """{row: the mean over the lengths beyond train_len of 1 / its rank by accuracy (1 = best, ties share)}."""
-    rows = results["rows"]
+    rows = {row: r for row, r in results["rows"].items() if r.get("error") is None}  # a stopped row has no score
     lengths = beyond(results)
     if not rows or not lengths:
         return {}
@@ -44,7 +43,8 @@ def markdown(results: dict) -> str:
              "| encoding | " + " | ".join(f"n={n}" for n in lengths) + " |",
              "|---|" + "---|" * len(lengths)]
     for row, r in results["rows"].items():
-        lines.append(f"| {row} | " + " | ".join(f"{r['accuracy'][str(n)]:.3f}" for n in lengths) + " |")
+        cells = ["stopped" if r["accuracy"][str(n)] is None else f"{r['accuracy'][str(n)]:.3f}" for n in lengths]
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
     mrr = mean_reciprocal_rank(results)
     if mrr:
         lines += ["", f"Mean reciprocal rank beyond n={cfg['train_len']} (ours) and in Kazemnejad et al. 2023:", "",
@@ -65,7 +65,8 @@ def plot(results: dict, path: Path) -> Path:
     cfg = results["config"]
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for row, r in results["rows"].items():
-        ax.plot(cfg["eval_lens"], [r["accuracy"][str(n)] for n in cfg["eval_lens"]], marker="o", ms=3, label=row)
+        if r.get("error") is None:
+            ax.plot(cfg["eval_lens"], [r["accuracy"][str(n)] for n in cfg["eval_lens"]], marker="o", ms=3, label=row)
     ax.axvline(cfg["train_len"], color="grey", lw=0.8, ls=":")
     ax.set_xlabel(f"{cfg['task']} length n")
     ax.set_ylabel("exact-match accuracy")
