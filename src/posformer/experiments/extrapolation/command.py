@@ -38,9 +38,9 @@ length) serve every length and row.
 Tasks (--task copy|reverse|sort|addition|parity|passkey; after Kazemnejad et al. 2023 and the
 passkey retrieval of Mohtashami & Jaggi 2023): one small decoder per encoding (default rows none,
 t5, alibi, rope, sinusoidal) trained on examples of lengths 1..L, then exact-match accuracy of
-greedy decoding on held-out examples at L, 1.25L, 1.5L, 2L, 3L and 4L (results.md, results.json, accuracy.png,
-and the mean reciprocal rank beside the paper's). Presets: quick (L=8, 500 steps, ~10 s a row) and
-cpu (L=20, 1000 steps, ~5 minutes a row).
+greedy decoding on held-out examples at L, 1.25L, 1.5L, 2L, 3L and 4L (results.md with the mean
+reciprocal rank beside the paper's, results.json, accuracy.png). Presets: quick (L=8, 500 steps,
+~10 s a row) and cpu (L=20, 1000 steps, ~5 minutes a row).
 
 Outputs in --output-dir: results.md (perplexity and ppl(kL)/ppl(L) tables per eval set),
 results.json (every number, the resolved config, held-out books, wall times, versions),
