@@ -96,13 +96,13 @@ class TaskSettings:
 
 
 def model_config(s: TaskSettings, position: str, longest: int) -> Config:
-    """The decoder of one row: pre-norm RMSNorm, SwiGLU, no biases, tied embeddings, token embeddings times
-    sqrt(d_model) (as the language-model benchmark's: without it, sinusoids of amplitude 1 drown embeddings drawn
-    at std 0.02, and the sinusoidal row did not learn copy at all); only `position` differs. `longest`: the
-    longest sequence (prompt, SEP, target, EOS) it will read."""
+    """The decoder of one row: pre-norm RMSNorm, SwiGLU, no biases, tied embeddings; only `position` differs.
+    `longest`: the longest sequence (prompt, SEP, target, EOS) it will read. Token embeddings are not scaled by
+    sqrt(d_model): on copy (cpu preset) scaling let the sinusoidal row learn but left none and t5 at 0 exact
+    match and no row generalising (docs/tasks.md)."""
     return Config(arch="decoder", vocab_size=len(VOCAB), d_model=s.d_model, n_layers=s.layers, n_heads=s.heads,
                   d_ff=4 * s.d_model, position=position, max_positions=longest, norm="rmsnorm", activation="swiglu",
-                  qkv_bias=False, attn_out_bias=False, ffn_bias=False, tie_embeddings=True, scale_embeddings=True)
+                  qkv_bias=False, attn_out_bias=False, ffn_bias=False, tie_embeddings=True)
 
 
 def trainer_settings(s: TaskSettings) -> TrainerSettings:
