@@ -84,24 +84,31 @@ def _ints(text: str) -> list[int]:
         raise ValueError(f"--eval-lens {text!r}: expected comma-separated integers") from None
 
 
-def settings_from_args(args: argparse.Namespace):
-    """Preset, then flags, then --set KEY=VALUE (YAML values) -> validated settings."""
-    from posformer.experiments.extrapolation.settings import ExtrapolationSettings
+def _overrides(args: argparse.Namespace, keys: tuple[str, ...], example: str) -> dict:
+    """The flags among `keys` that were given, then --set KEY=VALUE (YAML values); "a,b" lists split."""
     from posformer.train.settings import parse_yaml
 
     overrides = {}
-    for _, key, _, _ in FLAGS:
+    for key in keys:
         value = getattr(args, key)
         if value is not None:
             overrides[key] = _ints(value) if key == "eval_lens" else value
     for item in args.set:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"--set {item!r}: expected KEY=VALUE, e.g. eval_tokens=8192 or steps=200")
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE, e.g. {example}")
         value = parse_yaml(raw)
         overrides[key.strip()] = _ints(str(value)) if key.strip() == "eval_lens" and isinstance(value, str) else value
     if isinstance(overrides.get("positions"), str):
         overrides["positions"] = [p.strip() for p in overrides["positions"].split(",") if p.strip()]
+    return overrides
+
+
+def settings_from_args(args: argparse.Namespace):
+    """Preset, then flags, then --set KEY=VALUE (YAML values) -> validated settings."""
+    from posformer.experiments.extrapolation.settings import ExtrapolationSettings
+
+    overrides = _overrides(args, tuple(key for _, key, _, _ in FLAGS), "eval_tokens=8192 or steps=200")
     return ExtrapolationSettings.preset(args.preset, **overrides)
 
 
@@ -112,24 +119,12 @@ TASK_FLAGS = ("positions", "train_len", "eval_lens", "steps", "batch_size", "lr"
 def task_settings_from_args(args: argparse.Namespace):
     """--task: the task preset, then the flags that apply to tasks, then --set KEY=VALUE."""
     from posformer.experiments.tasks.settings import TaskSettings
-    from posformer.train.settings import parse_yaml
 
     ignored = [flag for flag, key, _, _ in FLAGS if key not in TASK_FLAGS and getattr(args, key) is not None]
     if ignored:
         raise ValueError(f"--task {args.task}: {', '.join(ignored)} apply to the language-model benchmark only")
-    overrides = {"task": args.task}
-    for key in TASK_FLAGS:
-        value = getattr(args, key)
-        if value is not None:
-            overrides[key] = _ints(value) if key == "eval_lens" else value
-    for item in args.set:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--set {item!r}: expected KEY=VALUE, e.g. steps=200 or eval_examples=100")
-        overrides[key.strip()] = parse_yaml(raw)
-    if isinstance(overrides.get("positions"), str):
-        overrides["positions"] = [p.strip() for p in overrides["positions"].split(",") if p.strip()]
-    return TaskSettings.preset(args.preset, **overrides)
+    overrides = _overrides(args, TASK_FLAGS, "steps=200 or eval_examples=100")
+    return TaskSettings.preset(args.preset, task=args.task, **overrides)
 
 
 def cmd_task(args: argparse.Namespace) -> int:

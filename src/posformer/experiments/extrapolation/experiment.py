@@ -98,6 +98,9 @@ def initial_model(settings: ExtrapolationSettings, position: str, vocab_size: in
 
 
 def trainer_settings(s: ExtrapolationSettings) -> TrainerSettings:
+    """The Trainer settings of a row: cosine schedule, one checkpoint kept, no sample. Reads the knobs the task
+    runs' `TaskSettings` share (steps, batch_size, lr, min_lr_ratio, warmup, weight_decay, precision, device,
+    save_every, seed)."""
     every = min(s.save_every, s.steps)
     return TrainerSettings(steps=s.steps, batch_size=s.batch_size, lr=s.lr, min_lr_ratio=s.min_lr_ratio,
                            schedule="cosine", warmup=min(s.warmup, s.steps - 1), weight_decay=s.weight_decay,

@@ -17,12 +17,12 @@ from typing import Callable
 import torch
 
 from posformer.atomic import write_json_atomic, write_text_atomic
-from posformer.experiments.extrapolation.experiment import reference_copy, versions
+from posformer.experiments.extrapolation.experiment import reference_copy, trainer_settings, versions
 from posformer.experiments.extrapolation.layout import ExperimentLayout
 from posformer.experiments.tasks.dataset import TaskBatches, eval_examples
 from posformer.experiments.tasks.evaluation import exact_match
 from posformer.experiments.tasks.report import markdown, plot
-from posformer.experiments.tasks.settings import TaskSettings, model_config, trainer_settings
+from posformer.experiments.tasks.settings import TaskSettings, model_config
 from posformer.model import Transformer
 from posformer.train.metrics_log import MetricsLog
 from posformer.train.rng import seed_everything

@@ -1,13 +1,12 @@
 """The tables and the figure of a task run, and how its ranking compares with Kazemnejad et al. (2023).
 
 The paper ranks five encodings by their accuracy beyond the training lengths and reports each one's mean
-reciprocal rank over its tasks: NoPE 0.69, T5 0.55, ALiBi 0.50, Rotary 0.33, APE 0.22. Here the ranks are taken at each evaluation length beyond train_len (ties share the best rank) and
-averaged the same way.
+reciprocal rank over its tasks: NoPE 0.69, T5 0.55, ALiBi 0.50, Rotary 0.33, APE 0.22. Here the ranks are
+taken at each evaluation length beyond train_len (ties share the best rank) and averaged the same way.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 PAPER_MRR = {"none": 0.69, "t5": 0.55, "alibi": 0.50, "rope": 0.33, "sinusoidal": 0.22}
@@ -57,13 +56,10 @@ def markdown(results: dict) -> str:
 
 def plot(results: dict, path: Path) -> Path:
     """accuracy.png: exact-match accuracy against task length, one line per encoding."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from posformer.plots.figure import pyplot, save_png
 
     cfg = results["config"]
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    fig, ax = pyplot().subplots(figsize=(6.5, 4.5))
     for row, r in results["rows"].items():
         if r.get("error") is None:
             ax.plot(cfg["eval_lens"], [r["accuracy"][str(n)] for n in cfg["eval_lens"]], marker="o", ms=3, label=row)
@@ -74,9 +70,4 @@ def plot(results: dict, path: Path) -> Path:
     ax.set_title(f"{cfg['task']}: trained at n <= {cfg['train_len']}")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return save_png(fig, path)

@@ -9,7 +9,7 @@ from typing import Any
 from posformer import positions
 from posformer.config import Config
 from posformer.experiments.tasks.generators import TASKS, VOCAB, min_length
-from posformer.train.settings import DEVICES, PRECISIONS, TrainerSettings
+from posformer.train.settings import DEVICES, PRECISIONS
 from posformer.validation import check_choice, check_int, check_number, fail
 
 # Kazemnejad et al. 2023 compare these five (APE as the sinusoidal embedding)
@@ -103,11 +103,3 @@ def model_config(s: TaskSettings, position: str, longest: int) -> Config:
     return Config(arch="decoder", vocab_size=len(VOCAB), d_model=s.d_model, n_layers=s.layers, n_heads=s.heads,
                   d_ff=4 * s.d_model, position=position, max_positions=longest, norm="rmsnorm", activation="swiglu",
                   qkv_bias=False, attn_out_bias=False, ffn_bias=False, tie_embeddings=True)
-
-
-def trainer_settings(s: TaskSettings) -> TrainerSettings:
-    every = min(s.save_every, s.steps)
-    return TrainerSettings(steps=s.steps, batch_size=s.batch_size, lr=s.lr, min_lr_ratio=s.min_lr_ratio,
-                           schedule="cosine", warmup=min(s.warmup, s.steps - 1), weight_decay=s.weight_decay,
-                           precision=s.precision, device=s.device, eval_every=every, save_every=every, keep_last=1,
-                           log_every=10, seed=s.seed, sample_prompt=None, sample_tokens=0)
