@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from posformer.config import Config
 from posformer.hf.family import Family, architecture, register, unsupported
-from posformer.hf.llama import decoder_rules, ignore, separate_projections
+from posformer.hf.llama import decoder_rules, first_token_id, ignore, separate_projections
 from posformer.hf.mapping import Rule, norm
 from posformer.hf.rope import has_v5_layer_params, rope_params, rope_to_hf
 
@@ -60,7 +60,7 @@ def config_from_hf(hf: dict) -> Config:
         attn_scale=float(hf.get("query_pre_attn_scalar", 256)) ** -0.5, qk_norm=True, scale_embeddings=True,
         tie_embeddings=bool(hf.get("tie_word_embeddings", True)), head=architecture(hf, HEADS, "causal_lm"),
         pad_token_id=hf.get("pad_token_id", 0), bos_token_id=hf.get("bos_token_id", 2),
-        eos_token_id=_first(hf.get("eos_token_id", 1)), init_std=hf.get("initializer_range", 0.02),
+        eos_token_id=first_token_id(hf.get("eos_token_id", 1)), init_std=hf.get("initializer_range", 0.02),
         hf_model_type=MODEL_TYPE,
     )
 
@@ -68,10 +68,6 @@ def config_from_hf(hf: dict) -> Config:
 def _whole(value: float) -> float | int:
     """`value` as an int when float rounding alone kept it from one (256 ** -0.5 ** -2 = 256.00000000000006)."""
     return round(value) if abs(value - round(value)) < 1e-9 * max(1.0, abs(value)) else value
-
-
-def _first(token_id):
-    return token_id[0] if isinstance(token_id, list) and token_id else token_id
 
 
 def _local_layers_to_hf(cfg: Config) -> dict:

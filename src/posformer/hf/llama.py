@@ -118,12 +118,12 @@ def config_from_hf(hf: dict) -> Config:
         tie_embeddings=bool(hf.get("tie_word_embeddings", model_type in TIED_BY_DEFAULT)),
         head=architecture(hf, HEADS, "causal_lm"),
         pad_token_id=hf.get("pad_token_id"), bos_token_id=hf.get("bos_token_id"),
-        eos_token_id=_first(hf.get("eos_token_id")), init_std=hf.get("initializer_range", 0.02),
+        eos_token_id=first_token_id(hf.get("eos_token_id")), init_std=hf.get("initializer_range", 0.02),
         hf_model_type=model_type,
     )
 
 
-def _first(token_id):
+def first_token_id(token_id):
     """HF allows a list of eos ids; posformer keeps one (the first)."""
     return token_id[0] if isinstance(token_id, list) and token_id else token_id
 

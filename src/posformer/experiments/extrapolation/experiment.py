@@ -50,8 +50,9 @@ def versions() -> dict[str, str]:
     return found
 
 
-def open_results(settings: ExtrapolationSettings, layout: ExperimentLayout) -> dict:
-    """The results recorded in `layout` (checked against `settings`), or a fresh record."""
+def open_results(settings: ExtrapolationSettings, layout: ExperimentLayout, benchmark: str = "extrapolation") -> dict:
+    """The results recorded in `layout` (checked against `settings`, any object with `to_dict`: the task runs'
+    `TaskSettings` too), or a fresh record of `benchmark`."""
     path = layout.results_json
     config = settings.to_dict()
     if path.is_file():
@@ -65,7 +66,7 @@ def open_results(settings: ExtrapolationSettings, layout: ExperimentLayout) -> d
                              "settings or another --output-dir")
         saved["config"] = config
         return saved
-    return {"benchmark": "extrapolation", "config": config, "data": {}, "rows": {}, "versions": versions()}
+    return {"benchmark": benchmark, "config": config, "data": {}, "rows": {}, "versions": versions()}
 
 
 def save_results(results: dict, layout: ExperimentLayout, draw: bool = True) -> None:

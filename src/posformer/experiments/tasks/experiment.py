@@ -9,7 +9,6 @@ recorded rows and resumes a half-trained one; a different configuration is refus
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Callable
@@ -17,7 +16,7 @@ from typing import Callable
 import torch
 
 from posformer.atomic import write_json_atomic, write_text_atomic
-from posformer.experiments.extrapolation.experiment import reference_copy, trainer_settings, versions
+from posformer.experiments.extrapolation.experiment import open_results, reference_copy, trainer_settings
 from posformer.experiments.extrapolation.layout import ExperimentLayout
 from posformer.experiments.tasks.dataset import TaskBatches, eval_examples
 from posformer.experiments.tasks.evaluation import exact_match
@@ -27,23 +26,6 @@ from posformer.model import Transformer
 from posformer.train.metrics_log import MetricsLog
 from posformer.train.rng import seed_everything
 from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
-
-IGNORED_FOR_RESUME = ("positions", "threads")
-
-
-def _open(settings: TaskSettings, layout: ExperimentLayout) -> dict:
-    config = settings.to_dict()
-    if layout.results_json.is_file():
-        saved = json.loads(layout.results_json.read_text())
-        differ = sorted(k for k in set(saved.get("config", {})) | set(config)
-                        if k not in IGNORED_FOR_RESUME and saved["config"].get(k) != config.get(k))
-        if differ:
-            raise ValueError(f"{layout.root} holds results of a different configuration (differing keys: "
-                             f"{', '.join(differ)}); use the same settings or another --output-dir")
-        saved["config"] = config
-        return saved
-    return {"benchmark": "tasks", "config": config, "rows": {}, "versions": versions()}
-
 
 def _save(results: dict, layout: ExperimentLayout) -> None:
     write_json_atomic(layout.results_json, results)
@@ -59,7 +41,7 @@ def run_tasks(settings: TaskSettings, output_dir: str | Path, log: Callable[[str
     check_output_dir(layout.root)
     if s.threads is not None:
         torch.set_num_threads(s.threads)
-    results = _open(s, layout)
+    results = open_results(s, layout, benchmark="tasks")
     tests = {n: eval_examples(s.task, n, s.eval_examples, s.seed) for n in s.eval_lens}
     longest = max(len(e.prompt) + len(e.target) + 2 for examples in tests.values() for e in examples)
     seed_everything(s.seed)
