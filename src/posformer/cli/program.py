@@ -11,10 +11,12 @@ import sys
 
 from posformer.cli import bench, convert, generate, info, plot, qa, train
 from posformer.cli.command import Command, add_commands
+from posformer.experiments.extension import command as extend
 from posformer.experiments.extrapolation import command as extrapolate
 
 COMMANDS: tuple[Command, ...] = (info.COMMAND, train.COMMAND, generate.COMMAND, convert.COMMAND, bench.COMMAND,
-                                 qa.COMMAND, extrapolate.COMMAND, plot.COMMAND)
+                                 qa.COMMAND, extrapolate.COMMAND, extend.COMMAND,
+                                 plot.COMMAND)
 EPILOG = "Run `posformer COMMAND --help` for the options of each command."
 
 

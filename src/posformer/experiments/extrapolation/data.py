@@ -13,6 +13,7 @@ every document of) the training split.
 
 from __future__ import annotations
 
+import math
 import re
 import tempfile
 from dataclasses import dataclass, field
@@ -117,9 +118,12 @@ def tokenizer_files(tokenizer) -> dict[str, str]:
 
 
 def encode(tokenizer, text: str, max_chars: int | None = None) -> Tensor:
-    """text (optionally its first `max_chars` characters) -> (N,) token ids, encoded paragraph by paragraph."""
+    """text (optionally its first `max_chars` characters) -> (N,) token ids, encoded paragraph by paragraph, no
+    special tokens. tokenizer: a Hugging Face fast tokenizer, or any object with encode(text) -> list[int]."""
     if max_chars is not None:
         text = text[:max_chars]
+    if not hasattr(tokenizer, "backend_tokenizer"):
+        return torch.tensor(tokenizer.encode(text), dtype=torch.long)
     paragraphs = re.split(r"(?<=\n\n)", text)
     ids = [i for enc in tokenizer.backend_tokenizer.encode_batch(paragraphs, add_special_tokens=False)
            for i in enc.ids]
@@ -159,3 +163,12 @@ def eval_streams(tokenizer, docs: dict[str, str], budget: int, multiple: int) ->
         raise ValueError(f"extrapolate: the evaluation documents {list(docs)} are shorter than the longest eval "
                          f"length {multiple} tokens")
     return streams
+
+
+def unigram_perplexity(train_ids: Tensor, streams: dict[str, Tensor], vocab_size: int) -> float:
+    """The perplexity on every token of `streams` of a unigram model: training-stream frequencies, add-one
+    smoothed over the vocabulary. What a model that reads no context at all can reach at best (up to the smoothing)."""
+    counts = torch.bincount(train_ids, minlength=vocab_size).double() + 1
+    log_p = (counts / counts.sum()).log()
+    ids = torch.cat(list(streams.values()))
+    return math.exp(float(-log_p[ids].mean()))

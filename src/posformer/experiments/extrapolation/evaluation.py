@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -33,45 +34,94 @@ def fits(model: Transformer, eval_len: int) -> bool:
 
 
 def _token_nll(model: Transformer, windows: Tensor) -> Tensor:
-    """windows: (b, T) -> NLL of tokens 1 .. T-1 given their prefix: (b, T - 1) float32."""
+    """windows: (b, T) -> NLL of tokens 1 .. T-1 given their prefix: (b, T - 1) float64."""
     logits = model(windows).logits[:, :-1].float()
-    return F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")
+    return F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none").double()
 
 
-def _batches(windows: Tensor, batch_tokens: int) -> list[Tensor]:
-    return list(windows.split(max(1, batch_tokens // windows.shape[1])))
+def scored_tokens(model: Transformer, ids: Tensor, eval_len: int, stride: int, batch_tokens: int
+                  ) -> tuple[Tensor, Tensor]:
+    """Score one stream ids (N,) in windows of eval_len every `stride` tokens -> (positions (M,), NLL (M,) float64).
 
-
-def chunk_nll(model: Transformer, ids: Tensor, eval_len: int, batch_tokens: int) -> tuple[float, int]:
-    """Non-overlapping protocol over one stream ids (N,) -> (summed NLL, number of scored tokens)."""
-    n = ids.numel() // eval_len
-    chunks = ids[: n * eval_len].view(n, eval_len)
-    total = 0.0
-    for batch in _batches(chunks, batch_tokens):
-        total += float(_token_nll(model, batch).double().sum())
-    return total, n * (eval_len - 1)
-
-
-def sliding_nll(model: Transformer, ids: Tensor, eval_len: int, stride: int, batch_tokens: int) -> tuple[float, int]:
-    """Sliding-window protocol over ids (N,) -> (summed NLL, number of scored tokens).
-
-    Window k covers ids[k*S : k*S + eval_len]; window 0 scores targets 1 .. eval_len-1,
-    window k > 0 targets eval_len - S .. eval_len - 1 (its last S tokens).
+    Window k covers ids[k*S : k*S + eval_len]; window 0 scores targets 1 .. eval_len-1, window k > 0 only
+    the targets not scored yet (its last S). positions[i] is the index in ids of the token nll[i] predicts.
+    S == eval_len is the non-overlapping protocol.
     """
     if not 1 <= stride <= eval_len:
         raise ValueError(f"stride={stride} must be in [1, eval_len={eval_len}]")
     windows = ids.unfold(0, eval_len, stride)  # (n_windows, eval_len)
-    total, count, first = 0.0, 0, True
-    for batch in _batches(windows, batch_tokens):
+    per_batch = max(1, batch_tokens // eval_len)
+    starts = (torch.arange(windows.shape[0], device=ids.device) * stride)[:, None]  # (n_windows, 1)
+    positions, losses = [], []
+    for batch, start in zip(windows.split(per_batch), starts.split(per_batch)):
         nll = _token_nll(model, batch)  # (b, eval_len - 1); column j predicts window token j + 1
         keep = torch.zeros_like(nll, dtype=torch.bool)
         keep[:, max(0, eval_len - 1 - stride):] = True
-        if first:
-            keep[0] = True
-            first = False
-        total += float(nll.double()[keep].sum())
-        count += int(keep.sum())
-    return total, count
+        keep[start[:, 0] == 0] = True
+        target = start + torch.arange(1, eval_len, device=ids.device)
+        positions.append(target[keep])
+        losses.append(nll[keep])
+    return torch.cat(positions), torch.cat(losses)
+
+
+def chunk_nll(model: Transformer, ids: Tensor, eval_len: int, batch_tokens: int) -> tuple[float, int]:
+    """Non-overlapping protocol over one stream ids (N,) -> (summed NLL, number of scored tokens)."""
+    _, nll = scored_tokens(model, ids, eval_len, eval_len, batch_tokens)
+    return float(nll.sum()), nll.numel()
+
+
+def sliding_nll(model: Transformer, ids: Tensor, eval_len: int, stride: int, batch_tokens: int) -> tuple[float, int]:
+    """Sliding-window protocol over ids (N,) -> (summed NLL, number of scored tokens)."""
+    _, nll = scored_tokens(model, ids, eval_len, stride, batch_tokens)
+    return float(nll.sum()), nll.numel()
+
+
+@dataclass
+class BlockLosses:
+    """The scored tokens of some streams grouped in blocks of consecutive stream tokens.
+
+    nll: (B,) float64 summed NLL per block; count: (B,) int64 scored tokens per block. Blocks never cross
+    documents; a token belongs to the block its position (in its document) falls in, whichever window scored it.
+    """
+
+    nll: Tensor
+    count: Tensor
+
+    def perplexity(self) -> float:
+        return math.exp(float(self.nll.sum()) / int(self.count.sum()))
+
+
+def block_losses(model: Transformer, streams: dict[str, Tensor], eval_len: int, block_len: int,
+                 protocol: str = "nonoverlapping", stride: int | None = None, batch_tokens: int = 8192,
+                 precision: str = "fp32") -> BlockLosses | None:
+    """Score documents {name: (N_d,) ids} at eval_len, summed per block of block_len tokens; None when eval_len
+    does not fit the model. The same block_len at every eval_len pairs the blocks across lengths (the bootstrap
+    resamples them together). Runs in eval mode under torch.no_grad (bf16/fp16 autocast when asked)."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol={protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+    if not fits(model, eval_len):
+        return None
+    device = next(model.parameters()).device
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    autocast = torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()
+    step = eval_len if protocol == "nonoverlapping" else min(stride or eval_len, eval_len)
+    was_training = model.training
+    model.eval()
+    sums, counts = [], []
+    try:
+        with torch.no_grad(), autocast:
+            for ids in streams.values():
+                n_blocks = -(-ids.numel() // block_len)
+                positions, nll = scored_tokens(model, ids.to(device), eval_len, step, batch_tokens)
+                block = (positions // block_len).cpu()
+                sums.append(torch.zeros(n_blocks, dtype=torch.float64).index_add_(0, block, nll.cpu()))
+                counts.append(torch.bincount(block, minlength=n_blocks))
+    finally:
+        model.train(was_training)
+    result = BlockLosses(torch.cat(sums), torch.cat(counts))
+    if int(result.count.sum()) == 0:
+        raise ValueError(f"no token to score at eval_len={eval_len}: the evaluation streams are too short")
+    return result
 
 
 def perplexity(model: Transformer, streams: dict[str, Tensor], eval_len: int, protocol: str = "nonoverlapping",
@@ -80,27 +130,5 @@ def perplexity(model: Transformer, streams: dict[str, Tensor], eval_len: int, pr
 
     Chunks never cross documents. Runs in eval mode under torch.no_grad (bf16/fp16 autocast when asked).
     """
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol={protocol!r}: expected one of {', '.join(PROTOCOLS)}")
-    if not fits(model, eval_len):
-        return None
-    device = next(model.parameters()).device
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    autocast = torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()
-    was_training = model.training
-    model.eval()
-    total, count = 0.0, 0
-    try:
-        with torch.no_grad(), autocast:
-            for ids in streams.values():
-                ids = ids.to(device)
-                if protocol == "sliding":
-                    nll, n = sliding_nll(model, ids, eval_len, min(stride or eval_len, eval_len), batch_tokens)
-                else:
-                    nll, n = chunk_nll(model, ids, eval_len, batch_tokens)
-                total, count = total + nll, count + n
-    finally:
-        model.train(was_training)
-    if count == 0:
-        raise ValueError(f"no token to score at eval_len={eval_len}: the evaluation streams are too short")
-    return math.exp(total / count)
+    losses = block_losses(model, streams, eval_len, eval_len, protocol, stride, batch_tokens, precision)
+    return None if losses is None else losses.perplexity()

@@ -25,8 +25,9 @@ from tqdm.auto import tqdm
 from posformer import positions
 from posformer.atomic import write_json_atomic, write_text_atomic
 from posformer.data.shared import default_data_dir
+from posformer.experiments.extension.passkey import PasskeyMix
 from posformer.experiments.extrapolation import data
-from posformer.experiments.extrapolation.evaluation import perplexity
+from posformer.experiments.extrapolation.evaluation import block_losses
 from posformer.experiments.extrapolation.layout import ExperimentLayout
 from posformer.experiments.extrapolation.report import markdown, plot
 from posformer.experiments.extrapolation.settings import ExtrapolationSettings, model_config
@@ -37,7 +38,7 @@ from posformer.train.metrics_log import MetricsLog
 from posformer.train.settings import TrainerSettings
 from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
 
-IGNORED_FOR_RESUME = ("positions", "threads")  # rows may be added to a finished run; threads change only speed
+IGNORED_FOR_RESUME = ("positions", "methods", "threads")  # rows (methods) may be added to a finished run
 
 
 def versions() -> dict[str, str]:
@@ -129,7 +130,9 @@ class Experiment:
                         "data_dir": str(data_dir) if settings.corpus == "gutenberg" or settings.wikitext else None,
                         "eval_sets": {name: {"tokens": sum(t.numel() for t in st.values()),
                                              "documents": {d: t.numel() for d, t in st.items()}}
-                                      for name, st in self.streams.items()}}
+                                      for name, st in self.streams.items()},
+                        "unigram_ppl": {name: data.unigram_perplexity(self.train_ids, st, self.vocab_size)
+                                        for name, st in self.streams.items()}}
         seed_everything(settings.seed)
         self.reference = Transformer(model_config(settings, "none", self.vocab_size))
 
@@ -146,11 +149,13 @@ class Experiment:
         tokenizer.save_pretrained(str(folder))
         return tokenizer
 
-    def evaluate(self, model: Transformer, row: str, scaling: str | None = None) -> dict[str, dict[str, float | None]]:
-        """{eval set: {str(eval_len): ppl or None}}; with `scaling`, the model rescaled by that
-        context-extension method (`PositionEncoding.rescaled_params`) per length."""
+    def evaluate(self, model: Transformer, row: str, scaling: str | None = None) -> tuple[dict, dict]:
+        """(ppl, blocks): {eval set: {str(eval_len): ppl or None}} and {eval set: {str(eval_len): {"nll": [...],
+        "count": [...]}}} per block of the longest eval length (for the bootstrap intervals). With `scaling`, the
+        model rescaled by that context-extension method (`PositionEncoding.rescaled_params`) per length."""
         s = self.s
         table: dict[str, dict[str, float | None]] = {name: {} for name in self.streams}
+        blocks: dict[str, dict[str, dict]] = {name: {} for name in self.streams}
         bar = tqdm(total=len(s.eval_lens) * len(self.streams), desc=f"eval {row}", unit="length",
                    dynamic_ncols=True, disable=not self.progress)
         for n in s.eval_lens:
@@ -164,11 +169,14 @@ class Experiment:
                 scored.to(next(model.parameters()).device)
             for name, streams in self.streams.items():
                 bar.set_postfix_str(f"{name} @ {n}")
-                table[name][str(n)] = perplexity(scored, streams, n, s.protocol, s.stride or s.train_len // 2,
-                                                 s.eval_batch_tokens, s.precision)
+                losses = block_losses(scored, streams, n, max(s.eval_lens), s.protocol,
+                                      s.stride or s.train_len // 2, s.eval_batch_tokens, s.precision)
+                table[name][str(n)] = None if losses is None else losses.perplexity()
+                if losses is not None:
+                    blocks[name][str(n)] = {"nll": losses.nll.tolist(), "count": losses.count.tolist()}
                 bar.update(1)
         bar.close()
-        return table
+        return table, blocks
 
     def run_row(self, position: str) -> dict[str, dict]:
         """Train (or resume) and evaluate one row -> {row name: record}, with the RoPE scaling rows for rope."""
@@ -176,7 +184,11 @@ class Experiment:
         model = initial_model(s, position, self.vocab_size, self.reference)
         self.log(f"\n== {position}: {model.num_parameters():,} parameters, training in {run_dir}")
         started = time.monotonic()
-        trainer = Trainer(model, WindowBatches(self.train_ids, s.train_len, s.seed), trainer_settings(s), run_dir,
+        batches = WindowBatches(self.train_ids, s.train_len, s.seed)
+        if s.passkey_fraction > 0:
+            batches = PasskeyMix(batches, lambda text: data.encode(self.tokenizer, text).tolist(), s.train_len,
+                                 s.passkey_fraction, s.seed)
+        trainer = Trainer(model, batches, trainer_settings(s), run_dir,
                           run_config={"extrapolate": s.to_dict(), "model": model.cfg.to_dict()},
                           extra_files=self.files, log=self.log, progress=self.progress)
         record = {"position": position, "parameters": model.num_parameters(), "error": None}
@@ -190,14 +202,15 @@ class Experiment:
         record.update(steps=fit.step, final_loss=losses[-1] if losses else None,  # resumed runs: the whole log
                       train_wall_s=round(time.monotonic() - started, 2))
         started = time.monotonic()
-        record["ppl"] = self.evaluate(model, position)
+        record["ppl"], record["blocks"] = self.evaluate(model, position)
         record["eval_wall_s"] = round(time.monotonic() - started, 2)
         rows = {position: record}
         for kind in (k for k in s.rope_scalings if k in positions.get(position).scalings):
             started = time.monotonic()
             row = f"{position}+{kind}"
+            ppl, blocks = self.evaluate(model, row, kind)
             rows[row] = {"position": position, "scaling": kind, "parameters": record["parameters"],
-                         "error": None, "ppl": self.evaluate(model, row, kind)}
+                         "error": None, "ppl": ppl, "blocks": blocks}
             rows[row]["eval_wall_s"] = round(time.monotonic() - started, 2)
         return rows
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from posformer.experiments.extrapolation.bootstrap import ppl_interval, ratio_interval
+
 
 def _cell(value: float | None, digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
@@ -14,7 +16,7 @@ def _header(lengths: list[int], train_len: int) -> list[str]:
     return ["row"] + [f"{n} ({n / train_len:g}L)" for n in lengths]
 
 
-def _table(header: list[str], body: list[list[str]]) -> str:
+def markdown_table(header: list[str], body: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" + "---:|" * (len(header) - 1)]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in body])
 
@@ -25,11 +27,28 @@ def ppl_table(results: dict, eval_set: str) -> str:
     lengths = cfg["eval_lens"]
     body = [[row] + [_cell(r["ppl"][eval_set].get(str(n))) for n in lengths]
             for row, r in results["rows"].items() if eval_set in r["ppl"]]
-    return _table(_header(lengths, cfg["train_len"]), body)
+    return markdown_table(_header(lengths, cfg["train_len"]), body)
+
+
+def _blocks(record: dict, eval_set: str, length: int) -> tuple[list[float], list[int]] | None:
+    found = record.get("blocks", {}).get(eval_set, {}).get(str(length))
+    return None if found is None or len(found["nll"]) < 2 else (found["nll"], found["count"])
+
+
+def ratio_interval_of(record: dict, eval_set: str, length: int, train_len: int) -> tuple[float, float] | None:
+    """The 95% paired-bootstrap interval of ppl(length) / ppl(train_len), or None without per-block losses."""
+    a, b = _blocks(record, eval_set, length), _blocks(record, eval_set, train_len)
+    return None if a is None or b is None else ratio_interval(a, b)
+
+
+def ppl_interval_of(record: dict, eval_set: str, length: int) -> tuple[float, float] | None:
+    """The 95% bootstrap interval of the perplexity at `length`, or None without per-block losses."""
+    found = _blocks(record, eval_set, length)
+    return None if found is None else ppl_interval(*found)
 
 
 def ratio_table(results: dict, eval_set: str) -> str:
-    """ppl(eval_len) / ppl(train_len): 1.00 = no degradation past the training length."""
+    """ppl(eval_len) / ppl(train_len) [95% interval]: 1.00 = no degradation past the training length."""
     cfg = results["config"]
     lengths, train_len = cfg["eval_lens"], cfg["train_len"]
     body = []
@@ -38,9 +57,16 @@ def ratio_table(results: dict, eval_set: str) -> str:
         if ppl is None:
             continue
         base = ppl.get(str(train_len))
-        body.append([row] + [_cell(None if base is None or ppl.get(str(n)) is None else ppl[str(n)] / base)
-                             for n in lengths])
-    return _table(_header(lengths, train_len), body)
+        cells = [row]
+        for n in lengths:
+            if base is None or ppl.get(str(n)) is None:
+                cells.append(_cell(None))
+                continue
+            interval = ratio_interval_of(r, eval_set, n, train_len) if n != train_len else None
+            cells.append(_cell(ppl[str(n)] / base) + ("" if interval is None else
+                                                     f" [{interval[0]:.2f}, {interval[1]:.2f}]"))
+        body.append(cells)
+    return markdown_table(_header(lengths, train_len), body)
 
 
 def eval_sets(results: dict) -> list[str]:
@@ -65,13 +91,18 @@ def markdown(results: dict) -> str:
         tokens = results["data"]["eval_sets"].get(name, {}).get("tokens")
         parts.append(f"## {name}: perplexity ({tokens:,} tokens per length)\n" if tokens else f"## {name}\n")
         parts.append(ppl_table(results, name) + "\n")
-        parts.append(f"### {name}: ppl(kL) / ppl(L)\n")
+        unigram = results["data"].get("unigram_ppl", {}).get(name)
+        if unigram is not None:
+            parts.append(f"A unigram model (training-set token frequencies, no context) reads {unigram:.2f}.\n")
+        parts.append(f"### {name}: ppl(kL) / ppl(L) [95% paired bootstrap interval over blocks of "
+                     f"{max(cfg['eval_lens'])} tokens]\n")
         parts.append(ratio_table(results, name) + "\n")
     return "\n".join(parts)
 
 
 def plot(results: dict, path: Path) -> Path:
-    """ppl.png: perplexity against eval length (log2 x, log y), one line per row, one panel per eval set."""
+    """ppl.png: perplexity against eval length (log2 x, log y), one line per row with its 95% bootstrap
+    band, one panel per eval set."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -87,8 +118,14 @@ def plot(results: dict, path: Path) -> Path:
             points = [(n, v) for n, v in points if v is not None]
             if points:
                 style = "--" if "+" in row else "-"
+                color = colors[i % len(colors)]
                 ax.plot([n for n, _ in points], [v for _, v in points], style, marker="o", ms=3, label=row,
-                        color=colors[i % len(colors)])
+                        color=color)
+                bands = [(n, ppl_interval_of(r, name, n)) for n, _ in points]
+                bands = [(n, band) for n, band in bands if band is not None]
+                if bands:
+                    ax.fill_between([n for n, _ in bands], [b[0] for _, b in bands], [b[1] for _, b in bands],
+                                    color=color, alpha=0.15, lw=0)
         ax.axvline(cfg["train_len"], color="grey", lw=0.8, ls=":")
         ax.set_xscale("log", base=2)
         ax.set_xticks(cfg["eval_lens"], [str(n) for n in cfg["eval_lens"]])

@@ -29,6 +29,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     "cpu": dict(corpus="gutenberg", wikitext=True, train_len=128, steps=300, batch_size=16, lr=1e-3, warmup=30,
                 d_model=192, layers=4, heads=4, vocab_size=4096, eval_tokens=12288, eval_batch_tokens=4096,
                 tokenizer_chars=2_000_000, train_chars=12_000_000, save_every=100, threads=1),
+    # models that read their context: bytes (vocab 257 = 256 bytes + EOS, a BPE without merges) at L=64, where a
+    # 0.8M-parameter model leaves the unigram baseline far behind; ~4 minutes a row on 2 idle cores, 32 blocks of
+    # 1,024 bytes from each held-out book (96 blocks per eval set) for the bootstrap intervals
+    "bytes": dict(corpus="gutenberg", wikitext=True, train_len=64, steps=2000, batch_size=32, lr=3e-3, warmup=100,
+                  d_model=128, layers=4, heads=4, vocab_size=257, eval_tokens=98_304, eval_batch_tokens=8192,
+                  tokenizer_chars=2_000_000, train_chars=20_000_000, save_every=500, threads=2),
     # about 100M parameters at L=512 on one GPU, bf16
     "gpu": dict(corpus="gutenberg", wikitext=True, train_len=512, steps=5000, batch_size=32, lr=6e-4, warmup=250,
                 d_model=768, layers=12, heads=12, vocab_size=16384, eval_tokens=262_144, eval_batch_tokens=32_768,
@@ -43,6 +49,8 @@ class ExtrapolationSettings:
     stride (sliding protocol only) None: train_len // 2. data_dir None: $POSFORMER_DATA_DIR or
     ../shared/data beside the repository. position_params: {row: Config.position_params}.
     threads: torch CPU threads (None: torch's default); 1 is faster when other work shares the cores.
+    passkey_fraction: the fraction of training windows replaced by passkey prompts of train_len tokens
+    (`extension.passkey.PasskeyMix`), so the models learn retrieval that `posformer extend` then tests.
     tokenizer_chars / train_chars cap the characters used to train the tokenizer / the model,
     spread evenly over the training documents (train_chars None: all of them).
     """
@@ -77,6 +85,7 @@ class ExtrapolationSettings:
     save_every: int = 100
     rope_scalings: list[str] = field(default_factory=lambda: list(ROPE_SCALINGS))
     position_params: dict = field(default_factory=dict)
+    passkey_fraction: float = 0.0
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ExtrapolationSettings":
@@ -133,6 +142,7 @@ class ExtrapolationSettings:
             fail(_knob("position_params"), self.position_params, "a mapping {row: {param: value}}")
         for name in ("lr", "min_lr_ratio", "weight_decay"):
             check_number(_knob(name), getattr(self, name), low=0)
+        check_number(_knob("passkey_fraction"), self.passkey_fraction, 0.0, 1.0)
 
 
 def _knob(name: str) -> str:

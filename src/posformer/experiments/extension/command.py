@@ -1,0 +1,108 @@
+"""`posformer extend`: extend a trained RoPE model's context (PI, NTK, YaRN, LongRoPE) and measure it."""
+
+from __future__ import annotations
+
+import argparse
+
+from posformer.cli.command import Command
+
+DESCRIPTION = """\
+Extend the context window of a trained RoPE model the way the papers do, and measure what each method gains.
+
+From the same trained weights, for each --methods entry:
+  none      RoPE unchanged (plain extrapolation; fine-tuned, the "direct fine-tuning" baseline of PI)
+  pi        position interpolation (Chen et al. 2023): frequencies / s, s = target_len / L
+  ntk       NTK-aware scaling: theta * s^(d/(d-2))
+  yarn      YaRN (Peng et al. 2023): NTK-by-parts ramp and attention factor 0.1 ln s + 1
+  longrope  LongRoPE (Ding et al. 2024): one factor per rotated pair, found by an evolutionary search
+            (seeded with PI, NTK and YaRN) that minimises the perplexity at target_len on training text
+each method is scored at eval time (its scaling on the trained weights) and after --steps optimizer steps
+at target_len on the run's training text (every method sees the same batches). Every model, the source
+too, is scored by perplexity at L, 2L, ... target_len and 2 target_len on the same held-out tokens (95%
+bootstrap intervals over blocks) and by passkey retrieval (Mohtashami & Jaggi 2023) on a length x depth
+grid (exact match of greedy decoding).
+
+RUN: a row of `posformer extrapolate` (OUTPUT/rows/rope): its corpus, held-out books and L are read from
+its run_config.yaml. Any other posformer run or checkpoint works with --text FILE (first 90% fine-tune
+text, last 10% evaluation) and --train-len L when the run does not record it.
+
+Presets: quick (10 steps, small evaluation: a smoke run) and cpu (200 steps of 8 x target_len, 20 passkey
+keys per cell, LongRoPE search 8 x 4: about 2 minutes a method for the `extrapolate --preset bytes` model
+at 8L on 2 cores).
+
+Outputs in --output-dir: results.md (summary at the target length, perplexity by length, passkey grids),
+results.json (every number, per-block losses, the resolved settings), ppl.png, passkey.png, and rows/METHOD/
+(the fine-tune's Trainer run: `posformer generate --model OUTPUT/rows/yarn`). Re-running into the same dir
+skips recorded methods and resumes a half-done fine-tune; a different configuration is refused.
+"""
+
+EPILOG = ("Example: posformer extend runs/lm-bytes/rows/rope --target-len 512 --preset cpu "
+          "--output-dir runs/extend --methods pi,yarn")
+
+FLAGS = (  # (flag, settings key, type, help)
+    ("--target-len", "target_len", int, "the length to extend to (required)"),
+    ("--methods", "methods", str, "comma-separated methods (default: none,pi,ntk,yarn,longrope)"),
+    ("--method", "methods", str, "one method (the same as --methods with one entry)"),
+    ("--steps", "steps", int, "fine-tuning steps at target_len (0: eval-time scaling only)"),
+    ("--train-len", "train_len", int, "the length the run was trained at (default: from its run_config.yaml)"),
+    ("--text", "text", str, "a text file to fine-tune on (first 90%%) and evaluate on (last 10%%)"),
+    ("--batch-size", "batch_size", int, "sequences of target_len tokens per step"),
+    ("--lr", "lr", float, "peak fine-tuning learning rate (cosine schedule with warm-up)"),
+    ("--seed", "seed", int, "data order, passkey keys and the LongRoPE search"),
+    ("--device", "device", str, "auto, cpu or cuda"),
+)
+
+
+def settings_from_args(args: argparse.Namespace):
+    from posformer.experiments.extension.settings import ExtendSettings
+    from posformer.experiments.extrapolation.command import _overrides
+
+    overrides = _overrides(args, tuple(dict.fromkeys(key for _, key, _, _ in FLAGS)), "steps=400 or passkey_trials=50")
+    if isinstance(overrides.get("methods"), str):
+        overrides["methods"] = [m.strip() for m in overrides["methods"].split(",") if m.strip()]
+    if overrides.get("target_len") is None:
+        raise ValueError("extend: --target-len is required (the length to extend the context to)")
+    return ExtendSettings.preset(args.preset, **overrides)
+
+
+def cmd_extend(args: argparse.Namespace) -> int:
+    from posformer.experiments.extension.experiment import run_extend
+    from posformer.experiments.extension.report import markdown
+    from posformer.experiments.extrapolation.layout import ExperimentLayout
+
+    results = run_extend(settings_from_args(args), args.run_dir, args.output_dir, progress=not args.no_progress,
+                         data_dir=args.data_dir)
+    print("\n" + markdown(results))
+    root = ExperimentLayout(args.output_dir).root
+    print(f"written: {root / 'results.md'}, {root / 'results.json'}, {root / 'ppl.png'}, {root / 'passkey.png'}")
+    return 0
+
+
+def add_extend_arguments(parser: argparse.ArgumentParser) -> None:
+    from dataclasses import fields
+
+    from posformer.experiments.extension.settings import PRESETS, ExtendSettings
+
+    parser.add_argument("run_dir", metavar="RUN", help="the trained run (a directory with checkpoints/, or a checkpoint folder)")
+    parser.add_argument("--preset", choices=tuple(PRESETS), default="cpu", help="size and budget (default: cpu)")
+    parser.add_argument("--output-dir", dest="output_dir", required=True, help="results and the fine-tunes' runs")
+    seen = set()
+    for flag, key, kind, text in FLAGS:
+        parser.add_argument(flag, dest=key, type=kind, default=None if key not in seen else argparse.SUPPRESS,
+                            help=text)
+        seen.add(key)
+    parser.add_argument("--data-dir", dest="data_dir", default=None,
+                        help="folder holding gutenberg/ and wikitext-2/ when the run did not record one (default: "
+                             "$POSFORMER_DATA_DIR or ../shared/data beside the repository)")
+    knobs = ", ".join(f.name for f in fields(ExtendSettings))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"override any knob ({knobs}), e.g. passkey_trials=50, eval_lens=[64,512] "
+                             "(repeatable; values are YAML)")
+    parser.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bars")
+
+
+COMMAND = Command(
+    "extend", help="extend a trained RoPE model's context (PI, NTK, YaRN, LongRoPE): perplexity and passkey",
+    description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    add_arguments=add_extend_arguments, run=cmd_extend,
+)

@@ -1,0 +1,146 @@
+"""`posformer extend`: extend a trained RoPE model's context, the way the papers do, and measure what it gained.
+
+For each method (none, pi, ntk, yarn, longrope; `methods`), from the same trained weights:
+  1. eval-time: the method's RoPE scaling for factor target_len / L on the trained weights (not for none);
+  2. fine-tuned: the same scaling, then `steps` optimizer steps at target_len on the run's training text
+     (Chen et al. 2023 fine-tune PI for 1000 steps, Peng et al. 2023 YaRN for 400). Every method sees the same
+     batches in the same order.
+Every model (the source too) is scored by perplexity at each eval length on the same held-out tokens, with
+bootstrap intervals over blocks of the longest eval length, and by passkey retrieval on a length x depth grid.
+Results go to OUTPUT/results.json and results.md after each method (atomically) and ppl.png, passkey.png; the
+fine-tune of method m is the Trainer run OUTPUT/rows/m (resumable; `posformer generate --model OUTPUT/rows/m`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from posformer.experiments.extension import report
+from posformer.experiments.extension.longrope import search_long_factors
+from posformer.experiments.extension.methods import check_rope_model, extended_params, with_params
+from posformer.experiments.extension.passkey import passkey_grid
+from posformer.experiments.extension.settings import ExtendSettings
+from posformer.experiments.extension.source import Source, load_source
+from posformer.experiments.extrapolation import data
+from posformer.experiments.extrapolation.evaluation import block_losses
+from posformer.experiments.extrapolation.experiment import open_results, trainer_settings
+from posformer.experiments.extrapolation.layout import ExperimentLayout
+from posformer.atomic import write_json_atomic, write_text_atomic
+from posformer.model import Transformer
+from posformer.train.batches import WindowBatches
+from posformer.train.metrics_log import MetricsLog
+from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
+
+
+class Extension:
+    """The source run, its evaluation tokens, and the per-method work."""
+
+    def __init__(self, settings: ExtendSettings, source: Source, layout: ExperimentLayout,
+                 log: Callable[[str], None], progress: bool):
+        self.s, self.source, self.layout, self.log, self.progress = settings, source, layout, log, progress
+        self.streams = {name: data.eval_streams(source.tokenizer, docs, settings.eval_tokens, max(settings.eval_lens))
+                        for name, docs in source.eval_docs.items()}
+
+    def score(self, model: Transformer, row: str) -> dict:
+        """{"ppl": {set: {len: ppl}}, "blocks": {set: {len: {nll, count}}}, "passkey": grid} of one model."""
+        s, started = self.s, time.monotonic()
+        ppl: dict = {name: {} for name in self.streams}
+        blocks: dict = {name: {} for name in self.streams}
+        for n in s.eval_lens:
+            for name, streams in self.streams.items():
+                losses = block_losses(model, streams, n, max(s.eval_lens), batch_tokens=s.eval_batch_tokens,
+                                      precision=s.precision)
+                ppl[name][str(n)] = losses.perplexity()
+                blocks[name][str(n)] = {"nll": losses.nll.tolist(), "count": losses.count.tolist()}
+        grid = passkey_grid(model, self.source.encode, s.passkey_lengths, s.passkey_depths, s.passkey_trials, s.seed)
+        self.log(f"{row}: ppl {', '.join(f'{n}: {v:.3f}' for n, v in next(iter(ppl.values())).items())}; "
+                 f"passkey {report.mean_exact(grid):.2f} ({time.monotonic() - started:.0f} s)")
+        return {"ppl": ppl, "blocks": blocks, "passkey": grid}
+
+    def run_method(self, method: str) -> dict[str, dict]:
+        """{row: record} for `method`: its eval-time row (not for none) and its fine-tuned row (steps > 0)."""
+        s, model = self.s, self.source.model
+        long_factor, search = None, None
+        if method == "longrope":
+            self.log(f"longrope: searching the long factors ({s.longrope_population} x {s.longrope_generations})")
+            result = search_long_factors(model, self.source.train_ids[: s.longrope_tokens], s.target_len,
+                                         s.train_len, s.longrope_population, s.longrope_generations, seed=s.seed,
+                                         batch_tokens=s.eval_batch_tokens,
+                                         progress=lambda g, p: self.log(f"  generation {g}: best ppl {p:.3f}"))
+            long_factor = result.long_factor
+            search = {"long_factor": long_factor, "ppl": result.ppl, "history": result.history,
+                      "evaluated": result.evaluated}
+        params = extended_params(model, method, s.target_len, s.train_len, long_factor)
+        rows: dict[str, dict] = {}
+        if method != "none":
+            rows[method] = {"method": method, "stage": "eval-time", "scaling": params.get("scaling"),
+                            "longrope_search": search, **self.score(with_params(model, params, s.target_len), method)}
+        if s.steps == 0:
+            return rows
+        tuned = with_params(model, params, s.target_len)
+        run_dir, started = self.layout.row_dir(method), time.monotonic()
+        self.log(f"\n== {method}: fine-tuning {s.steps} steps at {s.target_len} in {run_dir}")
+        trainer = Trainer(tuned, WindowBatches(self.source.train_ids, s.target_len, s.seed), trainer_settings(s),
+                          run_dir, run_config={"extend": s.to_dict(), "model": tuned.cfg.to_dict()},
+                          extra_files=self.source.files, log=self.log, progress=self.progress)
+        row = f"{method}+ft"
+        try:
+            trainer.fit(resume=True)
+        except TrainingStopped as err:
+            self.log(f"{method}: {err}")
+            rows[row] = {"method": method, "stage": "fine-tuned", "error": str(err)}
+            return rows
+        losses = [r["loss"] for r in MetricsLog(run_dir / "metrics.jsonl").records() if "loss" in r]
+        rows[row] = {"method": method, "stage": "fine-tuned", "scaling": params.get("scaling"), "steps": s.steps,
+                     "final_loss": losses[-1] if losses else None, "train_wall_s": round(time.monotonic() - started, 2),
+                     **self.score(tuned, row)}
+        return rows
+
+
+def save(results: dict, layout: ExperimentLayout) -> None:
+    write_json_atomic(layout.results_json, results)
+    write_text_atomic(layout.results_md, report.markdown(results))
+    if results["rows"]:
+        report.plot_ppl(results, layout.root / "ppl.png")
+        report.plot_passkey(results, layout.root / "passkey.png")
+
+
+def run_extend(settings: ExtendSettings, run_dir: str | Path, output_dir: str | Path,
+               log: Callable[[str], None] = print, progress: bool = True, data_dir: str | None = None) -> dict:
+    """Extend the model of `run_dir` by every method of `settings` into `output_dir`; the results dict."""
+    layout = ExperimentLayout(Path(output_dir))
+    check_output_dir(layout.root)
+    if settings.threads is not None:
+        torch.set_num_threads(settings.threads)
+    source = load_source(run_dir, settings.text, data_dir)
+    if source.train_len is None and settings.train_len is None:
+        raise ValueError(f"extend: {run_dir} does not record its training length; give --train-len")
+    settings.resolve(source.train_len)
+    check_rope_model(source.model, str(run_dir))
+    results = open_results(settings, layout, benchmark="extend")
+    recorded = results.get("source", {}).get("run")
+    if recorded is not None and recorded != str(Path(run_dir).resolve()):
+        raise ValueError(f"{layout.root} holds the extension of {recorded}, not of {run_dir}; use another --output-dir")
+    results["source"] = {"run": str(Path(run_dir).resolve()), "description": source.description,
+                         "parameters": source.model.num_parameters(), "train_tokens": source.train_ids.numel()}
+    started = time.monotonic()
+    extension = Extension(settings, source, layout, log, progress)
+    results["data"] = {"eval_sets": {name: {"tokens": sum(t.numel() for t in st.values()),
+                                            "documents": {d: t.numel() for d, t in st.items()}}
+                                     for name, st in extension.streams.items()}}
+    if "source" not in results["rows"]:
+        results["rows"]["source"] = {"method": None, "stage": "trained", **extension.score(source.model, "source")}
+    for method in settings.methods:
+        if any(r.get("method") == method for r in results["rows"].values()):
+            log(f"{method}: already recorded in {layout.results_json}, skipped")
+            continue
+        results["rows"].update(extension.run_method(method))
+        results["wall_s"] = round(results.get("wall_s", 0.0) + time.monotonic() - started, 2)
+        started = time.monotonic()
+        save(results, layout)
+    save(results, layout)
+    return results

@@ -1,0 +1,65 @@
+"""The context-extension methods of `posformer extend`: RoPE parameters that read target_len tokens.
+
+  none      RoPE unchanged: plain extrapolation (fine-tuned, the "direct fine-tuning" baseline of Chen et al. 2023)
+  pi        position interpolation (Chen et al. 2023): every frequency / (target_len / trained_len)
+  ntk       NTK-aware scaling (bloc97 2023): theta * s^(d/(d-2)), s = target_len / trained_len
+  yarn      YaRN (Peng et al. 2023): NTK-by-parts ramp and the 0.1 ln s + 1 attention factor
+  longrope  LongRoPE (Ding et al. 2024): one searched factor per rotated pair (`longrope.search_long_factors`),
+            used past trained_len; below it RoPE is unchanged (short factors 1)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posformer.model import Transformer
+
+METHODS = ("none", "pi", "ntk", "yarn", "longrope")
+SCALING_OF = {"pi": "linear", "ntk": "ntk", "yarn": "yarn"}
+
+
+def check_rope_model(model: Transformer, where: str) -> None:
+    """Raise ValueError unless `model` uses RoPE everywhere without a scaling yet (what the methods extend)."""
+    cfg = model.cfg
+    if cfg.arch != "decoder":
+        raise ValueError(f"extend: {where} is a {cfg.arch!r} model; extend fine-tunes a causal LM (arch 'decoder')")
+    if cfg.position != "rope" or cfg.layer_types:
+        raise ValueError(f"extend: {where} uses position {cfg.position!r}"
+                         + (" with per-layer settings" if cfg.layer_types else "")
+                         + "; the context-extension methods rescale RoPE: give a run whose model has position 'rope'")
+    if cfg.position_params.get("scaling") is not None:
+        raise ValueError(f"extend: {where} already has the RoPE scaling {cfg.position_params['scaling']}; give the "
+                         "run it was trained as (no scaling)")
+
+
+def longrope_scaling(long_factor: list[float], target_len: int, trained_len: int) -> dict[str, Any]:
+    """The `scaling` dict of LongRoPE with these long factors; short factors 1 (RoPE as trained below trained_len)."""
+    return {"type": "longrope", "factor": target_len / trained_len, "short_factor": [1.0] * len(long_factor),
+            "long_factor": [float(v) for v in long_factor], "original_max_position_embeddings": trained_len}
+
+
+def extended_params(model: Transformer, method: str, target_len: int, trained_len: int,
+                    long_factor: list[float] | None = None) -> dict[str, Any]:
+    """The model's position_params extended by `method` from trained_len to target_len (longrope: `long_factor`)."""
+    from posformer import positions
+
+    params = dict(model.cfg.position_params)
+    if method == "none":
+        return params
+    if method == "longrope":
+        if long_factor is None:
+            raise ValueError("extend: longrope needs its searched long factors")
+        return {**params, "scaling": longrope_scaling(long_factor, target_len, trained_len)}
+    if method not in SCALING_OF:
+        raise ValueError(f"extend: method={method!r} is invalid: expected one of {', '.join(METHODS)}")
+    return positions.get("rope").rescaled_params(params, SCALING_OF[method], target_len, trained_len)
+
+
+def with_params(model: Transformer, params: dict[str, Any], max_positions: int) -> Transformer:
+    """A new model with `model`'s weights (copied) and these position_params; the same device and dtype."""
+    cfg = model.cfg.replace(position_params=params, max_positions=max(max_positions, model.cfg.max_positions))
+    parameter = next(model.parameters())
+    extended = Transformer(cfg).to(device=parameter.device, dtype=parameter.dtype)
+    extended.load_state_dict(model.state_dict())
+    return extended.train(model.training)
+

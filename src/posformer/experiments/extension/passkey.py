@@ -1,0 +1,141 @@
+"""Passkey retrieval (Mohtashami & Jaggi 2023, "Landmark Attention", section 4.2) for a language model.
+
+A prompt of exactly `length` tokens hides a random 5-digit key in repeated filler, at a relative `depth`
+(0: the key line right after the start, 1: right before the question), then asks for it:
+
+    The grass is green. The sky is blue. ... The pass key is 71432. The grass is green. ... The pass key is| 71432
+
+The paper's filler; its instruction preamble, its "Remember it. 71432 is the pass key." and its "What is the pass
+key?" are left out, so that a prompt fits 64 tokens (45 bytes without filler): our models are not
+instruction-tuned and are trained on short contexts. Scoring is teacher-forced: a trial is retrieved when the model's argmax
+agrees with every token of " 71432" given the prompt and the key's own prefix (what greedy decoding writes, see
+`experiments.tasks.evaluation`); the digit accuracy counts the agreeing key tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from posformer.model import Transformer
+
+FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+KEY_LINE = " The pass key is {key}."
+QUESTION = " The pass key is"
+ANSWER = " {key}"
+
+
+@dataclass(frozen=True)
+class PasskeyPrompt:
+    """ids: (length,) the whole sequence, answer included; answer_start: the index of the answer's first token."""
+
+    ids: Tensor
+    answer_start: int
+    key: str
+
+
+def passkey_prompt(encode, length: int, depth: float, key: str) -> PasskeyPrompt | None:
+    """The prompt of `length` tokens with the key line at `depth` in [0, 1] of the filler; None if it cannot fit.
+
+    encode: str -> list[int], the tokenizer (each piece encoded alone, then concatenated).
+    """
+    if not 0 <= depth <= 1:
+        raise ValueError(f"passkey: depth={depth} must be in [0, 1]")
+    key_line, question = encode(KEY_LINE.format(key=key)), encode(QUESTION)
+    answer = encode(ANSWER.format(key=key))
+    room = length - len(key_line) - len(question) - len(answer)
+    if room < 0:
+        return None
+    filler = encode(FILLER)
+    filler = (filler * (room // len(filler) + 1))[:room]
+    cut = round(depth * room)
+    ids = filler[:cut] + key_line + filler[cut:] + question + answer
+    return PasskeyPrompt(torch.tensor(ids, dtype=torch.long), length - len(answer), key)
+
+
+def random_keys(count: int, seed: int | torch.Generator) -> list[str]:
+    """`count` 5-digit keys, 10000 .. 99999, from one seeded generator (or the generator given)."""
+    g = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(seed)
+    return [str(k) for k in torch.randint(10_000, 100_000, (count,), generator=g).tolist()]
+
+
+class PasskeyMix:
+    """Training batches with a fraction of their rows replaced by passkey prompts of the same length (random key,
+    uniform depth), so that a model learns retrieval within its training length; `posformer extend` then measures
+    whether the skill survives at longer lengths. Wraps any batches object of the Trainer (next_batch,
+    state_dict, load_state_dict); the choice of rows is a function of (seed, batch number), so a resumed run
+    draws the same prompts."""
+
+    def __init__(self, batches, encode, seq_len: int, fraction: float, seed: int) -> None:
+        if passkey_prompt(encode, seq_len, 0.0, "10000") is None:
+            raise ValueError(f"passkey_fraction: a passkey prompt needs more than seq_len={seq_len} tokens")
+        self.batches, self.encode, self.seq_len, self.fraction, self.seed = batches, encode, seq_len, fraction, seed
+        self.drawn = 0
+
+    def next_batch(self, global_size: int, rank: int = 0, world_size: int = 1) -> dict[str, Tensor]:
+        batch = self.batches.next_batch(global_size, rank, world_size)
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.drawn * world_size + rank)
+        self.drawn += 1
+        ids = batch["input_ids"].clone()
+        for row in torch.nonzero(torch.rand(ids.shape[0], generator=g) < self.fraction).flatten().tolist():
+            depth = float(torch.rand((), generator=g))
+            ids[row] = passkey_prompt(self.encode, self.seq_len, depth, random_keys(1, g)[0]).ids
+        return {"input_ids": ids, "labels": ids}
+
+    def state_dict(self) -> dict:
+        return {"batches": self.batches.state_dict(), "drawn": self.drawn}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.batches.load_state_dict(state["batches"])
+        self.drawn = int(state["drawn"])
+
+
+@torch.no_grad()
+def retrieval(model: Transformer, prompts: list[PasskeyPrompt], batch_size: int = 16) -> tuple[float, float]:
+    """(fraction of prompts whose key greedy decoding writes exactly, fraction of key tokens predicted right).
+
+    Every prompt must have the same length and answer length (one grid cell)."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    exact, tokens, right = 0, 0, 0
+    try:
+        for start in range(0, len(prompts), batch_size):
+            batch = prompts[start:start + batch_size]
+            ids = torch.stack([p.ids for p in batch]).to(device)
+            begin = batch[0].answer_start
+            predicted = model(ids[:, :-1]).logits[:, begin - 1:].argmax(-1)  # predicts ids[:, begin:]
+            agree = predicted == ids[:, begin:]
+            exact += int(agree.all(-1).sum())
+            right, tokens = right + int(agree.sum()), tokens + agree.numel()
+    finally:
+        model.train(was_training)
+    return exact / len(prompts), right / tokens
+
+
+def passkey_grid(model: Transformer, encode, lengths: list[int], depths: list[float], trials: int, seed: int = 0,
+                 batch_size: int = 16) -> dict[str, dict[str, dict[str, float] | None]]:
+    """{str(length): {str(depth): {"exact": ..., "digits": ...} or None when the prompt cannot fit}}.
+
+    The same `trials` keys at every cell. Keys whose answer tokenizes to a different number of tokens than the
+    first key's are grouped apart so a batch has one shape."""
+    keys = random_keys(trials, seed)
+    grid: dict[str, dict[str, dict[str, float] | None]] = {}
+    for length in lengths:
+        grid[str(length)] = {}
+        for depth in depths:
+            prompts = [passkey_prompt(encode, length, depth, key) for key in keys]
+            if any(p is None for p in prompts):
+                grid[str(length)][str(depth)] = None
+                continue
+            groups: dict[int, list[PasskeyPrompt]] = {}
+            for p in prompts:
+                groups.setdefault(p.answer_start, []).append(p)
+            exact = digits = 0.0
+            for group in groups.values():
+                e, d = retrieval(model, group, batch_size)
+                exact, digits = exact + e * len(group), digits + d * len(group)
+            grid[str(length)][str(depth)] = {"exact": exact / trials, "digits": digits / trials}
+    return grid

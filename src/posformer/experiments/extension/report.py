@@ -1,0 +1,149 @@
+"""The report of `posformer extend`: perplexity by length, passkey grids, the summary at the target length, and the
+figures (ppl.png: perplexity against length with bootstrap bands; passkey.png: one length x depth heatmap a row)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from posformer.experiments.extrapolation.bootstrap import ratio_interval
+from posformer.experiments.extrapolation.report import markdown_table, ppl_interval_of
+
+STAGE_NOTE = {"trained": "the trained model, RoPE unchanged",
+              "eval-time": "the method's scaling on the trained weights",
+              "fine-tuned": "the method's scaling, then fine-tuned at the target length"}
+
+
+def mean_exact(grid: dict) -> float:
+    """The passkey exact match averaged over the cells that fit (0 when none does)."""
+    cells = [c["exact"] for by_depth in grid.values() for c in by_depth.values() if c is not None]
+    return sum(cells) / len(cells) if cells else 0.0
+
+
+def _scored(results: dict) -> dict[str, dict]:
+    return {row: r for row, r in results["rows"].items() if "ppl" in r}
+
+
+def ppl_table(results: dict, eval_set: str) -> str:
+    """Rows x eval lengths: perplexity [95% bootstrap interval]."""
+    lengths = results["config"]["eval_lens"]
+    body = []
+    for row, r in _scored(results).items():
+        cells = [row]
+        for n in lengths:
+            value, interval = r["ppl"][eval_set][str(n)], ppl_interval_of(r, eval_set, n)
+            cells.append(f"{value:.3f}" + ("" if interval is None else f" [{interval[0]:.3f}, {interval[1]:.3f}]"))
+        body.append(cells)
+    return markdown_table(["row"] + [str(n) for n in lengths], body)
+
+
+def summary_table(results: dict, eval_set: str) -> str:
+    """At the target length: perplexity, its ratio to the source at L (paired interval), passkey at the target."""
+    cfg = results["config"]
+    target, train_len = str(cfg["target_len"]), cfg["train_len"]
+    source = results["rows"]["source"]
+    base = source["ppl"][eval_set][str(train_len)]
+    body = []
+    for row, r in _scored(results).items():
+        ratio = r["ppl"][eval_set][target] / base
+        a, b = r["blocks"][eval_set][target], source["blocks"][eval_set][str(train_len)]
+        low, high = ratio_interval((a["nll"], a["count"]), (b["nll"], b["count"]))
+        fitted = [c for c in r["passkey"].get(target, {}).values() if c is not None]
+        passkey = "n/a" if not fitted else (f"{sum(c['exact'] for c in fitted) / len(fitted):.2f} / "
+                                            f"{sum(c['digits'] for c in fitted) / len(fitted):.2f}")
+        body.append([row, r["stage"], f"{r['ppl'][eval_set][target]:.3f}",
+                     f"{ratio:.3f} [{low:.3f}, {high:.3f}]",
+                     passkey])
+    return markdown_table(["row", "stage", f"ppl at {target}", f"ppl({target}) / source ppl({train_len})",
+                   f"passkey at {target}: exact / digits"], body)
+
+
+def passkey_table(results: dict, row: str) -> str:
+    """Lengths x depths: exact match of one row (n/a: the prompt does not fit)."""
+    cfg = results["config"]
+    grid = results["rows"][row]["passkey"]
+    body = [[str(n)] + [("n/a" if grid[str(n)][str(d)] is None else f"{grid[str(n)][str(d)]['exact']:.2f}")
+                        for d in cfg["passkey_depths"]] for n in cfg["passkey_lengths"]]
+    return markdown_table(["length \\ depth"] + [f"{d:g}" for d in cfg["passkey_depths"]], body)
+
+
+def markdown(results: dict) -> str:
+    cfg, source = results["config"], results.get("source", {})
+    parts = [f"# Context extension: L={cfg['train_len']} -> {cfg['target_len']}\n",
+             f"Source: {source.get('description', '?')} ({source.get('parameters', 0):,} parameters). "
+             f"Fine-tune: {cfg['steps']} steps of {cfg['batch_size']} x {cfg['target_len']} tokens, lr {cfg['lr']}. "
+             f"Passkey: {cfg['passkey_trials']} keys per cell. Rows: "
+             + "; ".join(f"{stage}: {note}" for stage, note in STAGE_NOTE.items()) + ".\n"]
+    rows = _scored(results)
+    for name in results.get("data", {}).get("eval_sets", {}):
+        if not rows or name not in next(iter(rows.values()))["ppl"]:
+            continue
+        parts += [f"## {name}: at the target length\n", summary_table(results, name) + "\n",
+                  f"## {name}: perplexity by length [95% bootstrap interval]\n", ppl_table(results, name) + "\n"]
+    parts.append("## Passkey retrieval: exact match by length and depth\n")
+    for row in rows:
+        parts += [f"### {row}\n", passkey_table(results, row) + "\n"]
+    searched = [r["longrope_search"] for r in results["rows"].values() if r.get("longrope_search")]
+    if searched:
+        found = searched[0]
+        parts.append(f"LongRoPE search: {found['evaluated']} candidates, best ppl by generation "
+                     f"{', '.join(f'{p:.3f}' for p in found['history'])}; long factors "
+                     f"{', '.join(f'{v:.2f}' for v in found['long_factor'])}.\n")
+    return "\n".join(parts)
+
+
+def plot_ppl(results: dict, path: Path) -> Path:
+    """Perplexity against length (log-log), one line per row (dashed: eval-time) with its 95% band."""
+    from posformer.plots.figure import pyplot, save_png
+
+    plt = pyplot()
+    cfg = results["config"]
+    rows = _scored(results)
+    sets = [s for s in results.get("data", {}).get("eval_sets", {}) if rows and s in next(iter(rows.values()))["ppl"]]
+    fig, axes = plt.subplots(1, max(1, len(sets)), figsize=(6.5 * max(1, len(sets)), 4.8), squeeze=False)
+    colors = plt.get_cmap("tab10").colors
+    methods = [None] + cfg["methods"]
+    for ax, name in zip(axes[0], sets):
+        for row, r in rows.items():
+            color = colors[methods.index(r["method"]) % len(colors)]
+            lengths = cfg["eval_lens"]
+            ax.plot(lengths, [r["ppl"][name][str(n)] for n in lengths], "--" if r["stage"] == "eval-time" else "-",
+                    marker="o", ms=3, color=color, label=row)
+            bands = [ppl_interval_of(r, name, n) for n in lengths]
+            if all(b is not None for b in bands):
+                ax.fill_between(lengths, [b[0] for b in bands], [b[1] for b in bands], color=color, alpha=0.15, lw=0)
+        for x in (cfg["train_len"], cfg["target_len"]):
+            ax.axvline(x, color="grey", lw=0.8, ls=":")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(cfg["eval_lens"], [str(n) for n in cfg["eval_lens"]])
+        ax.set_xlabel("evaluation length (tokens)")
+        ax.set_ylabel("perplexity")
+        ax.set_title(f"{name}: L={cfg['train_len']} extended to {cfg['target_len']}")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return save_png(fig, path)
+
+
+def plot_passkey(results: dict, path: Path) -> Path:
+    """One heatmap per row: passkey exact match, lengths (x) by depths (y); blank cells do not fit."""
+    import numpy as np
+
+    from posformer.plots.figure import pyplot, save_png
+
+    plt = pyplot()
+    cfg = results["config"]
+    rows = _scored(results)
+    fig, axes = plt.subplots(1, len(rows), figsize=(2.6 * len(rows) + 1, 3.2), squeeze=False)
+    image = None
+    for ax, (row, r) in zip(axes[0], rows.items()):
+        grid = np.array([[np.nan if r["passkey"][str(n)][str(d)] is None else r["passkey"][str(n)][str(d)]["exact"]
+                          for n in cfg["passkey_lengths"]] for d in cfg["passkey_depths"]])
+        image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
+        ax.set_xticks(range(len(cfg["passkey_lengths"])), [str(n) for n in cfg["passkey_lengths"]], rotation=45,
+                      fontsize=7)
+        ax.set_yticks(range(len(cfg["passkey_depths"])), [f"{d:g}" for d in cfg["passkey_depths"]], fontsize=7)
+        ax.set_title(row, fontsize=9)
+        ax.set_xlabel("length", fontsize=8)
+    axes[0][0].set_ylabel("depth")
+    fig.colorbar(image, ax=axes[0].tolist(), label="exact match", shrink=0.8)
+    return save_png(fig, path)

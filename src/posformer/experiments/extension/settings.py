@@ -1,0 +1,119 @@
+"""The knobs of `posformer extend` and its presets (quick, cpu)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from posformer.experiments.extension.methods import METHODS
+from posformer.train.settings import DEVICES, PRECISIONS
+from posformer.validation import check_choice, check_int, check_number, fail
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # a smoke run of a tiny model: seconds
+    "quick": dict(steps=10, batch_size=4, lr=3e-4, warmup=2, eval_tokens=4096, eval_batch_tokens=4096,
+                  passkey_depths=[0.0, 0.5, 1.0], passkey_trials=4, longrope_population=4, longrope_generations=2,
+                  longrope_tokens=4096, save_every=10, threads=1),
+    # the `extrapolate --preset bytes` rope row to 8L: about a minute of fine-tuning per method on 2 idle cores
+    "cpu": dict(steps=200, batch_size=8, lr=3e-4, warmup=20, eval_tokens=98_304, eval_batch_tokens=8192,
+                passkey_depths=[0.0, 0.25, 0.5, 0.75, 1.0], passkey_trials=20, longrope_population=8,
+                longrope_generations=4, longrope_tokens=16_384, save_every=100, threads=2),
+}
+
+
+@dataclass
+class ExtendSettings:
+    """Every knob of `posformer extend`. train_len None: the run's training length (its run_config.yaml).
+    eval_lens None: train_len times 1, 2, 4, ... up to target_len, and 2 target_len (past the target too).
+    passkey_lengths None: eval_lens. steps 0: eval-time scaling only, nothing fine-tuned."""
+
+    target_len: int | None = None
+    methods: list[str] = field(default_factory=lambda: list(METHODS))
+    train_len: int | None = None
+    eval_lens: list[int] | None = None
+    steps: int = 200
+    batch_size: int = 8
+    lr: float = 3e-4
+    warmup: int = 20
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    eval_tokens: int = 98_304
+    eval_batch_tokens: int = 8192
+    passkey_lengths: list[int] | None = None
+    passkey_depths: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
+    passkey_trials: int = 20
+    longrope_population: int = 8
+    longrope_generations: int = 4
+    longrope_tokens: int = 16_384
+    seed: int = 0
+    device: str = "auto"
+    threads: int | None = None
+    precision: str = "fp32"
+    save_every: int = 100
+    text: str | None = None
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "ExtendSettings":
+        if name not in PRESETS:
+            raise ValueError(f"extend: unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(f"extend: unknown setting(s) {unknown}; known: {', '.join(sorted(known))}")
+        return cls(**{**PRESETS[name], **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def resolve(self, train_len: int) -> "ExtendSettings":
+        """Fill train_len, eval_lens and passkey_lengths from the run's training length; validate everything."""
+        if self.train_len is None:
+            self.train_len = train_len
+        check_int("extend: train_len", self.train_len, minimum=2)
+        check_int("extend: target_len", self.target_len, minimum=self.train_len + 1)
+        if self.eval_lens is None:
+            self.eval_lens, n = [], self.train_len
+            while n < self.target_len:
+                self.eval_lens.append(n)
+                n *= 2
+            self.eval_lens += [self.target_len, 2 * self.target_len]
+        if self.passkey_lengths is None:
+            self.passkey_lengths = list(self.eval_lens)
+        self.validate()
+        return self
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad knob: `extend: KNOB=VALUE is invalid: expected ...`."""
+        if isinstance(self.methods, str):
+            self.methods = [m.strip() for m in self.methods.split(",") if m.strip()]
+        if not isinstance(self.methods, list) or not self.methods or len(set(self.methods)) != len(self.methods):
+            fail("extend: methods", self.methods, f"a non-empty list of distinct methods from {', '.join(METHODS)}")
+        for method in self.methods:
+            check_choice("extend: methods", method, METHODS)
+        for name in ("eval_lens", "passkey_lengths"):
+            value = getattr(self, name)
+            if not isinstance(value, list) or not value:
+                fail(f"extend: {name}", value, "a non-empty list of lengths")
+            for n in value:
+                check_int(f"extend: {name}", n, minimum=2)
+            setattr(self, name, sorted(set(value)))
+        if self.train_len not in self.eval_lens:
+            fail("extend: eval_lens", self.eval_lens, f"a list that includes train_len={self.train_len}")
+        if not isinstance(self.passkey_depths, list) or not self.passkey_depths:
+            fail("extend: passkey_depths", self.passkey_depths, "a non-empty list of numbers in [0, 1]")
+        for depth in self.passkey_depths:
+            check_number("extend: passkey_depths", depth, 0.0, 1.0)
+        check_int("extend: steps", self.steps, minimum=0)
+        for name in ("batch_size", "eval_tokens", "eval_batch_tokens", "passkey_trials", "longrope_population",
+                     "longrope_generations", "longrope_tokens", "save_every"):
+            check_int(f"extend: {name}", getattr(self, name))
+        check_int("extend: warmup", self.warmup, minimum=0)
+        check_int("extend: seed", self.seed, minimum=0)
+        check_number("extend: lr", self.lr, 0.0, low_open=True)
+        check_number("extend: min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
+        check_number("extend: weight_decay", self.weight_decay, 0.0)
+        check_choice("extend: device", self.device, DEVICES)
+        check_choice("extend: precision", self.precision, PRECISIONS)
+        if self.threads is not None:
+            check_int("extend: threads", self.threads)

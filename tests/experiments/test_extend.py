@@ -1,0 +1,237 @@
+"""`posformer extend`: the methods' frequencies against Hugging Face and the papers' formulas, only the fine-tune
+changing weights, the LongRoPE search, passkey prompts, and the CLI end to end on a tiny extrapolate row."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+
+import pytest
+import torch
+from transformers import LlamaConfig, Phi3Config
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+import posformer as pf
+from posformer.any_checkpoint import load_model
+from posformer.cli import main
+from posformer.posformer_checkpoint import save_pretrained
+from posformer.experiments.extension.longrope import search_long_factors, seed_factors
+from posformer.experiments.extension.methods import check_rope_model, extended_params, longrope_scaling, with_params
+from posformer.experiments.extension.passkey import PasskeyMix, passkey_grid, passkey_prompt
+from posformer.experiments.extrapolation.evaluation import perplexity
+from posformer.train.batches import WindowBatches
+
+TRAIN_LEN, TARGET = 16, 64
+
+
+def _rope_model(theta: float = 10000.0) -> pf.Transformer:
+    torch.manual_seed(0)
+    return pf.Transformer(pf.Config(arch="decoder", vocab_size=50, d_model=32, n_layers=2, n_heads=2,
+                                    position="rope", position_params={"theta": theta}, max_positions=TRAIN_LEN))
+
+
+def _hf(kind: str, head_dim: int, theta: float, **keys) -> torch.Tensor:
+    cfg = LlamaConfig(hidden_size=2 * head_dim, num_attention_heads=2, head_dim=head_dim, rope_theta=theta,
+                      max_position_embeddings=TARGET, rope_scaling={"rope_type": kind, **keys})
+    return ROPE_INIT_FUNCTIONS[kind](cfg, torch.device("cpu"))
+
+
+def test_pi_and_ntk_follow_the_papers_formulas():
+    model, s = _rope_model(500.0), TARGET / TRAIN_LEN
+    d = model.cfg.head_dim
+    base = 500.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    pi = with_params(model, extended_params(model, "pi", TARGET, TRAIN_LEN), TARGET)
+    torch.testing.assert_close(pi.decoder.position.inv_freq.double(), base / s, rtol=1e-6, atol=0)
+    ntk = with_params(model, extended_params(model, "ntk", TARGET, TRAIN_LEN), TARGET)
+    ntk_base = 500.0 * s ** (d / (d - 2))  # bloc97's NTK-aware base
+    torch.testing.assert_close(ntk.decoder.position.inv_freq.double(),
+                               ntk_base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d), rtol=1e-6, atol=0)
+    assert float(ntk.decoder.position.inv_freq[0]) == 1.0  # the highest frequency is kept
+
+
+def test_yarn_and_longrope_equal_hugging_face():
+    model = _rope_model()
+    d, s = model.cfg.head_dim, TARGET / TRAIN_LEN
+    yarn = with_params(model, extended_params(model, "yarn", TARGET, TRAIN_LEN), TARGET).decoder.position
+    inv_freq, factor = _hf("yarn", d, 10000.0, factor=s, original_max_position_embeddings=TRAIN_LEN)
+    torch.testing.assert_close(yarn.inv_freq, inv_freq, rtol=1e-6, atol=0)
+    assert yarn.attention_factor == pytest.approx(factor) == pytest.approx(0.1 * math.log(s) + 1)
+    long = [1.0 + i / 8 for i in range(d // 2)]
+    lr = with_params(model, extended_params(model, "longrope", TARGET, TRAIN_LEN, long), TARGET).decoder.position
+    phi3 = Phi3Config(hidden_size=2 * d, num_attention_heads=2, rope_theta=10000.0, max_position_embeddings=TARGET,
+                      original_max_position_embeddings=TRAIN_LEN,  # how Hugging Face stores LongRoPE (Phi-3)
+                      rope_scaling={"type": "longrope", "short_factor": [1.0] * (d // 2), "long_factor": long})
+    hf_long, hf_factor = ROPE_INIT_FUNCTIONS["longrope"](phi3, torch.device("cpu"), seq_len=TARGET)
+    ours, ours_factor = lr.frequencies_for(TARGET)
+    torch.testing.assert_close(ours, hf_long, rtol=1e-6, atol=0)
+    assert ours_factor == pytest.approx(hf_factor)
+    torch.testing.assert_close(lr.frequencies_for(TRAIN_LEN)[0], _rope_model().decoder.position.inv_freq)
+
+
+def test_extension_changes_the_scaling_and_nothing_else():
+    model = _rope_model()
+    for method in ("none", "pi", "ntk", "yarn"):
+        extended = with_params(model, extended_params(model, method, TARGET, TRAIN_LEN), TARGET)
+        theirs = extended.state_dict()
+        assert all(torch.equal(v, theirs[k]) for k, v in model.state_dict().items()) and set(theirs) == set(
+            model.state_dict())
+        ours, new = model.cfg.to_dict(), extended.cfg.to_dict()
+        changed = {k for k in ours if ours[k] != new[k]}
+        assert changed <= {"position_params", "max_positions"}
+        assert {k for k in ours["position_params"] if ours["position_params"][k] != new["position_params"][k]} \
+            == (set() if method == "none" else {"scaling"})
+
+
+def test_only_rope_decoders_without_a_scaling_are_extended():
+    alibi = pf.Transformer(pf.Config(arch="decoder", vocab_size=50, d_model=32, n_layers=1, n_heads=2,
+                                     position="alibi"))
+    with pytest.raises(ValueError, match="position 'alibi'"):
+        check_rope_model(alibi, "runs/x")
+    scaled = with_params(_rope_model(), extended_params(_rope_model(), "pi", TARGET, TRAIN_LEN), TARGET)
+    with pytest.raises(ValueError, match="already has the RoPE scaling"):
+        check_rope_model(scaled, "runs/x")
+
+
+def test_longrope_search_stays_in_its_space_and_beats_its_seeds():
+    model = _rope_model().eval()
+    ids = torch.randint(0, 50, (4 * TARGET,), generator=torch.Generator().manual_seed(1))
+    result = search_long_factors(model, ids, TARGET, TRAIN_LEN, population=5, generations=3, seed=0)
+    s = TARGET / TRAIN_LEN
+    factors = torch.tensor(result.long_factor)
+    assert len(factors) == model.cfg.head_dim // 2 and bool((factors >= 1).all() and (factors <= 1.25 * s).all())
+    assert bool((factors[1:] >= factors[:-1]).all()) and len(result.history) == 3
+    assert result.history == sorted(result.history, reverse=True)  # the best is kept from one generation on
+    for seed in seed_factors(model, TARGET, TRAIN_LEN):
+        params = {**model.cfg.position_params, "scaling": longrope_scaling(seed.tolist(), TARGET, TRAIN_LEN)}
+        assert result.ppl <= perplexity(with_params(model, params, TARGET), {"s": ids}, TARGET) + 1e-9
+    chosen = {**model.cfg.position_params, "scaling": longrope_scaling(result.long_factor, TARGET, TRAIN_LEN)}
+    assert perplexity(with_params(model, chosen, TARGET), {"s": ids}, TARGET) == pytest.approx(result.ppl, rel=1e-6)
+
+
+def _bytes(text: str) -> list[int]:
+    return list(text.encode())
+
+
+@pytest.mark.parametrize("length", [45, 64, 300])
+def test_passkey_prompt_has_the_length_the_key_at_its_depth_and_the_answer_last(length):
+    for depth in (0.0, 0.5, 1.0):
+        prompt = passkey_prompt(_bytes, length, depth, "71432")
+        text = bytes(prompt.ids.tolist()).decode()
+        assert len(prompt.ids) == length and text.endswith(" The pass key is 71432")
+        assert bytes(prompt.ids[prompt.answer_start:].tolist()).decode() == " 71432"
+        where = text.index(" The pass key is 71432.")
+        room = length - 45
+        assert where == round(depth * room)
+    assert passkey_prompt(_bytes, 44, 0.5, "71432") is None
+
+
+def test_passkey_grid_marks_prompts_that_do_not_fit():
+    model = pf.Transformer(pf.Config(arch="decoder", vocab_size=256, d_model=16, n_layers=1, n_heads=2,
+                                     position="rope"))
+    grid = passkey_grid(model, _bytes, [32, 64], [0.0, 1.0], trials=3)
+    assert grid["32"] == {"0.0": None, "1.0": None}
+    for cell in grid["64"].values():
+        assert 0 <= cell["exact"] <= cell["digits"] <= 1
+
+
+def test_passkey_mix_replaces_the_asked_fraction_and_resumes_identically():
+    ids = torch.randint(0, 256, (10_000,), generator=torch.Generator().manual_seed(0))
+    plain = WindowBatches(ids, 64, seed=3).next_batch(8)["input_ids"]
+    all_keys = PasskeyMix(WindowBatches(ids, 64, seed=3), _bytes, 64, 1.0, seed=3).next_batch(8)["input_ids"]
+    for row in all_keys:
+        key = re.fullmatch(r".* The pass key is (\d{5})", bytes(row.tolist()).decode()).group(1)
+        assert f" The pass key is {key}." in bytes(row.tolist()).decode()
+    assert not torch.equal(plain, all_keys)
+    none = PasskeyMix(WindowBatches(ids, 64, seed=3), _bytes, 64, 0.0, seed=3).next_batch(8)["input_ids"]
+    assert torch.equal(plain, none)
+    first = PasskeyMix(WindowBatches(ids, 64, seed=3), _bytes, 64, 0.5, seed=3)
+    first.next_batch(8)
+    resumed = PasskeyMix(WindowBatches(ids, 64, seed=3), _bytes, 64, 0.5, seed=3)
+    resumed.load_state_dict(first.state_dict())
+    assert torch.equal(first.next_batch(8)["input_ids"], resumed.next_batch(8)["input_ids"])
+    with pytest.raises(ValueError, match="passkey_fraction"):
+        PasskeyMix(WindowBatches(ids, 32, seed=3), _bytes, 32, 0.5, seed=3)
+
+
+ROW = ["--preset", "quick", "--positions", "rope", "--train-len", "16", "--eval-lens", "16,32", "--steps", "3",
+       "--d-model", "32", "--layers", "1", "--heads", "2", "--vocab-size", "300", "--eval-tokens", "256",
+       "--tokenizer-chars", "20000", "--no-progress", "--set", "train_chars=40000", "--set", "batch_size=4"]
+EXTEND = ["--preset", "quick", "--target-len", "64", "--steps", "2", "--no-progress", "--set", "eval_tokens=1024",
+          "--set", "passkey_trials=2", "--set", "longrope_tokens=256", "--set", "longrope_generations=1"]
+
+
+def _digest(folder) -> str:
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(folder.rglob("*.safetensors")))).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def extended(tmp_path_factory):
+    root = tmp_path_factory.mktemp("extend")
+    assert main(["extrapolate", *ROW, "--output-dir", str(root / "lm")]) == 0
+    source = root / "lm" / "rows" / "rope"
+    before = _digest(source)
+    assert main(["extend", str(source), *EXTEND, "--methods", "none,pi,longrope", "--output-dir",
+                 str(root / "ext")]) == 0
+    assert _digest(source) == before  # the source run is read, never written
+    return source, root / "ext"
+
+
+def test_cli_writes_every_row_and_only_the_fine_tune_changes_the_weights(extended):
+    source, out = extended
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["rows"]) == {"source", "none+ft", "pi", "pi+ft", "longrope", "longrope+ft"}
+    assert results["config"]["train_len"] == 16 and results["config"]["eval_lens"] == [16, 32, 64, 128]
+    for name in ("results.md", "ppl.png", "passkey.png"):
+        assert (out / name).stat().st_size > 0
+    trained = load_model(source)
+    for method in ("none", "pi", "longrope"):
+        tuned = load_model(out / "rows" / method)
+        scaling = tuned.cfg.position_params["scaling"]
+        assert scaling == results["rows"][f"{method}+ft"]["scaling"]
+        if method == "pi":
+            assert scaling == {"type": "linear", "factor": 4.0}
+        theirs = tuned.state_dict()
+        assert set(theirs) == set(trained.state_dict())
+        assert any(not torch.equal(v, theirs[k]) for k, v in trained.state_dict().items())
+    source_row = results["rows"]["source"]["ppl"]
+    eval_time = results["rows"]["pi"]["ppl"]
+    assert all(math.isfinite(v) for r in (source_row, eval_time) for v in next(iter(r.values())).values())
+
+
+def test_rerun_skips_recorded_methods_and_a_new_method_is_added(extended, capsys):
+    source, out = extended
+    assert main(["extend", str(source), *EXTEND, "--methods", "none,pi,longrope,yarn", "--output-dir",
+                 str(out)]) == 0
+    log = capsys.readouterr().out
+    assert "pi: already recorded" in log and "longrope: already recorded" in log
+    assert {"yarn", "yarn+ft"} <= set(json.loads((out / "results.json").read_text())["rows"])
+
+
+def test_steps_zero_scales_at_eval_time_only(extended, tmp_path):
+    source, _ = extended
+    assert main(["extend", str(source), *EXTEND, "--steps", "0", "--methods", "pi", "--output-dir",
+                 str(tmp_path / "e")]) == 0
+    assert set(json.loads((tmp_path / "e" / "results.json").read_text())["rows"]) == {"source", "pi"}
+    assert not (tmp_path / "e" / "rows").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--target-len", "16"], "target_len=16 is invalid"),
+    (["--target-len", "64", "--methods", "pi,rope"], "methods='rope' is invalid"),
+    ([], "--target-len is required"),
+])
+def test_bad_arguments_are_named(extended, tmp_path, capsys, args, message):
+    source, _ = extended
+    base = [a for a in EXTEND if a not in ("--target-len", "64")]
+    assert main(["extend", str(source), *base, *args, "--output-dir", str(tmp_path / "e")]) != 0
+    assert message in capsys.readouterr().err
+
+
+def test_a_run_without_data_needs_text(extended, tmp_path, capsys):
+    source, _ = extended
+    model = load_model(source)
+    save_pretrained(model, tmp_path / "bare")
+    assert main(["extend", str(tmp_path / "bare"), *EXTEND, "--output-dir", str(tmp_path / "e")]) != 0
+    assert "give --text FILE" in capsys.readouterr().err
