@@ -1,16 +1,19 @@
-"""Block losses (paired across lengths), the bootstrap intervals and the unigram baseline of the LM benchmark."""
+"""Block losses (paired across lengths), the bootstrap intervals, the unigram baseline and the bytes preset of the
+LM benchmark."""
 
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
 
 import posformer as pf
 from posformer.experiments.extrapolation.bootstrap import ppl_interval, ratio_interval
-from posformer.experiments.extrapolation.data import unigram_perplexity
+from posformer.experiments.extrapolation.data import encode, train_bpe, unigram_perplexity
 from posformer.experiments.extrapolation.evaluation import block_losses, chunk_nll, perplexity, sliding_nll
+from posformer.experiments.extrapolation.settings import ExtrapolationSettings
 
 
 def _model() -> pf.Transformer:
@@ -88,3 +91,26 @@ def test_unigram_perplexity_is_the_exponentiated_cross_entropy():
     evals = {"d": torch.tensor([0, 1, 2, 0])}
     want = math.exp(-(2 * math.log(7 / 11) + math.log(3 / 11) + math.log(1 / 11)) / 4)
     assert unigram_perplexity(train, evals, 3) == pytest.approx(want, rel=1e-12)
+
+
+def test_the_bytes_preset_reads_one_token_per_byte():
+    settings = ExtrapolationSettings.preset("bytes")
+    assert settings.vocab_size == 257 and settings.eval_tokens % max(settings.eval_lens) == 0
+    tokenizer = train_bpe({"book": "The grass is green. Ça va? " * 50}, settings.vocab_size, 10_000)
+    text = "Zebra naïve 71432 — ok"
+    ids = encode(tokenizer, text)
+    assert len(tokenizer) == 257 and ids.numel() == len(text.encode("utf-8"))
+    assert tokenizer.decode(ids.tolist()) == text
+
+
+def test_results_md_reports_the_unigram_baseline_and_ratio_intervals(tmp_path):
+    from posformer.cli import main
+
+    args = ["extrapolate", "--preset", "quick", "--positions", "rope", "--train-len", "16", "--eval-lens", "16,32",
+            "--steps", "2", "--d-model", "32", "--layers", "1", "--heads", "2", "--vocab-size", "257",
+            "--eval-tokens", "512", "--tokenizer-chars", "20000", "--no-progress", "--set", "train_chars=40000",
+            "--set", "rope_scalings=[]", "--output-dir", str(tmp_path)]
+    assert main(args) == 0
+    table = (tmp_path / "results.md").read_text()
+    assert "A unigram model (training-set token frequencies, no context) reads" in table
+    assert re.search(r"\| rope \| 1\.00 \| \d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\] \|", table)

@@ -235,3 +235,13 @@ def test_a_run_without_data_needs_text(extended, tmp_path, capsys):
     save_pretrained(model, tmp_path / "bare")
     assert main(["extend", str(tmp_path / "bare"), *EXTEND, "--output-dir", str(tmp_path / "e")]) != 0
     assert "give --text FILE" in capsys.readouterr().err
+
+
+def test_plot_redraws_the_figures_of_results_directories(extended, tmp_path, capsys):
+    source, out = extended
+    lm = source.parent.parent
+    assert main(["plot", "--output-dir", str(tmp_path), "--results", str(out), str(lm)]) == 0
+    for name in (f"{out.name}-ppl.png", f"{out.name}-passkey.png", f"{lm.name}-ppl.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    assert main(["plot", "--output-dir", str(tmp_path), "--results", str(tmp_path)]) != 0
+    assert "no results.json" in capsys.readouterr().err

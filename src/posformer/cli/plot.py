@@ -26,6 +26,13 @@ Write the figures of the study notes as PNG files into --output-dir:
                         every checkpoint whose position encoding is "t5".
   attention_maps.png    needs --checkpoint: the attention map of --text in --layer, averaged
                         over heads, one panel per checkpoint (title: its position encoding).
+
+With --results DIR [DIR ...], the figures of experiment output directories, redrawn from their
+results.json (NAME = the directory's name):
+  NAME-ppl.png          `posformer extrapolate` / `posformer extend`: perplexity against length,
+                        with 95% bootstrap bands
+  NAME-accuracy.png     `posformer extrapolate --task`: exact match against length per encoding
+  NAME-passkey.png      `posformer extend`: passkey retrieval heatmaps (length x depth) per row
 """
 
 
@@ -33,6 +40,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from posformer import plots
 
     out = Path(args.output_dir)
+    from posformer.plots.results import draw_results
+
     loaded = plots.load_checkpoints(args.checkpoint) if args.checkpoint else []
     t5_panels = [(c.name, stack) for c in loaded for stack in plots.t5_learned_bias(c.model)]
     attention = [_attention(c, args.text, args.layer) for c in loaded]  # before drawing: errors come first
@@ -42,6 +51,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         plots.draw_rope_decay(out / "rope_decay.png"),
         plots.draw_rope_wavelengths(out / "rope_wavelengths.png", train_len=args.train_len),
         plots.draw_alibi(out / "alibi_bias.png", n_heads=args.alibi_heads),
+        *(path for directory in args.results or [] for path in draw_results(directory, out)),
     ):
         print(path)
     if not loaded:
@@ -77,6 +87,9 @@ def add_plot_arguments(plot: argparse.ArgumentParser) -> None:
     plot.add_argument("--checkpoint", nargs="+", metavar="DIR",
                       help="one or more model run directories, or experiment directories holding rows/<name>/ runs "
                            "(as `posformer extrapolate` writes); enables t5_learned_bias.png and attention_maps.png")
+    plot.add_argument("--results", nargs="+", metavar="DIR",
+                      help="experiment output directories (of `posformer extrapolate`, `extrapolate --task` or "
+                           "`extend`): their figures are redrawn from results.json")
     plot.add_argument("--text", default=DEFAULT_TEXT, help=f"text for the attention maps (default: {DEFAULT_TEXT!r})")
     plot.add_argument("--layer", type=int, default=-1,
                       help="layer of the attention maps, 0-based; negative counts from the last (default: -1)")

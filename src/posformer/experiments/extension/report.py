@@ -8,6 +8,7 @@ from pathlib import Path
 from posformer.experiments.extrapolation.bootstrap import ratio_interval
 from posformer.experiments.extrapolation.report import markdown_table, ppl_interval_of
 
+PANELS_PER_LINE = 4
 STAGE_NOTE = {"trained": "the trained model, RoPE unchanged",
               "eval-time": "the method's scaling on the trained weights",
               "fine-tuned": "the method's scaling, then fine-tuned at the target length"}
@@ -133,9 +134,13 @@ def plot_passkey(results: dict, path: Path) -> Path:
     plt = pyplot()
     cfg = results["config"]
     rows = _scored(results)
-    fig, axes = plt.subplots(1, len(rows), figsize=(2.6 * len(rows) + 1, 3.2), squeeze=False)
+    columns = min(PANELS_PER_LINE, len(rows))
+    lines = -(-len(rows) // columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(2.6 * columns + 1, 2.8 * lines), squeeze=False)
     image = None
-    for ax, (row, r) in zip(axes[0], rows.items()):
+    for ax in axes.flat[len(rows):]:
+        ax.set_visible(False)
+    for ax, (row, r) in zip(axes.flat, rows.items()):
         grid = np.array([[np.nan if r["passkey"][str(n)][str(d)] is None else r["passkey"][str(n)][str(d)]["exact"]
                           for n in cfg["passkey_lengths"]] for d in cfg["passkey_depths"]])
         image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
@@ -144,6 +149,7 @@ def plot_passkey(results: dict, path: Path) -> Path:
         ax.set_yticks(range(len(cfg["passkey_depths"])), [f"{d:g}" for d in cfg["passkey_depths"]], fontsize=7)
         ax.set_title(row, fontsize=9)
         ax.set_xlabel("length", fontsize=8)
-    axes[0][0].set_ylabel("depth")
-    fig.colorbar(image, ax=axes[0].tolist(), label="exact match", shrink=0.8)
+        ax.set_ylabel("depth", fontsize=8)
+    fig.tight_layout()
+    fig.colorbar(image, ax=axes.ravel().tolist(), label="exact match", shrink=0.8)
     return save_png(fig, path)

@@ -24,6 +24,9 @@ Presets (every knob can be overridden by its flag or by --set KEY=VALUE):
   cpu    Gutenberg books (3 held out) + WikiText-2 test, L=128, d_model 192, 4 layers,
          300 steps of 16 x 128 tokens, one CPU thread: about 45 minutes, evaluation
          included (on 2 idle cores --set threads=2 is faster).
+  bytes  Gutenberg + WikiText-2 as bytes (vocab 257), L=64, d_model 128, 4 layers, 2000 steps of
+         32 x 64 bytes, two threads: models that read their context (far below the unigram
+         perplexity, which results.md reports); 98,304 eval bytes per set. About 4 minutes a row.
   gpu    Gutenberg + WikiText-2, L=512, ~100M parameters (d_model 768, 12 layers, vocab 16384),
          5000 steps of 32 x 512 tokens, bf16 on CUDA.
 
@@ -33,7 +36,11 @@ eval_len tokens every S tokens, each scoring only its last S tokens (the first w
 as the Hugging Face perplexity recipe; S = eval_len equals nonoverlapping. Each held-out
 book is its own stream (a continuous run from its middle; chunks never cross books),
 aggregated token-weighted; the same eval_tokens tokens (a multiple of the longest eval
-length) serve every length and row.
+length) serve every length and row. The ratios carry 95% intervals from a paired bootstrap
+over blocks of the longest eval length (the same text at every length).
+
+--set passkey_fraction=F replaces a fraction F of the training windows by passkey prompts of
+L tokens, so the models learn retrieval that `posformer extend` then tests at longer lengths.
 
 Tasks (--task copy|reverse|sort|addition|parity|passkey; after Kazemnejad et al. 2023 and the
 passkey retrieval of Mohtashami & Jaggi 2023): one small decoder per encoding (default rows none,
@@ -44,7 +51,7 @@ reciprocal rank beside the paper's, results.json, accuracy.png). Presets: quick 
 
 Outputs in --output-dir: results.md (perplexity and ppl(kL)/ppl(L) tables per eval set),
 results.json (every number, the resolved config, held-out books, wall times, versions),
-ppl.png (perplexity against eval length), tokenizer/, and rows/ROW/ (a Trainer run dir:
+ppl.png (perplexity against eval length, 95% bands), tokenizer/, and rows/ROW/ (a Trainer run dir:
 `posformer generate --model OUTPUT/rows/rope` works). results.json is updated after each
 row: re-running into the same dir (or --resume) skips recorded rows and resumes a
 half-trained one from its checkpoint; a different configuration is refused.

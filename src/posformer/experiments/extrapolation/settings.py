@@ -1,4 +1,4 @@
-"""The knobs of `posformer extrapolate`, its presets (quick, cpu, gpu) and the model every row shares."""
+"""The knobs of `posformer extrapolate`, its presets (quick, cpu, bytes, gpu) and the model every row shares."""
 
 from __future__ import annotations
 
