@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from posformer.experiments.extension.methods import METHODS
+from posformer.experiments.presets import from_preset
 from posformer.train.settings import DEVICES, PRECISIONS
 from posformer.validation import check_choice, check_int, check_number, fail
 
@@ -55,13 +56,7 @@ class ExtendSettings:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ExtendSettings":
-        if name not in PRESETS:
-            raise ValueError(f"extend: unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise ValueError(f"extend: unknown setting(s) {unknown}; known: {', '.join(sorted(known))}")
-        return cls(**{**PRESETS[name], **overrides})
+        return from_preset(cls, PRESETS, name, overrides, "extend")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -11,6 +11,7 @@ from posformer import positions
 from posformer.config import Config
 from posformer.experiments.extrapolation.data import CORPORA
 from posformer.experiments.extrapolation.evaluation import PROTOCOLS
+from posformer.experiments.presets import from_preset
 from posformer.train.settings import DEVICES, PRECISIONS
 from posformer.validation import check_choice, check_int, check_number, fail, is_int
 
@@ -89,13 +90,7 @@ class ExtrapolationSettings:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ExtrapolationSettings":
-        if name not in PRESETS:
-            raise ValueError(f"extrapolate: unknown preset {name!r}; expected one of {', '.join(PRESETS)}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise ValueError(f"extrapolate: unknown setting(s) {unknown}; known: {', '.join(sorted(known))}")
-        settings = cls(**{**PRESETS[name], **overrides})
+        settings = from_preset(cls, PRESETS, name, overrides, "extrapolate")
         if settings.eval_lens is None:
             settings.eval_lens = [settings.train_len * k for k in (1, 2, 4, 8, 16)]
         settings.validate()

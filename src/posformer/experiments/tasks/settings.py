@@ -8,6 +8,7 @@ from typing import Any
 
 from posformer import positions
 from posformer.config import Config
+from posformer.experiments.presets import from_preset
 from posformer.experiments.tasks.generators import TASKS, VOCAB, min_length
 from posformer.train.settings import DEVICES, PRECISIONS
 from posformer.validation import check_choice, check_int, check_number, fail
@@ -83,13 +84,7 @@ class TaskSettings:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "TaskSettings":
-        if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}: expected one of {', '.join(PRESETS)}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise ValueError(f"unknown setting(s) {unknown}: expected some of {', '.join(sorted(known))}")
-        return cls(**{**PRESETS[name], **overrides})
+        return from_preset(cls, PRESETS, name, overrides, "extrapolate --task")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
