@@ -58,12 +58,44 @@ def summary_table(results: dict, eval_set: str) -> str:
                    f"passkey at {target}: exact / digits"], body)
 
 
+COMPARISONS = [  # (what the ratio tests, numerator row, denominator row): below 1 = the numerator reads better
+    ("a short fine-tune vs eval-time scaling alone: PI", "pi+ft", "pi"),
+    ("a short fine-tune vs eval-time scaling alone: NTK", "ntk+ft", "ntk"),
+    ("a short fine-tune vs eval-time scaling alone: YaRN", "yarn+ft", "yarn"),
+    ("a short fine-tune vs eval-time scaling alone: LongRoPE", "longrope+ft", "longrope"),
+    ("after fine-tuning, YaRN vs NTK (YaRN paper: YaRN better)", "yarn+ft", "ntk+ft"),
+    ("after fine-tuning, NTK vs PI (YaRN paper: NTK better)", "ntk+ft", "pi+ft"),
+    ("after fine-tuning, LongRoPE vs YaRN", "longrope+ft", "yarn+ft"),
+    ("eval-time, LongRoPE's searched factors vs YaRN", "longrope", "yarn"),
+    ("PI fine-tuned vs plain extrapolation (the trained model)", "pi+ft", "source"),
+    ("PI fine-tuned vs plain extrapolation fine-tuned (PI paper: PI better)", "pi+ft", "none+ft"),
+]
+
+
+def comparisons_table(results: dict, eval_set: str) -> str:
+    """The papers' claims as paired ratios ppl(a) / ppl(b) at the target length [95% interval, same blocks]."""
+    target = str(results["config"]["target_len"])
+    rows = _scored(results)
+    body = []
+    for claim, a, b in COMPARISONS:
+        if a not in rows or b not in rows:
+            continue
+        x, y = rows[a]["blocks"][eval_set][target], rows[b]["blocks"][eval_set][target]
+        low, high = ratio_interval((x["nll"], x["count"]), (y["nll"], y["count"]))
+        ratio = rows[a]["ppl"][eval_set][target] / rows[b]["ppl"][eval_set][target]
+        body.append([claim, f"ppl({a}) / ppl({b})", f"{ratio:.3f} [{low:.3f}, {high:.3f}]"])
+    return markdown_table(["claim", "ratio", f"at {target}"], body)
+
+
 def passkey_table(results: dict, row: str) -> str:
-    """Lengths x depths: exact match of one row (n/a: the prompt does not fit)."""
+    """Lengths x depths of one row: exact match / fraction of key tokens right (n/a: the prompt does not fit)."""
     cfg = results["config"]
     grid = results["rows"][row]["passkey"]
-    body = [[str(n)] + [("n/a" if grid[str(n)][str(d)] is None else f"{grid[str(n)][str(d)]['exact']:.2f}")
-                        for d in cfg["passkey_depths"]] for n in cfg["passkey_lengths"]]
+
+    def cell(value: dict | None) -> str:
+        return "n/a" if value is None else f"{value['exact']:.2f} / {value['digits']:.2f}"
+
+    body = [[str(n)] + [cell(grid[str(n)][str(d)]) for d in cfg["passkey_depths"]] for n in cfg["passkey_lengths"]]
     return markdown_table(["length \\ depth"] + [f"{d:g}" for d in cfg["passkey_depths"]], body)
 
 
@@ -79,8 +111,10 @@ def markdown(results: dict) -> str:
         if not rows or name not in next(iter(rows.values()))["ppl"]:
             continue
         parts += [f"## {name}: at the target length\n", summary_table(results, name) + "\n",
+                  f"### {name}: the papers' claims, paired (below 1: the first row reads better)\n",
+                  comparisons_table(results, name) + "\n",
                   f"## {name}: perplexity by length [95% bootstrap interval]\n", ppl_table(results, name) + "\n"]
-    parts.append("## Passkey retrieval: exact match by length and depth\n")
+    parts.append("## Passkey retrieval by length and depth: exact match / fraction of key tokens right\n")
     for row in rows:
         parts += [f"### {row}\n", passkey_table(results, row) + "\n"]
     searched = [r["longrope_search"] for r in results["rows"].values() if r.get("longrope_search")]
