@@ -185,6 +185,9 @@ def test_cli_writes_every_row_and_only_the_fine_tune_changes_the_weights(extende
     assert results["config"]["train_len"] == 16 and results["config"]["eval_lens"] == [16, 32, 64, 128]
     for name in ("results.md", "ppl.png", "passkey.png"):
         assert (out / name).stat().st_size > 0
+    report = (out / "results.md").read_text()
+    assert "| PI fine-tuned vs plain extrapolation fine-tuned (PI paper: PI better) | ppl(pi+ft) / ppl(none+ft) |" \
+        in report and "ppl(yarn+ft)" not in report  # a claim is listed only when both its rows ran
     trained = load_model(source)
     for method in ("none", "pi", "longrope"):
         tuned = load_model(out / "rows" / method)
@@ -245,3 +248,14 @@ def test_plot_redraws_the_figures_of_results_directories(extended, tmp_path, cap
         assert (tmp_path / name).stat().st_size > 0
     assert main(["plot", "--output-dir", str(tmp_path), "--results", str(tmp_path)]) != 0
     assert "no results.json" in capsys.readouterr().err
+
+
+def test_any_run_extends_on_a_text_file(extended, tmp_path):
+    from posformer.data.text import default_corpus
+
+    source, _ = extended
+    assert main(["extend", str(source), *EXTEND, "--methods", "ntk", "--steps", "1", "--text", str(default_corpus()),
+                 "--train-len", "16", "--output-dir", str(tmp_path / "e")]) == 0
+    results = json.loads((tmp_path / "e" / "results.json").read_text())
+    assert list(results["data"]["eval_sets"]) == [default_corpus().stem]
+    assert set(results["rows"]) == {"source", "ntk", "ntk+ft"} and results["config"]["train_len"] == 16
