@@ -83,7 +83,8 @@ def add_extend_arguments(parser: argparse.ArgumentParser) -> None:
 
     from posformer.experiments.extension.settings import PRESETS, ExtendSettings
 
-    parser.add_argument("run_dir", metavar="RUN", help="the trained run (a directory with checkpoints/, or a checkpoint folder)")
+    parser.add_argument("run_dir", metavar="RUN",
+                        help="the trained run (a directory with checkpoints/, or a checkpoint folder)")
     parser.add_argument("--preset", choices=tuple(PRESETS), default="cpu", help="size and budget (default: cpu)")
     parser.add_argument("--output-dir", dest="output_dir", required=True, help="results and the fine-tunes' runs")
     seen = set()

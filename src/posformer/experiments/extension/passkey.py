@@ -5,11 +5,11 @@ A prompt of exactly `length` tokens hides a random 5-digit key in repeated fille
 
     The grass is green. The sky is blue. ... The pass key is 71432. The grass is green. ... The pass key is| 71432
 
-The paper's filler; its instruction preamble, its "Remember it. 71432 is the pass key." and its "What is the pass
-key?" are left out, so that a prompt fits 64 tokens (45 bytes without filler): our models are not
-instruction-tuned and are trained on short contexts. Scoring is teacher-forced: a trial is retrieved when the model's argmax
-agrees with every token of " 71432" given the prompt and the key's own prefix (what greedy decoding writes, see
-`experiments.tasks.evaluation`); the digit accuracy counts the agreeing key tokens.
+The paper's filler; its instruction preamble, its "Remember it. 71432 is the pass key." and its "What is the
+pass key?" are left out, so that a prompt fits 64 tokens (45 bytes without filler): our models are not
+instruction-tuned and are trained on short contexts. Scoring is teacher-forced: a trial is retrieved when the
+model's argmax agrees with every token of " 71432" given the prompt and the key's own prefix (what greedy
+decoding writes, see `experiments.tasks.evaluation`); the digit accuracy counts the agreeing answer tokens.
 """
 
 from __future__ import annotations
