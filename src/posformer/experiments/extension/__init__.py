@@ -5,10 +5,12 @@ LongRoPE scaling and measures perplexity by length and passkey retrieval before 
 |---|---|
 | methods | the methods' RoPE parameters, and a model with new position parameters and the same weights |
 | longrope | LongRoPE's evolutionary search of one rescale factor per rotated pair |
-| passkey | passkey prompts, their teacher-forced scoring on a length x depth grid, and passkey training mixes |
 | source | the trained run: model, tokenizer, training length, training and evaluation text |
 | settings | the knobs and the presets (quick, cpu) |
 | experiment | per method: eval-time scaling, fine-tune, scoring; resumable (`run_extend`) |
 | report | results.md tables, ppl.png and passkey.png |
 | command | the `posformer extend` command |
+
+Passkey prompts, their scoring on a length x depth grid and the passkey training mix live in
+`posformer.experiments.passkey`, shared with `posformer extrapolate` (its `passkey_fraction`).
 """

@@ -19,17 +19,17 @@ from typing import Callable
 
 import torch
 
+from posformer.atomic import write_json_atomic, write_text_atomic
 from posformer.experiments.extension import report
 from posformer.experiments.extension.longrope import search_long_factors
 from posformer.experiments.extension.methods import check_rope_model, extended_params, with_params
-from posformer.experiments.extension.passkey import passkey_grid
 from posformer.experiments.extension.settings import ExtendSettings
 from posformer.experiments.extension.source import Source, load_source
 from posformer.experiments.extrapolation import data
 from posformer.experiments.extrapolation.evaluation import block_losses
 from posformer.experiments.extrapolation.experiment import open_results, trainer_settings
 from posformer.experiments.extrapolation.layout import ExperimentLayout
-from posformer.atomic import write_json_atomic, write_text_atomic
+from posformer.experiments.passkey import passkey_grid
 from posformer.model import Transformer
 from posformer.train.batches import WindowBatches
 from posformer.train.metrics_log import MetricsLog

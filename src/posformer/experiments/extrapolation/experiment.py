@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from posformer import positions
 from posformer.atomic import write_json_atomic, write_text_atomic
 from posformer.data.shared import default_data_dir
-from posformer.experiments.extension.passkey import PasskeyMix
+from posformer.experiments.passkey import PasskeyMix
 from posformer.experiments.extrapolation import data
 from posformer.experiments.extrapolation.evaluation import block_losses
 from posformer.experiments.extrapolation.layout import ExperimentLayout

@@ -51,7 +51,7 @@ class ExtrapolationSettings:
     ../shared/data beside the repository. position_params: {row: Config.position_params}.
     threads: torch CPU threads (None: torch's default); 1 is faster when other work shares the cores.
     passkey_fraction: the fraction of training windows replaced by passkey prompts of train_len tokens
-    (`extension.passkey.PasskeyMix`), so the models learn retrieval that `posformer extend` then tests.
+    (`experiments.passkey.PasskeyMix`), so the models learn retrieval that `posformer extend` then tests.
     tokenizer_chars / train_chars cap the characters used to train the tokenizer / the model,
     spread evenly over the training documents (train_chars None: all of them).
     """
