@@ -27,7 +27,7 @@ its run_config.yaml. Any other posformer run or checkpoint works with --text FIL
 text, last 10% evaluation) and --train-len L when the run does not record it.
 
 Presets: quick (10 steps, small evaluation: a smoke run) and cpu (200 steps of 8 x target_len, 20 passkey
-keys per cell, LongRoPE search 8 x 4: about 2 minutes a method for the `extrapolate --preset bytes` model
+keys per cell, LongRoPE search 8 x 4: 2-4 minutes a method for the `extrapolate --preset bytes` model
 at 8L on 2 cores).
 
 Outputs in --output-dir: results.md (summary at the target length, perplexity by length, passkey grids),
