@@ -147,12 +147,35 @@ def test_even_rotary_dimension_is_accepted():
 @pytest.mark.parametrize(
     "field,value",
     [("vocab_size", 0), ("d_model", -1), ("n_layers", 0), ("d_ff", 0), ("n_heads", 0), ("n_kv_heads", 0),
-     ("n_decoder_layers", 0), ("max_positions", 0), ("d_head", -4), ("num_labels", 0), ("d_model", 16.0),
-     ("n_layers", True)],
+     ("n_decoder_layers", 0), ("max_positions", 0), ("d_head", -4), ("num_labels", 0)],
 )
 def test_non_positive_sizes(field, value):
     message = check_error({**TINY, field: value}, field, repr(value))
     assert "positive integer" in message
+
+
+@pytest.mark.parametrize("field,value", [("d_model", 16.0), ("n_layers", True), ("vocab_size", "64"),
+                                         ("d_ff", float("inf")), ("n_kv_heads", 2.0)])
+def test_sizes_that_are_not_integers(field, value):
+    message = check_error({**TINY, field: value}, field, repr(value))
+    assert "integer" in message
+
+
+@pytest.mark.parametrize("field", ["tie_embeddings", "qkv_bias", "norm_bias", "qk_norm", "parallel_residual",
+                                   "final_norm", "head_bias"])
+@pytest.mark.parametrize("value", ["false", "no", 0, 1, None])
+def test_bool_fields_take_only_bools(field, value):
+    if value is None and field == "final_norm":
+        assert pf.Config(**{**TINY, field: value}).final_norm is None
+        return
+    message = check_error({**TINY, field: value}, field, repr(value))
+    assert "true or false" in message
+
+
+@pytest.mark.parametrize("field,value", [("init_std", float("inf")), ("norm_eps", float("nan")),
+                                         ("attn_scale", float("inf")), ("dropout", "0.1")])
+def test_float_fields_take_only_finite_numbers(field, value):
+    check_error({**TINY, field: value}, field, repr(value))
 
 
 @pytest.mark.parametrize("field", ["dropout", "attention_dropout", "activation_dropout"])

@@ -158,14 +158,26 @@ def test_generate_restores_training_mode() -> None:
 
 
 @pytest.mark.parametrize("options,message", [
-    (dict(num_beams=0), "num_beams must be an integer >= 1"),
+    (dict(num_beams=0), "num_beams=0 is invalid: expected a positive integer"),
     (dict(num_beams=2, num_return_sequences=3), "num_return_sequences=3 must be <= num_beams=2"),
     (dict(num_beams=2, do_sample=True), "beam sampling"),
     (dict(num_return_sequences=2), "greedy decoding returns one sequence"),
-    (dict(num_beams=2, early_stopping="sometimes"), "early_stopping must be True, False or 'never'"),
-    (dict(do_sample=True, temperature=0.0), "temperature must be > 0"),
-    (dict(do_sample=True, top_p=1.5), "top_p must be None or in"),
-    (dict(max_new_tokens=-1), "max_new_tokens must be an integer >= 0"),
+    (dict(num_beams=2, early_stopping="sometimes"), "early_stopping='sometimes' is invalid: expected True, False"),
+    (dict(num_beams=2, early_stopping=2), "early_stopping=2 is invalid"),
+    (dict(do_sample=True, temperature=0.0), "temperature=0.0 is invalid: expected a number > 0"),
+    (dict(do_sample=True, temperature="1"), "temperature='1' is invalid: expected a number > 0"),
+    (dict(do_sample=True, temperature=float("inf")), "temperature=inf is invalid"),
+    (dict(do_sample=True, top_p=1.5), r"top_p=1.5 is invalid: expected a number in \(0, 1\]"),
+    (dict(do_sample=True, top_p=float("nan")), "top_p=nan is invalid"),
+    (dict(do_sample=True, top_k=2.5), "top_k=2.5 is invalid"),
+    (dict(do_sample="yes"), "do_sample='yes' is invalid: expected True or False"),
+    (dict(return_scores=1), "return_scores=1 is invalid"),
+    (dict(num_beams=2, length_penalty=float("nan")), "length_penalty=nan is invalid: expected a finite number"),
+    (dict(num_beams=2, length_penalty="1"), "length_penalty='1' is invalid"),
+    (dict(max_new_tokens=-1), "max_new_tokens=-1 is invalid: expected an integer >= 0"),
+    (dict(max_new_tokens=2.0), "max_new_tokens=2.0 is invalid"),
+    (dict(min_new_tokens=-1), "min_new_tokens=-1 is invalid"),
+    (dict(do_sample=True, generator=0), "generator=0 is invalid: expected None or a torch.Generator"),
     (dict(eos_token_id=True), "eos_token_id must be token ids"),
     (dict(eos_token_id=[3, -1]), "eos_token_id must be token ids"),
 ])
@@ -173,6 +185,23 @@ def test_bad_arguments_are_refused(options: dict, message: str) -> None:
     model = pf.Transformer(tiny("decoder"))
     with pytest.raises(ValueError, match=message):
         model.generate(torch.randint(1, 61, (1, 3)), **options)
+
+
+@pytest.mark.parametrize("arch", ["decoder", "encoder_decoder"])
+@pytest.mark.parametrize("prompt,mask,message", [
+    (torch.zeros((1, 0), dtype=torch.long), None, r"input_ids=\(1, 0\) is invalid"),
+    (torch.zeros((0, 3), dtype=torch.long), None, r"input_ids=\(0, 3\) is invalid"),
+    (torch.ones(3, dtype=torch.long), None, r"input_ids=\(3,\) is invalid"),
+    ([[1, 2]], None, "input_ids='list' is invalid"),
+    (torch.ones((2, 3), dtype=torch.long), torch.ones(2, 4), r"attention_mask=\(2, 4\) is invalid"),
+])
+def test_bad_prompts_are_refused(arch: str, prompt, mask, message: str) -> None:
+    """Empty prompts and empty batches (greedy and beam), a prompt that is not (batch, length), a mask that does not
+    match it: each a ValueError naming the argument, never an IndexError deep inside."""
+    model = pf.Transformer(tiny(arch))
+    for beams in (1, 2):
+        with pytest.raises(ValueError, match=message):
+            model.generate(prompt, attention_mask=mask, max_new_tokens=2, num_beams=beams)
 
 
 def test_generate_needs_a_language_model_head() -> None:

@@ -63,3 +63,24 @@ def assert_same_run(run_dir: Path, reference: Path, steps: int) -> None:
     assert weights.keys() == expected.keys()
     for name, tensor in expected.items():
         assert torch.equal(weights[name], tensor), f"{name} differs from the uninterrupted run"
+
+
+def truncate(path: Path) -> None:
+    """Cut the file at `path` to half its size (a write that died midway)."""
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def flip_byte(path: Path) -> None:
+    """Invert the middle byte of the file at `path` (silent corruption)."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def finished_run(root: Path, steps: int) -> tuple[Path, Path]:
+    """(config file, run dir) of a finished `posformer train` run of `steps` steps under `root`."""
+    from posformer.cli import main
+
+    config = write_config(root / "run.yaml", tiny_run(write_corpus(root / "text.txt"), steps))
+    assert main(["train", "--config", str(config), "--output-dir", str(root / "run"), "--no-progress"]) == 0
+    return config, root / "run"

@@ -10,7 +10,7 @@ The checkpoint modules are named after the kind of checkpoint they handle:
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -18,12 +18,16 @@ from typing import Protocol
 
 import torch
 
+from posformer.checkpoint_manifest import verify_if_present
 from posformer.data.text import CharTokenizer
 from posformer.hf.api import from_hf, load_tokenizer
 from posformer.hf.hf_checkpoint import resolve
 from posformer.model import Transformer
+from posformer.model_dir import OutsideModelDir, model_file, read_json
 from posformer.posformer_checkpoint import CONFIG_FILE, load_pretrained
 
+log = logging.getLogger(__name__)
+TOKENIZER_JSON = "tokenizer.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
                    "merges.txt", "spiece.model", "sentencepiece.bpe.model", "source.spm", "target.spm",
                    "added_tokens.json", "generation_config.json")
@@ -49,22 +53,29 @@ class HFTextTokenizer:
 
 
 def is_posformer_checkpoint(directory: Path) -> bool:
-    path = directory / CONFIG_FILE
+    """Whether `directory`'s config.json is a posformer one (a "posformer" key); False when it is absent or not
+    a JSON object. A config.json that leads outside the directory is refused (`model_dir.model_file`)."""
+    path = model_file(directory, CONFIG_FILE)
     if not path.is_file():
         return False
     try:
-        return "posformer" in json.loads(path.read_text())
-    except json.JSONDecodeError:
+        return "posformer" in read_json(directory, CONFIG_FILE)
+    except ValueError:
         return False
 
 
 def checkpoint_dir(directory: Path) -> Path:
-    """A training run directory (no config.json, a checkpoints/ folder) stands for its newest valid checkpoint."""
-    if (directory / CONFIG_FILE).is_file() or not (directory / "checkpoints").is_dir():
+    """A training run directory (no config.json, a checkpoints/ folder) stands for its newest valid checkpoint.
+
+    Every checkpoint is verified (manifest, trainer state, weights against config); one that fails is skipped
+    with a warning naming it and the file that failed.
+    """
+    if model_file(directory, CONFIG_FILE).is_file() or not (directory / "checkpoints").is_dir():
         return directory
     from posformer.train.training_checkpoint import CheckpointManager
 
-    found = CheckpointManager(directory, keep_last=1, log=lambda message: None).latest_valid()
+    model_file(directory, "checkpoints")
+    found = CheckpointManager(directory, keep_last=1, log=log.warning).latest_valid()
     if found is None:
         raise FileNotFoundError(f"{directory}/checkpoints holds no valid checkpoint")
     return found[0].path
@@ -72,7 +83,11 @@ def checkpoint_dir(directory: Path) -> Path:
 
 def load_model(path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None,
                device: str | None = None) -> Transformer:
-    """A posformer checkpoint (`save_pretrained`) or a Hugging Face one (`from_hf`), in eval mode."""
+    """A posformer checkpoint (`save_pretrained`) or a Hugging Face one (`from_hf`), in eval mode.
+
+    A directory with a manifest.json (a training checkpoint) is verified against it first; every file is
+    read through `model_dir.model_file`.
+    """
     directory = checkpoint_dir(resolve(path_or_hub_id))
     if is_posformer_checkpoint(directory):
         model = load_pretrained(directory, device=device).eval()
@@ -80,28 +95,42 @@ def load_model(path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = No
     return from_hf(directory, dtype=dtype, device=device)
 
 
-def _is_char_tokenizer(path: Path) -> bool:
+def _is_char_tokenizer(directory: Path) -> bool:
     try:
-        return json.loads(path.read_text()).get("type") == "char"
-    except (json.JSONDecodeError, AttributeError, OSError):
+        return read_json(directory, TOKENIZER_JSON).get("type") == "char"
+    except OutsideModelDir:
+        raise
+    except (ValueError, OSError):
         return False
 
 
 def load_text_tokenizer(path_or_hub_id: str | os.PathLike) -> TextTokenizer:
     """The tokenizer stored beside a model: posformer's character tokenizer, or a Hugging Face one."""
     directory = checkpoint_dir(resolve(path_or_hub_id))
-    char_file = directory / "tokenizer.json"
-    if char_file.is_file() and _is_char_tokenizer(char_file):
+    char_file = model_file(directory, TOKENIZER_JSON)
+    if char_file.is_file() and _is_char_tokenizer(directory):
+        verify_if_present(directory, only=(TOKENIZER_JSON,))
         return CharTokenizer.load(char_file)
     return HFTextTokenizer(load_tokenizer(directory))
 
 
+def tokenizer_paths(source: Path) -> dict[str, Path]:
+    """The tokenizer files `source` holds (name -> path), each through `model_dir.model_file` (a symlink to a
+    file outside `source` is refused) and, where `source` holds a manifest, checked against it."""
+    paths = {name: model_file(source, name) for name in TOKENIZER_FILES}
+    present = {name: path for name, path in paths.items() if path.is_file()}
+    verify_if_present(source, only=list(present))
+    return present
+
+
 def copy_tokenizer_files(source: Path, out_dir: Path, hf_only: bool = False) -> list[str]:
-    """Copy the tokenizer files of `source` into `out_dir`; `hf_only` skips posformer's character tokenizer."""
+    """Copy the tokenizer files of `source` into `out_dir`; `hf_only` skips posformer's character tokenizer.
+
+    Each is read through `tokenizer_paths`: a symlink to a file outside `source` is refused, never copied.
+    """
     copied = []
-    for name in TOKENIZER_FILES:
-        path = source / name
-        if not path.is_file() or (hf_only and name == "tokenizer.json" and _is_char_tokenizer(path)):
+    for name, path in tokenizer_paths(source).items():
+        if hf_only and name == TOKENIZER_JSON and _is_char_tokenizer(source):
             continue
         shutil.copyfile(path, out_dir / name)
         copied.append(name)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from posformer.query_temperature import check_query_temperature
-from posformer.validation import check_choice, check_int, check_number, fail, is_int, is_number
+from posformer.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int, is_number
 
 ARCHS = ("encoder", "decoder", "encoder_decoder")
 NORMS = ("layernorm", "rmsnorm", "rmsnorm_unit_offset", "deepnorm")
@@ -219,6 +219,8 @@ class Config:
         """Raise `ValueError` naming the first invalid field."""
         from posformer import positions  # late import: positions imports nothing from here
 
+        flags = tuple(f.name for f in dataclasses.fields(self) if f.type in ("bool", "bool | None"))
+        check_field_kinds(self, "Config.", flags)  # before they steer the checks below
         for name, allowed in (("arch", ARCHS), ("norm", NORMS), ("norm_placement", NORM_PLACEMENTS),
                               ("activation", ACTIVATIONS), ("attn_impl", ATTN_IMPLS), ("init", INITS)):
             check_choice(f"Config.{name}", getattr(self, name), allowed)
@@ -280,6 +282,7 @@ class Config:
             _check_token_id(name, getattr(self, name))
         positions.get(self.position).check_config(self)
         self._check_layer_types()
+        check_field_kinds(self, "Config.")
 
     def _check_layer_types(self) -> None:
         """`layer_types` and `layer_settings` (see the class docstring); each label's settings resolved."""
@@ -352,18 +355,12 @@ class Config:
     @classmethod
     def load(cls, path: str | Path) -> "Config":
         """Read a config written by `save` (JSON or YAML, chosen by suffix)."""
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"config file {path} does not exist")
-        text = path.read_text()
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
+        from posformer.user_files import read_json_file, read_yaml_file
 
-            data = yaml.safe_load(text)
-        elif path.suffix == ".json":
-            data = json.loads(text)
-        else:
+        path = Path(path)
+        if path.suffix not in (".json", ".yaml", ".yml"):
             raise ValueError(f"config file {path}: expected a .json, .yaml or .yml suffix")
+        data = read_json_file(path, "config file") if path.suffix == ".json" else read_yaml_file(path, "config file")
         if not isinstance(data, dict):
             raise ValueError(f"config file {path}: expected a mapping of field names to values")
         return cls.from_dict(data)

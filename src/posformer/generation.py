@@ -25,7 +25,7 @@ from torch import Tensor
 from posformer.beam_search import beam_search
 from posformer.cache import Cache
 from posformer.config import Config, check_token_in_vocabulary
-from posformer.validation import is_int
+from posformer.validation import check_int, check_number, fail, is_int
 
 EosIds = Union[int, Sequence[int], None]
 
@@ -132,7 +132,7 @@ def _eos_ids(eos_token_id: EosIds, default: int | None, vocab_size: int) -> list
     Ids >= vocab_size are accepted, as Hugging Face accepts them, and dropped: no row can emit them.
     """
     eos = default if eos_token_id is None else eos_token_id
-    ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    ids = [] if eos is None else [eos] if not isinstance(eos, (list, tuple)) else list(eos)
     if not all(is_int(i) and i >= 0 for i in ids):
         raise ValueError(f"eos_token_id must be token ids (integers >= 0), got {eos_token_id!r}")
     return [i for i in ids if i < vocab_size]
@@ -154,14 +154,21 @@ def _pad_id(pad_token_id: int | None, cfg: Config, eos: list[int]) -> int | None
 
 def _check_options(max_new_tokens: int, do_sample: bool, temperature: float, top_k: int | None,
                    top_p: float | None, num_beams: int, num_return_sequences: int, length_penalty: float,
-                   early_stopping: bool | str) -> None:
+                   early_stopping: bool | str, min_new_tokens: int, return_scores: bool,
+                   generator: torch.Generator | None) -> None:
     """Raise ValueError naming the first invalid generation argument."""
-    if not is_int(max_new_tokens) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-    if not is_int(num_beams) or num_beams < 1:
-        raise ValueError(f"num_beams must be an integer >= 1, got {num_beams!r}")
-    if not is_int(num_return_sequences) or num_return_sequences < 1:
-        raise ValueError(f"num_return_sequences must be an integer >= 1, got {num_return_sequences!r}")
+    check_int("max_new_tokens", max_new_tokens, minimum=0)
+    check_int("min_new_tokens", min_new_tokens, minimum=0)
+    check_int("num_beams", num_beams)
+    check_int("num_return_sequences", num_return_sequences)
+    for name, value in (("do_sample", do_sample), ("return_scores", return_scores)):
+        if not isinstance(value, bool):
+            fail(name, value, "True or False")
+    if not (isinstance(early_stopping, bool) or early_stopping == "never"):
+        fail("early_stopping", early_stopping, "True, False or 'never'")
+    check_number("length_penalty", length_penalty)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        fail("generator", generator, "None or a torch.Generator")
     if num_beams > 1:
         if do_sample:
             raise ValueError("do_sample=True with num_beams > 1 (beam sampling) is not supported: "
@@ -171,17 +178,28 @@ def _check_options(max_new_tokens: int, do_sample: bool, temperature: float, top
     elif not do_sample and num_return_sequences != 1:
         raise ValueError(f"greedy decoding returns one sequence per prompt, got num_return_sequences="
                          f"{num_return_sequences}: use num_beams >= num_return_sequences or do_sample=True")
-    if early_stopping not in (True, False, "never"):
-        raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
-    if not isinstance(length_penalty, (int, float)) or isinstance(length_penalty, bool):
-        raise ValueError(f"length_penalty must be a number, got {length_penalty!r}")
     if do_sample:
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
-        if top_k is not None and (not is_int(top_k) or top_k < 0):
-            raise ValueError(f"top_k must be None or an integer >= 0 (0: no top-k filter), got {top_k!r}")
-        if top_p is not None and not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must be None or in (0, 1], got {top_p!r}")
+        check_number("temperature", temperature, low=0, low_open=True)
+        if top_k is not None:
+            check_int("top_k", top_k, minimum=0)
+        if top_p is not None:
+            check_number("top_p", top_p, low=0, high=1, low_open=True)
+
+
+def _check_prompt(input_ids: Tensor, attention_mask: Tensor | None) -> None:
+    """input_ids (B, T) with B, T >= 1; attention_mask None or (B, T). (A row of padding only is generated from, as
+    Hugging Face does.)"""
+    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
+        shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
+        fail("input_ids", shape, "a tensor of token ids of shape (batch, length)")
+    if 0 in input_ids.shape:
+        fail("input_ids", tuple(input_ids.shape), "a shape (batch, length) with at least one prompt of at least one "
+             "token (a decoder continues its prompt: start it with the bos token)")
+    if attention_mask is None:
+        return
+    if not isinstance(attention_mask, Tensor) or tuple(attention_mask.shape) != tuple(input_ids.shape):
+        shape = tuple(attention_mask.shape) if isinstance(attention_mask, Tensor) else type(attention_mask).__name__
+        fail("attention_mask", shape, f"None or a tensor of input_ids' shape {tuple(input_ids.shape)}")
 
 
 @torch.no_grad()
@@ -237,9 +255,8 @@ def generate(
     if cfg.head_kind not in ("causal_lm", "seq2seq_lm"):
         raise ValueError(f"generate() needs a language-model head: Config.head is {cfg.head_kind!r}")
     _check_options(max_new_tokens, do_sample, temperature, top_k, top_p, num_beams, num_return_sequences,
-                   length_penalty, early_stopping)
-    if not is_int(min_new_tokens) or min_new_tokens < 0:
-        raise ValueError(f"min_new_tokens must be an integer >= 0, got {min_new_tokens!r}")
+                   length_penalty, early_stopping, min_new_tokens, return_scores, generator)
+    _check_prompt(input_ids, attention_mask)
     eos = _eos_ids(eos_token_id, cfg.eos_token_id, cfg.vocab_size)
     pad = _pad_id(pad_token_id, cfg, eos)
     was_training = model.training

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from posformer.config import Config
 from posformer.cross_entropy import token_cross_entropy
 from posformer.feedforward import ACTIVATION_FNS
+from posformer.tensor_checks import check_in_range
 
 IGNORE_INDEX = -100
 
@@ -105,13 +106,30 @@ def mask_padded_logits(logits: Tensor, attention_mask: Tensor) -> Tensor:
     return logits.masked_fill(~attention_mask.bool(), torch.finfo(logits.dtype).min)
 
 
+def check_labels(name: str, labels: Tensor, shape: tuple[int, ...], classes: int | None) -> None:
+    """Raise `ValueError` unless `labels` is an integer tensor of `shape` whose values lie in [0, classes) or are
+    -100 (ignored); `name` is the argument named in the message. `classes` None: the range is checked by the loss
+    (`token_cross_entropy`)."""
+    if not isinstance(labels, Tensor):
+        raise ValueError(f"{name} must be a tensor of shape {shape}, got {type(labels).__name__}")
+    if tuple(labels.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(labels.shape)}; expected {tuple(shape)}")
+    if labels.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"{name} must hold integer labels, got dtype {labels.dtype}")
+    if classes is not None:
+        check_in_range(labels, 0, classes, f"{name} must lie in [0, {classes}) or be {IGNORE_INDEX}", IGNORE_INDEX)
+
+
 def span_loss(start_logits: Tensor, end_logits: Tensor, start: Tensor, end: Tensor) -> Tensor:
     """(CE(start) + CE(end)) / 2. logits: (B, T); start, end: (B,) token indices, -100 to ignore."""
-    length = start_logits.shape[1]
+    batch, length = start_logits.shape
     for name, value in (("start_positions", start), ("end_positions", end)):
-        bad = (value != IGNORE_INDEX) & ((value < 0) | (value >= length))
-        if bool(bad.any()):
-            raise ValueError(f"{name} must lie in [0, {length}) or be -100, got {value[bad].tolist()}")
-    start_loss = F.cross_entropy(start_logits.float(), start, ignore_index=IGNORE_INDEX)
-    end_loss = F.cross_entropy(end_logits.float(), end, ignore_index=IGNORE_INDEX)
-    return (start_loss + end_loss) / 2
+        check_labels(name, value, (batch,), length)
+    return (class_loss(start_logits, start) + class_loss(end_logits, end)) / 2
+
+
+def class_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    """Mean cross-entropy of logits (B, C) against labels (B,) over the rows whose label is not -100;
+    0, not NaN, when every label is -100."""
+    total = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)

@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posformer.attention import CrossAttention
 from posformer.cache import Cache
 from posformer.config import Config, check_token_in_vocabulary
-from posformer.heads import IGNORE_INDEX, build_head, mask_padded_logits, span_loss, token_loss
+from posformer.heads import (IGNORE_INDEX, build_head, check_labels, class_loss, mask_padded_logits, span_loss,
+                             token_loss)
 from posformer.init import normal_init_, t5_init_
 from posformer.masks import build_mask
 from posformer.norms import deepnorm_constants
@@ -116,20 +116,34 @@ class Transformer(nn.Module):
 
     # ------------------------------------------------------------- helpers
     def _check_ids(self, ids: Tensor, name: str) -> None:
+        if not isinstance(ids, Tensor):
+            raise ValueError(f"{name} must be a tensor of token ids (batch, length), got {type(ids).__name__}")
         if ids.dim() != 2:
             raise ValueError(f"{name} must have shape (batch, length), got {tuple(ids.shape)}")
+        if 0 in ids.shape:
+            raise ValueError(f"{name} must hold at least one sequence of at least one token, got shape "
+                             f"{tuple(ids.shape)}")
         if ids.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
         check_in_range(ids, 0, self.cfg.vocab_size, f"{name} must hold token ids in [0, vocab_size="
                        f"{self.cfg.vocab_size})")
 
     @staticmethod
-    def _keep(mask: Tensor | None, batch: int, length: int, name: str) -> Tensor | None:
+    def _check_shape(value: Tensor, name: str, shape: tuple[int, int], integers: bool = False) -> None:
+        """`value` is a tensor of `shape` (of an integer dtype when `integers`); else a `ValueError` naming it."""
+        if not isinstance(value, Tensor):
+            raise ValueError(f"{name} must be a tensor of shape {shape}, got {type(value).__name__}")
+        if tuple(value.shape) != shape:
+            raise ValueError(f"{name} has shape {tuple(value.shape)}; expected (batch, length) = {shape}")
+        if integers and (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool):
+            raise ValueError(f"{name} must hold integers, got dtype {value.dtype}")
+
+    @classmethod
+    def _keep(cls, mask: Tensor | None, batch: int, length: int, name: str) -> Tensor | None:
         """Validate a (B, length) 0/1 padding mask and return it as bool."""
         if mask is None:
             return None
-        if tuple(mask.shape) != (batch, length):
-            raise ValueError(f"{name} has shape {tuple(mask.shape)}; expected (batch, length) = ({batch}, {length})")
+        cls._check_shape(mask, name, (batch, length))
         return mask.bool()
 
     def _positions(self, pos: Tensor | None, ids: Tensor, start: int, name: str) -> Tensor:
@@ -140,8 +154,7 @@ class Transformer(nn.Module):
             if self.training and self.cfg.random_positions is not None and start == 0:
                 return sample_positions(batch, length, self.cfg.random_positions, ids.device)
             return torch.arange(start, start + length, device=ids.device).expand(batch, length)
-        if tuple(pos.shape) != (batch, length):
-            raise ValueError(f"{name} has shape {tuple(pos.shape)}; expected ({batch}, {length})")
+        self._check_shape(pos, name, (batch, length), integers=True)
         return pos.long()
 
     def _embed(self, ids: Tensor, token_type_ids: Tensor | None = None, stack: str = "encoder") -> Tensor:
@@ -151,9 +164,8 @@ class Transformer(nn.Module):
         if types is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(ids)
-            elif token_type_ids.shape != ids.shape:
-                raise ValueError(f"token_type_ids has shape {tuple(token_type_ids.shape)}; expected {tuple(ids.shape)}")
             else:
+                self._check_shape(token_type_ids, "token_type_ids", tuple(ids.shape), integers=True)
                 check_in_range(token_type_ids, 0, self.cfg.type_vocab_size,
                                f"token_type_ids must hold values in [0, {self.cfg.type_vocab_size})")
             x = x + types(token_type_ids)
@@ -191,6 +203,9 @@ class Transformer(nn.Module):
         masks = {w: build_mask(keep, True, length, past + length, x.dtype, x.device, w) for w in self.decoder.windows}
         memory_attn = None
         if memory is not None:
+            if memory.shape[0] != batch:
+                raise ValueError(f"decoder input_ids have batch {batch}; expected the encoder input's batch, "
+                                 f"{memory.shape[0]}")
             src = memory.shape[1]
             memory_keep = self._keep(memory_mask, batch, src, "encoder attention_mask")
             memory_attn = build_mask(memory_keep, False, length, src, x.dtype, x.device)
@@ -266,12 +281,12 @@ class Transformer(nn.Module):
         elif kind == "classification":
             out.logits = self.head(hidden)
             if labels is not None:
-                out.loss = F.cross_entropy(out.logits.float(), labels, ignore_index=IGNORE_INDEX)
+                check_labels("labels", labels, out.logits.shape[:1], self.cfg.num_labels)
+                out.loss = class_loss(out.logits, labels)
         elif kind != "none":
             out.logits = self.head(hidden)
             if labels is not None:
-                if labels.shape != out.logits.shape[:2]:
-                    raise ValueError(f"labels has shape {tuple(labels.shape)}; expected {tuple(out.logits.shape[:2])}")
+                check_labels("labels", labels, out.logits.shape[:2], None)
                 out.loss = token_loss(out.logits, labels, shift=kind == "causal_lm")
 
     def shift_right(self, labels: Tensor) -> Tensor:
@@ -281,6 +296,10 @@ class Transformer(nn.Module):
         else the start id) must be token ids in [0, vocab_size): a `ValueError` names the one that is not.
         """
         cfg = self.cfg
+        if not isinstance(labels, Tensor) or labels.dim() != 2:
+            shape = tuple(labels.shape) if isinstance(labels, Tensor) else type(labels).__name__
+            raise ValueError(f"labels must be a tensor of shape (batch, length) to build decoder inputs from, "
+                             f"got {shape}")
         start = cfg.decoder_start_token_id
         check_token_in_vocabulary("Config.decoder_start_token_id", start, cfg.vocab_size,
                                   "shift_right starts the decoder inputs built from labels with it")

@@ -8,10 +8,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
+from torch import nn
 
+from posformer.checkpoint_manifest import verify_if_present
 from posformer.config import Config
 from posformer.model import Transformer
+from posformer.model_dir import model_file, read_json
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -39,17 +44,76 @@ def save_pretrained(model: Transformer, out_dir: str | Path, extra_files: dict[s
     return out_dir
 
 
-def load_pretrained(model_dir: str | Path, device: str | None = None) -> Transformer:
-    """Load a model written by `save_pretrained`."""
+def read_config(model_dir: str | Path) -> Config:
+    """The `Config` stored in `model_dir`/config.json; a `ValueError` naming the file when it is not one."""
+    data = read_json(model_dir, CONFIG_FILE)
+    path = Path(model_dir) / CONFIG_FILE
+    if "posformer" not in data:
+        raise ValueError(f"{path} is not a posformer config (no 'posformer' key); "
+                         "a Hugging Face checkpoint is read with posformer.from_hf")
+    if not isinstance(data["posformer"], dict):
+        raise ValueError(f"{path}: 'posformer' must be a JSON object of Config fields, "
+                         f"got {type(data['posformer']).__name__}")
+    try:
+        return Config.from_dict(data["posformer"])
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{path} holds an invalid posformer config: {err}") from err
+
+
+def check_weights(model: nn.Module, weights_path: Path) -> None:
+    """Check that the safetensors file at `weights_path` holds exactly `model`'s tensors (names and shapes; one
+    name of each group of tied tensors suffices), reading only its header: a `ValueError` naming the file."""
+    try:
+        with safe_open(str(weights_path), framework="pt") as f:
+            stored = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ValueError(f"{weights_path} is truncated or corrupt and cannot be read as safetensors: {err}") from err
+    expected = model.state_dict(keep_vars=True)
+    groups: dict[int, list[str]] = {}
+    for name, tensor in expected.items():
+        groups.setdefault(id(tensor), []).append(name)
+    unknown = sorted(set(stored) - set(expected))
+    missing = sorted(names[0] for names in groups.values() if not set(names) & set(stored))
+    shapes = sorted(f"{name} {stored[name]} (expected {tuple(expected[name].shape)})" for name in stored
+                    if name in expected and stored[name] != tuple(expected[name].shape))
+    if unknown or missing or shapes:
+        problems = [f"{label}: {', '.join(names[:10])}" for label, names in
+                    (("unknown tensors", unknown), ("missing tensors", missing), ("wrong shapes", shapes)) if names]
+        raise ValueError(f"{weights_path} does not hold the weights of the model its config.json describes; "
+                         + "; ".join(problems))
+
+
+def check_checkpoint(model_dir: str | Path) -> dict[str, tuple[int, ...]]:
+    """Check a posformer checkpoint without loading its weights: its config, and its weights' names and shapes
+    (a model built on the meta device). Returns the shapes of the model's tensors by name (tied names
+    included); a `ValueError` naming the file that fails."""
     model_dir = Path(model_dir)
-    config_path, weights_path = model_dir / CONFIG_FILE, model_dir / WEIGHTS_FILE
+    cfg = read_config(model_dir)
+    try:
+        with torch.device("meta"):  # shapes only: no memory, no initialisation
+            model = Transformer(cfg)
+    except (RuntimeError, NotImplementedError):  # a module that needs real numbers to build
+        model = Transformer(cfg)
+    check_weights(model, model_file(model_dir, WEIGHTS_FILE))
+    return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+
+
+def load_pretrained(model_dir: str | Path, device: str | None = None) -> Transformer:
+    """Load a model written by `save_pretrained` (or a training checkpoint, first checked against its manifest).
+
+    Every file is read through `model_dir.model_file`; a missing file is a `FileNotFoundError`, a corrupt,
+    truncated or foreign one a `ValueError` naming it.
+    """
+    model_dir = Path(model_dir)
+    config_path, weights_path = model_file(model_dir, CONFIG_FILE), model_file(model_dir, WEIGHTS_FILE)
     for path in (config_path, weights_path):
         if not path.is_file():
             raise FileNotFoundError(f"{path} does not exist: is {model_dir} a posformer checkpoint?")
-    data = json.loads(config_path.read_text())
-    if "posformer" not in data:
-        raise ValueError(f"{config_path} is not a posformer config (no 'posformer' key); "
-                         "a Hugging Face checkpoint is read with posformer.from_hf")
-    model = Transformer(Config.from_dict(data["posformer"]))
-    load_model(model, str(weights_path), strict=True, device=device or "cpu")
+    verify_if_present(model_dir, required=(CONFIG_FILE, WEIGHTS_FILE))
+    model = Transformer(read_config(model_dir))
+    check_weights(model, weights_path)
+    try:
+        load_model(model, str(weights_path), strict=True, device=device or "cpu")
+    except (SafetensorError, OSError) as err:
+        raise ValueError(f"{weights_path} cannot be read as safetensors: {err}") from err
     return model

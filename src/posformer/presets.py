@@ -65,7 +65,7 @@ def preset_fields(name: str) -> dict[str, Any]:
     """The fields of preset `name` (a fresh copy). Raises `ValueError` for an unknown name."""
     from posformer import positions
 
-    if name not in PRESETS:
+    if not isinstance(name, str) or name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}: expected one of {', '.join(preset_names())}")
     fields = dict(PRESETS[name])
     if fields["position"] not in positions.names():

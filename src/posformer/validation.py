@@ -6,7 +6,9 @@ value and what was expected, e.g. `trainer.lr=-1 is invalid: expected a number >
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 
@@ -25,10 +27,14 @@ def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+LARGEST_INT = 2**31 - 1  # a size, count or length beyond this is no model or run that can exist
+
+
 def check_int(name: str, value: Any, minimum: int = 1) -> None:
-    """`value` is an integer >= `minimum` (1: "a positive integer")."""
-    if not is_int(value) or value < minimum:
-        fail(name, value, "a positive integer" if minimum == 1 else f"an integer >= {minimum}")
+    """`value` is an integer in [`minimum`, LARGEST_INT] (minimum 1: "a positive integer")."""
+    if not is_int(value) or not minimum <= value <= LARGEST_INT:
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        fail(name, value, f"{kind} (at most 2**31 - 1)" if is_int(value) and value > LARGEST_INT else kind)
 
 
 def check_number(name: str, value: Any, low: float | None = None, high: float | None = None,
@@ -47,6 +53,42 @@ def check_choice(name: str, value: Any, allowed: tuple[str, ...] | list[str]) ->
     """`value` is one of `allowed`."""
     if value not in allowed:
         fail(name, value, f"one of {', '.join(map(str, allowed))}")
+
+
+KIND_NAMES = {"int": "an integer", "float": "a finite number", "bool": "true or false", "str": "a string",
+              "dict": "a mapping", "None": "None"}
+
+
+def check_field_kinds(settings: Any, prefix: str, names: tuple[str, ...] | None = None) -> None:
+    """Every field of the dataclass `settings` holds a value of its annotated kind: a real bool for `bool`, an int
+    (not a bool) for `int`, a finite number for `float`, a string for `str`, a mapping for `dict`, a list of the
+    item kind for `list[...]`; `X | None` also takes None. Raises the `fail` error named `{prefix}{field}`
+    ("Config." + "d_model"). `names`: only these fields. An owner runs its own checks of ranges and choices first
+    (their messages say more), then this one over every field."""
+    for f in dataclasses.fields(settings):
+        if names is not None and f.name not in names:
+            continue
+        kinds = [kind.strip() for kind in str(f.type).split("|")]
+        value = getattr(settings, f.name)
+        if not any(_has_kind(value, kind) for kind in kinds):
+            fail(f"{prefix}{f.name}", value, ", or ".join(_kind_name(kind) for kind in kinds))
+
+
+def _has_kind(value: Any, kind: str) -> bool:
+    if kind.startswith(("list[", "tuple[")):
+        items = [item.strip() for item in kind[kind.index("[") + 1:-1].split(",")]
+        return isinstance(value, (list, tuple)) and all(
+            _has_kind(item, items[min(i, len(items) - 1)]) for i, item in enumerate(value))
+    checks = {"int": is_int, "float": is_number, "bool": lambda v: isinstance(v, bool),
+              "str": lambda v: isinstance(v, str), "dict": lambda v: isinstance(v, Mapping),
+              "None": lambda v: v is None}
+    return checks[kind](value) if kind in checks else True
+
+
+def _kind_name(kind: str) -> str:
+    if kind.startswith(("list[", "tuple[")):
+        return f"a list of {kind[kind.index('[') + 1:-1]}"
+    return KIND_NAMES.get(kind, kind)
 
 
 def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:

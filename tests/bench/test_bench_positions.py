@@ -52,7 +52,7 @@ def test_cli_prints_one_row_per_encoding_and_writes_json(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--encodings", "nope"], "unknown encoding(s) ['nope']"),
-    (["--length", "0"], "length=0 is invalid"),
+    (["--length", "0"], "argument --length: 0 is not a positive integer"),
     (["--arch", "mixture"], "invalid choice: 'mixture'"),
 ])
 def test_bad_options_are_usage_errors(argv, message, capsys):

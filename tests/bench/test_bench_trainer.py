@@ -48,7 +48,7 @@ def test_bench_trainer_tiny_matches_plain_loop(capsys, tmp_path) -> None:
 def test_bench_trainer_refuses_bad_options(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["bench", "--trainer", "--steps", "0"])
-    assert "steps=0 is invalid" in capsys.readouterr().err
+    assert "argument --steps: 0 is not a positive integer" in capsys.readouterr().err
     assert main(["bench", "--trainer", "--generation"]) == 2
     assert "at most one of --generation and --trainer" in capsys.readouterr().err
 

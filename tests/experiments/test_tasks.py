@@ -153,3 +153,21 @@ def test_mean_reciprocal_rank_counts_lengths_beyond_training_and_ties_share_the_
     assert results["rows"]["d"]["error"] and "| d | stopped | stopped | stopped |" in markdown(
         {**results, "config": {**results["config"], "task": "copy", "steps": 1, "batch_size": 1, "d_model": 8,
                                "layers": 1, "heads": 1, "eval_examples": 1}})
+
+
+def test_a_run_stopped_in_its_first_row_refuses_other_settings(tmp_path, capsys, monkeypatch) -> None:
+    """The configuration is on record before any training, so a resume with another train_len is refused by name
+    even when the first row never finished."""
+    out = tmp_path / "copy"
+
+    def stop(self, resume=False):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("posformer.experiments.tasks.experiment.Trainer.fit", stop)
+    assert main(["extrapolate", "--task", "copy", "--output-dir", str(out), "--positions", "rope",
+                 "--no-progress"]) == 130
+    assert json.loads((out / "results.json").read_text())["rows"] == {}
+    capsys.readouterr()
+    assert main(["extrapolate", "--task", "copy", "--output-dir", str(out), "--positions", "rope",
+                 "--set", "train_len=6", "--no-progress"]) == 2
+    assert "differing keys: eval_lens, train_len" in capsys.readouterr().err

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from train_helpers import assert_same_run, losses, tiny_run, write_config, write_corpus
+from train_helpers import assert_same_run, flip_byte, losses, tiny_run, truncate, write_config, write_corpus
 
 from posformer.cli import main
 from posformer.tasks import causal_lm
@@ -163,14 +163,6 @@ def checkpoint(out: Path, step: int) -> Path:
     return out / "checkpoints" / f"step-{step:08d}"
 
 
-def truncate(path: Path) -> None:
-    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-
-
-def flip_byte(path: Path) -> None:
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    path.write_bytes(bytes(data))
 
 
 DAMAGE = {  # how a checkpoint is damaged -> what the fallback message says

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -83,12 +85,16 @@ def quiet_loggers(*names: str) -> Iterator[None]:
 
 @contextmanager
 def checkpoint_without_dropout(directory: Path) -> Iterator[Path]:
-    """A temporary copy of checkpoint `directory` (files linked, not copied) whose config.json sets every
-    dropout probability to 0."""
+    """A temporary copy of checkpoint `directory` whose config.json sets every dropout probability to 0. Files are
+    hard-linked where the file system allows (else copied): a symlink out of the folder would cross the model
+    directory's boundary (`posformer.model_dir`)."""
     with tempfile.TemporaryDirectory(prefix="posformer-bench-qa-") as tmp:
         for item in directory.iterdir():
-            if item.name != "config.json":
-                (Path(tmp) / item.name).symlink_to(item.resolve())
+            if item.name != "config.json" and item.is_file():
+                try:
+                    os.link(item.resolve(), Path(tmp) / item.name)
+                except OSError:
+                    shutil.copyfile(item, Path(tmp) / item.name)
         config: dict[str, Any] = json.loads((directory / "config.json").read_text())
         (Path(tmp) / "config.json").write_text(json.dumps({**config, **NO_DROPOUT}, indent=2))
         yield Path(tmp)

@@ -13,6 +13,7 @@ import sys
 from typing import Any, Callable
 
 from posformer.atomic import write_json_atomic
+from posformer.cli.arg_types import fraction, non_negative_int, open_fraction, positive_float, positive_int
 from posformer.cli.command import Command, standalone_parser
 
 BENCH_PROG = "posformer bench"
@@ -37,10 +38,11 @@ def _threads_default() -> int:
     return torch.get_num_threads()
 
 
-def add_run_flags(parser: argparse.ArgumentParser, threads: int, compared: str, bars: str = "the progress bars") -> None:
+def add_run_flags(parser: argparse.ArgumentParser, threads: int, compared: str,
+                  bars: str = "the progress bars") -> None:
     """--threads, --json and --no-progress: the flags every benchmark shares."""
     add = parser.add_argument
-    add("--threads", type=int, default=threads, help=f"torch.set_num_threads for {compared}")
+    add("--threads", type=positive_int, default=threads, help=f"torch.set_num_threads for {compared}")
     add("--json", metavar="PATH", help="also write the results as JSON to PATH (written atomically)")
     add("--no-progress", action="store_true", help=f"hide {bars}")
 
@@ -69,15 +71,15 @@ def add_llama_model_arguments(parser: argparse.ArgumentParser, batch: int, layer
                               compared: str) -> None:
     """The sizes of a llama-preset benchmark model, its timed iterations and the shared run flags."""
     add = parser.add_argument
-    add("--batch", type=int, default=batch, help="sequences per iteration")
-    add("--length", type=int, default=512, help="tokens per sequence")
-    add("--d-model", type=int, default=512, help="hidden size (d_model / hidden_size)")
-    add("--layers", type=int, default=layers, help=layers_help)
-    add("--heads", type=int, default=8, help="attention heads (key/value heads are the same number)")
-    add("--vocab", type=int, default=8192, help="vocabulary size")
-    add("--d-ff", type=int, default=1376, help="SwiGLU inner size (d_ff / intermediate_size)")
-    add("--warmup", type=int, default=1, help="untimed iterations per model before timing, per phase")
-    add("--iters", type=int, default=3, help="timed iterations per model, per phase; the median is reported")
+    add("--batch", type=positive_int, default=batch, help="sequences per iteration")
+    add("--length", type=positive_int, default=512, help="tokens per sequence")
+    add("--d-model", type=positive_int, default=512, help="hidden size (d_model / hidden_size)")
+    add("--layers", type=positive_int, default=layers, help=layers_help)
+    add("--heads", type=positive_int, default=8, help="attention heads (key/value heads are the same number)")
+    add("--vocab", type=positive_int, default=8192, help="vocabulary size")
+    add("--d-ff", type=positive_int, default=1376, help="SwiGLU inner size (d_ff / intermediate_size)")
+    add("--warmup", type=non_negative_int, default=1, help="untimed iterations per model before timing, per phase")
+    add("--iters", type=positive_int, default=3, help="timed iterations per model, per phase; the median is reported")
     add("--skip-train", action="store_true", help="measure the forward pass only")
     add_runtime_flags(parser)
     add_run_flags(parser, _threads_default(), compared)
@@ -121,15 +123,17 @@ def cmd_generation(args: argparse.Namespace) -> int:
 
 def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("--batch", type=int, nargs="+", default=[1, 8], help="batch sizes to measure, each in turn")
-    add("--new-tokens", type=int, default=128, help="tokens generated per sequence (no eos stop)")
-    add("--prompt-length", type=int, default=16, help="random prompt tokens per sequence")
-    add("--d-model", type=int, default=768, help="hidden size (n_embd)")
-    add("--layers", type=int, default=12, help="number of layers (n_layer)")
-    add("--heads", type=int, default=12, help="attention heads (n_head)")
-    add("--vocab", type=int, default=50257, help="vocabulary size")
-    add("--warmup", type=int, default=1, help="untimed generate calls per model before timing, per batch size")
-    add("--iters", type=int, default=3, help="timed generate calls per model, per batch size; the median is reported")
+    add("--batch", type=positive_int, nargs="+", default=[1, 8], help="batch sizes to measure, each in turn")
+    add("--new-tokens", type=positive_int, default=128, help="tokens generated per sequence (no eos stop)")
+    add("--prompt-length", type=positive_int, default=16, help="random prompt tokens per sequence")
+    add("--d-model", type=positive_int, default=768, help="hidden size (n_embd)")
+    add("--layers", type=positive_int, default=12, help="number of layers (n_layer)")
+    add("--heads", type=positive_int, default=12, help="attention heads (n_head)")
+    add("--vocab", type=positive_int, default=50257, help="vocabulary size")
+    add("--warmup", type=non_negative_int, default=1,
+        help="untimed generate calls per model before timing, per batch size")
+    add("--iters", type=positive_int, default=3,
+        help="timed generate calls per model, per batch size; the median is reported")
     add_run_flags(parser, _threads_default(), "both models")
 
 
@@ -159,19 +163,19 @@ def cmd_trainer(args: argparse.Namespace) -> int:
 
 def add_trainer_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("--batch", type=int, default=8, help="sequences per step")
-    add("--seq-len", type=int, default=256, help="tokens per sequence")
-    add("--d-model", type=int, default=256, help="hidden size")
-    add("--layers", type=int, default=4, help="number of decoder layers")
-    add("--heads", type=int, default=4, help="attention heads")
-    add("--d-ff", type=int, default=688, help="SwiGLU inner size")
-    add("--vocab", type=int, default=8192, help="vocabulary size; 0: the text's character vocabulary")
-    add("--steps", type=int, default=10, help="timed steps per run")
-    add("--warmup-steps", type=int, default=2, help="untimed steps per run before timing")
-    add("--repeats", type=int, default=5, help="runs per loop, alternating; the median is reported")
-    add("--lr", type=float, default=3e-3, help="peak learning rate")
-    add("--lr-warmup", type=int, default=5, help="linear lr warm-up steps before the cosine decay")
-    add("--seed", type=int, default=0, help="seed of the initial weights and of the batch order")
+    add("--batch", type=positive_int, default=8, help="sequences per step")
+    add("--seq-len", type=positive_int, default=256, help="tokens per sequence")
+    add("--d-model", type=positive_int, default=256, help="hidden size")
+    add("--layers", type=positive_int, default=4, help="number of decoder layers")
+    add("--heads", type=positive_int, default=4, help="attention heads")
+    add("--d-ff", type=positive_int, default=688, help="SwiGLU inner size")
+    add("--vocab", type=non_negative_int, default=8192, help="vocabulary size; 0: the text's character vocabulary")
+    add("--steps", type=positive_int, default=10, help="timed steps per run")
+    add("--warmup-steps", type=non_negative_int, default=2, help="untimed steps per run before timing")
+    add("--repeats", type=positive_int, default=5, help="runs per loop, alternating; the median is reported")
+    add("--lr", type=positive_float, default=3e-3, help="peak learning rate")
+    add("--lr-warmup", type=non_negative_int, default=5, help="linear lr warm-up steps before the cosine decay")
+    add("--seed", type=non_negative_int, default=0, help="seed of the initial weights and of the batch order")
     add_run_flags(parser, 2, "both loops", "the progress bar over the repeats")
 
 
@@ -214,21 +218,24 @@ def add_qa_arguments(parser: argparse.ArgumentParser) -> None:
     add("--head", choices=("span", "seq2seq"), default="span", help="span: posformer's span head against "
         "BertForQuestionAnswering; seq2seq: BERT2BERT warm-started from the checkpoint against HF's "
         "EncoderDecoderModel (posformer.bench.qa_seq2seq)")
-    add("--max-answer-tokens", type=int, default=30, help="seq2seq: answer tokens generated at most")
-    add("--keep-null-windows", type=float, default=1.0, help="seq2seq: share of the training windows whose "
+    add("--max-answer-tokens", type=positive_int, default=30, help="seq2seq: answer tokens generated at most")
+    add("--keep-null-windows", type=open_fraction, default=1.0, help="seq2seq: share of the training windows whose "
         "target is \"\" that are kept (1: all, as the seed job)")
-    add("--train-questions", type=int, default=2000, help="cap on the training questions (seeded sample; 0: all)")
-    add("--eval-questions", type=int, default=300, help="cap on the evaluation questions (seeded sample; 0: all)")
-    add("--steps", type=int, default=60, help="optimizer steps of each model (the first is not timed)")
-    add("--epochs", type=float, help="train this many passes over the windows instead of --steps")
-    add("--warmup-ratio", type=float, default=0.0, help="share of the steps for a linear lr warm-up")
-    add("--batch-size", type=int, default=16, help="windows per step")
-    add("--lr", type=float, default=1e-4, help="peak learning rate, decayed linearly to 0")
-    add("--max-seq-length", type=int, default=256, help="tokens per window (question + context part)")
-    add("--doc-stride", type=int, default=64, help="overlap of consecutive windows of a long context")
-    add("--block", type=int, default=5, help="steps each model runs before the other takes over")
-    add("--threads", type=int, default=2, help="torch.set_num_threads for both")
-    add("--seed", type=int, default=0, help="seed of the head init, the question sample and the batch order")
+    add("--train-questions", type=non_negative_int, default=2000,
+        help="cap on the training questions (seeded sample; 0: all)")
+    add("--eval-questions", type=non_negative_int, default=300,
+        help="cap on the evaluation questions (seeded sample; 0: all)")
+    add("--steps", type=positive_int, default=60, help="optimizer steps of each model (the first is not timed)")
+    add("--epochs", type=positive_float, help="train this many passes over the windows instead of --steps")
+    add("--warmup-ratio", type=fraction, default=0.0, help="share of the steps for a linear lr warm-up")
+    add("--batch-size", type=positive_int, default=16, help="windows per step")
+    add("--lr", type=positive_float, default=1e-4, help="peak learning rate, decayed linearly to 0")
+    add("--max-seq-length", type=positive_int, default=256, help="tokens per window (question + context part)")
+    add("--doc-stride", type=positive_int, default=64, help="overlap of consecutive windows of a long context")
+    add("--block", type=positive_int, default=5, help="steps each model runs before the other takes over")
+    add("--threads", type=positive_int, default=2, help="torch.set_num_threads for both")
+    add("--seed", type=non_negative_int, default=0,
+        help="seed of the head init, the question sample and the batch order")
     add("--output", "--json", dest="json", metavar="PATH", help="also write the results as JSON (atomically)")
 
 

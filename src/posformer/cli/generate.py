@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from posformer.cli.arg_types import non_negative_float, non_negative_int, open_fraction, positive_int
 from posformer.cli.command import Command
 
 
@@ -12,8 +13,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     from posformer.any_checkpoint import load_model, load_text_tokenizer
 
-    if args.num_beams < 1:
-        raise ValueError(f"--num-beams must be >= 1, got {args.num_beams}")
     model = load_model(args.model)
     tokenizer = load_text_tokenizer(args.model)
     prompt = torch.tensor([tokenizer.encode(args.prompt)])
@@ -31,13 +30,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="model directory (or a Hub id when online)")
     parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
-    parser.add_argument("--max-new-tokens", dest="max_new_tokens", type=int, default=200)
-    parser.add_argument("--num-beams", dest="num_beams", type=int, default=1,
+    parser.add_argument("--max-new-tokens", dest="max_new_tokens", type=non_negative_int, default=200)
+    parser.add_argument("--num-beams", dest="num_beams", type=positive_int, default=1,
                         help="beam search with this many beams (default: 1, no beam search)")
-    parser.add_argument("--temperature", type=float, default=0.8, help="0 means greedy decoding (default: 0.8)")
-    parser.add_argument("--top-k", dest="top_k", type=int, default=None, help="sample from the k likeliest tokens")
-    parser.add_argument("--top-p", dest="top_p", type=float, default=None, help="nucleus sampling mass")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the sampler (default: 0)")
+    parser.add_argument("--temperature", type=non_negative_float, default=0.8,
+                        help="0 means greedy decoding (default: 0.8)")
+    parser.add_argument("--top-k", dest="top_k", type=non_negative_int, default=None,
+                        help="sample from the k likeliest tokens")
+    parser.add_argument("--top-p", dest="top_p", type=open_fraction, default=None,
+                        help="nucleus sampling mass, in (0, 1]")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the sampler (default: 0)")
 
 
 COMMAND = Command(

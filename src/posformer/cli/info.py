@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from posformer.cli.arg_types import positive_int
 from posformer.cli.command import Command
 from posformer.presets import preset_names
 
@@ -22,7 +23,8 @@ def cmd_info(args: argparse.Namespace) -> int:
 def add_info_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=preset_names(), help="a named configuration")
     parser.add_argument("--config", help="a config file (.json, .yaml) written by Config.save")
-    parser.add_argument("--context", type=int, help="context length for the FLOPs count (default: max_positions)")
+    parser.add_argument("--context", type=positive_int,
+                        help="context length for the FLOPs count (default: max_positions)")
 
 
 COMMAND = Command(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from posformer.cli.arg_types import positive_int
 from posformer.cli.command import Command
 
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog."
@@ -93,9 +94,9 @@ def add_plot_arguments(plot: argparse.ArgumentParser) -> None:
     plot.add_argument("--text", default=DEFAULT_TEXT, help=f"text for the attention maps (default: {DEFAULT_TEXT!r})")
     plot.add_argument("--layer", type=int, default=-1,
                       help="layer of the attention maps, 0-based; negative counts from the last (default: -1)")
-    plot.add_argument("--train-len", dest="train_len", type=int, default=128,
+    plot.add_argument("--train-len", dest="train_len", type=positive_int, default=128,
                       help="training length marked on rope_wavelengths.png (default: 128)")
-    plot.add_argument("--alibi-heads", dest="alibi_heads", type=int, default=8,
+    plot.add_argument("--alibi-heads", dest="alibi_heads", type=positive_int, default=8,
                       help="heads drawn in alibi_bias.png (default: 8)")
 
 

@@ -20,12 +20,20 @@ COMMANDS: tuple[Command, ...] = (info.COMMAND, train.COMMAND, generate.COMMAND, 
 EPILOG = "Run `posformer COMMAND --help` for the options of each command."
 
 
+# bad input, a missing or unwritable file (OSError: its message names the path), a run that cannot go on
+USER_ERRORS = (ValueError, OSError, RuntimeError)
+DEBUG_FLAG = "--debug"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="posformer",
         description="Build, train and study Transformers from interchangeable parts.",
         epilog=EPILOG,
     )
+    parser.add_argument(DEBUG_FLAG, action="store_true",
+                        help="show the Python traceback of an error (anywhere on the command line); without it an "
+                             "error is one line naming the field or file")
     add_commands(parser, COMMANDS, dest="command", metavar="COMMAND")
     return parser
 
@@ -40,13 +48,21 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run `posformer ARGV`; returns the exit status (2 for bad input, reported on stderr)."""
-    args = parse(sys.argv[1:] if argv is None else list(argv))
+    """Run `posformer ARGV`; returns the exit status: 2 for bad input (one line on stderr naming the field or file),
+    1 for an unexpected error (its type and message; `--debug` shows the traceback), 130 when interrupted."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = DEBUG_FLAG in argv
+    args = parse([arg for arg in argv if arg != DEBUG_FLAG])
     try:
         return args.run(args)
-    except (ValueError, FileNotFoundError, RuntimeError) as err:
-        print(f"posformer {args.command}: error: {err}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as err:
+        if debug:
+            raise
+        user_error = isinstance(err, USER_ERRORS)
+        kind = "error" if user_error else f"internal error ({type(err).__name__})"
+        hint = "" if user_error else f" (rerun with {DEBUG_FLAG} for the traceback, and please report it)"
+        print(f"posformer {args.command}: {kind}: {err}{hint}", file=sys.stderr)
+        return 2 if user_error else 1

@@ -14,21 +14,29 @@ from posformer.tasks.qa_job import (ANSWER_DEFAULTS as A, GROUP_BATCHES, PRETRAI
 def cmd_score(args: argparse.Namespace) -> int:
     """Print the official SQuAD v2.0 scores of a predictions file, as `evaluate-v2.0.py` does."""
     from posformer.data.squad import load_qa_file
+    from posformer.atomic import write_text_atomic
     from posformer.tasks.squad_metric import read_json_mapping, squad_v2_evaluate
+    from posformer.validation import is_number
 
     gold = load_qa_file(args.eval_file, args.context_column, args.question_column, args.answer_column,
                         for_training=False)
+    if args.out_file is not None and Path(args.out_file).is_dir():
+        raise ValueError(f"--out-file {args.out_file} is a directory: expected the path of a JSON file to write")
     predictions = read_json_mapping(args.predictions, "predictions")
     bad = [qid for qid, text in predictions.items() if not isinstance(text, str)]
     if bad:
         raise ValueError(f"predictions file {args.predictions}: the values of {bad[:5]} are not strings")
     na_probs = None
     if args.na_probs is not None:
-        na_probs = {qid: float(p) for qid, p in read_json_mapping(args.na_probs, "no-answer probabilities").items()}
+        na_probs = read_json_mapping(args.na_probs, "no-answer probabilities")
+        bad = [qid for qid, p in na_probs.items() if not is_number(p)]
+        if bad:
+            raise ValueError(f"no-answer probabilities file {args.na_probs}: the values of {bad[:5]} are not finite "
+                             "numbers")
     report = squad_v2_evaluate(gold.examples, predictions, na_probs, args.na_prob_thresh)
     text = json.dumps(report, indent=2)
     if args.out_file:
-        Path(args.out_file).write_text(text + "\n")
+        write_text_atomic(args.out_file, text + "\n")
     print(text)
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from posformer.cli.arg_types import non_negative_int
 from posformer.cli.command import Command
 
 
@@ -32,7 +33,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override one setting, e.g. trainer.steps=100, data.seq_len=64, model.position=alibi "
                              "(repeatable; values are YAML)")
-    parser.add_argument("--seed", type=int,
+    parser.add_argument("--seed", type=non_negative_int,
                         help="the run's one seed: weights, data order, dropout (= --set trainer.seed=N)")
     parser.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bar")
 

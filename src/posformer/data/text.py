@@ -64,10 +64,15 @@ class CharTokenizer:
 
     @classmethod
     def load(cls, path: str | Path) -> "CharTokenizer":
-        data = json.loads(Path(path).read_text())
-        if data.get("type") != "char" or not isinstance(data.get("chars"), list):
-            raise ValueError(f"{path} is not a posformer character tokenizer file")
-        return cls(data["chars"])
+        from posformer.user_files import read_json_file
+
+        data = read_json_file(path, "tokenizer file")
+        chars = data.get("chars") if isinstance(data, dict) else None
+        if not isinstance(chars, list) or data.get("type") != "char" \
+                or not all(isinstance(c, str) and len(c) == 1 for c in chars) or len(set(chars)) != len(chars):
+            raise ValueError(f"{path} is not a posformer character tokenizer file: expected {{\"type\": \"char\", "
+                             "\"chars\": [distinct single characters]}")
+        return cls(chars)
 
 
 class TokenStream:

@@ -10,11 +10,15 @@ from pathlib import Path
 
 import torch
 
+from posformer.checkpoint_manifest import verify_if_present
+from posformer.config import Config
 from posformer.heads import build_head
+from posformer.hf.config_kinds import check_hf_config_kinds
 from posformer.hf.family import Family, UnsupportedCheckpoint, family_for, supported
-from posformer.hf.hf_checkpoint import CONFIG, read_config, read_state, resolve, write_checkpoint
+from posformer.hf.hf_checkpoint import CONFIG, CheckpointError, read_config, read_state, resolve, write_checkpoint
 from posformer.hf.mapping import export_state, import_state
 from posformer.hf.rope import v5_rope_parameters
+from posformer.hf.tokenizer_files import check_tokenizer_dir
 from posformer.model import Transformer
 
 log = logging.getLogger(__name__)
@@ -59,6 +63,22 @@ def replace_head(model: Transformer, head: str) -> list[str]:
     return sorted(f"head.{k}" for k, v in new_head.named_parameters() if v is not words)
 
 
+def config_from_hf_file(hf_config: dict, path: str) -> tuple[Config, Family]:
+    """(posformer Config, family) of the Hugging Face config read from `path`; every error names `path`.
+
+    The known keys' kinds are checked first (`config_kinds`); what a family's mapping still cannot read
+    (a value of the right kind that makes no sense to it) is reported as a `CheckpointError` naming the file."""
+    check_hf_config_kinds(hf_config, path)
+    family = family_for(hf_config.get("model_type"), path)
+    try:
+        return family.config_from_hf(hf_config), family
+    except UnsupportedCheckpoint as err:
+        raise UnsupportedCheckpoint(f"{path}: {err}") from None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
+        raise CheckpointError(f"{path} cannot be read as a {hf_config.get('model_type')} config: "
+                              f"{type(err).__name__}: {err}") from err
+
+
 def from_hf(path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None,
             device: str | torch.device | None = None, head: str | None = None) -> Transformer:
     """Load a Hugging Face checkpoint (a local directory, or a Hub id when online) as a `Transformer`.
@@ -75,12 +95,13 @@ def from_hf(path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None,
     "classification" head: it is initialised freshly too.)
     Raises `UnsupportedCheckpoint` for a model_type or a feature posformer does not implement,
     `CheckpointError` for a missing, truncated or corrupt file, and `WeightMapError` listing
-    every missing, unknown and mis-shaped tensor.
+    every missing, unknown and mis-shaped tensor. Every file is read through `model_dir.model_file`
+    (none outside the directory), and a directory holding a manifest.json is verified against it first.
     """
     directory = resolve(path_or_hub_id)
+    verify_if_present(directory)
     hf_config = read_config(directory)
-    family = family_for(hf_config.get("model_type"), str(directory / CONFIG))
-    cfg = family.config_from_hf(hf_config)
+    cfg, family = config_from_hf_file(hf_config, str(directory / CONFIG))
     if head is not None:
         dataclasses.replace(cfg, head=head)  # validates `head` before any weight is read
     state = read_state(directory)
@@ -136,13 +157,16 @@ def load_tokenizer(path_or_hub_id: str | os.PathLike):
 
     Reads `tokenizer.json` (or the slow files transformers converts, such as
     T5's `spiece.model`) with `AutoTokenizer`; a Hub id is downloaded when online.
+    The files are checked first (`tokenizer_files.check_tokenizer_dir`): one that leads outside the
+    directory, or a corrupt one, is a `ValueError` naming it.
     """
     directory = resolve(path_or_hub_id)
+    overrides = check_tokenizer_dir(directory)
     try:
         from transformers import AutoTokenizer
     except ImportError as err:
         raise ImportError("load_tokenizer needs the `transformers` package: pip install transformers") from err
     try:
-        return AutoTokenizer.from_pretrained(str(directory))
-    except (OSError, ValueError) as err:
-        raise ValueError(f"no usable tokenizer in {directory}: {err}") from err
+        return AutoTokenizer.from_pretrained(str(directory), **overrides)
+    except Exception as err:  # transformers raises many kinds (OSError, ValueError, ImportError, KeyError ...)
+        raise ValueError(f"no usable tokenizer in {directory}: {type(err).__name__}: {str(err).strip()}") from err

@@ -3,7 +3,8 @@
 Weights are read from, in order of preference: `model.safetensors`, a sharded
 `model.safetensors.index.json`, `pytorch_model.bin`, a sharded
 `pytorch_model.bin.index.json`. A `.bin` file is only ever read with
-`torch.load(..., weights_only=True)`: no arbitrary object is unpickled.
+`torch.load(..., weights_only=True)`: no arbitrary object is unpickled. Every file is
+read through `model_dir.model_file`: a shard index may not name a file outside the directory.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
+
+from posformer.model_dir import model_file, read_json
 
 CONFIG = "config.json"
 SAFETENSORS = "model.safetensors"
@@ -57,16 +60,10 @@ def resolve(path_or_hub_id: str | os.PathLike) -> Path:
 
 
 def read_config(directory: Path) -> dict:
-    path = directory / CONFIG
+    path = model_file(directory, CONFIG)
     if not path.is_file():
         raise CheckpointError(f"{path} does not exist: {directory} is not a Hugging Face checkpoint")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise CheckpointError(f"{path} is not valid JSON: {err}") from err
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path} must hold a JSON object, got {type(data).__name__}")
-    return data
+    return read_json(directory, CONFIG, error=CheckpointError)
 
 
 def _load_safetensors(path: Path) -> dict[str, Tensor]:
@@ -89,33 +86,46 @@ def _load_bin(path: Path) -> dict[str, Tensor]:
     return state
 
 
-def _load_sharded(index_path: Path, load) -> dict[str, Tensor]:
-    try:
-        weight_map = json.loads(index_path.read_text())["weight_map"]
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise CheckpointError(f"{index_path} is not a valid shard index (needs a 'weight_map'): {err}") from err
+def _weight_map(directory: Path, index_name: str) -> dict[str, str]:
+    """The `weight_map` of a shard index: tensor name -> shard file name."""
+    index_path = directory / index_name
+    weight_map = read_json(directory, index_name, error=CheckpointError).get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in weight_map.items()):
+        raise CheckpointError(f"{index_path} is not a valid shard index: expected a 'weight_map' object mapping "
+                              f"tensor names to shard file names, got {type(weight_map).__name__}")
+    return weight_map
+
+
+def _load_sharded(directory: Path, index_name: str, load) -> dict[str, Tensor]:
+    index_path = directory / index_name
+    weight_map = _weight_map(directory, index_name)
     state: dict[str, Tensor] = {}
     for shard in sorted(set(weight_map.values())):
-        shard_path = index_path.parent / shard
+        shard_path = model_file(directory, shard, source=index_path)
         if not shard_path.is_file():
             raise CheckpointError(f"shard {shard_path} named in {index_path.name} does not exist")
         state.update(load(shard_path))
     missing = sorted(set(weight_map) - set(state))
     if missing:
-        raise CheckpointError(f"{index_path.name} lists tensors that no shard holds: {missing[:10]}")
+        raise CheckpointError(f"{index_path} lists tensors that no shard holds: {missing[:10]}")
     return state
 
 
 def read_state(directory: Path) -> dict[str, Tensor]:
-    """Every tensor of the checkpoint in `directory`, on the CPU, keyed by its Hugging Face name."""
-    if (directory / SAFETENSORS).is_file():
+    """Every tensor of the checkpoint in `directory`, on the CPU, keyed by its Hugging Face name.
+
+    Every file is read through `model_dir.model_file`: a shard named by an absolute path, a `..` or a
+    symlink that leads outside the directory is refused.
+    """
+    if model_file(directory, SAFETENSORS).is_file():
         return _load_safetensors(directory / SAFETENSORS)
-    if (directory / SAFETENSORS_INDEX).is_file():
-        return _load_sharded(directory / SAFETENSORS_INDEX, _load_safetensors)
-    if (directory / BIN).is_file():
+    if model_file(directory, SAFETENSORS_INDEX).is_file():
+        return _load_sharded(directory, SAFETENSORS_INDEX, _load_safetensors)
+    if model_file(directory, BIN).is_file():
         return _load_bin(directory / BIN)
-    if (directory / BIN_INDEX).is_file():
-        return _load_sharded(directory / BIN_INDEX, _load_bin)
+    if model_file(directory, BIN_INDEX).is_file():
+        return _load_sharded(directory, BIN_INDEX, _load_bin)
     raise CheckpointError(
         f"{directory} holds no weights: expected one of {SAFETENSORS}, {SAFETENSORS_INDEX}, {BIN}, {BIN_INDEX}"
     )

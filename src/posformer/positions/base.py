@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from posformer.tensor_checks import check_values
-from posformer.validation import is_int
+from posformer.validation import is_int, is_number
 
 if TYPE_CHECKING:
     from posformer.config import Config
@@ -125,7 +125,27 @@ class PositionEncoding(nn.Module):
                 f"Config.position_params has unknown key(s) {unknown} for position={cls.name!r}: "
                 f"allowed keys are {allowed}"
             )
+        for key, value in given.items():
+            cls._check_param_kind(key, value)
         return PositionParams(cls.name, copy.deepcopy({**cls.defaults, **given}))
+
+    @classmethod
+    def _check_param_kind(cls, key: str, value: Any) -> None:
+        """`value` has the kind of the parameter's default: a bool for a bool, an integer for an integer, a finite
+        number for a float, a string for a string (None and container defaults are checked by `check_config`)."""
+        default = cls.defaults[key]
+        if isinstance(default, bool):
+            ok, expected = isinstance(value, bool), "true or false"
+        elif isinstance(default, int):
+            ok, expected = is_int(value), "an integer"
+        elif isinstance(default, float):
+            ok, expected = is_number(value), "a finite number"
+        elif isinstance(default, str):
+            ok, expected = isinstance(value, str), "a string"
+        else:
+            return
+        if not ok:
+            raise cls.param_error(cls.name, key, value, expected)
 
     @classmethod
     def check_config(cls, cfg: "Config") -> None:

@@ -20,9 +20,11 @@ from posformer.data.text import CharTokenizer, TokenStream, read_text
 from posformer.model import Transformer
 from posformer.train import distributed
 from posformer.train.batches import WindowBatches
+from posformer.train.resume_check import trainer_policy
 from posformer.train.rng import seed_everything
 from posformer.train.settings import DataSettings, RunSettings
 from posformer.train.trainer import FitResult, Trainer, check_output_dir
+from posformer.validation import is_int
 
 
 class ByteTokenizer:
@@ -60,7 +62,9 @@ def build_model(model_fields: dict, vocab_size: int, seq_len: int) -> Transforme
     preset = fields.pop("preset", None)
     base = preset_fields(preset) if preset else {}
     merged = {**base, **fields, "vocab_size": vocab_size}
-    merged["max_positions"] = max(merged.get("max_positions", 0), seq_len)
+    given = merged.get("max_positions", 0)
+    if is_int(given):  # anything else is Config's to refuse, by name
+        merged["max_positions"] = max(given, seq_len)
     cfg = Config.from_dict(merged)
     if cfg.arch != "decoder":
         raise ValueError(f"model.arch={cfg.arch!r}: the causal-LM task trains a decoder")
@@ -119,7 +123,8 @@ def train_causal_lm(settings: RunSettings, output_dir: str, resume: bool = False
     resolved = {**settings.to_dict(), "model": model.cfg.to_dict()}  # every Config field, as built
     trainer = Trainer(model, WindowBatches(ids, data.seq_len, trainer_settings.seed), trainer_settings, output_dir,
                       evaluate=perplexity_evaluator(windows, trainer_settings.batch_size),
-                      run_config=resolved, extra_files=files, log=log, progress=progress)
+                      run_config=resolved, extra_files=files, log=log, progress=progress,
+                      resume_policy=trainer_policy())
     result = trainer.fit(resume=resume)
     prompt = trainer_settings.sample_prompt
     sharded = distributed.is_sharded(model)  # FSDP: every rank must take part in each forward pass

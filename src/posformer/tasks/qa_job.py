@@ -49,8 +49,10 @@ from posformer.tasks.null_answers import (calibrate_null_threshold, keep_null_wi
 from posformer.tasks.qa_evaluation import QAEvaluator
 from posformer.tasks.qa_models import default_pretrained_model, load_qa_model, tokenizer_files, with_dropout
 from posformer.tasks.qa_predictor import QAPredictor
+from posformer.tasks.qa_resume import qa_resume_policy, warmup_steps
 from posformer.tasks.seq2seq_qa import (Seq2SeqPredictor, build_scratch_t5, end_token_id,
                                         qa_training_texts, seq2seq_train_tensors, train_qa_tokenizer)
+from posformer.train.write_errors import writing
 from posformer.validation import check_choice, check_int, check_number, fail
 
 HEADS = ("seq2seq", "span")
@@ -290,8 +292,9 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
     if steps < 1:
         raise ValueError(f"no training steps: --max-steps / --num-train-epochs give {steps}")
     evaluator = QAEvaluator(qa_predictor(o.head, tokenizer, held, o))
+    warmup = warmup_steps(o.output_dir, o.resume, o.warmup_ratio, steps)
     settings = TrainerSettings(steps=steps, batch_size=o.per_device_train_batch_size, lr=o.learning_rate,
-                               schedule="linear", min_lr_ratio=0.0, warmup=int(o.warmup_ratio * steps),
+                               schedule="linear", min_lr_ratio=0.0, warmup=warmup,
                                weight_decay=o.weight_decay, betas=(0.9, 0.999), precision=o.precision,
                                device=o.device, eval_every=o.eval_steps or steps, save_every=min(o.save_steps, steps),
                                log_every=10, seed=o.seed, sample_prompt=None)
@@ -299,9 +302,10 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
     log(f"{o.head} QA: {source} ({kind}), {model.num_parameters():,} parameters; {len(train)} training questions "
         f"({len(batches)} windows), {len(held)} eval questions; {steps} steps of {o.per_device_train_batch_size}; "
         f"writing to {o.output_dir}")
-    run_config = {"qa": {**dataclasses.asdict(o), "steps": steps}, "model": model.cfg.to_dict()}
+    run_config = {"qa": {**dataclasses.asdict(o), "steps": steps, "warmup_steps": warmup}, "model": model.cfg.to_dict()}
     trainer = Trainer(model, batches, settings, o.output_dir, evaluate=evaluator, run_config=run_config,
-                      extra_files=tokenizer_files(tokenizer), log=log, progress=o.progress)
+                      extra_files=tokenizer_files(tokenizer), log=log, progress=o.progress,
+                      resume_policy=qa_resume_policy())
     result = trainer.fit(resume=o.resume)
     if calibration:
         o = dataclasses.replace(o, null_score_diff_threshold=calibrate_null_threshold(
@@ -310,12 +314,13 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
             f"--null-score-diff-threshold {o.null_score_diff_threshold:.4g}")
         evaluator.predictor.null_score_diff_threshold = o.null_score_diff_threshold
         run_config["qa"]["null_score_diff_threshold"] = o.null_score_diff_threshold
-        write_text_atomic(Path(o.output_dir) / "run_config.yaml", yaml.safe_dump(run_config, sort_keys=False))
+        with writing(Path(o.output_dir) / "run_config.yaml", "the run config"):
+            write_text_atomic(Path(o.output_dir) / "run_config.yaml", yaml.safe_dump(run_config, sort_keys=False))
     if calibration or not result.evals or result.evals[-1]["step"] != result.step:
         evaluator(model.eval())
-    results = evaluator.write(o.output_dir, {"head": o.head, "model": source, "step": result.step,
-                                             "checkpoint": str(result.checkpoint or ""),
-                                             **eval_settings(o)})
+    with writing(o.output_dir, "the evaluation outputs in"):
+        results = evaluator.write(o.output_dir, {"head": o.head, "model": source, "step": result.step,
+                                                 "checkpoint": str(result.checkpoint or ""), **eval_settings(o)})
     print_report(evaluator.report, log)
     return results
 
@@ -359,6 +364,9 @@ def eval_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, An
         raise ValueError("qa eval needs --model (a `qa train` output dir, a checkpoint or a model dir)")
     if o.head is not None:
         check_choice("--head", o.head, HEADS)
+    from posformer.train.trainer import check_output_dir
+
+    check_output_dir(Path(o.output_dir or o.model))
     model, tokenizer, head, directory = load_qa_model(o.model, o.head)
     o = dataclasses.replace(prediction_options(o, directory, head), output_dir=o.output_dir or str(o.model))
     stored = _run_options(directory)
@@ -367,7 +375,7 @@ def eval_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, An
     examples = load_eval_examples(o, log)
     evaluator = QAEvaluator(qa_predictor(head, tokenizer, examples, o))
     evaluator(model)
-    Path(o.output_dir).mkdir(parents=True, exist_ok=True)
-    results = evaluator.write(o.output_dir, {"head": head, "model": str(directory), **eval_settings(o)})
+    with writing(o.output_dir, "the evaluation outputs in"):
+        results = evaluator.write(o.output_dir, {"head": head, "model": str(directory), **eval_settings(o)})
     print_report(evaluator.report, log)
     return results

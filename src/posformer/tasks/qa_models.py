@@ -10,7 +10,6 @@ fresh span head to a base model.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -70,13 +69,14 @@ def load_qa_model(path: str | Path, head: str | None) -> tuple[Transformer, Any,
     BERT2BERT model from an encoder-only one). head None: the model's own."""
     from posformer.any_checkpoint import is_posformer_checkpoint
     from posformer.hf import bert2bert_from_pretrained, from_hf, load_tokenizer
+    from posformer.model_dir import model_file, read_json
     from posformer.posformer_checkpoint import load_pretrained
 
     directory = _model_dir(str(path))
     if is_posformer_checkpoint(directory):
         model = load_pretrained(directory)
     else:
-        config = json.loads((directory / "config.json").read_text()) if (directory / "config.json").is_file() else {}
+        config = read_json(directory, "config.json") if model_file(directory, "config.json").is_file() else {}
         encoder_only = not config.get("is_encoder_decoder", False) and config.get("model_type") != "t5"
         if head == "seq2seq" and encoder_only:
             model = bert2bert_from_pretrained(directory, **bert2bert_token_ids(load_tokenizer(directory)))

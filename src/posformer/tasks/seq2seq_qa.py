@@ -38,6 +38,7 @@ from torch import Tensor
 from posformer.config import Config, check_token_in_vocabulary
 from posformer.model import Transformer
 from posformer.tasks.qa_predictor import QAPredictions, check_windows
+from posformer.tasks.stable_unigram import canonical_unigram
 from posformer.tasks.qa_windows import (QAExampleLike, pad_windows, question_prefix, select_seq2seq_answer,
                                         seq2seq_eval_windows, seq2seq_training_features)
 from posformer.validation import check_int, check_number
@@ -64,7 +65,8 @@ def train_qa_tokenizer(texts: Iterable[str], kind: str = "unigram", vocab_size: 
 
     <pad> = 0, </s> = 1, <unk> = 2 (the `t5` preset's pad 0, eos 1 and decoder start 0);
     every encoding ends with </s>. kind: "unigram" (SentencePiece-like, as T5) or "bpe";
-    both split on whitespace with the "▁" metaspace, so decoding restores the spaces.
+    both split on whitespace with the "▁" metaspace, so decoding restores the spaces. The same texts give
+    the same tokenizer in every process (Unigram: `stable_unigram.canonical_unigram`).
     """
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
@@ -82,7 +84,13 @@ def train_qa_tokenizer(texts: Iterable[str], kind: str = "unigram", vocab_size: 
     tokenizer.normalizer = normalizers.NFKC()
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
     tokenizer.decoder = decoders.Metaspace()
-    tokenizer.train_from_iterator(list(texts), trainer=trainer)
+    try:
+        tokenizer.train_from_iterator(list(texts), trainer=trainer)
+    except Exception as err:  # the Rust trainer raises a bare Exception, e.g. for a vocabulary below the alphabet
+        raise ValueError(f"--vocab-size={vocab_size} with --tokenizer {kind}: the tokenizer trainer failed: {err}; "
+                         "raise --vocab-size") from err
+    if kind == "unigram":  # the trainer's output depends on hash order: make it the same in every process
+        tokenizer = canonical_unigram(tokenizer, len(specials))
     ids = [tokenizer.token_to_id(t) for t in specials]
     if ids != [0, 1, 2]:
         raise RuntimeError(f"the trained tokenizer put {specials} at ids {ids}, expected [0, 1, 2]")

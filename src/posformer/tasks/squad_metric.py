@@ -18,7 +18,6 @@ stays in the totals, and a warning names it.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import string
@@ -178,13 +177,9 @@ def write_predictions(out_dir: str | Path, predictions: Mapping[str, str],
 
 def read_json_mapping(path: str | Path, what: str) -> dict[str, Any]:
     """Read a JSON object file (predictions or no-answer probabilities); errors name the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{what} file {path} does not exist")
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{what} file {path} is not valid JSON: {err}") from None
+    from posformer.user_files import read_json_file
+
+    obj = read_json_file(path, f"{what} file")
     if not isinstance(obj, dict):
         raise ValueError(f"{what} file {path} must hold a JSON object id -> value, got {type(obj).__name__}")
     return obj

@@ -2,47 +2,83 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 from pathlib import Path
+from typing import Callable
 
 from posformer.atomic import write_text_atomic
+from posformer.train.write_errors import writing
+
+
+def _warn(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 class MetricsLog:
-    """One JSON object per line: {"step", "loss", "lr", ...} for training, {"step", "eval": {...}} for evaluations."""
+    """One JSON object per line: {"step", "loss", "lr", ...} for training, {"step", "eval": {...}} for evaluations.
 
-    def __init__(self, path: Path, enabled: bool = True) -> None:
-        self.path, self.enabled = path, enabled
+    A line that is not such a record (garbage, a line cut short by a kill) is skipped with a
+    warning naming the file and the line; the records around it are kept.
+    """
+
+    def __init__(self, path: Path, enabled: bool = True, warn: Callable[[str], None] = _warn) -> None:
+        self.path, self.enabled, self.warn = path, enabled, warn
 
     def records(self) -> list[dict]:
+        """Every valid record, in file order; unreadable lines are skipped with a warning."""
         if not self.path.is_file():
             return []
         out = []
-        for line in self.path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut short by a kill
-                break
+        for number, raw in enumerate(self.path.read_bytes().split(b"\n"), start=1):
+            if not raw.strip():
+                continue
+            record = _parse(raw)
+            if record is None:
+                self.warn(f"warning: {self.path}, line {number}: not a metrics record, skipped: {_preview(raw)}")
+                continue
+            out.append(record)
         return out
 
     def truncate_after(self, step: int) -> None:
-        """Keep the records up to `step` (a resumed run continues the log from its checkpoint)."""
+        """Keep the valid records up to `step` (a resumed run continues the log from its checkpoint; the records
+        after it are logged again). Unreadable lines are dropped, each with a warning."""
         if not self.enabled:
             return
-        kept = [r for r in self.records() if r.get("step", 0) <= step]
-        write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+        kept = [r for r in self.records() if r["step"] <= step]
+        with writing(self.path, "the metrics log"):
+            write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def write(self, record: dict) -> None:
         if not self.enabled:
             return
-        with open(self.path, "a") as f:
+        with writing(self.path, "the metrics log"), open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
 
 
+def _parse(raw: bytes) -> dict | None:
+    """The record on one line: a JSON object with an integer "step"; None for anything else."""
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(record, dict) or isinstance(record.get("step"), bool) or not isinstance(record.get("step"), int):
+        return None
+    return record
+
+
+def _preview(raw: bytes, width: int = 60) -> str:
+    text = raw.decode("utf-8", errors="replace").strip()
+    return repr(text if len(text) <= width else text[:width] + "...")
+
+
 def plot_losses(records: list[dict], path: Path, title: str) -> Path | None:
-    """Training loss (and every eval metric named *loss) against step, as a PNG. None without matplotlib."""
+    """Training loss (and every eval metric named *loss) against step, as a PNG. None without matplotlib.
+
+    Raises `RunFileError` (naming `path`) when the PNG cannot be written."""
     try:
         import matplotlib
 
@@ -64,7 +100,14 @@ def plot_losses(records: list[dict], path: Path, title: str) -> Path | None:
     ax.legend()
     ax.grid(alpha=0.3)
     tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with writing(path, "the loss curve"):
+            fig.savefig(tmp, dpi=120, bbox_inches="tight")
+            os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
     return path

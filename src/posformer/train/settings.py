@@ -13,36 +13,18 @@ Every value is validated before any work starts; errors name the field
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from posformer.data.text import default_corpus
-from posformer.validation import check_choice, check_int, check_number, fail, is_int, is_number
+from posformer.user_files import parse_yaml, read_yaml_file
+from posformer.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int, is_number
 
 SCHEDULES = ("constant", "linear", "cosine")
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 NAN_POLICIES = ("stop", "skip")
 PARALLEL = ("ddp", "fsdp")
-
-
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading 1e-3 as a number as YAML 1.2 does (YAML 1.1 needs 1.0e-3)."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
-
-
-def parse_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)
 
 
 @dataclass
@@ -104,6 +86,7 @@ class TrainerSettings:
         for name, allowed in (("schedule", SCHEDULES), ("precision", PRECISIONS), ("device", DEVICES),
                               ("nan_policy", NAN_POLICIES), ("parallel", PARALLEL)):
             check_choice(f"trainer.{name}", getattr(self, name), allowed)
+        check_field_kinds(self, "trainer.")
 
     @property
     def checkpoint_every(self) -> int:
@@ -129,6 +112,7 @@ class DataSettings:
             self.train = [self.train]
         if isinstance(self.valid, str):
             self.valid = [self.valid]
+        check_field_kinds(self, "data.")
         if not self.train:
             fail("data.train", self.train, "at least one text file")
         for name in ("train", "valid"):
@@ -167,6 +151,8 @@ class RunSettings:
         unknown = sorted(set(data) - {"model", "data", "trainer"})
         if unknown:
             raise ValueError(f"run config has unknown section(s) {unknown}: expected model, data, trainer")
+        if not isinstance(data.get("model") or {}, dict):
+            fail("model", data["model"], "a mapping of Config fields (optionally with 'preset')")
         return cls(model=dict(data.get("model") or DEMO_MODEL),
                    data=_section(DataSettings, data.get("data") or {}, "data"),
                    trainer=_section(TrainerSettings, data.get("trainer") or {}, "trainer"))
@@ -180,7 +166,7 @@ def _section(cls, values: dict, name: str):
     if unknown:
         raise ValueError(f"{name} has unknown key(s) {unknown}; known keys: {', '.join(sorted(known))}")
     values = dict(values)
-    if "betas" in values:
+    if isinstance(values.get("betas"), list):
         values["betas"] = tuple(values["betas"])
     return cls(**values)
 
@@ -196,7 +182,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         data.setdefault(parts[0], {})
         if data[parts[0]] is None:
             data[parts[0]] = {}
-        data[parts[0]][parts[1]] = parse_yaml(raw)
+        data[parts[0]][parts[1]] = parse_yaml(raw, f"--set {item!r}: the value")
     return data
 
 
@@ -204,12 +190,9 @@ def load_run_settings(path: str | None, overrides: list[str] | None = None) -> R
     """Read a YAML (or JSON) run config, apply `--set` overrides and validate everything."""
     data: dict = {}
     if path is not None:
-        file = Path(path)
-        if not file.is_file():
-            raise FileNotFoundError(f"run config {file} does not exist")
-        data = parse_yaml(file.read_text()) or {}
+        data = read_yaml_file(path, "run config") or {}
         if not isinstance(data, dict):
-            raise ValueError(f"run config {file}: expected a mapping with sections model, data, trainer")
+            raise ValueError(f"run config {path}: expected a mapping with sections model, data, trainer")
     if "model" not in data and any(o.startswith("model.") for o in overrides or []):
         data["model"] = dict(DEMO_MODEL)
     settings = RunSettings.from_dict(apply_overrides(data, list(overrides or [])))

@@ -7,11 +7,18 @@
 (model keyword arguments, labels included) and `state_dict` / `load_state_dict`
 (see `WindowBatches`). `evaluate(model) -> {"name": value}` is the task's metric
 function, run every `eval_every` steps and at the end.
+
+On resume the checkpoint's settings are compared with this run's (`resume_check`): the
+trainer settings its state fixes (lr, schedule, batch size, seed, ...), the model, and the
+run config under the caller's `resume_policy`; a change is applied and recorded, or refused
+by name. A file the run cannot write (checkpoint, metrics.jsonl, run_config.yaml) stops it
+with a `RunFileError` naming the path; the previous checkpoint stays intact.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -25,6 +32,7 @@ from typing import Callable
 
 import torch
 import yaml
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
@@ -33,15 +41,40 @@ from posformer.model import Transformer
 from posformer.train import distributed
 from posformer.train.metrics_log import MetricsLog, plot_losses
 from posformer.train.optim import build_optimizer, build_scheduler
+from posformer.train.resume_check import (RESUMABLE_TRAINER_FIELDS, ResumeConflict, ResumePolicy, check_resume,
+                                          differences, plain, settings_dict)
 from posformer.train.rng import rng_state, seed_everything, set_rng_state
 from posformer.train.settings import TrainerSettings
 from posformer.train.training_checkpoint import CheckpointManager
+from posformer.train.write_errors import RunFileError, describe, writing
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class TrainingStopped(RuntimeError):
     """Training cannot go on (a non-finite loss); the message names the step and the last good checkpoint."""
+
+
+class CheckpointWriteError(RunFileError):
+    """A checkpoint could not be written; the message names its path and the last good checkpoint (intact)."""
+
+
+TRAINER_POLICY = ResumePolicy(applied=RESUMABLE_TRAINER_FIELDS, name=lambda key: f"trainer.{key}")
+GLOBAL_BATCH = "global_batch"  # what the data position counts: sequences per optimizer step, every process's
+GLOBAL_BATCH_NAME = "batch of an optimizer step (trainer.batch_size x trainer.grad_accum x processes)"
+
+
+def _silent(message: str) -> None:
+    """A log that says nothing."""
+
+
+def _json_dict(text) -> dict | None:
+    """The mapping a checkpoint stored as JSON text (its settings, its run config); None when there is none."""
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 class _HeldInterrupt:
@@ -95,7 +128,8 @@ class Trainer:
     def __init__(self, model: Transformer, batches, settings: TrainerSettings, output_dir: str | os.PathLike, *,
                  evaluate: Callable[[torch.nn.Module], dict[str, float]] | None = None,
                  run_config: dict | None = None, extra_files: dict[str, str] | None = None,
-                 log: Callable[[str], None] = print, progress: bool = True) -> None:
+                 log: Callable[[str], None] = print, progress: bool = True,
+                 resume_policy: ResumePolicy | None = None) -> None:
         settings.validate()
         if settings.precision == "fp16" and distributed.resolve_device(settings.device).type != "cuda":
             raise ValueError("trainer.precision='fp16' needs a CUDA device (its grad scaler); use bf16 or fp32 on CPU")
@@ -103,7 +137,7 @@ class Trainer:
         self.output_dir = Path(output_dir)
         check_output_dir(self.output_dir)
         self.evaluate_fn, self.run_config, self.extra_files = evaluate, run_config, extra_files or {}
-        self.log, self.progress = log, progress
+        self.log, self.progress, self.resume_policy = log, progress, resume_policy
         self.checkpoints = CheckpointManager(self.output_dir, settings.keep_last, log)
 
     # ------------------------------------------------------------------ set-up
@@ -119,7 +153,7 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, s)
         self.scheduler = build_scheduler(self.optimizer, s)
         self.scaler = torch.amp.GradScaler("cuda") if s.precision == "fp16" else None
-        self.metrics = MetricsLog(self.output_dir / "metrics.jsonl", enabled=ctx.is_main)
+        self.metrics = MetricsLog(self.output_dir / "metrics.jsonl", enabled=ctx.is_main, warn=self.log)
         self.skipped = 0
         if not resume and self.checkpoints.checkpoints():
             newest = self.checkpoints.checkpoints()[0]
@@ -129,7 +163,9 @@ class Trainer:
         if start == 0 and ctx.is_main:
             self.metrics.truncate_after(0)
         if ctx.is_main and self.run_config is not None:
-            write_text_atomic(self.output_dir / "run_config.yaml", yaml.safe_dump(self.run_config, sort_keys=False))
+            path = self.output_dir / "run_config.yaml"
+            with writing(path, "the run config"):
+                write_text_atomic(path, yaml.safe_dump(self.run_config, sort_keys=False))
         return start
 
     def _resume(self) -> int:
@@ -146,11 +182,7 @@ class Trainer:
             self.log(f"no checkpoint in {self.checkpoints.root}: starting from step 0")
             return 0
         checkpoint, state = found
-        saved = json.loads((checkpoint.path / "config.json").read_text()).get("posformer")
-        if saved != self.model.cfg.to_dict():
-            differ = sorted(k for k in self.model.cfg.to_dict() if (saved or {}).get(k) != getattr(self.model.cfg, k))
-            raise ValueError(f"checkpoint {checkpoint.path} was written by a different model (fields {differ}); "
-                             "resume with the same model settings or choose another output dir")
+        self._check_settings(checkpoint.path, state)
         distributed.load_full_state(self.model, self.optimizer, load_file(checkpoint.path / "model.safetensors"),
                                     state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -164,16 +196,73 @@ class Trainer:
         self.log(f"resumed from {checkpoint.path} (step {checkpoint.step})")
         return checkpoint.step
 
+    def _check_model(self, checkpoint: Path) -> None:
+        """Refuse a checkpoint of another model, naming each differing field with both values."""
+        saved = json.loads((checkpoint / "config.json").read_text()).get("posformer") or {}
+        ours = plain(self.model.cfg.to_dict())
+        differ = [(k, a, b) for k, a, b in differences(plain(saved), ours) if k in ours]
+        if differ:
+            values = ", ".join(f"{k}={a!r} in the checkpoint, {b!r} now" for k, a, b in differ)
+            raise ResumeConflict(f"checkpoint {checkpoint} was written by a different model (fields "
+                                 f"{[k for k, _, _ in differ]}: {values}); resume with the same model settings, "
+                                 "or start a fresh run in another output dir")
+
+    def _saved_run_config(self, state: dict) -> dict | None:
+        """The run config the checkpoint was trained with: its own copy, else the run dir's run_config.yaml."""
+        if "run_config" in state:
+            return _json_dict(state["run_config"])
+        path = self.output_dir / "run_config.yaml"
+        if path.is_file():
+            saved = yaml.safe_load(path.read_text())
+            return saved if isinstance(saved, dict) else None
+        return None
+
+    def _trainer_settings(self) -> dict:
+        """The trainer settings a checkpoint records, with the batch of an optimizer step over every process."""
+        s = self.settings
+        return {**settings_dict(s), GLOBAL_BATCH: s.batch_size * s.grad_accum * self.ctx.world_size}
+
+    def _check_settings(self, checkpoint: Path, state: dict) -> None:
+        """Refuse, by name, a resume whose settings the checkpoint's state fixes were changed (`resume_check`):
+        the trainer settings, the run config under the caller's policy (its "model" section: as the model's
+        fields), then the model. What may change is applied, and said."""
+        saved_settings, ours = _json_dict(state.get("trainer_settings")), self._trainer_settings()
+        if saved_settings is not None:
+            saved_settings.setdefault(GLOBAL_BATCH, ours[GLOBAL_BATCH])
+            names = {GLOBAL_BATCH: GLOBAL_BATCH_NAME, **(self.resume_policy.trainer_names if self.resume_policy
+                                                       else {})}
+            policy = dataclasses.replace(TRAINER_POLICY, name=lambda key: names.get(key, f"trainer.{key}"))
+            quiet = self.resume_policy is not None  # the run config's check says what it applies
+            check_resume(saved_settings, ours, policy, str(checkpoint), _silent if quiet else self.log)
+        saved_config = self._saved_run_config(state)
+        if self.resume_policy is not None and self.run_config is not None and saved_config is not None:
+            without_model = [{k: v for k, v in c.items() if k != "model"} for c in (saved_config, self.run_config)]
+            check_resume(*without_model, self.resume_policy, str(checkpoint), self.log)
+        self._check_model(checkpoint)
+
     # -------------------------------------------------------------- checkpoints
     def _save(self, step: int) -> Path | None:
-        path = None
+        path, failure = None, None
         weights, optimizer_state = distributed.full_state(self.model, self.optimizer)  # every rank: FSDP gathers
         if self.ctx.is_main:
             state = {"step": step, "optimizer": optimizer_state, "scheduler": self.scheduler.state_dict(),
                      "scaler": self.scaler.state_dict() if self.scaler else None, "data": self.batches.state_dict(),
-                     "rng": rng_state(), "skipped": self.skipped}
+                     "rng": rng_state(), "skipped": self.skipped,
+                     "trainer_settings": json.dumps(self._trainer_settings())}
+            if self.run_config is not None:
+                state["run_config"] = json.dumps(plain(self.run_config))
             config_json = json.dumps({"posformer": self.model.cfg.to_dict()}, indent=2) + "\n"
-            path = self.checkpoints.save(step, weights, config_json, state, self.extra_files)
+            try:
+                path = self.checkpoints.save(step, weights, config_json, state, self.extra_files)
+            except (OSError, SafetensorError) as err:  # safetensors reports its I/O errors as its own type
+                failure = err
+                with contextlib.suppress(OSError):
+                    self.checkpoints.remove_partial_writes()
+        if not distributed.all_true(failure is None, self.ctx):  # every rank stops together
+            where = self.checkpoints.root / f"step-{step:08d}"
+            why = describe(failure, where) if failure is not None else f"{where}: failed on rank 0"
+            raise CheckpointWriteError(f"could not write checkpoint {why}; stopped at step {step}. The last good "
+                                       f"checkpoint, intact: {self._last_good()}")
         distributed.barrier(self.ctx)
         return path
 
@@ -290,7 +379,11 @@ class Trainer:
             bar.close()
         result.step = step
         if self.ctx.is_main:
-            plot = plot_losses(self.metrics.records(), self.output_dir / "loss.png", f"{self.output_dir.name}")
+            try:
+                plot = plot_losses(self.metrics.records(), self.output_dir / "loss.png", f"{self.output_dir.name}")
+            except RunFileError as err:  # the run itself is complete: its checkpoint and log are written
+                self.log(f"warning: {err}")
+                plot = None
             if plot is not None:
                 self.log(f"loss curve: {plot}")
         return result

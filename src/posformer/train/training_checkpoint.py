@@ -8,16 +8,18 @@ Layout: OUTPUT_DIR/checkpoints/step-00000100/ holds
 A checkpoint is written into a hidden temporary folder, every file fsync-ed, then
 the folder is renamed into place (atomic on POSIX) and the parent fsync-ed. A
 kill at any moment leaves either the previous checkpoints only, or the new one
-complete. On resume every file is checked against the manifest; a checkpoint
-that fails (truncated, corrupt, incomplete) is reported and the previous one is used.
+complete. On resume every file is checked against the manifest, the trainer state's
+structure (`trainer_state`) and the weights against the config; a checkpoint that fails
+(truncated, corrupt, incomplete, tampered) is reported and the previous one is used.
+Loading a checkpoint as a model (`posformer_checkpoint.load_pretrained`) checks the manifest too.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -26,15 +28,16 @@ import torch
 from safetensors.torch import save_model
 from torch import nn
 
-from posformer.posformer_checkpoint import CONFIG_FILE, WEIGHTS_FILE
+from posformer import checkpoint_manifest
+from posformer.checkpoint_manifest import MANIFEST, CorruptCheckpoint
+from posformer.checkpoint_manifest import sha256 as _sha256
+from posformer.model_dir import model_file
+from posformer.posformer_checkpoint import CONFIG_FILE, WEIGHTS_FILE, check_checkpoint
+from posformer.train.trainer_state import check_trainer_state
 
 STATE_FILE = "trainer_state.pt"
-MANIFEST = "manifest.json"
 PREFIX = "step-"
-
-
-class CorruptCheckpoint(ValueError):
-    """A checkpoint whose files do not match its manifest, or that cannot be read."""
+__all__ = ["Checkpoint", "CheckpointManager", "CorruptCheckpoint", "MANIFEST", "STATE_FILE", "load_state", "verify"]
 
 
 @dataclass
@@ -51,37 +54,36 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def verify(path: Path) -> dict:
     """Check every file of the checkpoint at `path` against its manifest; return the manifest."""
-    manifest_path = path / MANIFEST
-    if not manifest_path.is_file():
-        raise CorruptCheckpoint(f"{path}: no {MANIFEST} (the write did not finish)")
+    return checkpoint_manifest.verify(path, required=(WEIGHTS_FILE, CONFIG_FILE, STATE_FILE))
+
+
+def _reason(err: Exception) -> str:
+    """The gist of a torch.load error: the unpickler's own words, not its advice to drop weights_only."""
+    text = str(err)
+    if "WeightsUnpickler error:" in text:
+        text = text.split("WeightsUnpickler error:", 1)[1].split("Check the documentation", 1)[0]
+    return f"{type(err).__name__}: {' '.join(text.split())}".rstrip(": ")
+
+
+def load_state(checkpoint: Checkpoint) -> dict:
+    """The verified trainer state of `checkpoint` (weights_only: no code runs), its structure checked, and its
+    config and weights checked against each other; a `CorruptCheckpoint` naming the file and field otherwise."""
+    verify(checkpoint.path)
     try:
-        manifest = json.loads(manifest_path.read_text())
-        files = {name: (int(entry["bytes"]), str(entry["sha256"])) for name, entry in manifest["files"].items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as err:  # not UTF-8, not JSON, or not its layout
-        raise CorruptCheckpoint(f"{manifest_path} is unreadable: {err}") from err
-    unlisted = sorted({WEIGHTS_FILE, CONFIG_FILE, STATE_FILE} - set(files))
-    if unlisted:
-        raise CorruptCheckpoint(f"{manifest_path} does not list {unlisted}")
-    for name, (expected_bytes, expected_sha256) in files.items():
-        file = path / name
-        if not file.is_file():
-            raise CorruptCheckpoint(f"{file} is missing")
-        size = file.stat().st_size
-        if size != expected_bytes:
-            raise CorruptCheckpoint(f"{file} has {size} bytes, the manifest says {expected_bytes} (truncated?)")
-        if _sha256(file) != expected_sha256:
-            raise CorruptCheckpoint(f"{file} does not match its SHA-256 checksum (corrupt)")
-    return manifest
+        shapes = check_checkpoint(checkpoint.path)
+    except (ValueError, OSError) as err:
+        raise CorruptCheckpoint(str(err)) from err
+    file = checkpoint.path / STATE_FILE
+    try:
+        with warnings.catch_warnings():  # torch warns about the pickle protocol of a foreign file
+            warnings.simplefilter("ignore", UserWarning)
+            state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as err:  # unpickling, zip and EOF errors have many types; weights_only refuses any code
+        raise CorruptCheckpoint(f"{file} cannot be read with torch.load(weights_only=True), which refuses anything "
+                                f"but tensors and plain containers (tampered or truncated?): {_reason(err)}") from err
+    return check_trainer_state(state, file, checkpoint.step, shapes)
 
 
 class _StateDict:
@@ -160,17 +162,15 @@ class CheckpointManager:
                 shutil.rmtree(path, ignore_errors=True)
 
     def latest_valid(self) -> tuple[Checkpoint, dict] | None:
-        """The newest checkpoint that verifies, with its trainer state; says which ones were skipped and why."""
+        """The newest checkpoint that verifies, with its trainer state; says which ones were skipped and why.
+
+        A checkpoint is skipped when a file fails its manifest, when the trainer state cannot be read or lacks a
+        field the trainer needs, or when the weights are unreadable or do not fit the config beside them.
+        """
         for checkpoint in self.checkpoints():
             try:
-                verify(checkpoint.path)
-                state = torch.load(checkpoint.path / STATE_FILE, map_location="cpu", weights_only=True)
-            except (CorruptCheckpoint, OSError, RuntimeError, ValueError) as err:
+                model_file(self.root, checkpoint.path.name)
+                return checkpoint, load_state(checkpoint)
+            except (OSError, RuntimeError, ValueError) as err:  # CorruptCheckpoint is a ValueError
                 self.log(f"checkpoint {checkpoint.path} is unusable ({err}); falling back to the previous one")
-                continue
-            if state.get("step") != checkpoint.step:
-                self.log(f"checkpoint {checkpoint.path} holds step {state.get('step')}, not {checkpoint.step}; "
-                         "falling back to the previous one")
-                continue
-            return checkpoint, state
         return None

@@ -127,6 +127,7 @@ def run_extend(settings: ExtendSettings, run_dir: str | Path, output_dir: str | 
         raise ValueError(f"{layout.root} holds the extension of {recorded}, not of {run_dir}; use another --output-dir")
     results["source"] = {"run": str(Path(run_dir).resolve()), "description": source.description,
                          "parameters": source.model.num_parameters(), "train_tokens": source.train_ids.numel()}
+    save(results, layout)  # the configuration is on record before any training: a resume with other settings fails
     started = time.monotonic()
     extension = Extension(settings, source, layout, log, progress)
     results["data"] = {"eval_sets": {name: {"tokens": sum(t.numel() for t in st.values()),

@@ -9,7 +9,7 @@ from typing import Any
 from posformer.experiments.extension.methods import METHODS
 from posformer.experiments.presets import from_preset
 from posformer.train.settings import DEVICES, PRECISIONS
-from posformer.validation import check_choice, check_int, check_number, fail
+from posformer.validation import check_choice, check_field_kinds, check_int, check_number, fail
 
 PRESETS: dict[str, dict[str, Any]] = {
     # a smoke run of a tiny model: seconds
@@ -112,3 +112,4 @@ class ExtendSettings:
         check_choice("extend: precision", self.precision, PRECISIONS)
         if self.threads is not None:
             check_int("extend: threads", self.threads)
+        check_field_kinds(self, "extend: ")

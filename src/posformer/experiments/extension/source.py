@@ -50,11 +50,13 @@ def _hf_tokenizer(directory: Path):
     from transformers import PreTrainedTokenizerFast
 
     from posformer.any_checkpoint import checkpoint_dir
+    from posformer.hf.tokenizer_files import check_tokenizer_dir
+    from posformer.model_dir import model_file
 
     folder = checkpoint_dir(directory)
-    if not (folder / "tokenizer.json").is_file():
+    if not model_file(folder, "tokenizer.json").is_file():
         raise FileNotFoundError(f"extend: {folder} holds no tokenizer.json; give a run saved with its tokenizer")
-    return PreTrainedTokenizerFast.from_pretrained(str(folder))
+    return PreTrainedTokenizerFast.from_pretrained(str(folder), **check_tokenizer_dir(folder))
 
 
 def load_source(run_dir: str | Path, text: str | None, data_dir: str | None = None) -> Source:
@@ -83,7 +85,7 @@ def load_source(run_dir: str | Path, text: str | None, data_dir: str | None = No
 
 
 def _text_source(model: Transformer, run_dir: Path, path: Path, config: dict) -> Source:
-    from posformer.any_checkpoint import TOKENIZER_FILES, checkpoint_dir, load_text_tokenizer
+    from posformer.any_checkpoint import checkpoint_dir, load_text_tokenizer, tokenizer_paths
 
     if not path.is_file():
         raise FileNotFoundError(f"extend: --text {path} does not exist")
@@ -92,8 +94,7 @@ def _text_source(model: Transformer, run_dir: Path, path: Path, config: dict) ->
     text = data.read_document(path)
     cut = int(len(text) * (1 - TEXT_EVAL_FRACTION))
     folder = checkpoint_dir(run_dir)
-    files = {name: (folder / name).read_text(encoding="utf-8") for name in TOKENIZER_FILES
-             if (folder / name).is_file()}
+    files = {name: file.read_text(encoding="utf-8") for name, file in tokenizer_paths(folder).items()}
     seq_len = (config.get("data") or {}).get("seq_len")
     return Source(model, lambda s: data.encode(tokenizer, s).tolist(), tokenizer,
                   data.encode(tokenizer, text[:cut]), {path.stem: {path.name: text[cut:]}}, seq_len, files,

@@ -93,7 +93,7 @@ def _ints(text: str) -> list[int]:
 
 def _overrides(args: argparse.Namespace, keys: tuple[str, ...], example: str) -> dict:
     """The flags among `keys` that were given, then --set KEY=VALUE (YAML values); "a,b" lists split."""
-    from posformer.train.settings import parse_yaml
+    from posformer.user_files import parse_yaml
 
     overrides = {}
     for key in keys:
@@ -104,7 +104,7 @@ def _overrides(args: argparse.Namespace, keys: tuple[str, ...], example: str) ->
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"--set {item!r}: expected KEY=VALUE, e.g. {example}")
-        value = parse_yaml(raw)
+        value = parse_yaml(raw, f"--set {item!r}: the value")
         overrides[key.strip()] = _ints(str(value)) if key.strip() == "eval_lens" and isinstance(value, str) else value
     if isinstance(overrides.get("positions"), str):
         overrides["positions"] = [p.strip() for p in overrides["positions"].split(",") if p.strip()]

@@ -13,7 +13,7 @@ from posformer.experiments.extrapolation.data import CORPORA
 from posformer.experiments.extrapolation.evaluation import PROTOCOLS
 from posformer.experiments.presets import from_preset
 from posformer.train.settings import DEVICES, PRECISIONS
-from posformer.validation import check_choice, check_int, check_number, fail, is_int
+from posformer.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int
 
 DEFAULT_ROWS = ["none", "sinusoidal", "learned", "rope", "alibi", "t5", "shaw", "fire", "kerple", "xpos"]
 ROPE_SCALINGS = ["linear", "ntk", "dynamic", "yarn"]
@@ -91,7 +91,7 @@ class ExtrapolationSettings:
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ExtrapolationSettings":
         settings = from_preset(cls, PRESETS, name, overrides, "extrapolate")
-        if settings.eval_lens is None:
+        if settings.eval_lens is None and is_int(settings.train_len):  # else validate() names train_len
             settings.eval_lens = [settings.train_len * k for k in (1, 2, 4, 8, 16)]
         settings.validate()
         return settings
@@ -107,6 +107,7 @@ class ExtrapolationSettings:
         if isinstance(self.positions, str):
             self.positions = [p.strip() for p in self.positions.split(",") if p.strip()]
         if (not isinstance(self.positions, (list, tuple)) or not self.positions
+                or not all(isinstance(p, str) for p in self.positions)
                 or len(set(self.positions)) != len(self.positions)):
             fail(_knob("positions"), self.positions, "a non-empty list of distinct encodings")
         unknown = [p for p in self.positions if p not in positions.names()]
@@ -138,6 +139,7 @@ class ExtrapolationSettings:
         for name in ("lr", "min_lr_ratio", "weight_decay"):
             check_number(_knob(name), getattr(self, name), low=0)
         check_number(_knob("passkey_fraction"), self.passkey_fraction, 0.0, 1.0)
+        check_field_kinds(self, "extrapolate: ")
 
 
 def _knob(name: str) -> str:

@@ -42,6 +42,7 @@ def run_tasks(settings: TaskSettings, output_dir: str | Path, log: Callable[[str
     if s.threads is not None:
         torch.set_num_threads(s.threads)
     results = open_results(s, layout, benchmark="tasks")
+    _save(results, layout)  # the configuration is on record before any training: a resume with other settings fails
     tests = {n: eval_examples(s.task, n, s.eval_examples, s.seed) for n in s.eval_lens}
     longest = max(len(e.prompt) + len(e.target) + 2 for examples in tests.values() for e in examples)
     seed_everything(s.seed)

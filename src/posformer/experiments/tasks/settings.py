@@ -11,7 +11,7 @@ from posformer.config import Config
 from posformer.experiments.presets import from_preset
 from posformer.experiments.tasks.generators import TASKS, VOCAB, min_length
 from posformer.train.settings import DEVICES, PRECISIONS
-from posformer.validation import check_choice, check_int, check_number, fail
+from posformer.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int
 
 # Kazemnejad et al. 2023 compare these five (APE as the sinusoidal embedding)
 DEFAULT_ROWS = ["none", "t5", "alibi", "rope", "sinusoidal"]
@@ -53,7 +53,7 @@ class TaskSettings:
     save_every: int = 500
 
     def __post_init__(self) -> None:
-        if self.eval_lens is None:
+        if self.eval_lens is None and is_int(self.train_len):  # else validate() names train_len
             self.eval_lens = sorted({round(k * self.train_len) for k in (1, 1.25, 1.5, 2, 3, 4)})
         self.validate()
 
@@ -81,6 +81,7 @@ class TaskSettings:
             check_int("threads", self.threads)
         if self.d_model % self.heads:
             fail("heads", self.heads, f"a divisor of d_model={self.d_model}")
+        check_field_kinds(self, "")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "TaskSettings":
