@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 from checkpoint_fixtures import cli, refused
+from train_helpers import finished_run
 
 from posformer.cli import program
 from posformer.data.squad import squad_sample
@@ -95,3 +97,23 @@ def test_debug_shows_the_traceback_and_internal_errors_say_so(tmp_path, monkeypa
     status, _, err = cli("info", "--preset", "llama")
     assert status == 1 and "posformer info: internal error (KeyError)" in err and "--debug" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"[1, 2]", bytes(range(256))])
+def test_damaged_results_files_are_named(tmp_path, content: bytes) -> None:
+    """`plot --results` and a rerun of `extrapolate` into an output dir whose results.json is damaged."""
+    (tmp_path / "results.json").write_bytes(content)
+    assert str(tmp_path / "results.json") in refused("plot", "--output-dir", str(tmp_path / "figs"),
+                                                     "--results", str(tmp_path))
+    assert str(tmp_path / "results.json") in refused("extrapolate", "--preset", "quick", "--output-dir",
+                                                     str(tmp_path), "--no-progress")
+
+
+def test_a_damaged_run_config_does_not_stop_a_resume(tmp_path, capsys) -> None:
+    """run_config.yaml is a record of the run (each checkpoint keeps its own copy), rewritten on resume."""
+    config, run = finished_run(tmp_path, 4)
+    (run / "run_config.yaml").write_bytes(b"model: {d_model: [\n")
+    status, out, err = cli("train", "--config", str(config), "--output-dir", str(run), "--resume", "--set",
+                           "trainer.steps=6", "--no-progress")
+    assert status == 0, err
+    assert yaml.safe_load((run / "run_config.yaml").read_text())["trainer"]["steps"] == 6

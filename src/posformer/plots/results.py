@@ -9,8 +9,9 @@ NAME is the directory's name.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from posformer.user_files import read_mapping_file
 
 
 def draw_results(directory: str | Path, out_dir: str | Path) -> list[Path]:
@@ -24,10 +25,7 @@ def draw_results(directory: str | Path, out_dir: str | Path) -> list[Path]:
     if not path.is_file():
         raise FileNotFoundError(f"--results {directory}: no results.json (give the --output-dir of `posformer "
                                 "extrapolate` or `posformer extend`)")
-    try:
-        results = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"--results {path}: not valid JSON ({err})") from None
+    results = read_mapping_file(path, "--results")
     kind, name = results.get("benchmark"), directory.resolve().name
     if not results.get("rows"):
         raise ValueError(f"--results {path}: no row recorded yet")

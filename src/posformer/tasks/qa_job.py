@@ -53,6 +53,7 @@ from posformer.tasks.qa_resume import qa_resume_policy, warmup_steps
 from posformer.tasks.seq2seq_qa import (Seq2SeqPredictor, build_scratch_t5, end_token_id,
                                         qa_training_texts, seq2seq_train_tensors, train_qa_tokenizer)
 from posformer.train.write_errors import writing
+from posformer.user_files import read_yaml_file
 from posformer.validation import check_choice, check_int, check_number, fail
 
 HEADS = ("seq2seq", "span")
@@ -341,7 +342,9 @@ def _run_options(directory: Path) -> dict[str, Any]:
     for candidate in (directory, directory.parent.parent):
         path = candidate / "run_config.yaml"
         if path.is_file():
-            return (yaml.safe_load(path.read_text()) or {}).get("qa", {})
+            saved = read_yaml_file(path, "the run config")
+            options = saved.get("qa") if isinstance(saved, dict) else None
+            return options if isinstance(options, dict) else {}
     return {}
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from posformer.train.resume_check import ResumePolicy
+from posformer.user_files import read_yaml_file
 
 APPLIED = ("max_steps", "num_train_epochs", "steps", "warmup_steps", "eval_steps", "save_steps",
            "per_device_train_batch_size",  # as long as the step's batch (x processes) stays: the trainer checks it
@@ -46,7 +46,7 @@ def _resumed_options(output_dir: str, resume: bool) -> dict[str, Any]:
     checkpoints = run / "checkpoints"
     if not (resume and checkpoints.is_dir() and any(checkpoints.iterdir()) and (run / "run_config.yaml").is_file()):
         return {}
-    saved = yaml.safe_load((run / "run_config.yaml").read_text())
+    saved = read_yaml_file(run / "run_config.yaml", "the run config")
     options = saved.get("qa") if isinstance(saved, dict) else None
     return options if isinstance(options, dict) else {}
 

@@ -47,6 +47,7 @@ from posformer.train.rng import rng_state, seed_everything, set_rng_state
 from posformer.train.settings import TrainerSettings
 from posformer.train.training_checkpoint import CheckpointManager
 from posformer.train.write_errors import RunFileError, describe, writing
+from posformer.user_files import read_yaml_file
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -212,10 +213,14 @@ class Trainer:
         if "run_config" in state:
             return _json_dict(state["run_config"])
         path = self.output_dir / "run_config.yaml"
-        if path.is_file():
-            saved = yaml.safe_load(path.read_text())
-            return saved if isinstance(saved, dict) else None
-        return None
+        if not path.is_file():
+            return None
+        try:
+            saved = read_yaml_file(path, "the run config")
+        except ValueError as err:
+            self.log(f"warning: {err}; the run config is not compared on resume")
+            return None
+        return saved if isinstance(saved, dict) else None
 
     def _trainer_settings(self) -> dict:
         """The trainer settings a checkpoint records, with the batch of an optimizer step over every process."""

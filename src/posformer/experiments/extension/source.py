@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import yaml
 from torch import Tensor
 
 from posformer.experiments.extrapolation import data
 from posformer.model import Transformer
+from posformer.user_files import read_yaml_file
 
 TEXT_EVAL_FRACTION = 0.1
 
@@ -42,7 +42,8 @@ def run_config(run_dir: Path) -> dict:
     for candidate in (run_dir, run_dir.parent.parent):
         path = candidate / "run_config.yaml"
         if path.is_file():
-            return yaml.safe_load(path.read_text()) or {}
+            saved = read_yaml_file(path, "the run config")
+            return saved if isinstance(saved, dict) else {}
     return {}
 
 

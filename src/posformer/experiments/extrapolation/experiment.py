@@ -12,7 +12,6 @@ Re-running into the same OUTPUT skips recorded rows and resumes a half-trained o
 
 from __future__ import annotations
 
-import json
 import platform
 import time
 from importlib import metadata
@@ -37,6 +36,7 @@ from posformer.train.rng import seed_everything
 from posformer.train.metrics_log import MetricsLog
 from posformer.train.settings import TrainerSettings
 from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
+from posformer.user_files import read_mapping_file
 
 IGNORED_FOR_RESUME = ("positions", "methods", "threads")  # rows (methods) may be added to a finished run
 
@@ -57,8 +57,8 @@ def open_results(settings: ExtrapolationSettings, layout: ExperimentLayout, benc
     path = layout.results_json
     config = settings.to_dict()
     if path.is_file():
-        saved = json.loads(path.read_text())
-        old = saved.get("config", {})
+        saved = read_mapping_file(path, "the results file")
+        old = saved.get("config") if isinstance(saved.get("config"), dict) else {}
         differ = sorted(k for k in set(old) | set(config)
                         if k not in IGNORED_FOR_RESUME and old.get(k) != config.get(k))
         if differ:
