@@ -200,6 +200,7 @@ def test_bad_position_param_values():
     check_error({**TINY, "position": "rope", "position_params": {"layout": "diagonal"}}, "position_params", "diagonal")
     check_error({**TINY, "position": "rope", "position_params": {"theta": 0.5}}, "position_params", "0.5")
     check_error({**TINY, "position": "sinusoidal", "position_params": {"base": 1}}, "position_params", "1")
+    check_error({**TINY, "position": "xpos", "position_params": {"scale_base": 1e-30}}, "position_params", "1e-30")
     check_error({**TINY, "position_params": [1, 2]}, "position_params", "[1, 2]")
 
 

@@ -234,8 +234,14 @@ class Transformer(nn.Module):
         cached + new positions, and the `Cache` from the previous output.
         Encoder-decoder: `decoder_input_ids` default to `labels` shifted right.
         labels: (B, T) token labels (-100 ignored), or (B,) class labels.
+        An input this model has no use for (decoder inputs outside an encoder-decoder, span positions outside the
+        span_qa head, labels for the span_qa or "none" head, token types without token-type embeddings) is
+        refused, never ignored.
         """
         cfg = self.cfg
+        self._refuse_unused(token_type_ids=token_type_ids, decoder_input_ids=decoder_input_ids,
+                            decoder_attention_mask=decoder_attention_mask, decoder_position_ids=decoder_position_ids,
+                            start_positions=start_positions, end_positions=end_positions, labels=labels)
         if use_cache and cache is None and cfg.arch != "encoder":
             cache = Cache(len(self.decoder.layers))
         out = ModelOutput(cache=cache)
@@ -265,6 +271,20 @@ class Transformer(nn.Module):
         self._apply_head(out, hidden, labels, start_positions, end_positions,
                          attention_mask if cfg.arch == "encoder" else None)
         return out
+
+    def _refuse_unused(self, **given: Tensor | None) -> None:
+        """Raise `ValueError` naming an input that was given but that this model would ignore."""
+        cfg = self.cfg
+        unused = {"token_type_ids": cfg.type_vocab_size == 0,
+                  "decoder_input_ids": cfg.arch != "encoder_decoder",
+                  "decoder_attention_mask": cfg.arch != "encoder_decoder",
+                  "decoder_position_ids": cfg.arch != "encoder_decoder",
+                  "start_positions": cfg.head_kind != "span_qa", "end_positions": cfg.head_kind != "span_qa",
+                  "labels": cfg.head_kind in ("span_qa", "none")}
+        for name, value in given.items():
+            if value is not None and unused[name]:
+                raise ValueError(f"{name} was given, but this model (arch={cfg.arch!r}, head={cfg.head_kind!r}, "
+                                 f"type_vocab_size={cfg.type_vocab_size}) has no use for it")
 
     def _apply_head(self, out: ModelOutput, hidden: Tensor, labels: Tensor | None,
                     start_positions: Tensor | None, end_positions: Tensor | None,

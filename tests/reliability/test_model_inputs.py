@@ -89,3 +89,14 @@ def test_masks_and_positions_of_the_wrong_shape() -> None:
     refused(model, r"attention_mask .*has shape \(2, 4\)", IDS, attention_mask=torch.ones(2, 4))
     refused(model, r"position_ids has shape \(1, 5\); expected \(batch, length\) = \(2, 5\)", IDS,
             position_ids=torch.arange(5)[None])
+
+
+@pytest.mark.parametrize("kind,name", [
+    ("decoder", "decoder_input_ids"), ("decoder", "decoder_attention_mask"), ("encoder", "decoder_position_ids"),
+    ("decoder", "start_positions"), ("decoder", "token_type_ids"), ("span", "labels"), ("none", "labels"),
+])
+def test_inputs_the_model_would_ignore_are_refused(kind: str, name: str) -> None:
+    """An input a model has no use for was silently dropped (a span position given to a causal LM gave no loss)."""
+    config = {"decoder": tiny("decoder"), "encoder": tiny("encoder"), "span": tiny("encoder", head="span_qa"),
+              "none": tiny("decoder", head="none")}[kind]
+    refused(pf.Transformer(config).eval(), f"{name} was given, but this model", IDS, **{name: IDS})

@@ -47,8 +47,9 @@ class XPos(PositionEncoding):
         params = cfg.position_params
         check_rotary_params(cls, cfg, params)
         base = params["scale_base"]
-        if not isinstance(base, (int, float)) or isinstance(base, bool) or not 0 < base < float("inf"):
-            raise cls.param_error(cls.name, "scale_base", base, "a number > 0")
+        if not isinstance(base, (int, float)) or isinstance(base, bool) or not 1 <= base < float("inf"):
+            # zeta ** (pos / scale_base) leaves float32 within a few positions when scale_base is a tiny fraction
+            raise cls.param_error(cls.name, "scale_base", base, "a number >= 1 (the xPos paper: 512)")
 
     def __init__(self, cfg, causal: bool, n_layers: int) -> None:
         super().__init__(cfg, causal, n_layers)
