@@ -117,3 +117,13 @@ def test_a_damaged_run_config_does_not_stop_a_resume(tmp_path, capsys) -> None:
                            "trainer.steps=6", "--no-progress")
     assert status == 0, err
     assert yaml.safe_load((run / "run_config.yaml").read_text())["trainer"]["steps"] == 6
+
+
+def test_a_window_longer_than_the_position_table_is_refused_before_training(tmp_path) -> None:
+    from tiny_bert import save_tiny_bert
+
+    model = save_tiny_bert(tmp_path / "bert", max_position_embeddings=64)
+    err = refused("qa", "train", "--head", "span", "--model", str(model), "--max-seq-length", "96", "--doc-stride",
+                  "32", "--max-steps", "1", "--output-dir", str(tmp_path / "run"), "--no-progress")
+    assert "--max-seq-length=96 is invalid: expected at most 64" in err
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -225,6 +225,16 @@ def _check_options(o: QAJobOptions) -> None:
         fail("--doc-stride", o.doc_stride, f"an integer smaller than --max-seq-length ({o.max_seq_length})")
 
 
+def check_window_fits(o: QAJobOptions, model: Transformer) -> None:
+    """Refuse a --max-seq-length the model's encoder cannot read (a learned position table), before any work."""
+    from posformer import positions
+
+    longest = positions.get(model.cfg.position).max_length(model.cfg)
+    if longest is not None and o.max_seq_length > longest:
+        fail("--max-seq-length", o.max_seq_length, f"at most {longest}, the positions this model's "
+             f"{model.cfg.position!r} encoding can represent (Config.max_positions={model.cfg.max_positions})")
+
+
 def qa_predictor(head: str, tokenizer, examples: Sequence[QAExample], o: QAJobOptions) -> QAPredictor:
     """The predictor of `head` on `examples`, with the job's windowing and answer options."""
     if head == "span":
@@ -276,6 +286,7 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
         torch.manual_seed(o.seed)
         model, tokenizer, _, directory = load_qa_model(path, o.head)
         source = str(directory)
+    check_window_fits(o, model)
     if o.dropout is not None:
         model = with_dropout(model, o.dropout)
     train, calibration = calibration_split(train, o.calibration_fraction)
@@ -372,6 +383,7 @@ def eval_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, An
     check_output_dir(Path(o.output_dir or o.model))
     model, tokenizer, head, directory = load_qa_model(o.model, o.head)
     o = dataclasses.replace(prediction_options(o, directory, head), output_dir=o.output_dir or str(o.model))
+    check_window_fits(o, model)
     stored = _run_options(directory)
     if o.eval_file is None and o.dataset_name is None and o.train_file is None and stored.get("train_file"):
         o = dataclasses.replace(o, train_file=stored["train_file"])
