@@ -135,7 +135,8 @@ def test_tokenizer_config_may_not_name_a_file_outside(models, tmp_path, secret, 
 def test_a_stale_absolute_tokenizer_file_of_the_saving_machine_still_loads(models, tmp_path) -> None:
     model = copy(models["hf"], tmp_path / "model")
     config = json.loads((model / "tokenizer_config.json").read_text())
-    config["tokenizer_file"] = "/root/.cache/huggingface/some-snapshot/tokenizer.json"  # as old Hub files hold
+    # old Hub files hold the absolute path of the machine that saved them, a path that does not exist here
+    config["tokenizer_file"] = str(tmp_path / "saving-machine" / "snapshot" / "tokenizer.json")
     (model / "tokenizer_config.json").write_text(json.dumps(config))
     tokenizer = pf.load_tokenizer(model)
     assert tokenizer.decode(tokenizer("the cat")["input_ids"]) == "the cat"

@@ -49,11 +49,10 @@ from posformer.tasks.null_answers import (calibrate_null_threshold, keep_null_wi
 from posformer.tasks.qa_evaluation import QAEvaluator
 from posformer.tasks.qa_models import default_pretrained_model, load_qa_model, tokenizer_files, with_dropout
 from posformer.tasks.qa_predictor import QAPredictor
-from posformer.tasks.qa_resume import qa_resume_policy, warmup_steps
+from posformer.tasks.qa_resume import qa_resume_policy, recorded_options, warmup_steps
 from posformer.tasks.seq2seq_qa import (Seq2SeqPredictor, build_scratch_t5, end_token_id,
                                         qa_training_texts, seq2seq_train_tensors, train_qa_tokenizer)
 from posformer.train.write_errors import writing
-from posformer.user_files import read_yaml_file
 from posformer.validation import check_choice, check_int, check_number, fail
 
 HEADS = ("seq2seq", "span")
@@ -351,11 +350,8 @@ def calibration_split(train: list[QAExample], fraction: float) -> tuple[list[QAE
 def _run_options(directory: Path) -> dict[str, Any]:
     """The `qa` options a training run stored in run_config.yaml (the run dir or a checkpoint's run dir)."""
     for candidate in (directory, directory.parent.parent):
-        path = candidate / "run_config.yaml"
-        if path.is_file():
-            saved = read_yaml_file(path, "the run config")
-            options = saved.get("qa") if isinstance(saved, dict) else None
-            return options if isinstance(options, dict) else {}
+        if (candidate / "run_config.yaml").is_file():
+            return recorded_options(candidate)
     return {}
 
 

@@ -40,15 +40,20 @@ def qa_resume_policy() -> ResumePolicy:
                         advice="or start a fresh run in another --output-dir")
 
 
-def _resumed_options(output_dir: str, resume: bool) -> dict[str, Any]:
-    """The `qa` options recorded in run_config.yaml of a run that --resume will continue (one with checkpoints)."""
-    run = Path(output_dir)
-    checkpoints = run / "checkpoints"
-    if not (resume and checkpoints.is_dir() and any(checkpoints.iterdir()) and (run / "run_config.yaml").is_file()):
-        return {}
-    saved = read_yaml_file(run / "run_config.yaml", "the run config")
+def recorded_options(run: Path) -> dict[str, Any]:
+    """The `qa` options a training run recorded in its run_config.yaml ({} when it has none)."""
+    path = run / "run_config.yaml"
+    saved = read_yaml_file(path, "the run config") if path.is_file() else None
     options = saved.get("qa") if isinstance(saved, dict) else None
     return options if isinstance(options, dict) else {}
+
+
+def _resumed_options(output_dir: str, resume: bool) -> dict[str, Any]:
+    """The `qa` options recorded by a run that --resume will continue (one with checkpoints)."""
+    checkpoints = Path(output_dir) / "checkpoints"
+    if not (resume and checkpoints.is_dir() and any(checkpoints.iterdir())):
+        return {}
+    return recorded_options(Path(output_dir))
 
 
 def warmup_steps(output_dir: str, resume: bool, warmup_ratio: float, steps: int) -> int:

@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from posformer.experiments.extension.methods import METHODS
-from posformer.experiments.presets import from_preset
-from posformer.train.settings import DEVICES, PRECISIONS
+from posformer.experiments.presets import check_training_knobs, from_preset
 from posformer.validation import check_choice, check_field_kinds, check_int, check_number, fail
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -103,13 +102,5 @@ class ExtendSettings:
         for name in ("batch_size", "eval_tokens", "eval_batch_tokens", "passkey_trials", "longrope_population",
                      "longrope_generations", "longrope_tokens", "save_every"):
             check_int(f"extend: {name}", getattr(self, name))
-        check_int("extend: warmup", self.warmup, minimum=0)
-        check_int("extend: seed", self.seed, minimum=0)
-        check_number("extend: lr", self.lr, 0.0, low_open=True)
-        check_number("extend: min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
-        check_number("extend: weight_decay", self.weight_decay, 0.0)
-        check_choice("extend: device", self.device, DEVICES)
-        check_choice("extend: precision", self.precision, PRECISIONS)
-        if self.threads is not None:
-            check_int("extend: threads", self.threads)
+        check_training_knobs(self, "extend: ")
         check_field_kinds(self, "extend: ")

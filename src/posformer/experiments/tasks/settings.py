@@ -8,10 +8,9 @@ from typing import Any
 
 from posformer import positions
 from posformer.config import Config
-from posformer.experiments.presets import from_preset
+from posformer.experiments.presets import check_training_knobs, from_preset
 from posformer.experiments.tasks.generators import TASKS, VOCAB, min_length
-from posformer.train.settings import DEVICES, PRECISIONS
-from posformer.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int
+from posformer.validation import check_choice, check_field_kinds, check_int, fail, is_int
 
 # Kazemnejad et al. 2023 compare these five (APE as the sinusoidal embedding)
 DEFAULT_ROWS = ["none", "t5", "alibi", "rope", "sinusoidal"]
@@ -70,15 +69,7 @@ class TaskSettings:
             check_int("eval_lens", n, minimum=min_length(self.task))
         for name in ("eval_examples", "steps", "batch_size", "d_model", "layers", "heads", "save_every"):
             check_int(name, getattr(self, name))
-        check_int("warmup", self.warmup, minimum=0)
-        check_int("seed", self.seed, minimum=0)
-        check_number("lr", self.lr, 0.0, low_open=True)
-        check_number("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
-        check_number("weight_decay", self.weight_decay, 0.0)
-        check_choice("device", self.device, DEVICES)
-        check_choice("precision", self.precision, PRECISIONS)
-        if self.threads is not None:
-            check_int("threads", self.threads)
+        check_training_knobs(self, "")
         if self.d_model % self.heads:
             fail("heads", self.heads, f"a divisor of d_model={self.d_model}")
         check_field_kinds(self, "")
