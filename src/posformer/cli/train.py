@@ -21,6 +21,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         distributed.shutdown(completed=False)
         raise
     distributed.shutdown()
+    distributed.exit_worker(0)
     return 0
 
 

@@ -109,6 +109,26 @@ def shutdown(completed: bool = True) -> None:
         dist.destroy_process_group()
 
 
+def exit_worker(status: int) -> None:
+    """End a torchrun worker process now, with `status`, once its group is left (`shutdown`) and its output flushed.
+
+    Gloo's worker threads can still hold finished collectives whose tensors reference Python objects; freed
+    during interpreter finalization they take the GIL of an interpreter being torn down, and the process aborts
+    ("terminate called without an active exception", SIGABRT: pytorch/pytorch#179291) after a run that
+    completed. Collecting them while the interpreter is alive, then skipping finalization, avoids it. A single
+    process (not launched by torchrun) returns and exits normally.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return
+    import gc
+    import sys
+
+    gc.collect()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 def is_sharded(model: nn.Module) -> bool:
     """True for a model wrapped by FSDP2's `fully_shard` (its parameters are DTensor shards)."""
     from torch.distributed.fsdp import FSDPModule
