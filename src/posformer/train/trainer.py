@@ -189,7 +189,11 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
-        self.batches.load_state_dict(state["data"])
+        try:
+            self.batches.load_state_dict(state["data"])
+        except KeyError as missing:
+            raise ValueError(f"--resume: {checkpoint.path}/trainer_state.pt has no data field {missing}: it was "
+                             "written by another kind of run") from None
         set_rng_state(state["rng"])
         self.skipped = state.get("skipped", 0)
         if self.ctx.is_main:

@@ -142,6 +142,19 @@ def _check_rng(c: _Checker, state: dict) -> None:
         c.fail("rng.cuda", cuda, "a list of tensors")
 
 
+def _check_counters(c: _Checker, mapping: dict, field: str) -> None:
+    """The batches' state: its shape is each batches class's own (`TokenBatches`: seed, epoch, index; a
+    `PasskeyMix`: the wrapped batches' state and a draw count), so only its kind is checked here: integers, or
+    dicts of them; a seed may be negative, every other counter must not be. The batches' `load_state_dict`
+    names what it misses."""
+    for key, value in mapping.items():
+        name = f"{field}.{key}"
+        if isinstance(value, dict):
+            _check_counters(c, value, name)
+        else:
+            c.int(mapping, key, name, low=None if key == "seed" else 0)
+
+
 def check_trainer_state(state: Any, file: Path, step: int, shapes: dict[str, tuple[int, ...]] | None = None) -> dict:
     """`state` (the contents of `file`, the trainer state of checkpoint `step`) when it has the trainer's
     structure; else a `CorruptCheckpoint` naming the file and the field. shapes: the model's tensor shapes by
@@ -155,9 +168,7 @@ def check_trainer_state(state: Any, file: Path, step: int, shapes: dict[str, tup
     scaler = state.get("scaler")
     if scaler is not None and not (isinstance(scaler, dict) and all(map(is_number, scaler.values()))):
         c.fail("scaler", scaler, "None or a dict of numbers")
-    data = c.dict(state, "data", "data")
-    for key in ("seed", "epoch", "index"):
-        c.int(data, key, f"data.{key}", low=None if key == "seed" else 0)
+    _check_counters(c, c.dict(state, "data", "data"), "data")
     _check_rng(c, state)
     if "skipped" in state:
         c.int(state, "skipped", "skipped", low=0)
