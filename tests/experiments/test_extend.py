@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -15,7 +16,8 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 import posformer as pf
 from posformer.any_checkpoint import load_model
 from posformer.cli import main
-from posformer.experiments.extension.longrope import search_long_factors, seed_factors
+from posformer.experiments.extension.longrope import search_long_factors, search_short_factors, seed_factors
+from posformer.experiments.extension.settings import ExtendSettings
 from posformer.experiments.extension.methods import check_rope_model, extended_params, longrope_scaling, with_params
 from posformer.experiments.extrapolation.evaluation import perplexity
 from posformer.posformer_checkpoint import save_pretrained
@@ -96,15 +98,48 @@ def test_longrope_search_stays_in_its_space_and_beats_its_seeds():
     ids = torch.randint(0, 50, (4 * TARGET,), generator=torch.Generator().manual_seed(1))
     result = search_long_factors(model, ids, TARGET, TRAIN_LEN, population=5, generations=3, seed=0)
     s = TARGET / TRAIN_LEN
-    factors = torch.tensor(result.long_factor)
+    factors = torch.tensor(result.factors)
     assert len(factors) == model.cfg.head_dim // 2 and bool((factors >= 1).all() and (factors <= 1.25 * s).all())
     assert bool((factors[1:] >= factors[:-1]).all()) and len(result.history) == 3
     assert result.history == sorted(result.history, reverse=True)  # the best is kept from one generation on
     for seed in seed_factors(model, TARGET, TRAIN_LEN):
         params = {**model.cfg.position_params, "scaling": longrope_scaling(seed.tolist(), TARGET, TRAIN_LEN)}
         assert result.ppl <= perplexity(with_params(model, params, TARGET), {"s": ids}, TARGET) + 1e-9
-    chosen = {**model.cfg.position_params, "scaling": longrope_scaling(result.long_factor, TARGET, TRAIN_LEN)}
+    chosen = {**model.cfg.position_params, "scaling": longrope_scaling(result.factors, TARGET, TRAIN_LEN)}
     assert perplexity(with_params(model, chosen, TARGET), {"s": ids}, TARGET) == pytest.approx(result.ppl, rel=1e-6)
+
+
+def test_short_factor_search_never_ends_worse_than_factors_one_and_changes_nothing_past_l():
+    """LongRoPE's readjustment searches the factors used up to L only: it keeps or lowers the perplexity at L
+    (its first seed is the unadjusted model), and a text longer than L reads exactly as before."""
+    model = _rope_model().eval()
+    long = seed_factors(model, TARGET, TRAIN_LEN)[0].tolist()  # PI's: every factor s
+    scaled = with_params(model, {**model.cfg.position_params, "scaling": longrope_scaling(long, TARGET, TRAIN_LEN)},
+                         TARGET)
+    ids = torch.randint(0, 50, (4 * TARGET,), generator=torch.Generator().manual_seed(2))
+    result = search_short_factors(scaled, ids, population=5, generations=3, seed=0)
+    assert result.ppl <= result.seed_ppl[0] + 1e-9
+    assert result.seed_ppl[0] == pytest.approx(perplexity(scaled, {"s": ids}, TRAIN_LEN), rel=1e-6)
+    factors = torch.tensor(result.factors)
+    assert bool((factors >= 1).all() and (factors <= 1.25 * TARGET / TRAIN_LEN).all())
+    readjusted = with_params(scaled, {**scaled.cfg.position_params, "scaling": {
+        **scaled.cfg.position_params["scaling"], "short_factor": result.factors}}, TARGET)
+    assert perplexity(readjusted, {"s": ids}, TRAIN_LEN) == pytest.approx(result.ppl, rel=1e-6)
+    longer = ids[None, : 2 * TRAIN_LEN]
+    with torch.no_grad():
+        assert torch.equal(readjusted(longer).logits, scaled(longer).logits)
+
+
+def test_longrope_stages_split_the_steps_and_bad_stages_are_named():
+    s = ExtendSettings(target_len=512, steps=400, longrope_stages=[256]).resolve(64)
+    assert s.stage_steps() == [160, 240]
+    assert ExtendSettings(target_len=512, steps=7, longrope_stages=[128, 256]).resolve(64).stage_steps() == [1, 1, 5]
+    for stages, message in (([512], "longrope_stages=[512] is invalid"), ([256, 128], "longrope_stages=[256, 128]"),
+                            ([64], "longrope_stages=64 is invalid"), ("256", "longrope_stages='256' is invalid")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            ExtendSettings(target_len=512, longrope_stages=stages).resolve(64)
+    with pytest.raises(ValueError, match="steps=2 is invalid"):
+        ExtendSettings(target_len=512, steps=2, longrope_stages=[256]).resolve(64)
 
 
 ROW = ["--preset", "quick", "--positions", "rope", "--train-len", "16", "--eval-lens", "16,32", "--steps", "3",
@@ -211,3 +246,28 @@ def test_any_run_extends_on_a_text_file(extended, tmp_path):
     results = json.loads((tmp_path / "e" / "results.json").read_text())
     assert list(results["data"]["eval_sets"]) == [default_corpus().stem]
     assert set(results["rows"]) == {"source", "ntk", "ntk+ft"} and results["config"]["train_len"] == 16
+
+
+def test_longrope_recipe_extends_progressively_and_readjusts_the_short_factors(extended, tmp_path):
+    """With a stage at 32: a search and a fine-tune there, a new search at 64 and the fine-tune at 64 (each model
+    with its stage's searched factors), then the short factors: the readjusted model is the last fine-tune's
+    weights and long factors with the recorded short factors."""
+    source, _ = extended
+    out = tmp_path / "e"
+    assert main(["extend", str(source), *EXTEND, "--methods", "longrope", "--steps", "4", "--set",
+                 "longrope_stages=[32]", "--set", "longrope_short=true", "--output-dir", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    row = results["rows"]["longrope+ft"]
+    assert [(st["length"], st["steps"]) for st in row["stages"]] == [(32, 2)]
+    assert row["longrope_search"]["length"] == 64 and row["steps"] == 4
+    stage, final = load_model(out / "rows" / "longrope-32"), load_model(out / "rows" / "longrope")
+    assert stage.cfg.position_params["scaling"]["long_factor"] == row["stages"][0]["long_factor"]
+    assert final.cfg.position_params["scaling"]["long_factor"] == row["longrope_search"]["long_factor"]
+    readjusted = load_model(out / "rows" / "longrope" / "readjusted")
+    scaling = readjusted.cfg.position_params["scaling"]
+    assert scaling == {**final.cfg.position_params["scaling"], "short_factor": row["short_search"]["short_factor"]}
+    assert row["scaling"] == scaling and row["short_search"]["ppl"] <= row["short_search"]["unadjusted_ppl"]
+    for name, tensor in final.state_dict().items():
+        assert torch.equal(readjusted.state_dict()[name], tensor), name
+    assert "LongRoPE recipe: searched at 32" in (out / "results.md").read_text()
+

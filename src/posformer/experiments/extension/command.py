@@ -15,7 +15,10 @@ From the same trained weights, for each --methods entry:
   ntk       NTK-aware scaling: theta * s^(d/(d-2))
   yarn      YaRN (Peng et al. 2023): NTK-by-parts ramp and attention factor 0.1 ln s + 1
   longrope  LongRoPE (Ding et al. 2024): one factor per rotated pair, found by an evolutionary search
-            (seeded with PI, NTK and YaRN) that minimises the perplexity at target_len on training text
+            (seeded with PI, NTK and YaRN) that minimises the perplexity at target_len on training text;
+            the paper's recipe with --set longrope_stages=[256] (search and fine-tune at 256 first, then
+            search again and fine-tune at the target) and --set longrope_short=true (then search the short
+            factors that restore the perplexity at L; the model is saved to rows/longrope/readjusted)
 each method is scored at eval time (its scaling on the trained weights) and after --steps optimizer steps
 at target_len on the run's training text (every method sees the same batches). Every model, the source
 too, is scored by perplexity at L, 2L, ... target_len and 2 target_len on the same held-out tokens (95%

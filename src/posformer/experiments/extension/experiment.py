@@ -13,6 +13,7 @@ fine-tune of method m is the Trainer run OUTPUT/rows/m (resumable; `posformer ge
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Callable
@@ -21,7 +22,7 @@ import torch
 
 from posformer.atomic import write_json_atomic, write_text_atomic
 from posformer.experiments.extension import report
-from posformer.experiments.extension.longrope import search_long_factors
+from posformer.experiments.extension.longrope import search_long_factors, search_short_factors
 from posformer.experiments.extension.methods import check_rope_model, extended_params, with_params
 from posformer.experiments.extension.settings import ExtendSettings
 from posformer.experiments.extension.source import Source, load_source
@@ -31,6 +32,7 @@ from posformer.experiments.extrapolation.experiment import open_results, trainer
 from posformer.experiments.extrapolation.layout import ExperimentLayout
 from posformer.experiments.passkey import passkey_grid
 from posformer.model import Transformer
+from posformer.posformer_checkpoint import save_pretrained
 from posformer.train.batches import WindowBatches
 from posformer.train.metrics_log import MetricsLog
 from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
@@ -64,41 +66,88 @@ class Extension:
     def run_method(self, method: str) -> dict[str, dict]:
         """{row: record} for `method`: its eval-time row (not for none) and its fine-tuned row (steps > 0)."""
         s, model = self.s, self.source.model
-        long_factor, search = None, None
-        if method == "longrope":
-            self.log(f"longrope: searching the long factors ({s.longrope_population} x {s.longrope_generations})")
-            result = search_long_factors(model, self.source.train_ids[: s.longrope_tokens], s.target_len,
-                                         s.train_len, s.longrope_population, s.longrope_generations, seed=s.seed,
-                                         batch_tokens=s.eval_batch_tokens,
-                                         progress=lambda g, p: self.log(f"  generation {g}: best ppl {p:.3f}"))
-            long_factor = result.long_factor
-            search = {"long_factor": long_factor, "ppl": result.ppl, "history": result.history,
-                      "evaluated": result.evaluated}
-        params = extended_params(model, method, s.target_len, s.train_len, long_factor)
+        search = self._search(model, s.target_len) if method == "longrope" else None
+        params = extended_params(model, method, s.target_len, s.train_len, search and search["long_factor"])
         rows: dict[str, dict] = {}
         if method != "none":
             rows[method] = {"method": method, "stage": "eval-time", "scaling": params.get("scaling"),
                             "longrope_search": search, **self.score(with_params(model, params, s.target_len), method)}
         if s.steps == 0:
             return rows
-        tuned = with_params(model, params, s.target_len)
-        run_dir, started = self.layout.row_dir(method), time.monotonic()
-        self.log(f"\n== {method}: fine-tuning {s.steps} steps at {s.target_len} in {run_dir}")
-        trainer = Trainer(tuned, WindowBatches(self.source.train_ids, s.target_len, s.seed), trainer_settings(s),
-                          run_dir, run_config={"extend": s.to_dict(), "model": tuned.cfg.to_dict()},
-                          extra_files=self.source.files, log=self.log, progress=self.progress)
         row = f"{method}+ft"
         try:
-            trainer.fit(resume=True)
+            if method == "longrope" and (s.longrope_stages or s.longrope_short):
+                tuned, record = self._longrope_recipe(params)
+            else:
+                tuned, record = self._fine_tune(model, params, s.target_len, s.steps, method)
         except TrainingStopped as err:
             self.log(f"{method}: {err}")
             rows[row] = {"method": method, "stage": "fine-tuned", "error": str(err)}
             return rows
-        losses = [r["loss"] for r in MetricsLog(run_dir / "metrics.jsonl").records() if "loss" in r]
-        rows[row] = {"method": method, "stage": "fine-tuned", "scaling": params.get("scaling"), "steps": s.steps,
-                     "final_loss": losses[-1] if losses else None, "train_wall_s": round(time.monotonic() - started, 2),
-                     **self.score(tuned, row)}
+        rows[row] = {"method": method, "stage": "fine-tuned", "scaling": tuned.cfg.position_params.get("scaling"),
+                     "steps": s.steps, **record, **self.score(tuned, row)}
         return rows
+
+    def _search(self, model: Transformer, length: int, previous: tuple[int, list[float]] | None = None) -> dict:
+        """LongRoPE's long factors of `model` for `length`; previous: (length, factors) of an earlier stage, whose
+        factors times length / that length seed the search too."""
+        s = self.s
+        self.log(f"longrope: searching the long factors for {length} ({s.longrope_population} x "
+                 f"{s.longrope_generations})")
+        extra = [] if previous is None else [[f * length / previous[0] for f in previous[1]]]
+        result = search_long_factors(model, self.source.train_ids[: s.longrope_tokens], length, s.train_len,
+                                     s.longrope_population, s.longrope_generations, seed=s.seed,
+                                     batch_tokens=s.eval_batch_tokens, extra_seeds=extra,
+                                     progress=lambda g, p: self.log(f"  generation {g}: best ppl {p:.3f}"))
+        return {"length": length, "long_factor": result.factors, "ppl": result.ppl, "history": result.history,
+                "evaluated": result.evaluated}
+
+    def _fine_tune(self, start: Transformer, params: dict, length: int, steps: int, name: str,
+                   ) -> tuple[Transformer, dict]:
+        """`start`'s weights with `params`, fine-tuned `steps` steps at `length` (the Trainer run rows/NAME) ->
+        (the model, {final_loss, train_wall_s}). Raises TrainingStopped."""
+        s = self.s
+        tuned = with_params(start, params, length)
+        run_dir, started = self.layout.row_dir(name), time.monotonic()
+        self.log(f"\n== {name}: fine-tuning {steps} steps at {length} in {run_dir}")
+        Trainer(tuned, WindowBatches(self.source.train_ids, length, s.seed),
+                trainer_settings(dataclasses.replace(s, steps=steps)), run_dir,
+                run_config={"extend": s.to_dict(), "model": tuned.cfg.to_dict()}, extra_files=self.source.files,
+                log=self.log, progress=self.progress).fit(resume=True)
+        losses = [r["loss"] for r in MetricsLog(run_dir / "metrics.jsonl").records() if "loss" in r]
+        return tuned, {"final_loss": losses[-1] if losses else None,
+                       "train_wall_s": round(time.monotonic() - started, 2)}
+
+    def _longrope_recipe(self, params: dict) -> tuple[Transformer, dict]:
+        """LongRoPE as the paper runs it (section 3.3): search and fine-tune at each of `longrope_stages`, then
+        search again from the fine-tuned model and fine-tune at target_len; with `longrope_short`, then search
+        the short factors that restore the perplexity at train_len (the readjusted model is saved to
+        rows/longrope/readjusted). params: the eval-time row's (its search), used when there are no stages."""
+        s, model, record = self.s, self.source.model, {"stages": []}
+        steps, previous = s.stage_steps(), None
+        for length, n in zip(s.longrope_stages, steps):
+            found = self._search(model, length, previous)
+            stage = extended_params(model, "longrope", length, s.train_len, found["long_factor"])
+            model, trained = self._fine_tune(model, stage, length, n, f"longrope-{length}")
+            record["stages"].append({**found, "steps": n, **trained})
+            previous = (length, found["long_factor"])
+        if previous is not None:
+            found = self._search(model, s.target_len, previous)
+            params = extended_params(model, "longrope", s.target_len, s.train_len, found["long_factor"])
+            record["longrope_search"] = found
+        tuned, trained = self._fine_tune(model, params, s.target_len, steps[-1], "longrope")
+        record.update(trained)
+        if s.longrope_short:
+            self.log(f"longrope: searching the short factors for {s.train_len}")
+            result = search_short_factors(tuned, self.source.train_ids[: s.longrope_tokens], s.longrope_population,
+                                          s.longrope_generations, seed=s.seed, batch_tokens=s.eval_batch_tokens,
+                                          progress=lambda g, p: self.log(f"  generation {g}: best ppl {p:.3f}"))
+            scaling = {**tuned.cfg.position_params["scaling"], "short_factor": result.factors}
+            tuned = with_params(tuned, {**tuned.cfg.position_params, "scaling": scaling}, s.target_len)
+            save_pretrained(tuned, self.layout.row_dir("longrope") / "readjusted", self.source.files)
+            record["short_search"] = {"short_factor": result.factors, "ppl": result.ppl, "unadjusted_ppl":
+                                      result.seed_ppl[0], "history": result.history, "evaluated": result.evaluated}
+        return tuned, record
 
 
 def save(results: dict, layout: ExperimentLayout) -> None:

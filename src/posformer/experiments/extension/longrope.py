@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -29,12 +30,14 @@ MUTATION_RATE = 0.3
 
 @dataclass
 class SearchResult:
-    """The best long factors (r/2,), their perplexity, and the best perplexity after each generation."""
+    """The best factors (r/2,), their perplexity, the best perplexity after each generation, and the perplexity of
+    each seed (in the order given)."""
 
-    long_factor: list[float]
+    factors: list[float]
     ppl: float
     history: list[float] = field(default_factory=list)
     evaluated: int = 0
+    seed_ppl: list[float] = field(default_factory=list)
 
 
 def _legal(factors: Tensor, scale: float) -> Tensor:
@@ -54,32 +57,22 @@ def seed_factors(model: Transformer, target_len: int, trained_len: int) -> list[
     return seeds
 
 
-def search_long_factors(model: Transformer, ids: Tensor, target_len: int, trained_len: int, population: int = 8,
-                        generations: int = 4, parents: int = 3, sigma: float = 0.1, seed: int = 0,
-                        batch_tokens: int = 8192, progress=None) -> SearchResult:
-    """Search the long factors of `model` (RoPE, no scaling) for target_len on the token stream ids (N,).
-
-    ids must hold at least one window of target_len tokens; the fitness is the non-overlapping perplexity on it.
-    progress: an optional callable(generation, best ppl) after each generation.
-    """
-    if ids.numel() < target_len:
-        raise ValueError(f"extend: the LongRoPE search needs {target_len} tokens of text, got {ids.numel()}")
+def _evolve(fitness: Callable[[Tensor], float], seeds: list[Tensor], scale: float, population: int,
+            generations: int, parents: int, sigma: float, seed: int, progress) -> SearchResult:
+    """The evolutionary search from `seeds` (r/2,) each, in the space [1, 1.25 scale], non-decreasing."""
     if population < 2 or parents < 1 or parents > population or generations < 1:
         raise ValueError(f"extend: LongRoPE search population={population}, parents={parents}, "
                          f"generations={generations}: expected population >= 2, 1 <= parents <= population, "
                          "generations >= 1")
-    scale = target_len / trained_len
     g = torch.Generator().manual_seed(seed)
-    fitness: dict[tuple[float, ...], float] = {}
+    scores: dict[tuple[float, ...], float] = {}
 
     def score(factors: Tensor) -> float:
         key = tuple(round(float(v), 6) for v in factors)
-        if key not in fitness:
-            params = {**model.cfg.position_params, "scaling": longrope_scaling(list(key), target_len, trained_len)}
-            ppl = perplexity(with_params(model, params, target_len), {"search": ids}, target_len,
-                             batch_tokens=batch_tokens)
-            fitness[key] = ppl if ppl is not None and math.isfinite(ppl) else math.inf
-        return fitness[key]
+        if key not in scores:
+            ppl = fitness(torch.tensor(key, dtype=torch.float64))
+            scores[key] = ppl if ppl is not None and math.isfinite(ppl) else math.inf
+        return scores[key]
 
     def mutate(factors: Tensor) -> Tensor:
         hit = torch.rand(factors.shape, generator=g, dtype=torch.float64) < MUTATION_RATE
@@ -89,9 +82,10 @@ def search_long_factors(model: Transformer, ids: Tensor, target_len: int, traine
     def crossover(a: Tensor, b: Tensor) -> Tensor:
         return _legal(torch.where(torch.rand(a.shape, generator=g) < 0.5, a, b), scale)
 
-    candidates = seed_factors(model, target_len, trained_len)
+    candidates = [_legal(f.double(), scale) for f in seeds]
     while len(candidates) < population:
-        candidates.append(mutate(candidates[len(candidates) % 3]))
+        candidates.append(mutate(candidates[len(candidates) % len(seeds)]))
+    seed_ppl = [score(c) for c in candidates[:len(seeds)]]
     history: list[float] = []
     for generation in range(generations):
         ranked = sorted(candidates, key=score)
@@ -104,4 +98,53 @@ def search_long_factors(model: Transformer, ids: Tensor, target_len: int, traine
             i, j = torch.randint(0, len(best), (2,), generator=g).tolist()
             child = crossover(best[i], best[j]) if i != j and torch.rand(1, generator=g) < 0.5 else best[i]
             candidates.append(mutate(child))
-    return SearchResult([float(v) for v in candidates[0]], history[-1], history, len(fitness))
+    return SearchResult([float(v) for v in candidates[0]], history[-1], history, len(scores), seed_ppl)
+
+
+def _check_text(ids: Tensor, length: int) -> None:
+    if ids.numel() < length:
+        raise ValueError(f"extend: the LongRoPE search needs {length} tokens of text, got {ids.numel()}")
+
+
+def search_long_factors(model: Transformer, ids: Tensor, target_len: int, trained_len: int, population: int = 8,
+                        generations: int = 4, parents: int = 3, sigma: float = 0.1, seed: int = 0,
+                        batch_tokens: int = 8192, progress=None, extra_seeds: Sequence[Sequence[float]] = (),
+                        ) -> SearchResult:
+    """Search the long factors of `model` (RoPE; any scaling it has is replaced) for target_len on the token stream
+    ids (N,): the non-overlapping perplexity at target_len is the fitness. Seeds: PI, NTK and YaRN, then
+    `extra_seeds` (the factors of an earlier stage, times the ratio of the lengths: the progressive extension).
+
+    progress: an optional callable(generation, best ppl) after each generation.
+    """
+    _check_text(ids, target_len)
+    scale = target_len / trained_len
+    base = {k: v for k, v in model.cfg.position_params.items() if k != "scaling"}
+
+    def fitness(factors: Tensor) -> float | None:
+        params = {**base, "scaling": longrope_scaling(factors.tolist(), target_len, trained_len)}
+        return perplexity(with_params(model, params, target_len), {"search": ids}, target_len,
+                          batch_tokens=batch_tokens)
+
+    seeds = seed_factors(model, target_len, trained_len) + [torch.tensor(f, dtype=torch.float64) for f in extra_seeds]
+    return _evolve(fitness, seeds, scale, population, generations, parents, sigma, seed, progress)
+
+
+def search_short_factors(model: Transformer, ids: Tensor, population: int = 8, generations: int = 4,
+                         parents: int = 3, sigma: float = 0.1, seed: int = 0, batch_tokens: int = 8192,
+                         progress=None) -> SearchResult:
+    """LongRoPE's readjustment (section 3.3): a model fine-tuned with long factors reads short texts (up to its
+    original length, where the short factors apply) worse than before; search the short factors that minimise
+    the perplexity at the original length on ids (N,). `model` has a longrope scaling (its long factors are kept).
+    Seeds: 1 (RoPE as trained), the long factors, and their square root; the same space as the long factors."""
+    scaling = model.cfg.position_params["scaling"]
+    trained_len, long_factor = scaling["original_max_position_embeddings"], scaling["long_factor"]
+    _check_text(ids, trained_len)
+
+    def fitness(factors: Tensor) -> float | None:
+        params = {**model.cfg.position_params, "scaling": {**scaling, "short_factor": factors.tolist()}}
+        return perplexity(with_params(model, params, trained_len), {"search": ids}, trained_len,
+                          batch_tokens=batch_tokens)
+
+    long = torch.tensor(long_factor, dtype=torch.float64)
+    return _evolve(fitness, [torch.ones_like(long), long, long.sqrt()], scaling["factor"], population, generations,
+                   parents, sigma, seed, progress)

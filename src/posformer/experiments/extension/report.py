@@ -123,7 +123,24 @@ def markdown(results: dict) -> str:
         parts.append(f"LongRoPE search: {found['evaluated']} candidates, best ppl by generation "
                      f"{', '.join(f'{p:.3f}' for p in found['history'])}; long factors "
                      f"{', '.join(f'{v:.2f}' for v in found['long_factor'])}.\n")
+    parts += [recipe_line(r) for r in results["rows"].values() if r.get("stages") or r.get("short_search")]
     return "\n".join(parts)
+
+
+def recipe_line(row: dict) -> str:
+    """What LongRoPE's progressive extension and readjustment did in the fine-tuned row `row`."""
+    steps = [f"searched at {st['length']} (best ppl {st['ppl']:.3f}), fine-tuned {st['steps']} steps there"
+             for st in row.get("stages", [])]
+    final = row.get("longrope_search")
+    if final:
+        steps.append(f"searched again at {final['length']} from that model (best ppl {final['ppl']:.3f})")
+    steps.append(f"fine-tuned at the target (final loss {row['final_loss']:.3f})" if row.get("final_loss") is not None
+                 else "fine-tuned at the target")
+    short = row.get("short_search")
+    if short:
+        steps.append(f"short factors searched at L: ppl at L on training text {short['unadjusted_ppl']:.3f} with "
+                     f"factors 1, {short['ppl']:.3f} with {', '.join(f'{v:.2f}' for v in short['short_factor'])}")
+    return "LongRoPE recipe: " + "; ".join(steps) + ".\n"
 
 
 def plot_ppl(results: dict, path: Path) -> Path:

@@ -26,7 +26,11 @@ PRESETS: dict[str, dict[str, Any]] = {
 class ExtendSettings:
     """Every knob of `posformer extend`. train_len None: the run's training length (its run_config.yaml).
     eval_lens None: train_len times 1, 2, 4, ... up to target_len, and 2 target_len (past the target too).
-    passkey_lengths None: eval_lens. steps 0: eval-time scaling only, nothing fine-tuned."""
+    passkey_lengths None: eval_lens. steps 0: eval-time scaling only, nothing fine-tuned.
+    longrope_stages: LongRoPE's progressive extension (Ding et al. 2024, section 3.3): lengths between train_len
+    and target_len, each searched and fine-tuned before the next (the stages share 40% of the steps, as the paper's
+    400 of 1000; the target takes the rest). longrope_short: after the fine-tune, search the short factors that
+    restore the perplexity at train_len (the paper's readjustment)."""
 
     target_len: int | None = None
     methods: list[str] = field(default_factory=lambda: list(METHODS))
@@ -46,6 +50,8 @@ class ExtendSettings:
     longrope_population: int = 8
     longrope_generations: int = 4
     longrope_tokens: int = 16_384
+    longrope_stages: list[int] = field(default_factory=list)
+    longrope_short: bool = False
     seed: int = 0
     device: str = "auto"
     threads: int | None = None
@@ -102,5 +108,22 @@ class ExtendSettings:
         for name in ("batch_size", "eval_tokens", "eval_batch_tokens", "passkey_trials", "longrope_population",
                      "longrope_generations", "longrope_tokens", "save_every"):
             check_int(f"extend: {name}", getattr(self, name))
+        self._check_stages()
         check_training_knobs(self, "extend: ")
         check_field_kinds(self, "extend: ")
+
+    def _check_stages(self) -> None:
+        stages, expected = self.longrope_stages, "an increasing list of lengths between train_len and target_len"
+        if not isinstance(stages, list):
+            fail("extend: longrope_stages", stages, expected)
+        for n in stages:
+            check_int("extend: longrope_stages", n, minimum=self.train_len + 1)
+        if sorted(set(stages)) != stages or any(n >= self.target_len for n in stages):
+            fail("extend: longrope_stages", stages, expected)
+        if stages and "longrope" in self.methods and self.steps < 2 * len(stages) + 1:
+            fail("extend: steps", self.steps, f"at least {2 * len(stages) + 1} with {len(stages)} LongRoPE stages")
+
+    def stage_steps(self) -> list[int]:
+        """The fine-tuning steps of each LongRoPE stage, then of the target: the stages share 40% of `steps`."""
+        stages = [max(1, round(0.4 * self.steps / len(self.longrope_stages)))] * len(self.longrope_stages)
+        return stages + [self.steps - sum(stages)]

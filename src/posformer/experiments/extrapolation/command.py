@@ -47,7 +47,7 @@ passkey retrieval of Mohtashami & Jaggi 2023): one small decoder per encoding (d
 t5, alibi, rope, sinusoidal) trained on examples of lengths 1..L, then exact-match accuracy of
 greedy decoding on held-out examples at L, 1.25L, 1.5L, 2L, 3L and 4L (results.md with the mean
 reciprocal rank beside the paper's, results.json, accuracy.png). Presets: quick (L=8, 500 steps,
-~10 s a row) and cpu (L=20, 1000 steps, ~5 minutes a row).
+~10 s a row) and cpu (L=8, 4 layers, 3000 steps, ~2 minutes a row).
 
 Outputs in --output-dir: results.md (perplexity and ppl(kL)/ppl(L) tables per eval set),
 results.json (every number, the resolved config, held-out books, wall times, versions),
