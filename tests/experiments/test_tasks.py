@@ -155,6 +155,30 @@ def test_mean_reciprocal_rank_counts_lengths_beyond_training_and_ties_share_the_
                                "layers": 1, "heads": 1, "eval_examples": 1}})
 
 
+def _task_results(task: str, accuracy: dict[str, tuple[float, float]]) -> dict:
+    """A results.json of a task run at train_len 8 evaluated at 8 and 16: {row: (at 8, at 16)}."""
+    config = {"task": task, "train_len": 8, "eval_lens": [8, 16], "steps": 1, "batch_size": 1, "d_model": 8,
+              "layers": 1, "heads": 1, "eval_examples": 1}
+    rows = {row: {"error": None, "accuracy": {"8": at_l, "16": beyond}} for row, (at_l, beyond) in accuracy.items()}
+    return {"benchmark": "tasks", "config": config, "rows": rows}
+
+
+def test_plot_sums_up_several_task_runs_with_the_mean_reciprocal_rank_over_tasks(tmp_path, capsys) -> None:
+    """copy: none beyond L 0.5, rope 0 (reciprocal ranks 1, 1/2); sort: none 0, rope 0.25 (1/2, 1): means 0.75."""
+    runs = {"copy": _task_results("copy", {"none": (1.0, 0.5), "rope": (1.0, 0.0)}),
+            "sort": _task_results("sort", {"none": (0.5, 0.0), "rope": (1.0, 0.25)})}
+    for name, results in runs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(results))
+    out = tmp_path / "figs"
+    assert main(["plot", "--output-dir", str(out), "--results", str(tmp_path / "copy")]) == 0
+    assert not (out / "tasks-summary.md").exists()  # one task run: nothing to sum up
+    assert main(["plot", "--output-dir", str(out), "--results", str(tmp_path / "copy"), str(tmp_path / "sort")]) == 0
+    summary = (out / "tasks-summary.md").read_text()
+    assert "| none | 1.00 | 0.50 | 0.75 | 0.69 |" in summary and "| rope | 0.50 | 1.00 | 0.75 | 0.33 |" in summary
+    assert "| none | 0.500 | 0.000 |" in summary and (out / "tasks-summary.png").stat().st_size > 0
+
+
 def test_a_run_stopped_in_its_first_row_refuses_other_settings(tmp_path, capsys, monkeypatch) -> None:
     """The configuration is on record before any training, so a resume with another train_len is refused by name
     even when the first row never finished."""

@@ -34,6 +34,8 @@ results.json (NAME = the directory's name):
                         with 95% bootstrap bands
   NAME-accuracy.png     `posformer extrapolate --task`: exact match against length per encoding
   NAME-passkey.png      `posformer extend`: passkey retrieval heatmaps (length x depth) per row
+  tasks-summary.md/.png two or more task directories: every task's table, the mean reciprocal rank
+                        per task and over the tasks beside Kazemnejad et al.'s, one panel per task
 """
 
 
@@ -41,7 +43,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from posformer import plots
 
     out = Path(args.output_dir)
-    from posformer.plots.results import draw_results
+    from posformer.plots.results import draw_results, draw_task_summary
 
     loaded = plots.load_checkpoints(args.checkpoint) if args.checkpoint else []
     t5_panels = [(c.name, stack) for c in loaded for stack in plots.t5_learned_bias(c.model)]
@@ -53,6 +55,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         plots.draw_rope_wavelengths(out / "rope_wavelengths.png", train_len=args.train_len),
         plots.draw_alibi(out / "alibi_bias.png", n_heads=args.alibi_heads),
         *(path for directory in args.results or [] for path in draw_results(directory, out)),
+        *draw_task_summary(args.results or [], out),
     ):
         print(path)
     if not loaded:

@@ -4,7 +4,8 @@
   tasks (`posformer extrapolate --task`):          NAME-accuracy.png  exact match against length per encoding
   extend (`posformer extend`):                     NAME-ppl.png       perplexity against length per method
                                                    NAME-passkey.png   passkey heatmaps, length x depth
-NAME is the directory's name.
+NAME is the directory's name. With two or more task directories, also tasks-summary.md (every table and the
+mean reciprocal rank over the tasks) and tasks-summary.png (one panel per task).
 """
 
 from __future__ import annotations
@@ -14,6 +15,19 @@ from pathlib import Path
 from posformer.user_files import read_mapping_file
 
 
+def read_results(directory: str | Path) -> dict:
+    """The results.json of an experiment directory, with at least one row recorded."""
+    directory = Path(directory)
+    path = directory / "results.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"--results {directory}: no results.json (give the --output-dir of `posformer "
+                                "extrapolate` or `posformer extend`)")
+    results = read_mapping_file(path, "--results")
+    if not results.get("rows"):
+        raise ValueError(f"--results {path}: no row recorded yet")
+    return results
+
+
 def draw_results(directory: str | Path, out_dir: str | Path) -> list[Path]:
     """Draw the figures of the experiment in `directory` into `out_dir`; the paths written."""
     from posformer.experiments.extension import report as extend_report
@@ -21,14 +35,8 @@ def draw_results(directory: str | Path, out_dir: str | Path) -> list[Path]:
     from posformer.experiments.tasks import report as task_report
 
     directory, out_dir = Path(directory), Path(out_dir)
-    path = directory / "results.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"--results {directory}: no results.json (give the --output-dir of `posformer "
-                                "extrapolate` or `posformer extend`)")
-    results = read_mapping_file(path, "--results")
-    kind, name = results.get("benchmark"), directory.resolve().name
-    if not results.get("rows"):
-        raise ValueError(f"--results {path}: no row recorded yet")
+    results = read_results(directory)
+    kind, name, path = results.get("benchmark"), directory.resolve().name, directory / "results.json"
     out_dir.mkdir(parents=True, exist_ok=True)
     if kind == "extrapolation":
         return [lm_report.plot(results, out_dir / f"{name}-ppl.png")]
@@ -38,3 +46,19 @@ def draw_results(directory: str | Path, out_dir: str | Path) -> list[Path]:
         return [extend_report.plot_ppl(results, out_dir / f"{name}-ppl.png"),
                 extend_report.plot_passkey(results, out_dir / f"{name}-passkey.png")]
     raise ValueError(f"--results {path}: unknown benchmark {kind!r}; expected extrapolation, tasks or extend")
+
+
+def draw_task_summary(directories: list[str | Path], out_dir: str | Path) -> list[Path]:
+    """With two or more task runs among `directories`: tasks-summary.md (every task's table and the mean
+    reciprocal rank over the tasks beside Kazemnejad et al.'s) and tasks-summary.png; else nothing."""
+    from posformer.atomic import write_text_atomic
+    from posformer.experiments.tasks import report as task_report
+
+    found = [(Path(d).resolve().name, r) for d in directories if (r := read_results(d)).get("benchmark") == "tasks"]
+    if len(found) < 2:
+        return []
+    tasks = [r["config"]["task"] for _, r in found]
+    runs = {task if len(set(tasks)) == len(tasks) else name: r for task, (name, r) in zip(tasks, found)}
+    out_dir = Path(out_dir)
+    write_text_atomic(out_dir / "tasks-summary.md", task_report.summary_markdown(runs))
+    return [out_dir / "tasks-summary.md", task_report.plot_summary(runs, out_dir / "tasks-summary.png")]

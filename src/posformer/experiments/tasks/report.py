@@ -32,18 +32,23 @@ def mean_reciprocal_rank(results: dict) -> dict[str, float]:
     return {row: value / len(lengths) for row, value in total.items()}
 
 
+def accuracy_table(results: dict) -> str:
+    """Exact match per encoding (rows) and evaluation length (columns)."""
+    lengths = results["config"]["eval_lens"]
+    lines = ["| encoding | " + " | ".join(f"n={n}" for n in lengths) + " |", "|---|" + "---:|" * len(lengths)]
+    for row, r in results["rows"].items():
+        cells = ["stopped" if r["accuracy"][str(n)] is None else f"{r['accuracy'][str(n)]:.3f}" for n in lengths]
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def markdown(results: dict) -> str:
     cfg = results["config"]
-    lengths = cfg["eval_lens"]
     lines = [f"# Task `{cfg['task']}`: exact-match accuracy by length\n",
              f"Trained at lengths 1..{cfg['train_len']} ({cfg['steps']} steps of {cfg['batch_size']} examples; "
              f"d_model {cfg['d_model']}, {cfg['layers']} layers, {cfg['heads']} heads); {cfg['eval_examples']} "
              "held-out examples per length, greedy decoding (exact match of the whole target).\n",
-             "| encoding | " + " | ".join(f"n={n}" for n in lengths) + " |",
-             "|---|" + "---|" * len(lengths)]
-    for row, r in results["rows"].items():
-        cells = ["stopped" if r["accuracy"][str(n)] is None else f"{r['accuracy'][str(n)]:.3f}" for n in lengths]
-        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+             accuracy_table(results)]
     mrr = mean_reciprocal_rank(results)
     if mrr:
         lines += ["", f"Mean reciprocal rank beyond n={cfg['train_len']} (ours) and in Kazemnejad et al. 2023:", "",
@@ -54,12 +59,8 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(results: dict, path: Path) -> Path:
-    """accuracy.png: exact-match accuracy against task length, one line per encoding."""
-    from posformer.plots.figure import pyplot, save_png
-
+def _draw(ax, results: dict) -> None:
     cfg = results["config"]
-    fig, ax = pyplot().subplots(figsize=(6.5, 4.5))
     for row, r in results["rows"].items():
         if r.get("error") is None:
             ax.plot(cfg["eval_lens"], [r["accuracy"][str(n)] for n in cfg["eval_lens"]], marker="o", ms=3, label=row)
@@ -70,4 +71,49 @@ def plot(results: dict, path: Path) -> Path:
     ax.set_title(f"{cfg['task']}: trained at n <= {cfg['train_len']}")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
+
+
+def plot(results: dict, path: Path) -> Path:
+    """accuracy.png: exact-match accuracy against task length, one line per encoding."""
+    from posformer.plots.figure import pyplot, save_png
+
+    fig, ax = pyplot().subplots(figsize=(6.5, 4.5))
+    _draw(ax, results)
     return save_png(fig, path)
+
+
+def plot_summary(runs: dict[str, dict], path: Path, columns: int = 3) -> Path:
+    """One panel per task run ({name: results}), as `plot` draws each."""
+    from posformer.plots.figure import pyplot, save_png
+
+    lines = -(-len(runs) // columns)
+    fig, axes = pyplot().subplots(lines, columns, figsize=(5 * columns, 3.8 * lines), squeeze=False)
+    for ax in axes.flat[len(runs):]:
+        ax.set_visible(False)
+    for ax, results in zip(axes.flat, runs.values()):
+        _draw(ax, results)
+    fig.tight_layout()
+    return save_png(fig, path)
+
+
+def summary_markdown(runs: dict[str, dict]) -> str:
+    """Several task runs ({name: results}) in one page: each task's accuracy table, then the mean reciprocal rank
+    of every encoding per task and its mean over the tasks, beside the paper's (the encodings every run has)."""
+    ranks = {name: mean_reciprocal_rank(results) for name, results in runs.items()}
+    shared = [row for row in next(iter(runs.values()))["rows"] if all(row in r for r in ranks.values())]
+    lines = ["# Length generalisation over several tasks\n"]
+    for name, results in runs.items():
+        cfg = results["config"]
+        title = f"`{name}`" if name == cfg["task"] else f"{name} (`{cfg['task']}`)"
+        lines += [f"## {title}: trained at 1..{cfg['train_len']} ({cfg['steps']} steps, "
+                  f"d_model {cfg['d_model']}, {cfg['layers']} layers; {cfg['eval_examples']} examples a length)\n",
+                  accuracy_table(results) + "\n"]
+    mean = {row: sum(r[row] for r in ranks.values()) / len(ranks) for row in shared}
+    lines += ["## Mean reciprocal rank beyond L, per task and over the tasks\n",
+              "| encoding | " + " | ".join(ranks) + " | mean (ours) | paper |",
+              "|---|" + "---:|" * (len(ranks) + 2)]
+    for row in sorted(shared, key=lambda r: -mean[r]):
+        paper = PAPER_MRR.get(row)
+        lines.append(f"| {row} | " + " | ".join(f"{r[row]:.2f}" for r in ranks.values())
+                     + f" | {mean[row]:.2f} | {'' if paper is None else f'{paper:.2f}'} |")
+    return "\n".join(lines) + "\n"
