@@ -49,8 +49,10 @@ from torch import Tensor, nn
 from posformer.positions.base import PositionEncoding
 from posformer.positions.registry import register
 from posformer.positions.relative_scores import (
+    Diagonal,
     expand_heads,
     key_position_scores,
+    pair_rows,
     query_position_scores,
     relative_distance,
 )
@@ -121,12 +123,28 @@ class DeBERTa(PositionEncoding):
         if "p2c" in self.kinds:
             self.pos_query_proj = nn.ModuleList(nn.Linear(cfg.d_model, inner) for _ in range(n_layers))
 
-    def index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """idx(i, j) = clamp(bucket(i - j) + span, 0, 2 span - 1): (B or 1, Tq, Tk); computed once per forward."""
+    def index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | tuple[Tensor, Diagonal]:
+        """The table row of each pair, idx(i, j) = clamp(bucket(i - j) + span, 0, 2 span - 1), (B or 1, Tq, Tk).
+        When the positions count up by one: (the row of each distance low..high, (D,), a `Diagonal` over those
+        rows) instead, so the pairs are a strided view, with no gather and no scatter in the backward. In a causal
+        stack a key after its query is masked: i - j < 0 is read as 0. Under `torch.compile` always the pairs'
+        rows, since choosing the view reads the positions on the host (a graph break). Computed once per
+        forward."""
         return self.per_forward("index", q_pos, k_pos, self._index)
 
-    def _index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    def _index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | tuple[Tensor, Diagonal]:
         rel = relative_distance(q_pos, k_pos)
+        if torch.compiler.is_compiling():
+            return self._rows(rel)
+        if self.causal:
+            rel = rel.clamp(min=0)
+        low = int(rel.min())
+        pairs = pair_rows(q_pos, k_pos, rel, low)
+        if isinstance(pairs, Diagonal):
+            return self._rows(torch.arange(low, int(rel.max()) + 1, device=rel.device)), pairs
+        return self._rows(rel)
+
+    def _rows(self, rel: Tensor) -> Tensor:
         if self.position_buckets > 0 and self.max_relative_positions - 1 > self.position_buckets // 2:
             rel = log_bucket_position(rel, self.position_buckets, self.max_relative_positions)
         return (rel + self.span).clamp(0, 2 * self.span - 1)
@@ -136,18 +154,22 @@ class DeBERTa(PositionEncoding):
         table = self.rel_embeddings.weight
         return self.dropout(self.norm(table) if self.norm is not None else table)
 
-    def _heads(self, proj: nn.Linear, table: Tensor) -> Tensor:
-        """(2 span, d_model) -> (H, 2 span, dh)."""
-        return proj(table).unflatten(-1, (self.n_heads, self.head_dim)).transpose(0, 1)
+    def _heads(self, proj: nn.Linear, table: Tensor, rows: Tensor | None) -> Tensor:
+        """(2 span, d_model) -> (H, 2 span, dh), or (H, D, dh): the rows `rows` (D,) of it."""
+        heads = proj(table).unflatten(-1, (self.n_heads, self.head_dim)).transpose(0, 1)
+        return heads if rows is None else heads[:, rows]
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         """scale * (c2p + p2c): (B, H, Tq, Tk)."""
         index = self.index(q_pos, k_pos)
+        rows, index = index if isinstance(index, tuple) else (None, index)
         table = self.relative_embeddings()
         terms = []  # the scale multiplies the (T, dh) operands, not the (T, T) scores
         if "c2p" in self.kinds:
-            terms.append(query_position_scores(q * self.scale, self._heads(self.pos_key_proj[layer], table), index))
+            terms.append(query_position_scores(q * self.scale, self._heads(self.pos_key_proj[layer], table, rows),
+                                               index, k.shape[-2]))
         if "p2c" in self.kinds:
             k = expand_heads(k, q.shape[1]) * self.scale
-            terms.append(key_position_scores(k, self._heads(self.pos_query_proj[layer], table), index))
+            terms.append(key_position_scores(k, self._heads(self.pos_query_proj[layer], table, rows), index,
+                                             q.shape[-2]))
         return sum(terms[1:], terms[0])

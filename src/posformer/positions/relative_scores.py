@@ -47,16 +47,21 @@ def pair_rows(q_pos: Tensor, k_pos: Tensor, dist: Tensor, low: int) -> Tensor | 
     return dist - low
 
 
-def _diagonal(scores: Tensor, first: int, cols: int) -> Tensor:
-    """out[..., i, j] = scores[..., i, first - i + j]: scores (..., T, R) -> (..., T, cols), a strided view
-    of a zero-padded copy. A column outside [0, R) reads padding or a neighbouring row: a masked pair."""
-    rows, length = scores.shape[-2:]
-    left = max(0, -first)  # so that no pair starts before the copy
+def _diagonal_scores(x: Tensor, table: Tensor, first: int, cols: int) -> Tensor:
+    """out[..., i, j] = x_i . table[first - i + j]: x (..., T, dh), table (R, dh) or (H, R, dh) -> (..., T, cols).
+
+    The skew of Music Transformer: x is scored against the table with zero rows around it, (..., T, width),
+    and the pairs are a strided view of those scores (row i starts one element earlier than row i - 1 would).
+    The zero rows make the scores arrive padded, so no padded copy of the (T, width) scores is made. A column
+    outside [0, R) reads padding or a neighbouring row: a masked pair."""
+    rows, length = x.shape[-2], table.shape[-2]
+    left = max(0, -first)  # so that no pair starts before the scores
     first += left
     width = max(length + left, cols + 1, cols + first + 1 - rows)  # cols + 1: no two pairs share an element
-    padded = F.pad(scores, (left, width - length - left))
-    strides = padded.stride()[:-2] + (width - 1, 1)
-    return padded.as_strided((*padded.shape[:-2], rows, cols), strides, first)
+    padded = F.pad(table, (0, 0, left, width - length - left))
+    scores = torch.matmul(x, padded.transpose(-1, -2).to(x.dtype)).contiguous()  # (..., T, width)
+    strides = scores.stride()[:-2] + (width - 1, 1)
+    return scores.as_strided((*scores.shape[:-2], rows, cols), strides, scores.storage_offset() + first)
 
 
 def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -77,9 +82,8 @@ def query_position_scores(q: Tensor, table: Tensor, index: Tensor | Diagonal, k_
     q: (B, H, Tq, dh); table: (R, dh) shared by the heads or (H, R, dh) per head;
     index: (B or 1, Tq, Tk) long in [0, R), or a `Diagonal` with k_len = Tk -> (B, H, Tq, Tk).
     """
-    if isinstance(index, Diagonal):  # the table upside down: row offset + i - j is column R - 1 - offset - i + j
-        scores = torch.matmul(q, table.flip(-2).transpose(-1, -2).to(q.dtype))
-        return _diagonal(scores, table.shape[-2] - 1 - index.offset, k_len)
+    if isinstance(index, Diagonal):  # the table upside down: row offset + i - j is row R - 1 - offset - i + j
+        return _diagonal_scores(q, table.flip(-2), table.shape[-2] - 1 - index.offset, k_len)
     scores = torch.matmul(q, table.transpose(-1, -2).to(q.dtype))  # (B, H, Tq, R)
     b, h, tq, _ = scores.shape
     return scores.gather(-1, index[:, None].expand(b, h, tq, index.shape[-1]))
@@ -91,9 +95,9 @@ def key_position_scores(k: Tensor, table: Tensor, index: Tensor | Diagonal, q_le
     k: (B, H, Tk, dh); table: (R, dh) or (H, R, dh); index: (B or 1, Tq, Tk), or a `Diagonal` with
     q_len = Tq -> (B, H, Tq, Tk).
     """
+    if isinstance(index, Diagonal):  # the pair (i, j) is row offset + i - j for key j
+        return _diagonal_scores(k, table, index.offset, q_len).transpose(-1, -2)
     scores = torch.matmul(k, table.transpose(-1, -2).to(k.dtype))  # (B, H, Tk, R)
-    if isinstance(index, Diagonal):  # the pair (i, j) is column offset + i - j of key j's scores
-        return _diagonal(scores, index.offset, q_len).transpose(-1, -2)
     b, h, tk, _ = scores.shape
     picked = scores.gather(-1, index.transpose(-1, -2)[:, None].expand(b, h, tk, index.shape[-2]))  # (B, H, Tk, Tq)
     return picked.transpose(-1, -2)
