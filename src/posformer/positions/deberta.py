@@ -126,8 +126,8 @@ class DeBERTa(PositionEncoding):
     def index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | tuple[Tensor, Diagonal]:
         """The table row of each pair, idx(i, j) = clamp(bucket(i - j) + span, 0, 2 span - 1), (B or 1, Tq, Tk).
         When the positions count up by one: (the row of each distance low..high, (D,), a `Diagonal` over those
-        rows) instead, so the pairs are a strided view, with no gather and no scatter in the backward. In a causal
-        stack a key after its query is masked: i - j < 0 is read as 0. Under `torch.compile` always the pairs'
+        rows) instead, so the pairs are a strided view, with no gather and no scatter in the backward (in a causal
+        stack only the distances >= 0: a key after its query is masked). Under `torch.compile` always the pairs'
         rows, since choosing the view reads the positions on the host (a graph break). Computed once per
         forward."""
         return self.per_forward("index", q_pos, k_pos, self._index)
@@ -136,13 +136,13 @@ class DeBERTa(PositionEncoding):
         rel = relative_distance(q_pos, k_pos)
         if torch.compiler.is_compiling():
             return self._rows(rel)
-        if self.causal:
-            rel = rel.clamp(min=0)
-        low = int(rel.min())
+        low, high = int(rel.min()), int(rel.max())
         pairs = pair_rows(q_pos, k_pos, rel, low)
-        if isinstance(pairs, Diagonal):
-            return self._rows(torch.arange(low, int(rel.max()) + 1, device=rel.device)), pairs
-        return self._rows(rel)
+        if not isinstance(pairs, Diagonal):
+            return self._rows(rel)
+        if self.causal and low < 0 <= high:  # i - j < 0 is a key after its query: masked, its row never read
+            pairs, low = Diagonal(pairs.offset + low), 0
+        return self._rows(torch.arange(low, high + 1, device=rel.device)), pairs
 
     def _rows(self, rel: Tensor) -> Tensor:
         if self.position_buckets > 0 and self.max_relative_positions - 1 > self.position_buckets // 2:
