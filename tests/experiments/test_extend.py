@@ -140,6 +140,7 @@ def test_longrope_stages_split_the_steps_and_bad_stages_are_named():
             ExtendSettings(target_len=512, longrope_stages=stages).resolve(64)
     with pytest.raises(ValueError, match="steps=2 is invalid"):
         ExtendSettings(target_len=512, steps=2, longrope_stages=[256]).resolve(64)
+    assert ExtendSettings(target_len=512, steps=0, longrope_stages=[256]).resolve(64).steps == 0  # eval-time only
 
 
 ROW = ["--preset", "quick", "--positions", "rope", "--train-len", "16", "--eval-lens", "16,32", "--steps", "3",

@@ -120,7 +120,7 @@ class ExtendSettings:
             check_int("extend: longrope_stages", n, minimum=self.train_len + 1)
         if sorted(set(stages)) != stages or any(n >= self.target_len for n in stages):
             fail("extend: longrope_stages", stages, expected)
-        if stages and "longrope" in self.methods and self.steps < 2 * len(stages) + 1:
+        if stages and "longrope" in self.methods and 0 < self.steps < 2 * len(stages) + 1:
             fail("extend: steps", self.steps, f"at least {2 * len(stages) + 1} with {len(stages)} LongRoPE stages")
 
     def stage_steps(self) -> list[int]:
