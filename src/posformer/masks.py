@@ -42,9 +42,7 @@ class AttentionMask:
         if last is not None and last[0] is bias and last[1].dtype == dtype:
             return last[1]
         additive = self.materialized(bias.shape[-2], bias.shape[-1], dtype, bias.device)
-        # a sum, not a `where`: its backward is the identity (a masked pair's gradient is 0 anyway, its probability
-        # being 0), and the dtype's most negative value plus any finite bias rounds back to that value
-        combined = bias.to(dtype) if additive is None else bias.to(dtype) + additive
+        combined = bias.to(dtype) if additive is None else torch.where(additive < 0, additive, bias.to(dtype))
         # SDPA's fused CUDA kernels take a mask whose keys are contiguous; a bias laid out (B, T, S, H) and
         # permuted (T5's table lookup, FIRE's MLP) would otherwise send it to the unfused math kernel
         combined = combined.contiguous()
