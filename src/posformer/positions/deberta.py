@@ -22,8 +22,9 @@ With `position_buckets <= 0` there are no buckets: span = `max_relative_position
 and idx clamps the raw distance. When max_relative_positions - 1 <= position_buckets / 2
 (e.g. 256 buckets on a tiny model with 64 positions) the logarithmic part is
 degenerate (Hugging Face divides by log of a number <= 1); every distance up to
-span / 2 keeps its own bucket either way, and beyond it idx clamps the raw distance. The Hugging Face index of p2c, -bucket(j - i),
-equals bucket(i - j) because the bucketing is odd.
+span / 2 keeps its own bucket either way, and beyond it idx clamps the raw distance.
+The Hugging Face index of p2c, -bucket(j - i), equals bucket(i - j) because the
+bucketing is odd.
 
 Scale: the bias hook returns scale * (c2p + p2c) with scale the one the attention
 applies to c2c. DeBERTa divides all three terms by sqrt(head_dim * (1 + number of
