@@ -215,3 +215,27 @@ def test_max_new_tokens_zero_returns_the_prefix() -> None:
     src = torch.randint(1, 61, (2, 4))
     assert torch.equal(model.generate(src, max_new_tokens=0, num_beams=2, num_return_sequences=2),
                        torch.zeros(4, 1, dtype=torch.long))
+
+
+@pytest.mark.parametrize("arch", ["decoder", "encoder_decoder"])
+@pytest.mark.parametrize("keep", [1, 3, 6])
+def test_logits_to_keep_gives_the_last_positions_logits(arch: str, keep: int) -> None:
+    model = pf.Transformer(tiny(arch)).eval()
+    ids = torch.randint(0, model.cfg.vocab_size, (2, 6))
+    inputs = {"input_ids": ids} if arch == "decoder" else {"input_ids": ids, "decoder_input_ids": ids}
+    with torch.no_grad():
+        every, last = model(**inputs).logits, model(**inputs, logits_to_keep=keep).logits
+    assert last.shape == (2, keep, model.cfg.vocab_size)
+    torch.testing.assert_close(last, every[:, -keep:], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("cfg, extra, message", [
+    (tiny("decoder"), {"logits_to_keep": -1}, "logits_to_keep"),
+    (tiny("decoder"), {"logits_to_keep": 1.5}, "logits_to_keep"),
+    (tiny("decoder"), {"logits_to_keep": 1, "labels": torch.zeros(1, 4, dtype=torch.long)}, "with labels"),
+    (tiny("encoder", head="classification", num_labels=3), {"logits_to_keep": 1}, "not a language-model head"),
+])
+def test_logits_to_keep_is_checked(cfg: pf.Config, extra: dict, message: str) -> None:
+    model = pf.Transformer(cfg).eval()
+    with pytest.raises(ValueError, match=message):
+        model(torch.zeros(1, 4, dtype=torch.long), **extra)

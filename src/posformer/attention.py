@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from posformer.cache import LayerCache, MemoryCache
 from posformer.config import Config
 from posformer.flex import flex_attend
+from posformer.linear import Linear
 from posformer.masks import AttentionMask
 from posformer.norms import make_norm
 from posformer.packing import TokenPacking
@@ -99,8 +100,8 @@ class Attention(nn.Module):
         self.kernel = cfg.attn_impl
         self.qk_norm = cfg.qk_norm
 
-    def _output_projection(self, cfg: Config) -> nn.Linear:
-        return nn.Linear(self.q_dim, cfg.d_model, bias=cfg.attn_out_bias)
+    def _output_projection(self, cfg: Config) -> Linear:
+        return Linear(self.q_dim, cfg.d_model, bias=cfg.attn_out_bias)
 
     def _head_norms(self, cfg: Config) -> None:
         """`q_norm` and `k_norm` over each head (Config.qk_norm), after the projections, before `out`."""
@@ -138,7 +139,7 @@ class SelfAttention(Attention):
 
     def __init__(self, cfg: Config, position: PositionEncoding, layer: int) -> None:
         super().__init__(cfg)
-        self.qkv = nn.Linear(cfg.d_model, self.q_dim + 2 * self.kv_dim, bias=cfg.qkv_bias)
+        self.qkv = Linear(cfg.d_model, self.q_dim + 2 * self.kv_dim, bias=cfg.qkv_bias)
         self._head_norms(cfg)
         self.out = self._output_projection(cfg)
         object.__setattr__(self, "position", position)
@@ -183,8 +184,8 @@ class CrossAttention(Attention):
 
     def __init__(self, cfg: Config) -> None:
         super().__init__(cfg)
-        self.q = nn.Linear(cfg.d_model, self.q_dim, bias=cfg.qkv_bias)
-        self.kv = nn.Linear(cfg.d_model, 2 * self.kv_dim, bias=cfg.qkv_bias)
+        self.q = Linear(cfg.d_model, self.q_dim, bias=cfg.qkv_bias)
+        self.kv = Linear(cfg.d_model, 2 * self.kv_dim, bias=cfg.qkv_bias)
         self._head_norms(cfg)
         self.out = self._output_projection(cfg)
 

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posformer.config import Config
+from posformer.linear import Linear, linear
 
 ACTIVATION_FNS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": F.relu,
@@ -39,8 +40,8 @@ class FeedForward(nn.Module):
         self.gated = cfg.activation in GATED
         self.act = GATE_FNS[GATED[cfg.activation]] if self.gated else ACTIVATION_FNS[cfg.activation]
         self.d_ff = cfg.ff_dim
-        self.up = nn.Linear(cfg.d_model, self.d_ff * (2 if self.gated else 1), bias=cfg.ffn_bias)
-        self.down = nn.Linear(self.d_ff, cfg.d_model, bias=cfg.ffn_bias)
+        self.up = Linear(cfg.d_model, self.d_ff * (2 if self.gated else 1), bias=cfg.ffn_bias)
+        self.down = Linear(self.d_ff, cfg.d_model, bias=cfg.ffn_bias)
         self.dropout = nn.Dropout(cfg.activation_dropout)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -48,5 +49,5 @@ class FeedForward(nn.Module):
             return self.down(self.dropout(self.act(self.up(x))))
         gate_w, value_w = self.up.weight.split(self.d_ff)
         gate_b, value_b = (None, None) if self.up.bias is None else self.up.bias.split(self.d_ff)
-        h = self.act(F.linear(x, gate_w, gate_b)) * F.linear(x, value_w, value_b)
+        h = self.act(linear(x, gate_w, gate_b)) * linear(x, value_w, value_b)
         return self.down(self.dropout(h))

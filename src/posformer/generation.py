@@ -91,7 +91,8 @@ class Decoding:
     def start(self) -> Tensor:
         """Run the prefix; the next-token logits (B, V) in float32."""
         if self.cfg.arch == "decoder":
-            out = self.model(self.tokens, attention_mask=self.mask, position_ids=self.pos, cache=self.cache)
+            out = self.model(self.tokens, attention_mask=self.mask, position_ids=self.pos, cache=self.cache,
+                             logits_to_keep=1)
         else:
             out = self.model(self.source, attention_mask=self.source_mask, decoder_input_ids=self.tokens,
                              cache=self.cache)
@@ -108,7 +109,8 @@ class Decoding:
             if self.stale_beyond is not None and int(self.pos.max()) == self.stale_beyond:  # L just passed it
                 self.cache = Cache(len(self.model.decoder.layers), capacity=self.capacity)
                 every = (self.mask.cumsum(-1) - 1).clamp(min=0)
-                out = self.model(self.sequence, attention_mask=self.mask, position_ids=every, cache=self.cache)
+                out = self.model(self.sequence, attention_mask=self.mask, position_ids=every, cache=self.cache,
+                                 logits_to_keep=1)
             else:
                 out = self.model(new, attention_mask=self.mask, position_ids=self.pos, cache=self.cache)
         else:

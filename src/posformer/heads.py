@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from posformer.config import Config
 from posformer.cross_entropy import token_cross_entropy
 from posformer.feedforward import ACTIVATION_FNS
+from posformer.linear import Linear
 from posformer.tensor_checks import check_in_range
 
 IGNORE_INDEX = -100
@@ -27,10 +28,10 @@ class LMHead(nn.Module):
         super().__init__()
         self.transform = cfg.head_transform
         if self.transform:
-            self.dense = nn.Linear(cfg.d_model, cfg.d_model)
+            self.dense = Linear(cfg.d_model, cfg.d_model)
             self.act = ACTIVATION_FNS.get(cfg.activation, ACTIVATION_FNS["gelu"])
             self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
-        self.proj = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.head_bias)
+        self.proj = Linear(cfg.d_model, cfg.vocab_size, bias=cfg.head_bias)
         self.input_scale = cfg.d_model**-0.5 if cfg.scale_tied_head and cfg.tie_embeddings else 1.0
 
     def forward(self, h: Tensor) -> Tensor:
@@ -54,7 +55,7 @@ class SpanQAHead(nn.Module):
 
     def __init__(self, cfg: Config) -> None:
         super().__init__()
-        self.proj = nn.Linear(cfg.d_model, 2)
+        self.proj = Linear(cfg.d_model, 2)
 
     def forward(self, h: Tensor) -> tuple[Tensor, Tensor]:
         start, end = self.proj(h).unbind(-1)
@@ -69,9 +70,9 @@ class ClassificationHead(nn.Module):
 
     def __init__(self, cfg: Config) -> None:
         super().__init__()
-        self.pooler = nn.Linear(cfg.d_model, cfg.d_model)
+        self.pooler = Linear(cfg.d_model, cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.proj = nn.Linear(cfg.d_model, cfg.num_labels)
+        self.proj = Linear(cfg.d_model, cfg.num_labels)
 
     def forward(self, h: Tensor) -> Tensor:
         return self.proj(self.dropout(self.pooler(h[:, 0]).tanh()))

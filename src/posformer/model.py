@@ -24,6 +24,7 @@ from posformer.packing import TokenPacking
 from posformer.random_positions import sample_positions
 from posformer.stack import Stack
 from posformer.tensor_checks import check_in_range
+from posformer.validation import check_int
 
 
 class Transformer(nn.Module):
@@ -226,6 +227,7 @@ class Transformer(nn.Module):
         cache: Cache | None = None,
         use_cache: bool = False,
         output_attentions: bool = False,
+        logits_to_keep: int = 0,
     ) -> ModelOutput:
         """input_ids: (B, T) token ids; attention_mask: (B, T) with 1 for tokens, 0 for padding;
         position_ids: (B, T), default 0.. T-1 (after any cached positions).
@@ -234,6 +236,8 @@ class Transformer(nn.Module):
         cached + new positions, and the `Cache` from the previous output.
         Encoder-decoder: `decoder_input_ids` default to `labels` shifted right.
         labels: (B, T) token labels (-100 ignored), or (B,) class labels.
+        logits_to_keep: n > 0 applies a language-model head to the last n positions only (logits (B, n, V)),
+        as Hugging Face's `logits_to_keep`: generation's prompt pass needs one; 0 keeps every position.
         An input this model has no use for (decoder inputs outside an encoder-decoder, span positions outside the
         span_qa head, labels for the span_qa or "none" head, token types without token-type embeddings) is
         refused, never ignored.
@@ -242,6 +246,7 @@ class Transformer(nn.Module):
         self._refuse_unused(token_type_ids=token_type_ids, decoder_input_ids=decoder_input_ids,
                             decoder_attention_mask=decoder_attention_mask, decoder_position_ids=decoder_position_ids,
                             start_positions=start_positions, end_positions=end_positions, labels=labels)
+        self._check_logits_to_keep(logits_to_keep, labels)
         if use_cache and cache is None and cfg.arch != "encoder":
             cache = Cache(len(self.decoder.layers))
         out = ModelOutput(cache=cache)
@@ -268,7 +273,8 @@ class Transformer(nn.Module):
             out.attentions += weights
             out.encoder_last_hidden_state = memory
         out.last_hidden_state = hidden
-        self._apply_head(out, hidden, labels, start_positions, end_positions,
+        head_input = hidden[:, -logits_to_keep:] if logits_to_keep else hidden
+        self._apply_head(out, head_input, labels, start_positions, end_positions,
                          attention_mask if cfg.arch == "encoder" else None)
         return out
 
@@ -285,6 +291,17 @@ class Transformer(nn.Module):
             if value is not None and unused[name]:
                 raise ValueError(f"{name} was given, but this model (arch={cfg.arch!r}, head={cfg.head_kind!r}, "
                                  f"type_vocab_size={cfg.type_vocab_size}) has no use for it")
+
+    def _check_logits_to_keep(self, logits_to_keep: int, labels: Tensor | None) -> None:
+        """Raise `ValueError` unless `logits_to_keep` is an int >= 0, and 0 without a language-model head or with
+        labels (the loss reads every position's logits)."""
+        check_int("logits_to_keep", logits_to_keep, minimum=0)
+        if logits_to_keep and self.cfg.head_kind not in ("causal_lm", "seq2seq_lm"):
+            raise ValueError(f"logits_to_keep={logits_to_keep} was given, but this model's head "
+                             f"({self.cfg.head_kind!r}) is not a language-model head")
+        if logits_to_keep and labels is not None:
+            raise ValueError(f"logits_to_keep={logits_to_keep} with labels: the loss needs every position's "
+                             "logits; pass logits_to_keep=0")
 
     def _apply_head(self, out: ModelOutput, hidden: Tensor, labels: Tensor | None,
                     start_positions: Tensor | None, end_positions: Tensor | None,

@@ -47,6 +47,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from posformer.linear import Linear
 from posformer.positions.base import PositionEncoding
 from posformer.positions.registry import register
 from posformer.positions.relative_scores import (
@@ -120,9 +121,9 @@ class DeBERTa(PositionEncoding):
         self.dropout = nn.Dropout(cfg.dropout)
         inner = cfg.n_heads * cfg.head_dim
         if "c2p" in self.kinds:
-            self.pos_key_proj = nn.ModuleList(nn.Linear(cfg.d_model, inner) for _ in range(n_layers))
+            self.pos_key_proj = nn.ModuleList(Linear(cfg.d_model, inner) for _ in range(n_layers))
         if "p2c" in self.kinds:
-            self.pos_query_proj = nn.ModuleList(nn.Linear(cfg.d_model, inner) for _ in range(n_layers))
+            self.pos_query_proj = nn.ModuleList(Linear(cfg.d_model, inner) for _ in range(n_layers))
 
     def index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | tuple[Tensor, Diagonal]:
         """The table row of each pair, idx(i, j) = clamp(bucket(i - j) + span, 0, 2 span - 1), (B or 1, Tq, Tk).

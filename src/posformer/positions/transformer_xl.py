@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from posformer.linear import Linear
 from posformer.positions.absolute import sinusoidal_angles_to_table
 from posformer.positions.base import PositionEncoding, frequencies
 from posformer.positions.registry import register
@@ -67,7 +68,7 @@ class TransformerXL(PositionEncoding):
         self.clamp_len = int(self.params["clamp_len"])
         self.register_buffer("inv_freq", frequencies(cfg.d_model, float(self.params["base"])), persistent=False)
         inner = cfg.n_heads * cfg.head_dim
-        self.proj = nn.ModuleList(nn.Linear(cfg.d_model, inner, bias=False) for _ in range(n_layers))
+        self.proj = nn.ModuleList(Linear(cfg.d_model, inner, bias=False) for _ in range(n_layers))
         n_bias = n_layers if self.params["untie_r"] else 1
         self.u = nn.Parameter(torch.randn(n_bias, cfg.n_heads, cfg.head_dim) * cfg.init_std)
         self.v = nn.Parameter(torch.randn(n_bias, cfg.n_heads, cfg.head_dim) * cfg.init_std)
