@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import posformer as pf
-from posformer.linear import SPLIT_MAX_ROWS, Linear, linear, thread_blocks
+from posformer.linear import BLOCKS_PER_THREAD, SPLIT_MAX_ROWS, SPLIT_MIN_FEATURES, Linear, linear, thread_blocks
 from tests.conftest import tiny
 
 
@@ -36,7 +36,7 @@ def test_split_product_equals_the_plain_one(n_threads, shape, out_features, with
     with threads(n_threads), torch.no_grad():
         blocks = thread_blocks(x, weight)
         got = linear(x, weight, bias)
-    assert blocks == min(n_threads, out_features // 16) > 1
+    assert blocks == min(n_threads * BLOCKS_PER_THREAD, out_features // SPLIT_MIN_FEATURES) > 1
     want = F.linear(x, weight, bias)
     assert got.shape == want.shape
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
@@ -47,7 +47,7 @@ def test_the_split_is_taken_only_for_few_rows_without_autograd_on_several_thread
     few, many = torch.randn(SPLIT_MAX_ROWS, 32), torch.randn(SPLIT_MAX_ROWS + 1, 32)
     with threads(2):
         with torch.no_grad():
-            assert thread_blocks(few, weight) == 2
+            assert thread_blocks(few, weight) == 64 // SPLIT_MIN_FEATURES
             assert thread_blocks(many, weight) == 1
             assert thread_blocks(few, weight.t().contiguous().t()) == 1
             assert thread_blocks(few.double(), weight) == 1
@@ -75,8 +75,8 @@ def test_training_gradients_are_the_plain_products():
 @pytest.mark.parametrize("preset", ["gpt2", "llama"])
 def test_a_model_decodes_the_same_on_one_thread_and_on_several(preset):
     """Greedy tokens and the cached step's logits of a float64 model: 1 thread (plain products) vs 3 (split)."""
-    cfg = pf.Config.preset(preset, **{f: getattr(tiny(), f) for f in ("vocab_size", "n_layers", "n_heads", "max_positions")},
-                    d_model=64, d_ff=96)
+    shape = {f: getattr(tiny(), f) for f in ("vocab_size", "n_layers", "n_heads", "max_positions")}
+    cfg = pf.Config.preset(preset, **shape, d_model=64, d_ff=96)
     model = pf.Transformer(cfg).double().eval()
     prompt = torch.randint(0, cfg.vocab_size, (2, 5))
     results = {}

@@ -1,13 +1,14 @@
 """The linear layer of every posformer model: `F.linear`, with few rows spread over the CPU's threads.
 
-On the CPU a product of a few rows (a decoding step: one token per sequence) by an (out, in)
-weight runs on one thread in the BLAS (MKL's sgemm and sgemv), however many threads torch
-has. `linear` then splits the weight's output rows into one block per thread, a view of the
-weight, no copy, and multiplies the blocks as one batched product, which the BLAS runs in
-parallel. Measured on this project's 2-core machine (GPT-2 small's 48 projections, 2 threads):
-one row 18.7 ms -> 11.1 ms, 8 rows 26.5 -> 18.0 ms, 64 rows 66.9 -> 60.4 ms; at 256 rows and
-more the plain product is faster (docs/speed.md, "Generation"). The split is taken only without
-autograd (inference, generation): training runs the plain product and its usual backward.
+On the CPU the BLAS (MKL) runs a product of one row (a decoding step at batch 1) by an (out, in)
+weight on one thread however many torch has, and uses the threads poorly for a few rows.
+`linear` then splits the weight's output rows into blocks, a few per thread, views of the weight
+(no copy), and multiplies them as one batched product, which the BLAS spreads over the threads.
+Measured on this project's 2-core machine, GPT-2 small's 48 projections, 2 threads: one row
+18.1 ms on 1 or 2 threads, 11.1 ms split; 8 rows 34.2 ms on 1 thread, 23.4 ms on 2, 18.0 ms
+split; 64 rows 66.9 -> 60.4 ms; at 256 rows and more the plain product is faster. The split is
+taken only without autograd (inference, generation): training runs the plain product and its
+usual backward.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ SPLIT_MAX_ROWS = 64
 
 SPLIT_MIN_FEATURES = 16
 """The fewest output features a block of the split may hold; narrower layers run the plain product."""
+
+BLOCKS_PER_THREAD = 8
+"""Blocks per thread: smaller blocks balance the threads better (GPT-2 small's 49 products, 2 threads:
+8 rows 30.8 ms with 2 blocks, 27.2 ms with 16; 2 rows 27.8 -> 23.2 ms; 1 row level)."""
 
 
 def thread_blocks(x: Tensor, weight: Tensor) -> int:
@@ -36,7 +41,7 @@ def thread_blocks(x: Tensor, weight: Tensor) -> int:
         return 1
     if x.numel() > SPLIT_MAX_ROWS * weight.shape[1]:
         return 1
-    return max(1, min(threads, weight.shape[0] // SPLIT_MIN_FEATURES))
+    return max(1, min(threads * BLOCKS_PER_THREAD, weight.shape[0] // SPLIT_MIN_FEATURES))
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
