@@ -58,8 +58,12 @@ def test_the_split_is_taken_only_for_few_rows_without_autograd_on_several_thread
 
 
 def test_a_mismatched_input_gets_torchs_own_error():
-    with threads(2), torch.no_grad(), pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
-        linear(torch.randn(2, 31), torch.randn(64, 32))
+    with threads(2), torch.no_grad():
+        with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+            linear(torch.randn(2, 31), torch.randn(64, 32))
+        with pytest.raises(RuntimeError):
+            linear(torch.randn(2, 32), torch.randn(64, 32), torch.randn(63))
+        assert thread_blocks(torch.randn(2, 32), torch.randn(64, 32), torch.randn(64).double()) == 1
 
 
 def test_training_gradients_are_the_plain_products():

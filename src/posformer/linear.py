@@ -28,14 +28,17 @@ BLOCKS_PER_THREAD = 8
 8 rows 30.8 ms with 2 blocks, 27.2 ms with 16; 2 rows 27.8 -> 23.2 ms; 1 row level)."""
 
 
-def thread_blocks(x: Tensor, weight: Tensor) -> int:
-    """How many blocks `linear` splits `weight`'s output rows into for input `x`: 1 means the plain product."""
+def thread_blocks(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> int:
+    """How many blocks `linear` splits `weight`'s output rows into for input `x`: 1 means the plain product
+    (also for any input `F.linear` would refuse, so that its error is the one raised)."""
     if torch.compiler.is_compiling():  # first: torch.get_num_threads() would break the graph
         return 1
     threads = torch.get_num_threads()
     if threads < 2 or x.device.type != "cpu" or weight.dim() != 2 or not weight.is_contiguous():
         return 1
     if x.dim() == 0 or x.shape[-1] != weight.shape[1] or x.dtype != weight.dtype:
+        return 1
+    if bias is not None and (bias.shape != weight.shape[:1] or bias.dtype != weight.dtype):
         return 1
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
         return 1
@@ -46,7 +49,7 @@ def thread_blocks(x: Tensor, weight: Tensor) -> int:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x @ weight.T + bias, as `F.linear`. x: (..., in); weight: (out, in); bias: (out,) or None -> (..., out)."""
-    blocks = thread_blocks(x, weight)
+    blocks = thread_blocks(x, weight, bias)
     if blocks == 1:
         return F.linear(x, weight, bias)
     out_features, in_features = weight.shape
