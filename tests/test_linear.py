@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 import posformer as pf
+from posformer.bench.speed import torch_threads as threads
 from posformer.linear import BLOCKS_PER_THREAD, SPLIT_MAX_ROWS, SPLIT_MIN_FEATURES, Linear, linear, thread_blocks
 from tests.conftest import tiny
-
-
-@contextlib.contextmanager
-def threads(n: int):
-    """Run the block with `n` intra-op threads (the suite runs on one)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("n_threads", [2, 3, 4])
