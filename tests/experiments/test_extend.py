@@ -134,6 +134,7 @@ def test_longrope_stages_split_the_steps_and_bad_stages_are_named():
     s = ExtendSettings(target_len=512, steps=400, longrope_stages=[256]).resolve(64)
     assert s.stage_steps() == [160, 240]
     assert ExtendSettings(target_len=512, steps=7, longrope_stages=[128, 256]).resolve(64).stage_steps() == [1, 1, 5]
+    assert ExtendSettings(target_len=512, steps=7, longrope_short=True).resolve(64).stage_steps() == [7]
     for stages, message in (([512], "longrope_stages=[512] is invalid"), ([256, 128], "longrope_stages=[256, 128]"),
                             ([64], "longrope_stages=64 is invalid"), ("256", "longrope_stages='256' is invalid")):
         with pytest.raises(ValueError, match=re.escape(message)):
@@ -272,3 +273,15 @@ def test_longrope_recipe_extends_progressively_and_readjusts_the_short_factors(e
         assert torch.equal(readjusted.state_dict()[name], tensor), name
     assert "LongRoPE recipe: searched at 32" in (out / "results.md").read_text()
 
+
+
+def test_the_short_factor_readjustment_runs_without_stages(extended, tmp_path):
+    """longrope_short alone: the eval-time search's factors are fine-tuned with every step, then readjusted."""
+    source, _ = extended
+    out = tmp_path / "e"
+    assert main(["extend", str(source), *EXTEND, "--methods", "longrope", "--steps", "2", "--set",
+                 "longrope_short=true", "--output-dir", str(out)]) == 0
+    row = json.loads((out / "results.json").read_text())["rows"]["longrope+ft"]
+    assert row["stages"] == [] and "longrope_search" not in row and row["steps"] == 2
+    scaling = load_model(out / "rows" / "longrope" / "readjusted").cfg.position_params["scaling"]
+    assert scaling["short_factor"] == row["short_search"]["short_factor"]

@@ -88,6 +88,10 @@ class Extension:
                      "steps": s.steps, **record, **self.score(tuned, row)}
         return rows
 
+    def _log_generation(self, generation: int, ppl: float) -> None:
+        """A LongRoPE search's progress: the best perplexity after each generation."""
+        self.log(f"  generation {generation}: best ppl {ppl:.3f}")
+
     def _search(self, model: Transformer, length: int, previous: tuple[int, list[float]] | None = None) -> dict:
         """LongRoPE's long factors of `model` for `length`; previous: (length, factors) of an earlier stage, whose
         factors times length / that length seed the search too."""
@@ -98,7 +102,7 @@ class Extension:
         result = search_long_factors(model, self.source.train_ids[: s.longrope_tokens], length, s.train_len,
                                      s.longrope_population, s.longrope_generations, seed=s.seed,
                                      batch_tokens=s.eval_batch_tokens, extra_seeds=extra,
-                                     progress=lambda g, p: self.log(f"  generation {g}: best ppl {p:.3f}"))
+                                     progress=self._log_generation)
         return {"length": length, "long_factor": result.factors, "ppl": result.ppl, "history": result.history,
                 "evaluated": result.evaluated}
 
@@ -141,7 +145,7 @@ class Extension:
             self.log(f"longrope: searching the short factors for {s.train_len}")
             result = search_short_factors(tuned, self.source.train_ids[: s.longrope_tokens], s.longrope_population,
                                           s.longrope_generations, seed=s.seed, batch_tokens=s.eval_batch_tokens,
-                                          progress=lambda g, p: self.log(f"  generation {g}: best ppl {p:.3f}"))
+                                          progress=self._log_generation)
             scaling = {**tuned.cfg.position_params["scaling"], "short_factor": result.factors}
             tuned = with_params(tuned, {**tuned.cfg.position_params, "scaling": scaling}, s.target_len)
             save_pretrained(tuned, self.layout.row_dir("longrope") / "readjusted", self.source.files)

@@ -124,6 +124,8 @@ class ExtendSettings:
             fail("extend: steps", self.steps, f"at least {2 * len(stages) + 1} with {len(stages)} LongRoPE stages")
 
     def stage_steps(self) -> list[int]:
-        """The fine-tuning steps of each LongRoPE stage, then of the target: the stages share 40% of `steps`."""
-        stages = [max(1, round(0.4 * self.steps / len(self.longrope_stages)))] * len(self.longrope_stages)
+        """The fine-tuning steps of each LongRoPE stage, then of the target: the stages share 40% of `steps`
+        (without stages the target takes them all)."""
+        n = len(self.longrope_stages)
+        stages = [max(1, round(0.4 * self.steps / n))] * n if n else []
         return stages + [self.steps - sum(stages)]
