@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posformer.cache import LayerCache, MemoryCache
+from posformer.causal_blocks import causal_blocks_attention, use_causal_blocks
 from posformer.config import Config
 from posformer.flex import flex_attend
 from posformer.linear import Linear
@@ -52,6 +53,8 @@ def attend(
 
 def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, bias: Tensor | None, scale: float,
           dropout: float) -> Tensor:
+    if use_causal_blocks(q, bias, mask.is_causal):
+        return causal_blocks_attention(q, k, v, bias, scale, dropout)
     additive = mask.additive if bias is None else _combine(bias, mask, q, k)
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=additive, is_causal=mask.is_causal and bias is None, scale=scale, dropout_p=dropout,

@@ -146,6 +146,42 @@ def test_sdpa_and_eager_paths_agree(name: str, arch: str) -> None:
     assert_sdpa_equals_eager(cfg, **inputs(cfg), attention_mask=torch.tensor([[1] * 7, [1] * 5 + [0] * 2]))
 
 
+@pytest.mark.parametrize("name, arch", DECODING)
+def test_causal_attention_in_blocks_of_queries_changes_no_output_or_gradient(name: str, arch: str,
+                                                                            monkeypatch) -> None:
+    """SDPA in blocks of 3 queries (`posformer.causal_blocks`, whose default is 128) gives the logits and
+    gradients of one SDPA call over all of them, in float64, for a causal stack of every encoding; it runs
+    exactly for the encodings with a bias."""
+    import posformer.attention as attention
+    import posformer.causal_blocks as causal_blocks
+
+    blocked_calls = []
+    monkeypatch.setattr(attention, "causal_blocks_attention",
+                        lambda *args: blocked_calls.append(1) or causal_blocks.causal_blocks_attention(*args))
+    cfg = config(name, arch)
+    model = pf.Transformer(cfg).double()
+    kwargs = inputs(cfg, length=10, tgt_length=10)
+    labels = kwargs.get("decoder_input_ids", kwargs["input_ids"])
+
+    def logits_and_grads(block_rows: int):
+        monkeypatch.setattr(causal_blocks, "BLOCK_ROWS", block_rows)
+        model.zero_grad()
+        out = model(**kwargs, labels=labels)
+        out.loss.backward()
+        return out.logits, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    whole, whole_grads = logits_and_grads(10)
+    assert not blocked_calls
+    blocked, blocked_grads = logits_and_grads(3)
+    torch.testing.assert_close(blocked, whole, atol=1e-10, rtol=1e-10)
+    assert blocked_grads.keys() == whole_grads.keys()
+    for pname, grad in blocked_grads.items():
+        torch.testing.assert_close(grad, whole_grads[pname], atol=1e-10, rtol=1e-10, msg=pname)
+    position = model.decoder.position
+    assert bool(blocked_calls) == (type(position).bias is not pf.positions.PositionEncoding.bias
+                                   and position.sdpa_compatible)
+
+
 @pytest.mark.parametrize("name, arch", CASES)
 def test_four_times_the_training_length(name: str, arch: str) -> None:
     cfg = config(name, arch)
