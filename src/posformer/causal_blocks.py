@@ -1,4 +1,4 @@
-"""Causal attention with a bias, on the CPU, one block of queries at a time.
+"""Causal attention on the CPU, one block of queries at a time.
 
 With a bias, SDPA cannot be told `is_causal`: the causal order travels in the
 mask, and the kernel computes every (query, key) pair, the half that the mask
@@ -8,12 +8,18 @@ q.r encodings) even sends SDPA to its math path, which materialises the whole
 b attends only to the keys up to its last query, so the pairs past it are never
 computed: (n + 1) / 2n of the work for n blocks, and scores small enough to stay
 in cache. Measured on 2 threads (B=4, H=8, T=512, dh=64, forward and backward):
-a learned bias 79-80 ms whole, 38 ms in blocks of 128 rows (SDPA's flash kernel
-without a bias: 40 ms); a fixed bias 42 ms whole, 32 ms in blocks.
+a learned bias 79-80 ms whole, 38 ms in blocks of 128 rows; a fixed bias 42 ms
+whole, 32 ms in blocks.
 
-Every block reads its rows of the one combined bias; the rows are taken with
-`split`, whose backward concatenates, and not with a slice per block, whose
-backward would allocate a whole (T, T) gradient per block.
+Without a bias, SDPA's CPU flash kernel skips the masked pairs only a whole tile
+of 512 keys at a time, so below about 768 keys it skips little or nothing. There
+blocks pay too (B=8, same heads, three runs each): 53-55 ms against 44-46 at
+T=384, 94-98 against 74-75 at T=512, 126-131 against 111-114 at T=640; at T=768
+the kernel's 71-75 ms beat the blocks' 73-77, hence `NO_BIAS_MAX_LENGTH`.
+
+Every block reads its rows of the one bias; the rows are taken with `split`,
+whose backward concatenates, and not with a slice per block, whose backward
+would allocate a whole (T, T) gradient per block.
 """
 
 from __future__ import annotations
@@ -23,30 +29,37 @@ import torch.nn.functional as F
 from torch import Tensor
 
 BLOCK_ROWS = 128
+NO_BIAS_MAX_LENGTH = 640
 
 
 def use_causal_blocks(q: Tensor, bias: Tensor | None, is_causal: bool) -> bool:
-    """Whether `causal_blocks_attention` should run: a bias under a plain causal mask, on the CPU, with more
-    than one block of queries. (CUDA's fused kernels take a bias with its gradient; `flex` skips blocks.)"""
-    return bias is not None and is_causal and q.device.type == "cpu" and q.shape[-2] > BLOCK_ROWS
+    """Whether `causal_blocks_attention` should run: a plain causal mask on the CPU, more than one block of
+    queries and, without a bias, at most NO_BIAS_MAX_LENGTH of them. (CUDA's fused kernels skip masked tiles
+    and take a bias with its gradient; `flex` skips blocks.)"""
+    length = q.shape[-2]
+    if not is_causal or q.device.type != "cpu" or length <= BLOCK_ROWS:
+        return False
+    return bias is not None or length <= NO_BIAS_MAX_LENGTH
 
 
-def causal_blocks_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float, dropout: float) -> Tensor:
+def causal_blocks_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: float,
+                            dropout: float) -> Tensor:
     """softmax(scale * q.k + bias, keys j <= i) v, computed BLOCK_ROWS queries at a time.
 
-    q: (B, H, T, dh); k, v: (B, Hkv, T, dh); bias: (B or 1, H, T, T), the value at masked pairs unused
-    -> (B, H, T, dh).
+    q: (B, H, T, dh); k, v: (B, Hkv, T, dh); bias: (B or 1, H, T, T), the value at masked pairs unused,
+    or None -> (B, H, T, dh).
     """
     length = q.shape[-2]
-    masked = torch.finfo(q.dtype).min
     positions = torch.arange(length, device=q.device)
+    bias_rows = None if bias is None else bias.split(BLOCK_ROWS, dim=-2)
     outputs = []
-    for start, rows in zip(range(0, length, BLOCK_ROWS), bias.split(BLOCK_ROWS, dim=-2)):
-        end = start + rows.shape[-2]
-        allowed = positions[start:end, None] >= positions[None, :end]  # (rows, end)
-        block_bias = torch.where(allowed, rows[..., :end].to(q.dtype), masked).contiguous()
+    for block, start in enumerate(range(0, length, BLOCK_ROWS)):
+        end = min(start + BLOCK_ROWS, length)
+        mask = positions[start:end, None] >= positions[None, :end]  # (rows, end): allowed
+        if bias_rows is not None:
+            mask = torch.where(mask, bias_rows[block][..., :end].to(q.dtype), torch.finfo(q.dtype).min).contiguous()
         outputs.append(F.scaled_dot_product_attention(
-            q[:, :, start:end], k[:, :, :end], v[:, :, :end], attn_mask=block_bias, scale=scale,
+            q[:, :, start:end], k[:, :, :end], v[:, :, :end], attn_mask=mask, scale=scale,
             dropout_p=dropout, enable_gqa=k.shape[1] != q.shape[1],
         ))
     return torch.cat(outputs, dim=-2)

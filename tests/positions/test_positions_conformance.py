@@ -150,8 +150,8 @@ def test_sdpa_and_eager_paths_agree(name: str, arch: str) -> None:
 def test_causal_attention_in_blocks_of_queries_changes_no_output_or_gradient(name: str, arch: str,
                                                                             monkeypatch) -> None:
     """SDPA in blocks of 3 queries (`posformer.causal_blocks`, whose default is 128) gives the logits and
-    gradients of one SDPA call over all of them, in float64, for a causal stack of every encoding; it runs
-    exactly for the encodings with a bias."""
+    gradients of one SDPA call over all of them, in float64, for a causal stack of every encoding that SDPA
+    runs."""
     import posformer.attention as attention
     import posformer.causal_blocks as causal_blocks
 
@@ -177,9 +177,7 @@ def test_causal_attention_in_blocks_of_queries_changes_no_output_or_gradient(nam
     assert blocked_grads.keys() == whole_grads.keys()
     for pname, grad in blocked_grads.items():
         torch.testing.assert_close(grad, whole_grads[pname], atol=1e-10, rtol=1e-10, msg=pname)
-    position = model.decoder.position
-    assert bool(blocked_calls) == (type(position).bias is not pf.positions.PositionEncoding.bias
-                                   and position.sdpa_compatible)
+    assert bool(blocked_calls) == model.decoder.position.sdpa_compatible
 
 
 @pytest.mark.parametrize("name, arch", CASES)
