@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posformer.cache import LayerCache, MemoryCache
-from posformer.causal_blocks import causal_blocks_attention, use_causal_blocks
+from posformer.causal_blocks import causal_blocks_attention, query_blocks, use_causal_blocks
 from posformer.config import Config
 from posformer.flex import flex_attend
 from posformer.linear import Linear
@@ -24,23 +24,28 @@ from posformer.packing import TokenPacking
 from posformer.positions.base import PositionEncoding, ScoreMod
 from posformer.query_temperature import query_temperature
 
-ValuesTerm = Callable[[Tensor], "Tensor | None"]
+# values(probs, rows): the term added to the output of the queries `rows` whose probabilities over the first
+# probs.shape[-1] keys are probs, (B, H, rows, keys) -> (B, H, rows, dh) or None
+ValuesTerm = Callable[[Tensor, slice], "Tensor | None"]
 
 
 def attend(
     q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, bias: Tensor | None, scale: float,
     dropout: float = 0.0, kernel: str = "sdpa", values: ValuesTerm | None = None, score_mod: ScoreMod | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    """softmax(scale * q.k + bias + mask) v, plus `values(probs)` when given.
+    """softmax(scale * q.k + bias + mask) v, plus the `values` term of the probabilities when given.
 
     q: (B, H, T, dh); k, v: (B, Hkv, S, dh) with H a multiple of Hkv (GQA, MQA);
     bias: (B or 1, H, T, S) or None. `kernel`: "sdpa", "eager" (also whenever the
     `values` term needs the probabilities) or "flex" (`posformer.flex`: the bias given
     as `score_mod` instead, no dropout). Queries that `mask.query_keep` drops get a zero output.
+    On the CPU, a causal mask runs in blocks of queries where that pays (`posformer.causal_blocks`).
 
-    Returns the output (B, H, T, dh) and, on the eager path, the probabilities (B, H, T, S).
+    Returns the output (B, H, T, dh) and, with kernel "eager", the probabilities (B, H, T, S).
     """
-    if kernel == "eager" or values is not None:
+    if kernel != "eager" and values is not None and use_causal_blocks(q, bias, mask.is_causal):
+        out, probs = _eager_in_blocks(q, k, v, bias, scale, dropout, values), None
+    elif kernel == "eager" or values is not None:
         out, probs = _eager(q, k, v, mask, bias, scale, dropout, values)
     elif kernel == "flex":
         out, probs = flex_attend(q, k, v, mask, score_mod, scale), None
@@ -64,16 +69,36 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, bias: Tensor | N
 
 def _eager(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, bias: Tensor | None, scale: float,
            dropout: float, values: ValuesTerm | None) -> tuple[Tensor, Tensor]:
+    return _softmax_attention(q, k, v, _combine(bias, mask, q, k), mask.query_keep, scale, dropout,
+                              None if values is None else partial(values, rows=slice(None)))
+
+
+def _eager_in_blocks(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: float, dropout: float,
+                     values: ValuesTerm) -> Tensor:
+    """The eager path under a plain causal mask, one block of queries at a time against the keys up to its last."""
+    outputs = []
+    for start, end, block_mask in query_blocks(q.shape[-2], bias, q.dtype, q.device):
+        additive = block_mask if bias is not None else \
+            torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(~block_mask, torch.finfo(q.dtype).min)
+        out, _ = _softmax_attention(q[:, :, start:end], k[:, :, :end], v[:, :, :end], additive, None, scale,
+                                    dropout, partial(values, rows=slice(start, end)))
+        outputs.append(out)
+    return torch.cat(outputs, dim=-2)
+
+
+def _softmax_attention(q: Tensor, k: Tensor, v: Tensor, additive: Tensor | None, query_keep: Tensor | None,
+                       scale: float, dropout: float, values: Callable[[Tensor], Tensor | None] | None
+                       ) -> tuple[Tensor, Tensor]:
+    """softmax(scale * q.k + additive) v + values(probs), and probs: (B, H, T, dh), (B, H, T, S)."""
     repeat = q.shape[1] // k.shape[1]
     if repeat > 1:
         k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
     scores = torch.matmul(q * scale, k.transpose(-1, -2))  # (B, H, T, S); the scale on the (T, dh) operand
-    additive = _combine(bias, mask, q, k)
     if additive is not None:
         scores = scores + additive
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-    if mask.query_keep is not None:
-        probs = probs * mask.query_keep[:, None, :, None].to(probs.dtype)
+    if query_keep is not None:
+        probs = probs * query_keep[:, None, :, None].to(probs.dtype)
     dropped = F.dropout(probs, dropout, training=dropout > 0)
     out = torch.matmul(dropped, v)
     extra = None if values is None else values(dropped)
@@ -166,13 +191,16 @@ class SelfAttention(Attention):
         k_pos = pos
         if cache is not None:
             k, v, k_pos = cache.append(k, v, pos)
-        values = partial(self.position.values, q_pos=pos, k_pos=k_pos, layer=self.layer) \
-            if self.position.uses_values else None
+        values = partial(self._values, q_pos=pos, k_pos=k_pos) if self.position.uses_values else None
         if self.kernel == "flex" and not need_weights:
             return self._attend(q, k, v, mask, None, need_weights, values, packing,
                                 score_mod=self.position.score_mod(pos, k_pos, self.layer))
         bias = self.position.bias(q, k, pos, k_pos, self.layer)
         return self._attend(q, k, v, mask, bias, need_weights, values, packing)
+
+    def _values(self, probs: Tensor, rows: slice, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """The encoding's `values` term for the queries `rows` over the first probs.shape[-1] keys."""
+        return self.position.values(probs, q_pos[:, rows], k_pos[:, : probs.shape[-1]], self.layer)
 
     def extra_repr(self) -> str:
         return f"position={self.position.name}, layer={self.layer}"

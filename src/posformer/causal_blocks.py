@@ -24,6 +24,8 @@ would allocate a whole (T, T) gradient per block.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -42,24 +44,35 @@ def use_causal_blocks(q: Tensor, bias: Tensor | None, is_causal: bool) -> bool:
     return bias is not None or length <= NO_BIAS_MAX_LENGTH
 
 
+def query_blocks(length: int, bias: Tensor | None, dtype: torch.dtype,
+                 device: torch.device) -> Iterator[tuple[int, int, Tensor]]:
+    """Each block of BLOCK_ROWS queries, [start, end), with its mask over the keys [0, end): the bias rows with
+    every masked pair at `dtype`'s most negative value, (B or 1, H, rows, end) in `dtype` and contiguous; or,
+    without a bias, True where a pair is allowed, (rows, end) bool."""
+    positions = torch.arange(length, device=device)
+    bias_rows = None if bias is None else bias.split(BLOCK_ROWS, dim=-2)
+    for block, start in enumerate(range(0, length, BLOCK_ROWS)):
+        end = min(start + BLOCK_ROWS, length)
+        allowed = positions[start:end, None] >= positions[None, :end]
+        if bias_rows is None:
+            yield start, end, allowed
+        else:
+            yield start, end, torch.where(allowed, bias_rows[block][..., :end].to(dtype), torch.finfo(dtype).min
+                                          ).contiguous()
+
+
 def causal_blocks_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: float,
                             dropout: float) -> Tensor:
-    """softmax(scale * q.k + bias, keys j <= i) v, computed BLOCK_ROWS queries at a time.
+    """softmax(scale * q.k + bias, keys j <= i) v through SDPA, BLOCK_ROWS queries at a time.
 
     q: (B, H, T, dh); k, v: (B, Hkv, T, dh); bias: (B or 1, H, T, T), the value at masked pairs unused,
     or None -> (B, H, T, dh).
     """
-    length = q.shape[-2]
-    positions = torch.arange(length, device=q.device)
-    bias_rows = None if bias is None else bias.split(BLOCK_ROWS, dim=-2)
-    outputs = []
-    for block, start in enumerate(range(0, length, BLOCK_ROWS)):
-        end = min(start + BLOCK_ROWS, length)
-        mask = positions[start:end, None] >= positions[None, :end]  # (rows, end): allowed
-        if bias_rows is not None:
-            mask = torch.where(mask, bias_rows[block][..., :end].to(q.dtype), torch.finfo(q.dtype).min).contiguous()
-        outputs.append(F.scaled_dot_product_attention(
-            q[:, :, start:end], k[:, :, :end], v[:, :, :end], attn_mask=mask, scale=scale,
-            dropout_p=dropout, enable_gqa=k.shape[1] != q.shape[1],
-        ))
+    outputs = [
+        F.scaled_dot_product_attention(
+            q[:, :, start:end], k[:, :, :end], v[:, :, :end], attn_mask=mask, scale=scale, dropout_p=dropout,
+            enable_gqa=k.shape[1] != q.shape[1],
+        )
+        for start, end, mask in query_blocks(q.shape[-2], bias, q.dtype, q.device)
+    ]
     return torch.cat(outputs, dim=-2)
