@@ -64,3 +64,31 @@ def test_blocks_run_for_a_plain_causal_mask_longer_than_a_block_and_without_a_bi
     assert not use_causal_blocks(q, None, is_causal=True)
     assert use_causal_blocks(q[:, :, :6], None, is_causal=True)
     assert not use_causal_blocks(q[:, :, :4], None, is_causal=True)
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_the_eager_path_of_a_values_term_in_blocks_equals_one_call(with_bias, monkeypatch) -> None:
+    """A `values` term (Shaw's) forces the eager path; in blocks it is asked for each block's query rows and
+    key prefix, and the output and gradients equal one whole call."""
+    from posformer.attention import attend
+    from posformer.masks import AttentionMask
+
+    q, k, v = (torch.randn(2, 4, 10, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    bias = torch.randn(1, 4, 10, 10, dtype=torch.float64, requires_grad=True) if with_bias else None
+    per_key = torch.randn(10, 8, dtype=torch.float64)
+    per_query = torch.randn(10, 1, dtype=torch.float64)
+
+    def values(probs: torch.Tensor, rows: slice) -> torch.Tensor:
+        return probs @ per_key[: probs.shape[-1]] * per_query[rows]
+
+    def run(block_rows: int):
+        monkeypatch.setattr(causal_blocks, "BLOCK_ROWS", block_rows)
+        out, _ = attend(q, k, v, AttentionMask(is_causal=True), bias, 0.3, values=values)
+        inputs = (q, k, v) if bias is None else (q, k, v, bias)
+        return out, torch.autograd.grad(out.square().sum(), inputs)
+
+    whole, whole_grads = run(10)
+    blocked, blocked_grads = run(3)
+    torch.testing.assert_close(blocked, whole, atol=1e-12, rtol=1e-12)
+    for grad, want in zip(blocked_grads, whole_grads):
+        torch.testing.assert_close(grad, want, atol=1e-12, rtol=1e-12)

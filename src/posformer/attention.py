@@ -18,7 +18,7 @@ from posformer.causal_blocks import causal_blocks_attention, query_blocks, use_c
 from posformer.config import Config
 from posformer.flex import flex_attend
 from posformer.linear import Linear
-from posformer.masks import AttentionMask
+from posformer.masks import AttentionMask, causal_additive
 from posformer.norms import make_norm
 from posformer.packing import TokenPacking
 from posformer.positions.base import PositionEncoding, ScoreMod
@@ -78,8 +78,7 @@ def _eager_in_blocks(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale
     """The eager path under a plain causal mask, one block of queries at a time against the keys up to its last."""
     outputs = []
     for start, end, block_mask in query_blocks(q.shape[-2], bias, q.dtype, q.device):
-        additive = block_mask if bias is not None else \
-            torch.zeros((), dtype=q.dtype, device=q.device).masked_fill(~block_mask, torch.finfo(q.dtype).min)
+        additive = block_mask if bias is not None else causal_additive(end - start, end, q.dtype, q.device)
         out, _ = _softmax_attention(q[:, :, start:end], k[:, :, :end], v[:, :, :end], additive, None, scale,
                                     dropout, partial(values, rows=slice(start, end)))
         outputs.append(out)

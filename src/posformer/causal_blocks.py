@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from posformer.masks import causal_allowed
+
 BLOCK_ROWS = 128
 NO_BIAS_MAX_LENGTH = 640
 
@@ -49,11 +51,10 @@ def query_blocks(length: int, bias: Tensor | None, dtype: torch.dtype,
     """Each block of BLOCK_ROWS queries, [start, end), with its mask over the keys [0, end): the bias rows with
     every masked pair at `dtype`'s most negative value, (B or 1, H, rows, end) in `dtype` and contiguous; or,
     without a bias, True where a pair is allowed, (rows, end) bool."""
-    positions = torch.arange(length, device=device)
     bias_rows = None if bias is None else bias.split(BLOCK_ROWS, dim=-2)
     for block, start in enumerate(range(0, length, BLOCK_ROWS)):
         end = min(start + BLOCK_ROWS, length)
-        allowed = positions[start:end, None] >= positions[None, :end]
+        allowed = causal_allowed(end - start, end, device)  # the block's queries are the last of these keys
         if bias_rows is None:
             yield start, end, allowed
         else:
