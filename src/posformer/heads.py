@@ -10,9 +10,11 @@ from posformer.config import Config
 from posformer.cross_entropy import token_cross_entropy
 from posformer.feedforward import ACTIVATION_FNS
 from posformer.linear import Linear
+from posformer.linear_cross_entropy import linear_token_cross_entropy
 from posformer.tensor_checks import check_in_range
 
 IGNORE_INDEX = -100
+TOKEN_HEADS = ("causal_lm", "seq2seq_lm", "masked_lm")  # heads with a logit per position and token
 
 
 class LMHead(nn.Module):
@@ -35,9 +37,24 @@ class LMHead(nn.Module):
         self.input_scale = cfg.d_model**-0.5 if cfg.scale_tied_head and cfg.tie_embeddings else 1.0
 
     def forward(self, h: Tensor) -> Tensor:
+        return self.proj(self.features(h))
+
+    def features(self, h: Tensor) -> Tensor:
+        """What the vocabulary projection reads: h after the transform and the tied-head scaling, (B, T, d_model)."""
         if self.transform:
             h = self.norm(self.act(self.dense(h)))
-        return self.proj(h * self.input_scale if self.input_scale != 1.0 else h)
+        return h * self.input_scale if self.input_scale != 1.0 else h
+
+    def loss(self, h: Tensor, labels: Tensor, shift: bool) -> Tensor:
+        """`token_loss` of this head's logits, computed without them (`linear_token_cross_entropy`).
+
+        h: (B, T, d_model); labels: (B, T) -> a scalar.
+        """
+        targets = token_targets(labels, shift)
+        features = self.features(h)
+        total = linear_token_cross_entropy(features.reshape(-1, features.shape[-1]), self.proj.weight,
+                                           self.proj.bias, targets, IGNORE_INDEX)
+        return mean_over_labels(total, targets)
 
 
 class MaskedLMHead(LMHead):
@@ -87,6 +104,12 @@ def build_head(cfg: Config) -> nn.Module | None:
     )(cfg)
 
 
+def loss_only(head_kind: str) -> dict[str, bool]:
+    """The forward arguments that ask a model with this head for its training loss alone: `return_logits=False`
+    for a token head (its (B, T, V) logits are never held), none for the others (their logits are small)."""
+    return {"return_logits": False} if head_kind in TOKEN_HEADS else {}
+
+
 def token_loss(logits: Tensor, labels: Tensor, shift: bool) -> Tensor:
     """Mean cross-entropy over tokens whose label is not -100.
 
@@ -94,11 +117,21 @@ def token_loss(logits: Tensor, labels: Tensor, shift: bool) -> Tensor:
     A batch with no label to predict (all -100, or one token under the shift)
     has loss 0, not NaN.
     """
-    if shift:  # shift the labels, not the (large) logits, so nothing is copied
+    targets = token_targets(labels, shift)
+    return mean_over_labels(token_cross_entropy(logits.reshape(-1, logits.shape[-1]), targets, IGNORE_INDEX), targets)
+
+
+def token_targets(labels: Tensor, shift: bool) -> Tensor:
+    """The label of each position's prediction, flattened: labels (B, T) -> (B * T,). With `shift` (causal LM)
+    position t predicts label t+1 and the last position -100: the labels move, not the (large) logits."""
+    if shift:
         labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
-    labels = labels.reshape(-1)
-    total = token_cross_entropy(logits.reshape(-1, logits.shape[-1]), labels, IGNORE_INDEX)
-    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
+    return labels.reshape(-1)
+
+
+def mean_over_labels(total: Tensor, targets: Tensor) -> Tensor:
+    """A summed loss over the targets (N,) divided by how many are not -100 (at least 1: no labels -> 0)."""
+    return total / (targets != IGNORE_INDEX).sum().clamp(min=1)
 
 
 def mask_padded_logits(logits: Tensor, attention_mask: Tensor) -> Tensor:

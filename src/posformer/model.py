@@ -14,8 +14,8 @@ from torch import Tensor, nn
 from posformer.attention import CrossAttention
 from posformer.cache import Cache
 from posformer.config import Config, check_token_in_vocabulary
-from posformer.heads import (IGNORE_INDEX, build_head, check_labels, class_loss, mask_padded_logits, span_loss,
-                             token_loss)
+from posformer.heads import (IGNORE_INDEX, TOKEN_HEADS, build_head, check_labels, class_loss, mask_padded_logits,
+                             span_loss, token_loss)
 from posformer.init import normal_init_, t5_init_
 from posformer.masks import build_mask
 from posformer.norms import deepnorm_constants
@@ -228,6 +228,7 @@ class Transformer(nn.Module):
         use_cache: bool = False,
         output_attentions: bool = False,
         logits_to_keep: int = 0,
+        return_logits: bool = True,
     ) -> ModelOutput:
         """input_ids: (B, T) token ids; attention_mask: (B, T) with 1 for tokens, 0 for padding;
         position_ids: (B, T), default 0.. T-1 (after any cached positions).
@@ -238,6 +239,9 @@ class Transformer(nn.Module):
         labels: (B, T) token labels (-100 ignored), or (B,) class labels.
         logits_to_keep: n > 0 applies a language-model head to the last n positions only (logits (B, n, V)),
         as Hugging Face's `logits_to_keep`: generation's prompt pass needs one; 0 keeps every position.
+        return_logits: False (with labels, for a language-model head) returns the loss alone, logits None: it is
+        computed a chunk of rows at a time (`linear_token_cross_entropy`), so the (B, T, V) logits and their
+        gradient are never held. Training needs nothing else.
         An input this model has no use for (decoder inputs outside an encoder-decoder, span positions outside the
         span_qa head, labels for the span_qa or "none" head, token types without token-type embeddings) is
         refused, never ignored.
@@ -246,7 +250,7 @@ class Transformer(nn.Module):
         self._refuse_unused(token_type_ids=token_type_ids, decoder_input_ids=decoder_input_ids,
                             decoder_attention_mask=decoder_attention_mask, decoder_position_ids=decoder_position_ids,
                             start_positions=start_positions, end_positions=end_positions, labels=labels)
-        self._check_logits_to_keep(logits_to_keep, labels)
+        self._check_head_options(logits_to_keep, return_logits, labels)
         if use_cache and cache is None and cfg.arch != "encoder":
             cache = Cache(len(self.decoder.layers))
         out = ModelOutput(cache=cache)
@@ -275,7 +279,7 @@ class Transformer(nn.Module):
         out.last_hidden_state = hidden
         head_input = hidden[:, -logits_to_keep:] if logits_to_keep else hidden
         self._apply_head(out, head_input, labels, start_positions, end_positions,
-                         attention_mask if cfg.arch == "encoder" else None)
+                         attention_mask if cfg.arch == "encoder" else None, return_logits)
         return out
 
     def _refuse_unused(self, **given: Tensor | None) -> None:
@@ -292,10 +296,17 @@ class Transformer(nn.Module):
                 raise ValueError(f"{name} was given, but this model (arch={cfg.arch!r}, head={cfg.head_kind!r}, "
                                  f"type_vocab_size={cfg.type_vocab_size}) has no use for it")
 
-    def _check_logits_to_keep(self, logits_to_keep: int, labels: Tensor | None) -> None:
+    def _check_head_options(self, logits_to_keep: int, return_logits: bool, labels: Tensor | None) -> None:
         """Raise `ValueError` unless `logits_to_keep` is an int >= 0, and 0 without a language-model head or with
-        labels (the loss reads every position's logits)."""
+        labels (the loss reads every position's logits); and unless `return_logits` is a bool, False only with
+        labels and a token head (causal, seq2seq or masked LM)."""
         check_int("logits_to_keep", logits_to_keep, minimum=0)
+        if not isinstance(return_logits, bool):
+            raise ValueError(f"return_logits must be True or False, got {return_logits!r}")
+        if not return_logits and (labels is None or self.cfg.head_kind not in TOKEN_HEADS):
+            raise ValueError(f"return_logits=False returns the loss alone: it needs labels and a language-model "
+                             f"head {TOKEN_HEADS}; this call has labels={'given' if labels is not None else None}"
+                             f" and head {self.cfg.head_kind!r}")
         if logits_to_keep and self.cfg.head_kind not in ("causal_lm", "seq2seq_lm"):
             raise ValueError(f"logits_to_keep={logits_to_keep} was given, but this model's head "
                              f"({self.cfg.head_kind!r}) is not a language-model head")
@@ -305,8 +316,9 @@ class Transformer(nn.Module):
 
     def _apply_head(self, out: ModelOutput, hidden: Tensor, labels: Tensor | None,
                     start_positions: Tensor | None, end_positions: Tensor | None,
-                    attention_mask: Tensor | None) -> None:
-        """Logits (span logits of padded positions set to the dtype's minimum: never an answer) and the loss."""
+                    attention_mask: Tensor | None, return_logits: bool) -> None:
+        """Logits (span logits of padded positions set to the dtype's minimum: never an answer) and the loss;
+        without `return_logits` a token head's loss alone."""
         kind = self.cfg.head_kind
         if kind == "span_qa":
             out.start_logits, out.end_logits = self.head(hidden)
@@ -320,6 +332,9 @@ class Transformer(nn.Module):
             if labels is not None:
                 check_labels("labels", labels, out.logits.shape[:1], self.cfg.num_labels)
                 out.loss = class_loss(out.logits, labels)
+        elif not return_logits:
+            check_labels("labels", labels, hidden.shape[:2], None)
+            out.loss = self.head.loss(hidden, labels, shift=kind == "causal_lm")
         elif kind != "none":
             out.logits = self.head(hidden)
             if labels is not None:

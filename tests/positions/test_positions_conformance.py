@@ -279,14 +279,16 @@ def test_computing_once_per_forward_changes_no_output_or_gradient(name: str, arc
         torch.testing.assert_close(shared_grads[pname], alone_grads[pname], atol=1e-5, rtol=1e-4, msg=pname)
 
 
+@pytest.mark.parametrize("return_logits", [True, False])
 @pytest.mark.parametrize("name, arch", [(name, arch) for name, arch in CASES if arch != "encoder_decoder"])
-def test_compiles_to_one_graph_exactly_when_it_says_so(name: str, arch: str) -> None:
+def test_compiles_to_one_graph_exactly_when_it_says_so(name: str, arch: str, return_logits: bool) -> None:
     """`compiles_whole`: the forward with labels traces into one `torch.compile` graph (fullgraph, no
-    Inductor: the tracing is what breaks) and gives the eager loss; an encoding that says it breaks does."""
+    Inductor: the tracing is what breaks) and gives the eager loss, with the logits or the loss alone
+    (`return_logits=False`, the chunked head); an encoding that says it breaks does."""
     torch._dynamo.reset()
     cfg = config(name, arch, n_layers=1)
     model = pf.Transformer(cfg)
-    kwargs = inputs(cfg)
+    kwargs = {**inputs(cfg), "return_logits": return_logits}
     compiled = torch.compile(lambda: model(**kwargs, labels=kwargs["input_ids"]).loss, fullgraph=True,
                              backend="eager")
     if pf.positions.get(name).compiles_whole:

@@ -301,3 +301,18 @@ def test_compiled_training_equals_eager_training(corpus: Path, tmp_path: Path) -
     weights = final_weights(tmp_path / "compiled", 3)
     for name, tensor in final_weights(tmp_path / "eager", 3).items():
         torch.testing.assert_close(weights[name], tensor, rtol=0, atol=1e-5)
+
+
+def test_training_steps_ask_a_token_head_for_the_loss_alone(corpus: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer's steps call the model with `return_logits=False`, so the (B, T, V) logits are never held."""
+    calls, forward = [], pf.Transformer.forward
+
+    def recording_forward(model: pf.Transformer, *args, **kwargs):
+        if model.training:
+            calls.append(kwargs.get("return_logits", True))
+        return forward(model, *args, **kwargs)
+
+    monkeypatch.setattr(pf.Transformer, "forward", recording_forward)
+    run_in_process(tiny_run(corpus, 2, dropout=0.0), tmp_path / "run")
+    assert calls == [False, False]

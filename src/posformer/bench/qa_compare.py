@@ -22,6 +22,8 @@ from tqdm.auto import tqdm
 
 from posformer.bench.qa_setup import draw_batches, load_questions, resolve_data, summary
 from posformer.bench.trainer import load_average
+from posformer.heads import loss_only
+from posformer.model import Transformer
 from posformer.tasks.qa_evaluation import QAEvaluator
 from posformer.tasks.qa_predictor import QAPredictor
 from posformer.train.optim import adamw, parameter_groups
@@ -59,6 +61,7 @@ class Run:
         from transformers import get_linear_schedule_with_warmup
 
         self.model = model.train()
+        self.arguments = loss_only(model.cfg.head_kind) if isinstance(model, Transformer) else {}  # as the Trainer
         self.optimizer = adamw(parameter_groups(model, weight_decay), lr=lr, betas=betas, eps=eps)
         self.scheduler = get_linear_schedule_with_warmup(self.optimizer, warmup_steps, steps)
         self.losses: list[float] = []
@@ -68,7 +71,7 @@ class Run:
         """One optimizer step on `batch` (input_ids, attention_mask, token_type_ids: (b, T); positions (b,))."""
         start = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.model(**batch).loss
+        loss = self.model(**batch, **self.arguments).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), CLIP)
         self.optimizer.step()

@@ -80,7 +80,7 @@ def perplexity_evaluator(windows: torch.Tensor, batch_size: int):
 
     def evaluate(model) -> dict[str, float]:
         device = next(model.parameters()).device
-        total = sum(float(model(chunk.to(device), labels=chunk.to(device)).loss) * len(chunk)
+        total = sum(float(model(chunk.to(device), labels=chunk.to(device), return_logits=False).loss) * len(chunk)
                     for chunk in windows.split(batch_size))
         loss = total / len(windows)
         return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}

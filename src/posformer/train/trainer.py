@@ -37,6 +37,7 @@ from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from posformer.atomic import write_text_atomic
+from posformer.heads import loss_only
 from posformer.model import Transformer
 from posformer.train import distributed
 from posformer.train.metrics_log import MetricsLog, plot_losses
@@ -292,6 +293,7 @@ class Trainer:
         tokens: the real tokens of the step (attention_mask ones; every token of a batch without a mask)."""
         s, ctx = self.settings, self.ctx
         total, tokens, finite = torch.zeros((), device=ctx.device), 0, True
+        loss_only_arguments = loss_only(self.model.cfg.head_kind)
         for micro in range(s.grad_accum):
             batch = self.batches.next_batch(s.batch_size * ctx.world_size, ctx.rank, ctx.world_size)
             batch = {k: v.to(ctx.device) for k, v in batch.items()}
@@ -299,7 +301,7 @@ class Trainer:
             tokens += (batch["input_ids"].numel() if mask is None else int(mask.sum())) * ctx.world_size
             sync = micro == s.grad_accum - 1 or self.no_sync is None
             with (contextlib.nullcontext() if sync else self.no_sync()), self._autocast():
-                loss = self.wrapped(**batch).loss / s.grad_accum
+                loss = self.wrapped(**batch, **loss_only_arguments).loss / s.grad_accum
             finite = finite and distributed.all_true(bool(torch.isfinite(loss)), ctx)
             if finite:
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
