@@ -113,7 +113,7 @@ def time_phases(models: dict[str, nn.Module], inputs: dict[str, torch.Tensor], l
     if train:
         for model in models.values():
             model.train()
-        steps = {name: _train_step(model, {**inputs, "labels": labels}, runtime) for name, model in models.items()}
+        steps = {name: train_step(model, {**inputs, "labels": labels}, runtime) for name, model in models.items()}
         times["train"] = measure_interleaved(steps, warmup, iters, "train", progress)
     return times
 
@@ -170,7 +170,7 @@ def _forward_step(model: nn.Module, inputs: dict[str, torch.Tensor], runtime: Ru
     return step
 
 
-def _train_step(model: nn.Module, inputs: dict[str, torch.Tensor], runtime: Runtime) -> Callable[[], None]:
+def train_step(model: nn.Module, inputs: dict[str, Any], runtime: Runtime) -> Callable[[], None]:
     """One AdamW step on `model(**inputs).loss` (inputs hold the labels), the forward in the runtime's
     precision, finished on its device."""
     optimizer = adamw(model.parameters(), **ADAMW)

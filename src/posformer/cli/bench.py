@@ -1,5 +1,5 @@
-"""`posformer bench`: the speed benchmarks, each declared once; `--generation`, `--trainer`, `--qa` or
-`--positions` picks one.
+"""`posformer bench`: the speed benchmarks, each declared once; `--generation`, `--trainer`, `--qa`,
+`--positions` or `--mlm` picks one.
 
 Every benchmark prints its report and, with `--json PATH`, writes its results there. A missing
 optional package (ImportError) exits with 1 and its message; a bad option value (ValueError)
@@ -106,7 +106,7 @@ SPEED = Command(
     "turn; the median time per iteration gives tokens/s = batch * length / time. 'vs HF' is posformer tok/s "
     "divided by HF tok/s: above 1 posformer is faster, below 1 HF is faster. Model FLOPs per token follow PaLM "
     "(6N + 12*L*H*dh*T per trained token, posformer.bench.flops). The code: posformer.bench.speed. "
-    "The other benchmarks: posformer bench --generation, --trainer, --qa (each with --help).",
+    "The other benchmarks: posformer bench --generation, --trainer, --qa, --positions, --mlm (each with --help).",
     add_arguments=add_speed_arguments, run=cmd_speed,
 )
 
@@ -302,8 +302,53 @@ POSITIONS = Command(
     add_arguments=add_positions_arguments, run=cmd_positions,
 )
 
+
+
+def cmd_mlm(args: argparse.Namespace) -> int:
+    from posformer.bench import mlm
+
+    return report(args, mlm.run(
+        batch=args.batch, length=args.length, d_model=args.d_model, layers=args.layers, heads=args.heads,
+        d_ff=args.d_ff, vocab=args.vocab, mask_rate=args.mask_rate, warmup=args.warmup, iters=args.iters,
+        threads=args.threads, seed=args.seed, progress=not args.no_progress, device=args.device,
+        precision=args.precision,
+    ), mlm.format_report)
+
+
+def add_mlm_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--batch", type=positive_int, default=16, help="sequences per step")
+    add("--length", type=positive_int, default=256, help="tokens per sequence")
+    add("--d-model", type=positive_int, default=384, help="hidden size (all-MiniLM-L6-v2's)")
+    add("--layers", type=positive_int, default=6, help="encoder layers")
+    add("--heads", type=positive_int, default=12, help="attention heads")
+    add("--d-ff", type=positive_int, default=1536, help="feed-forward inner size")
+    add("--vocab", type=positive_int, default=30522, help="vocabulary size (BERT's uncased)")
+    add("--mask-rate", type=open_fraction, default=0.15, help="share of positions that keep a label (BERT's "
+        "15%%); the others are -100")
+    add("--warmup", type=non_negative_int, default=1, help="untimed rounds before timing")
+    add("--iters", type=positive_int, default=5, help="timed rounds (each runs every model once)")
+    add("--seed", type=non_negative_int, default=0, help="seed of the weights, the tokens and the labels")
+    add_runtime_flags(parser)
+    add_run_flags(parser, 2, "every model")
+
+
+MLM = Command(
+    "mlm", help="masked-LM training of posformer (the loss alone, and with logits) against BertForMaskedLM",
+    formatter_class=HelpFormatter,
+    description="Time masked-LM training steps of Hugging Face BertForMaskedLM (SDPA, dropout off) and of "
+    "posformer loaded from its weights with from_hf, on the same batch and labels, in the same run. "
+    "posformer runs as the Trainer calls it (return_logits=False: the head projects only the labelled "
+    "rows and no (B, T, V) logits are held) and with its logits, as HF always computes them.",
+    epilog="Timed: zero_grad, forward with labels, backward and an AdamW step; the runs alternate (ABC ABC ...) "
+    "and the median step gives tokens/s = batch * length / seconds. The first losses are printed: the same "
+    "function, they agree up to float reordering. The code: posformer.bench.mlm.",
+    add_arguments=add_mlm_arguments, run=cmd_mlm,
+)
+
 # no flag: SPEED
-BENCHMARKS = {"--generation": GENERATION, "--trainer": TRAINER, "--qa": QA, "--positions": POSITIONS}
+BENCHMARKS = {"--generation": GENERATION, "--trainer": TRAINER, "--qa": QA, "--positions": POSITIONS,
+              "--mlm": MLM}
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -328,6 +373,7 @@ COMMAND = Command(
                   "`posformer bench --generation --help` for generation speed, "
                   "`posformer bench --trainer --help` for the trainer's, "
                   "`posformer bench --qa --help` for extractive QA training, "
-                  "`posformer bench --positions --help` for the cost of each position encoding)",
+                  "`posformer bench --positions --help` for the cost of each position encoding, "
+                  "`posformer bench --mlm --help` for masked-LM training)",
     run=cmd_bench, passes_on=True,
 )
