@@ -46,8 +46,12 @@ class TokenCrossEntropy(torch.autograd.Function):
 
 def token_cross_entropy(logits: Tensor, labels: Tensor, ignore_index: int) -> Tensor:
     """The summed cross-entropy of `TokenCrossEntropy`; logits: (N, V), labels: (N,) -> scalar."""
-    if labels.shape != logits.shape[:1]:
-        raise ValueError(f"labels has shape {tuple(labels.shape)}; expected ({logits.shape[0]},)")
-    check_in_range(labels, 0, logits.shape[1], f"labels must lie in [0, {logits.shape[1]}) or be {ignore_index}",
-                   allowed=ignore_index)
+    check_token_labels(labels, logits.shape[0], logits.shape[1], ignore_index)
     return TokenCrossEntropy.apply(logits, labels, ignore_index)
+
+
+def check_token_labels(labels: Tensor, rows: int, vocab: int, ignore_index: int) -> None:
+    """Raise `ValueError` unless labels has shape (rows,) and every value lies in [0, vocab) or is ignore_index."""
+    if labels.shape != (rows,):
+        raise ValueError(f"labels has shape {tuple(labels.shape)}; expected ({rows},)")
+    check_in_range(labels, 0, vocab, f"labels must lie in [0, {vocab}) or be {ignore_index}", allowed=ignore_index)

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from posformer.tensor_checks import check_in_range
+from posformer.cross_entropy import check_token_labels
 
 CHUNK_ELEMENTS = 2**24  # logits per chunk (64 MiB in float32) ...
 MIN_CHUNK_ROWS = 512  # ... but never fewer rows: each chunk adds into the whole weight gradient
@@ -41,10 +41,7 @@ def linear_token_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor | No
     the product is float64). Under autocast the products run in its dtype, as `F.linear` would; the softmax in
     float32 or wider. Gradients reach hidden, weight and bias.
     """
-    if labels.shape != hidden.shape[:1]:
-        raise ValueError(f"labels has shape {tuple(labels.shape)}; expected ({hidden.shape[0]},)")
-    check_in_range(labels, 0, weight.shape[0], f"labels must lie in [0, {weight.shape[0]}) or be {ignore_index}",
-                   allowed=ignore_index)
+    check_token_labels(labels, hidden.shape[0], weight.shape[0], ignore_index)
     keep = labels != ignore_index
     if hidden.device.type == "cpu" and not torch.compiler.is_compiling():
         rows = keep.nonzero().squeeze(1)

@@ -21,6 +21,7 @@ import posformer as pf
 from posformer.bench.runtime import PRECISIONS, Runtime
 from posformer.bench.speed import _transformers, measure_interleaved, torch_threads, train_step
 from posformer.heads import IGNORE_INDEX, loss_only
+from posformer.validation import check_int, check_number
 
 RUNS = {"posformer": "posformer, loss alone", "posformer_logits": "posformer, with logits", "hf": "HF"}
 
@@ -49,10 +50,8 @@ def run(batch: int = 16, length: int = 256, d_model: int = 384, layers: int = 6,
     (`{key}_s`), each run's first loss (`first_loss`: the same function, so equal up to float reordering) and the
     ratios to HF (`ratio`: the loss alone, `ratio_logits`: with logits)."""
     for name, value, low in (("batch", batch, 1), ("length", length, 2), ("iters", iters, 1), ("warmup", warmup, 0)):
-        if value < low:
-            raise ValueError(f"{name}={value} is invalid: expected an integer >= {low}")
-    if not 0.0 < mask_rate <= 1.0:
-        raise ValueError(f"mask_rate={mask_rate} is invalid: expected a share in (0, 1]")
+        check_int(name, value, minimum=low)
+    check_number("mask_rate", mask_rate, 0.0, 1.0, low_open=True)
     runtime = Runtime.of(device, precision)
     with torch_threads(threads) as threads:
         torch.manual_seed(seed)
