@@ -7,8 +7,8 @@ score a content vector against a table of relative-position vectors r_idx(i, j):
 
 Materialising r_idx(i, j) for every pair costs (B, Tq, Tk, dh). Instead, every
 content vector is scored against every table row once, (B, H, T, R), and the
-score of each pair is then picked out with `gather`; the value side of Shaw
-does the reverse with `scatter_add`. R is the table length (2k+1 for Shaw).
+score of each pair is then picked out with `gather`. R is the table length.
+(Shaw's clipped table has its own bins: `clipped_bins`.)
 
 When the positions count up by one in queries and keys alike (the default
 position ids), row idx(i, j) = offset + i - j lies on a diagonal: the index is
@@ -101,16 +101,3 @@ def key_position_scores(k: Tensor, table: Tensor, index: Tensor | Diagonal, q_le
     b, h, tk, _ = scores.shape
     picked = scores.gather(-1, index.transpose(-1, -2)[:, None].expand(b, h, tk, index.shape[-2]))  # (B, H, Tk, Tq)
     return picked.transpose(-1, -2)
-
-
-def position_weighted_values(probs: Tensor, table: Tensor, index: Tensor) -> Tensor:
-    """o_i = sum_j probs_ij table[index_ij].
-
-    probs: (B, H, Tq, Tk); table: (R, dh); index: (B or 1, Tq, Tk) -> (B, H, Tq, dh).
-    The probabilities that share a table row are summed first (scatter_add), then
-    multiplied by the table once: (B, H, Tq, R) @ (R, dh).
-    """
-    b, h, tq, tk = probs.shape
-    per_row = probs.new_zeros(b, h, tq, table.shape[0])
-    per_row.scatter_add_(-1, index[:, None].expand(b, h, tq, tk), probs)
-    return torch.matmul(per_row, table.to(probs.dtype))

@@ -10,22 +10,22 @@ a^V_l, indexed by the clipped distance from query i to key j:
 The key-side term is the `bias` hook (times `scale`, since the paper adds it
 inside the scaled product); the value-side term sum_j alpha_ij a^V_l[idx(i, j)]
 is the `values` hook, so this encoding runs on the eager attention path. All
-distances beyond k share one vector, so any length works.
+distances beyond k share one vector, so any length works. Both terms go through
+the 2k + 1 bins of each query (`clipped_bins`): q_i is scored against the table
+once, and the probabilities that share a bin are summed before the table is.
 
 Parameters: `key[l].weight` and `value[l].weight`, each (2k + 1, head_dim).
 """
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from posformer.positions.base import PositionEncoding
+from posformer.positions.clipped_bins import ClippedBins
 from posformer.positions.registry import register
-from posformer.positions.relative_scores import (
-    position_weighted_values,
-    query_position_scores,
-    relative_distance,
-)
+from posformer.positions.relative_scores import counts_up, relative_distance
 
 
 @register("shaw")
@@ -47,16 +47,25 @@ class Shaw(PositionEncoding):
         self.key = nn.ModuleList(nn.Embedding(size, cfg.head_dim) for _ in range(n_layers))
         self.value = nn.ModuleList(nn.Embedding(size, cfg.head_dim) for _ in range(n_layers))
 
-    def index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """clip(j - i, -k, k) + k: (B or 1, Tq, Tk) in [0, 2k]; computed once per forward."""
+    def bins(self, q_pos: Tensor, k_pos: Tensor) -> ClippedBins:
+        """idx(i, j) = clip(j - i, -k, k) + k, (B or 1, Tq, Tk) in [0, 2k], and whether the positions count up
+        (read on the host, except under `torch.compile`); computed once per forward."""
+        return self.per_forward("bins", q_pos, k_pos, self._bins)
+
+    def _bins(self, q_pos: Tensor, k_pos: Tensor) -> ClippedBins:
         k = self.max_distance
-        return self.per_forward("index", q_pos, k_pos, lambda q_rows, k_rows: (
-            -relative_distance(q_rows, k_rows)).clamp(-k, k) + k)
+        index = (-relative_distance(q_pos, k_pos)).clamp(-k, k) + k
+        if torch.compiler.is_compiling() or not (counts_up(q_pos) and counts_up(k_pos)):
+            return ClippedBins(k, index, None)
+        return ClippedBins(k, index, int(k_pos[0, 0]) - int(q_pos[0, 0]))
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         """scale * q_i . a^K[idx(i, j)]: (B, H, Tq, Tk)."""
-        return query_position_scores(q * self.scale, self.key[layer].weight, self.index(q_pos, k_pos))
+        table = self.key[layer].weight
+        per_bin = torch.matmul(q * self.scale, table.transpose(0, 1).to(q.dtype))  # (B, H, Tq, 2k + 1)
+        return self.bins(q_pos, k_pos).lookup(per_bin)
 
     def values(self, probs: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         """sum_j probs_ij a^V[idx(i, j)]: (B, H, Tq, head_dim)."""
-        return position_weighted_values(probs, self.value[layer].weight, self.index(q_pos, k_pos))
+        per_bin = self.bins(q_pos, k_pos).sums(probs)  # (B, H, Tq, 2k + 1)
+        return torch.matmul(per_bin, self.value[layer].weight.to(probs.dtype))
