@@ -303,7 +303,6 @@ POSITIONS = Command(
 )
 
 
-
 def cmd_mlm(args: argparse.Namespace) -> int:
     from posformer.bench import mlm
 

@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from posformer.positions.relative_scores import gather_pairs
+
 CHUNK = 32  # keys summed at once by `prefix_sums`
 
 
@@ -42,7 +44,7 @@ class ClippedBins:
     def lookup(self, x: Tensor) -> Tensor:
         """out_ij = x[..., i, idx_ij]: x (B, H, Tq, R) -> (B, H, Tq, Tk)."""
         if self.shift is None:
-            return _gather(x, self.index)
+            return gather_pairs(x, self.index)
         return _LookupByBin.apply(x, self.index, self.k, self.shift)
 
     def sums(self, x: Tensor) -> Tensor:
@@ -52,12 +54,6 @@ class ClippedBins:
             bins = x.new_zeros(b, h, tq, 2 * self.k + 1)
             return bins.scatter_add_(-1, self.index[:, None].expand(b, h, tq, tk), x)
         return _SumsByBin.apply(x, self.index, self.k, self.shift)
-
-
-def _gather(x: Tensor, index: Tensor) -> Tensor:
-    """x (B, H, Tq, R), index (B or 1, Tq, Tk) -> x[..., i, index_ij]: (B, H, Tq, Tk)."""
-    b, h, tq, _ = x.shape
-    return x.gather(-1, index[:, None].expand(b, h, tq, index.shape[-1]))
 
 
 def range_sums(x: Tensor, k: int, shift: int) -> Tensor:
@@ -102,7 +98,7 @@ class _LookupByBin(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, index: Tensor, k: int, shift: int) -> Tensor:
         ctx.k, ctx.shift = k, shift
-        return _gather(x, index)
+        return gather_pairs(x, index)
 
     @staticmethod
     @once_differentiable
@@ -122,4 +118,4 @@ class _SumsByBin(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None]:
         (index,) = ctx.saved_tensors
-        return _gather(grad, index), None, None, None
+        return gather_pairs(grad, index), None, None, None

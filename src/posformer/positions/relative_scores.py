@@ -84,7 +84,11 @@ def query_position_scores(q: Tensor, table: Tensor, index: Tensor | Diagonal, k_
     """
     if isinstance(index, Diagonal):  # the table upside down: row offset + i - j is row R - 1 - offset - i + j
         return _diagonal_scores(q, table.flip(-2), table.shape[-2] - 1 - index.offset, k_len)
-    scores = torch.matmul(q, table.transpose(-1, -2).to(q.dtype))  # (B, H, Tq, R)
+    return gather_pairs(torch.matmul(q, table.transpose(-1, -2).to(q.dtype)), index)
+
+
+def gather_pairs(scores: Tensor, index: Tensor) -> Tensor:
+    """Each pair's score from its query's row: scores (B, H, Tq, R), index (B or 1, Tq, Tk) -> (B, H, Tq, Tk)."""
     b, h, tq, _ = scores.shape
     return scores.gather(-1, index[:, None].expand(b, h, tq, index.shape[-1]))
 
