@@ -159,3 +159,19 @@ def test_sdpa_gets_every_encodings_bias_with_contiguous_keys(name: str, monkeypa
         model(input_ids=torch.randint(0, model.cfg.vocab_size, (2, 9)),
               attention_mask=torch.tensor([[1] * 9, [0] * 2 + [1] * 7]))
     assert masks and all(mask.stride(-1) == 1 for mask in masks)
+
+
+def test_eager_attention_keeps_float64_probabilities() -> None:
+    """In float64 the eager kernel's softmax runs in float64 (float32 or wider, never narrower than its input),
+    so a float64 model is a float64 reference: its probabilities equal the formula to 1e-14."""
+    from posformer.attention import attend
+    from posformer.masks import AttentionMask
+
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 7, 8, dtype=torch.float64, generator=generator) for _ in range(3))
+    bias = torch.randn(1, 3, 7, 7, dtype=torch.float64, generator=generator)
+    out, probs = attend(q, k, v, AttentionMask(), bias, scale=0.35, kernel="eager")
+    expected = torch.softmax(0.35 * q @ k.transpose(-1, -2) + bias, dim=-1)
+    assert probs.dtype == torch.float64
+    torch.testing.assert_close(probs, expected, rtol=0, atol=1e-14)
+    torch.testing.assert_close(out, expected @ v, rtol=0, atol=1e-14)

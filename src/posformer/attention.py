@@ -95,7 +95,7 @@ def _softmax_attention(q: Tensor, k: Tensor, v: Tensor, additive: Tensor | None,
     scores = torch.matmul(q * scale, k.transpose(-1, -2))  # (B, H, T, S); the scale on the (T, dh) operand
     if additive is not None:
         scores = scores + additive
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    probs = torch.softmax(scores, dim=-1, dtype=torch.promote_types(q.dtype, torch.float32)).to(q.dtype)  # float32 or wider
     if query_keep is not None:
         probs = probs * query_keep[:, None, :, None].to(probs.dtype)
     dropped = F.dropout(probs, dropout, training=dropout > 0)
