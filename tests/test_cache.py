@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import posformer as pf
-from posformer.cache import LayerCache
+from posformer.modules.cache import LayerCache
 from posformer.generation import Decoding
 from tests.conftest import tiny
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from posformer.cross_entropy import token_cross_entropy
+from posformer.ops.cross_entropy import token_cross_entropy
 
 IGNORE = -100
 

@@ -1,4 +1,4 @@
-"""attn_impl="flex" (FlexAttention, `posformer.flex`): the score_mod of every encoding that takes it equals its
+"""attn_impl="flex" (FlexAttention, `posformer.ops.flex`): the score_mod of every encoding that takes it equals its
 bias; the whole model equals the SDPA path on the CPU (forward, under torch.compile), padded, cached and
 generating; and the configurations it cannot run are refused with the field named."""
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import posformer as pf
-from posformer.posformer_checkpoint import load_pretrained, save_pretrained
+from posformer.checkpoints.native import load_pretrained, save_pretrained
 from tests.positions.test_positions_conformance import config
 
 GEMMA_LIKE = dict(position_params={"theta": 1e6}, layer_types=["local", "local", "global"],

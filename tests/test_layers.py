@@ -10,9 +10,9 @@ import torch.nn.functional as F
 
 import posformer as pf
 from posformer.config import ACTIVATIONS
-from posformer.feedforward import FeedForward
-from posformer.heads import token_loss
-from posformer.norms import RMSNorm, UnitOffsetRMSNorm, deepnorm_constants
+from posformer.modules.feedforward import FeedForward
+from posformer.modules.heads import token_loss
+from posformer.modules.norms import RMSNorm, UnitOffsetRMSNorm, deepnorm_constants
 from tests.conftest import tiny
 
 transformers = pytest.importorskip("transformers")

@@ -1,4 +1,4 @@
-"""`posformer.linear`: the thread-split product equals `F.linear`, and is taken only where it says."""
+"""`posformer.ops.linear`: the thread-split product equals `F.linear`, and is taken only where it says."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import posformer as pf
 from posformer.bench.speed import torch_threads as threads
-from posformer.linear import BLOCKS_PER_THREAD, SPLIT_MAX_ROWS, SPLIT_MIN_FEATURES, Linear, linear, thread_blocks
+from posformer.ops.linear import BLOCKS_PER_THREAD, SPLIT_MAX_ROWS, SPLIT_MIN_FEATURES, Linear, linear, thread_blocks
 from tests.conftest import tiny
 
 

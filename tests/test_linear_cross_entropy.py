@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import posformer as pf
-import posformer.linear_cross_entropy as lce
-from posformer.linear_cross_entropy import linear_token_cross_entropy
+import posformer.ops.linear_cross_entropy as lce
+from posformer.ops.linear_cross_entropy import linear_token_cross_entropy
 
 IGNORE = -100
 ROWS, WIDTH, VOCAB = 9, 6, 13

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import posformer as pf
-from posformer.cache import Cache
+from posformer.modules.cache import Cache
 from posformer.config import ARCHS
 from posformer.presets import PRESETS, preset_names
 

@@ -8,7 +8,7 @@ from transformers import Llama4TextConfig
 from transformers.models.llama4.modeling_llama4 import Llama4TextAttention
 
 import posformer as pf
-from posformer.masks import build_mask
+from posformer.ops.masks import build_mask
 from tests.positions.test_positions_conformance import cached_left_padded_steps, config
 
 TEMPERATURE = {"scale": 0.5, "floor_size": 4}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import posformer as pf
-from posformer.random_positions import sample_positions
+from posformer.modules.random_positions import sample_positions
 from tests.positions.test_positions_conformance import config
 
 L = 64

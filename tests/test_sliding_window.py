@@ -56,7 +56,7 @@ def test_a_window_longer_than_the_input_changes_nothing() -> None:
 
 
 def test_one_query_step_sees_only_the_window() -> None:
-    from posformer.masks import build_mask
+    from posformer.ops.masks import build_mask
 
     mask = build_mask(None, True, 1, 6, torch.float32, torch.device("cpu"), window=WINDOW)
     assert torch.equal(mask.additive[0, 0, 0] == 0, torch.tensor([False, False, False, True, True, True]))

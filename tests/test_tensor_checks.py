@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import posformer as pf
-from posformer import tensor_checks
-from posformer.tensor_checks import DEVICE_MESSAGE_LIMIT, check_in_range, device_message
+from posformer.utils import tensor_checks
+from posformer.utils.tensor_checks import DEVICE_MESSAGE_LIMIT, check_in_range, device_message
 
 
 def test_device_message_keeps_a_short_message_and_cuts_a_long_one_visibly() -> None:

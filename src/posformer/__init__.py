@@ -1,11 +1,11 @@
 """posformer: Transformers from clean, interchangeable parts, with every position encoding behind one interface."""
 
 from posformer import hf, positions
-from posformer.cache import Cache
+from posformer.modules.cache import Cache
 from posformer.config import Config
 from posformer.hf import from_hf, load_tokenizer, to_hf
 from posformer.model import Transformer
-from posformer.outputs import ModelOutput
+from posformer.modules.outputs import ModelOutput
 from posformer.sentence_embeddings import sentence_embeddings
 
 __version__ = "0.1.0"

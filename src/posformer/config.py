@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from posformer.query_temperature import check_query_temperature
-from posformer.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int, is_number
+from posformer.positions.query_temperature import check_query_temperature
+from posformer.utils.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int, is_number
 
 ARCHS = ("encoder", "decoder", "encoder_decoder")
 NORMS = ("layernorm", "rmsnorm", "rmsnorm_unit_offset", "deepnorm")
@@ -65,18 +65,18 @@ class Config:
     (`replace`, a preset override) starts from the new encoding's defaults. `attn_impl` picks the attention
     kernel: "sdpa" (PyTorch's fused kernel), "eager" (plain matmuls) or "flex" (FlexAttention, the
     position bias as a `score_mod`: encodings without a bias or with one of the distance alone, no
-    attention dropout, forward only on the CPU; see `posformer.flex`); encodings that need the
+    attention dropout, forward only on the CPU; see `posformer.ops.flex`); encodings that need the
     probabilities use eager regardless.
     `qk_norm` normalises each head's query and key vector (the `norm` kind over head_dim, its own
     weights in every attention layer) before the position encoding rotates them (Qwen3, Gemma 3).
     `sliding_window` W limits the decoder's self-attention to each query's last W tokens, itself
-    included (Mistral; `posformer.masks.build_mask`), counted over the cache and the input; the
+    included (Mistral; `posformer.ops.masks.build_mask`), counted over the cache and the input; the
     KV cache keeps every key and the mask hides the older ones. None: no window.
     `query_temperature` {"scale": s, "floor_size": f} multiplies each query at position p by
     1 + s * ln(1 + floor((p + 1) / f)) (log-n scaling, Llama 4's `attn_temperature_tuning`;
-    `posformer.query_temperature`). None: no temperature.
+    `posformer.positions.query_temperature`). None: no temperature.
     `random_positions` L: while training, the default position ids are an ordered random subset of [0, L)
-    (Ruoss et al. 2023; `posformer.random_positions`); evaluation keeps 0..T-1. None: off.
+    (Ruoss et al. 2023; `posformer.modules.random_positions`); evaluation keeps 0..T-1. None: off.
     `layer_types` labels each layer of the stack (arch decoder or encoder; one label per layer), and
     `layer_settings` maps a label to the fields its layers use instead of the config's own: `position`,
     `position_params`, `sliding_window`, `query_temperature` (NoPE layers: {"position": "none"}; Gemma 3's
@@ -97,7 +97,7 @@ class Config:
     `EncoderDecoderModel` with tie_encoder_decoder=False).
     `scale_tied_head` multiplies the hidden states by d_model**-0.5 before a tied
     LM head (T5 v1.0, Mesh TensorFlow).
-    `init` picks the weight initialisation (`posformer.init`): "normal" draws every
+    `init` picks the weight initialisation (`posformer.modules.init`): "normal" draws every
     linear and embedding weight from N(0, init_std); "t5" is Mesh TensorFlow's
     fan-in scheme that T5 (attention scale 1.0) needs to train from scratch.
     `hf_model_type` names the Hugging Face family `posformer.to_hf` writes
@@ -355,7 +355,7 @@ class Config:
     @classmethod
     def load(cls, path: str | Path) -> "Config":
         """Read a config written by `save` (JSON or YAML, chosen by suffix)."""
-        from posformer.user_files import read_json_file, read_yaml_file
+        from posformer.utils.user_files import read_json_file, read_yaml_file
 
         path = Path(path)
         if path.suffix not in (".json", ".yaml", ".yml"):

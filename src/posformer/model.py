@@ -11,20 +11,21 @@ import math
 import torch
 from torch import Tensor, nn
 
-from posformer.attention import CrossAttention
-from posformer.cache import Cache
+from posformer.modules.attention import CrossAttention
+from posformer.generation import generate
+from posformer.modules.cache import Cache
 from posformer.config import Config, check_token_in_vocabulary
-from posformer.heads import (IGNORE_INDEX, TOKEN_HEADS, build_head, check_labels, class_loss, mask_padded_logits,
+from posformer.modules.heads import (IGNORE_INDEX, TOKEN_HEADS, build_head, check_labels, class_loss, mask_padded_logits,
                              span_loss, token_loss)
-from posformer.init import normal_init_, t5_init_
-from posformer.masks import build_mask
-from posformer.norms import deepnorm_constants
-from posformer.outputs import ModelOutput
-from posformer.packing import TokenPacking
-from posformer.random_positions import sample_positions
-from posformer.stack import Stack
-from posformer.tensor_checks import check_in_range
-from posformer.validation import check_int
+from posformer.modules.init import normal_init_, t5_init_
+from posformer.ops.masks import build_mask
+from posformer.modules.norms import deepnorm_constants
+from posformer.modules.outputs import ModelOutput
+from posformer.ops.packing import TokenPacking
+from posformer.modules.random_positions import sample_positions
+from posformer.modules.stack import Stack
+from posformer.utils.tensor_checks import check_in_range
+from posformer.utils.validation import check_int
 
 
 class Transformer(nn.Module):
@@ -67,7 +68,7 @@ class Transformer(nn.Module):
         return {s: deepnorm_constants(cfg.arch, cfg.n_layers, cfg.decoder_layers, s) for s in ("encoder", "decoder")}
 
     def _init_weights(self, module: nn.Module) -> None:
-        """The "normal" scheme (`posformer.init`), which every `Config.init` starts from."""
+        """The "normal" scheme (`posformer.modules.init`), which every `Config.init` starts from."""
         normal_init_(module, self.cfg.init_std)
 
     def _init_deepnorm(self, constants: dict[str, tuple[float, float]]) -> None:
@@ -149,7 +150,7 @@ class Transformer(nn.Module):
 
     def _positions(self, pos: Tensor | None, ids: Tensor, start: int, name: str) -> Tensor:
         """`pos` checked, or the default: start.. start + T - 1, or while training with
-        `Config.random_positions` an ordered random subset of its range (`posformer.random_positions`)."""
+        `Config.random_positions` an ordered random subset of its range (`posformer.modules.random_positions`)."""
         batch, length = ids.shape
         if pos is None:
             if self.training and self.cfg.random_positions is not None and start == 0:
@@ -365,8 +366,6 @@ class Transformer(nn.Module):
 
     def generate(self, input_ids: Tensor, max_new_tokens: int = 32, **kwargs) -> Tensor | tuple[Tensor, Tensor]:
         """Autoregressive decoding over the KV cache; see `posformer.generation.generate`."""
-        from posformer.generation import generate
-
         return generate(self, input_ids, max_new_tokens=max_new_tokens, **kwargs)
 
     def num_parameters(self) -> int:

@@ -6,9 +6,9 @@ from collections import Counter
 
 from torch import nn
 
-from posformer.attention import Attention, CrossAttention
+from posformer.modules.attention import Attention, CrossAttention
 from posformer.config import Config
-from posformer.feedforward import FeedForward
+from posformer.modules.feedforward import FeedForward
 from posformer.model import Transformer
 from posformer.positions.base import PositionEncoding
 

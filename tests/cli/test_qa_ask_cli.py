@@ -13,7 +13,7 @@ from tiny_qa import CONTEXT, GOLD, train_tiny_qa
 import posformer as pf
 from posformer.cli import main
 from posformer.cli.program import build_parser
-from posformer.posformer_checkpoint import save_pretrained
+from posformer.checkpoints.native import save_pretrained
 from tests.conftest import tiny
 
 QUESTIONS = [flag for question in GOLD for flag in ("--question", question)]

@@ -103,7 +103,7 @@ def test_bert2bert_train_eval_and_convert(tmp_path, capsys):
     import torch
     from transformers import EncoderDecoderModel
 
-    from posformer.posformer_checkpoint import load_pretrained
+    from posformer.checkpoints.native import load_pretrained
 
     bert = save_tiny_bert(tmp_path / "bert")
     run = tmp_path / "b2b"

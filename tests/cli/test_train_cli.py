@@ -10,7 +10,7 @@ import torch
 import posformer as pf
 from posformer.cli import main
 from posformer.data.text import CharTokenizer, default_corpus, read_text
-from posformer.posformer_checkpoint import load_pretrained, save_pretrained
+from posformer.checkpoints.native import load_pretrained, save_pretrained
 
 
 def test_checkpoint_round_trip_keeps_logits_and_ties(tmp_path) -> None:

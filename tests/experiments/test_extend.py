@@ -14,13 +14,13 @@ from transformers import LlamaConfig, Phi3Config
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 import posformer as pf
-from posformer.any_checkpoint import load_model
+from posformer.loading import load_model
 from posformer.cli import main
 from posformer.experiments.extension.longrope import search_long_factors, search_short_factors, seed_factors
 from posformer.experiments.extension.settings import ExtendSettings
 from posformer.experiments.extension.methods import check_rope_model, extended_params, longrope_scaling, with_params
 from posformer.experiments.extrapolation.evaluation import perplexity
-from posformer.posformer_checkpoint import save_pretrained
+from posformer.checkpoints.native import save_pretrained
 
 TRAIN_LEN, TARGET = 16, 64
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import posformer as pf
-from posformer.any_checkpoint import load_model, load_text_tokenizer
+from posformer.loading import load_model, load_text_tokenizer
 from posformer.cli import main
 from posformer.experiments.extrapolation.evaluation import chunk_nll, perplexity, sliding_nll
 from posformer.experiments.extrapolation.experiment import initial_model
@@ -114,7 +114,7 @@ def _interrupt_after_checkpoint(args: list[str], at_step: int = 2) -> None:
     trainer_module.Trainer._save = save_then_stop
     try:
         from posformer.cli import build_parser
-        from posformer.experiments.extrapolation.command import settings_from_args
+        from posformer.cli.extrapolate import settings_from_args
         from posformer.experiments.extrapolation.experiment import run_extrapolation
 
         parsed = build_parser().parse_args(["extrapolate", *args])

@@ -17,7 +17,7 @@ from posformer.experiments.tasks.dataset import TaskBatches, encode, eval_exampl
 from posformer.experiments.tasks.evaluation import exact_match
 from posformer.experiments.tasks.report import markdown, mean_reciprocal_rank
 from posformer.experiments.tasks.settings import TaskSettings
-from posformer.heads import IGNORE_INDEX
+from posformer.modules.heads import IGNORE_INDEX
 
 
 def digits(ids) -> list[int]:

@@ -13,11 +13,11 @@ import torch
 
 import posformer as pf
 from posformer import plots
-from posformer.any_checkpoint import load_model, load_text_tokenizer
+from posformer.loading import load_model, load_text_tokenizer
 from posformer.cli import main
 from posformer.cli.plot import DEFAULT_TEXT
 from posformer.data.text import CharTokenizer
-from posformer.posformer_checkpoint import save_pretrained
+from posformer.checkpoints.native import save_pretrained
 from posformer.positions import rope_inv_freq
 
 STATIC_FIGURES = ("sinusoidal.png", "t5_buckets.png", "rope_decay.png", "rope_wavelengths.png", "alibi_bias.png")

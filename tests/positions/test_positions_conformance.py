@@ -149,11 +149,11 @@ def test_sdpa_and_eager_paths_agree(name: str, arch: str) -> None:
 @pytest.mark.parametrize("name, arch", DECODING)
 def test_causal_attention_in_blocks_of_queries_changes_no_output_or_gradient(name: str, arch: str,
                                                                             monkeypatch) -> None:
-    """Attention in blocks of 3 queries (`posformer.causal_blocks`, whose default is 128) gives the logits and
+    """Attention in blocks of 3 queries (`posformer.ops.causal_blocks`, whose default is 128) gives the logits and
     gradients of one call over all of them, in float64, for a causal stack of every encoding: through SDPA, or
     the eager path where the encoding adds a `values` term (Shaw)."""
-    import posformer.attention as attention
-    import posformer.causal_blocks as causal_blocks
+    import posformer.modules.attention as attention
+    import posformer.ops.causal_blocks as causal_blocks
 
     query_blocks = causal_blocks.query_blocks
     blocked_calls = []

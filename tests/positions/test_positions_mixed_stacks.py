@@ -13,6 +13,7 @@ import torch
 
 import posformer as pf
 from posformer.positions.base import PositionEncoding
+from posformer.ops.masks import build_mask
 from tests.positions.test_positions_conformance import (
     TRAIN_LENGTH, assert_sdpa_equals_eager, cached_left_padded_steps, config,
 )
@@ -128,7 +129,7 @@ def test_a_nope_layer_is_permutation_equivariant(arch: str) -> None:
     x = torch.randn(2, 8, 32)
     pos = torch.arange(8).expand(2, 8)
     perm = torch.cat((torch.randperm(7), torch.tensor([7]))) if arch == "decoder" else torch.randperm(8)
-    mask = pf.masks.build_mask(None, arch == "decoder", 8, 8, x.dtype, x.device)
+    mask = build_mask(None, arch == "decoder", 8, 8, x.dtype, x.device)
 
     def run(block, h):
         return block(h, mask, pos)[0]

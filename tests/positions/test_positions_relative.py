@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import posformer as pf
-from posformer.masks import AttentionMask, build_mask
+from posformer.ops.masks import AttentionMask, build_mask
 from tests.conftest import tiny
 
 NEW = ["relative_key", "relative_key_query", "shaw", "transformer_xl", "deberta"]

@@ -17,7 +17,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 import posformer as pf
 from posformer.cli import main
-from posformer.posformer_checkpoint import save_pretrained
+from posformer.checkpoints.native import save_pretrained
 
 LLAMA = dict(vocab_size=97, hidden_size=32, intermediate_size=40, num_hidden_layers=1, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=64)

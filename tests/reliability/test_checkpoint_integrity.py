@@ -18,9 +18,9 @@ from train_helpers import flip_byte, truncate
 from tiny_bert import TOKENIZER_FILES, save_tiny_bert
 
 import posformer as pf
-from posformer.any_checkpoint import load_model, load_text_tokenizer
-from posformer.checkpoint_manifest import CorruptCheckpoint
-from posformer.posformer_checkpoint import load_pretrained, save_pretrained
+from posformer.loading import load_model, load_text_tokenizer
+from posformer.checkpoints.manifest import CorruptCheckpoint
+from posformer.checkpoints.native import load_pretrained, save_pretrained
 
 
 @pytest.fixture(scope="module")

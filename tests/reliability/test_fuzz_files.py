@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from checkpoint_fixtures import save_hf_llama, save_posformer, step_dir, train_tiny_run
 from fuzz_profiles import fuzz
-from posformer.any_checkpoint import load_model, load_text_tokenizer
+from posformer.loading import load_model, load_text_tokenizer
 from posformer.config import Config
 from posformer.data.squad import load_qa_file, squad_sample
 from posformer.train.settings import load_run_settings

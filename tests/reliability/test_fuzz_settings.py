@@ -14,8 +14,8 @@ from posformer.experiments.extrapolation.settings import ExtrapolationSettings
 from posformer.experiments.tasks.settings import TaskSettings
 from posformer.tasks.causal_lm import build_model
 from posformer.train.settings import DataSettings, TrainerSettings, load_run_settings
-from posformer.user_files import parse_yaml
-from posformer.validation import check_field_kinds
+from posformer.utils.user_files import parse_yaml
+from posformer.utils.validation import check_field_kinds
 from fuzz_profiles import fuzz
 
 KEYS = ([f"trainer.{f.name}" for f in dataclasses.fields(TrainerSettings)]

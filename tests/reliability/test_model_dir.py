@@ -1,4 +1,4 @@
-"""`posformer.model_dir`: a model directory is a boundary, and the Hugging Face hub cache still loads."""
+"""`posformer.checkpoints.model_dir`: a model directory is a boundary, and the Hugging Face hub cache still loads."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hf_oracle import assert_same_outputs, padded_batch
 from transformers import LlamaForCausalLM
 
 import posformer as pf
-from posformer.model_dir import OutsideModelDir, model_file, read_json
-from posformer.posformer_checkpoint import load_pretrained
+from posformer.checkpoints.model_dir import OutsideModelDir, model_file, read_json
+from posformer.checkpoints.native import load_pretrained
 
 
 @pytest.mark.parametrize("name", ["/etc/passwd", "../secret", "sub/../../secret", "..", "", "C:\\secret",

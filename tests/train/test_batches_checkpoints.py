@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 import posformer as pf
-from posformer.any_checkpoint import load_model
+from posformer.loading import load_model
 from posformer.experiments.passkey import PasskeyMix
 from posformer.experiments.tasks.dataset import TaskBatches
 from posformer.train.batches import WindowBatches

@@ -27,7 +27,7 @@ from train_helpers import (
 )
 
 import posformer as pf
-from posformer.any_checkpoint import load_model
+from posformer.loading import load_model
 from posformer.cli import main
 from posformer.tasks import causal_lm
 from posformer.tasks.causal_lm import train_causal_lm

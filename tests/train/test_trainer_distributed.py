@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file
 
 from posformer.cli import main
-from posformer.posformer_checkpoint import load_pretrained
+from posformer.checkpoints.native import load_pretrained
 from posformer.train.settings import RunSettings, load_run_settings
 from posformer.train.training_checkpoint import verify
 

@@ -20,8 +20,8 @@ import torch
 import posformer as pf
 from posformer.bench.runtime import PRECISIONS, Runtime
 from posformer.bench.speed import _transformers, measure_interleaved, torch_threads, train_step
-from posformer.heads import IGNORE_INDEX, loss_only
-from posformer.validation import check_int, check_number
+from posformer.modules.heads import IGNORE_INDEX, loss_only
+from posformer.utils.validation import check_int, check_number
 
 RUNS = {"posformer": "posformer, loss alone", "posformer_logits": "posformer, with logits", "hf": "HF"}
 

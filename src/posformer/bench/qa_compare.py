@@ -22,12 +22,12 @@ from tqdm.auto import tqdm
 
 from posformer.bench.qa_setup import draw_batches, load_questions, resolve_data, summary
 from posformer.bench.trainer import load_average
-from posformer.heads import loss_only
+from posformer.modules.heads import loss_only
 from posformer.model import Transformer
 from posformer.tasks.qa_evaluation import QAEvaluator
 from posformer.tasks.qa_predictor import QAPredictor
 from posformer.train.optim import adamw, parameter_groups
-from posformer.validation import check_int, check_number, fail
+from posformer.utils.validation import check_int, check_number, fail
 
 NAMES = ("posformer", "hf")
 LABELS = {"posformer": "posformer", "hf": "Hugging Face"}

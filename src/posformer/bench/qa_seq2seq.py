@@ -27,7 +27,7 @@ from posformer.bench.qa_compare import Sides, compare
 from posformer.bench.qa_seq2seq_models import load_bert2bert_pair
 from posformer.tasks.null_answers import keep_null_windows, seq2seq_null_windows
 from posformer.tasks.seq2seq_qa import Seq2SeqPredictor, end_token_id, seq2seq_train_tensors
-from posformer.validation import check_int, check_number
+from posformer.utils.validation import check_int, check_number
 
 
 def build_seq2seq(train: list, held: list, tokenizer: Any, directory: Path, seed: int, max_seq_length: int,

@@ -87,7 +87,7 @@ def quiet_loggers(*names: str) -> Iterator[None]:
 def checkpoint_without_dropout(directory: Path) -> Iterator[Path]:
     """A temporary copy of checkpoint `directory` whose config.json sets every dropout probability to 0. Files are
     hard-linked where the file system allows (else copied): a symlink out of the folder would cross the model
-    directory's boundary (`posformer.model_dir`)."""
+    directory's boundary (`posformer.checkpoints.model_dir`)."""
     with tempfile.TemporaryDirectory(prefix="posformer-bench-qa-") as tmp:
         for item in directory.iterdir():
             if item.name != "config.json" and item.is_file():
@@ -155,7 +155,7 @@ class PaddingMaskedSpanLoss(nn.Module):
                 start_positions: Tensor | None = None, end_positions: Tensor | None = None) -> Any:
         """input_ids, attention_mask, token_type_ids: (B, T); start/end positions (B,) -> HF's output, its
         `loss` that of posformer's span head."""
-        from posformer.heads import mask_padded_logits, span_loss
+        from posformer.modules.heads import mask_padded_logits, span_loss
 
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         if start_positions is not None and end_positions is not None:

@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any, Callable
 
-from posformer.atomic import write_json_atomic
+from posformer.checkpoints.atomic import write_json_atomic
 from posformer.cli.arg_types import fraction, non_negative_int, open_fraction, positive_float, positive_int
 from posformer.cli.command import Command, standalone_parser
 

@@ -10,10 +10,10 @@ from posformer.cli.command import Command
 def cmd_convert(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from posformer.any_checkpoint import copy_tokenizer_files
+    from posformer.loading import copy_tokenizer_files
     from posformer.hf import from_hf, to_hf
     from posformer.hf.hf_checkpoint import resolve
-    from posformer.posformer_checkpoint import load_pretrained, save_pretrained
+    from posformer.checkpoints.native import load_pretrained, save_pretrained
 
     if (args.from_hf is None) == (args.to_hf is None):
         raise ValueError("give exactly one of --from-hf DIR (Hugging Face -> posformer) or --to-hf DIR "

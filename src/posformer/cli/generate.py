@@ -11,7 +11,7 @@ from posformer.cli.command import Command
 def cmd_generate(args: argparse.Namespace) -> int:
     import torch
 
-    from posformer.any_checkpoint import load_model, load_text_tokenizer
+    from posformer.loading import load_model, load_text_tokenizer
 
     model = load_model(args.model)
     tokenizer = load_text_tokenizer(args.model)

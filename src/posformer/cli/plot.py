@@ -71,7 +71,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _attention(checkpoint, text: str, layer: int):
-    from posformer.any_checkpoint import load_text_tokenizer
+    from posformer.loading import load_text_tokenizer
     from posformer.plots import attention_map
 
     try:

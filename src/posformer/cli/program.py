@@ -1,7 +1,7 @@
 """The `posformer` program: every sub-command, registered in one list (`COMMANDS`), the parser and `main`.
 
 Each command is one `Command` declaration in its own module: here in cli/, or beside its feature
-(the extrapolation experiment declares its own, in experiments/extrapolation/command.py).
+(the extrapolation and extension experiments declare theirs in cli/extrapolate.py and cli/extend.py).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import sys
 
 from posformer.cli import bench, convert, generate, info, plot, qa, train
 from posformer.cli.command import Command, add_commands
-from posformer.experiments.extension import command as extend
-from posformer.experiments.extrapolation import command as extrapolate
+from posformer.cli import extend
+from posformer.cli import extrapolate
 
 COMMANDS: tuple[Command, ...] = (info.COMMAND, train.COMMAND, generate.COMMAND, convert.COMMAND, bench.COMMAND,
                                  qa.COMMAND, extrapolate.COMMAND, extend.COMMAND,

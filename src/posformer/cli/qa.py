@@ -14,9 +14,9 @@ from posformer.tasks.qa_job import (ANSWER_DEFAULTS as A, GROUP_BATCHES, PRETRAI
 def cmd_score(args: argparse.Namespace) -> int:
     """Print the official SQuAD v2.0 scores of a predictions file, as `evaluate-v2.0.py` does."""
     from posformer.data.squad import load_qa_file
-    from posformer.atomic import write_text_atomic
+    from posformer.checkpoints.atomic import write_text_atomic
     from posformer.tasks.squad_metric import read_json_mapping, squad_v2_evaluate
-    from posformer.validation import is_number
+    from posformer.utils.validation import is_number
 
     gold = load_qa_file(args.eval_file, args.context_column, args.question_column, args.answer_column,
                         for_training=False)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from posformer.validation import check_number, is_int
+from posformer.utils.validation import check_number, is_int
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
 UNLOCATED = -1

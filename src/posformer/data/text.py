@@ -64,7 +64,7 @@ class CharTokenizer:
 
     @classmethod
     def load(cls, path: str | Path) -> "CharTokenizer":
-        from posformer.user_files import read_json_file
+        from posformer.utils.user_files import read_json_file
 
         data = read_json_file(path, "tokenizer file")
         chars = data.get("chars") if isinstance(data, dict) else None

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any, TypeVar
 
 from posformer.train.settings import DEVICES, PRECISIONS
-from posformer.validation import check_choice, check_int, check_number
+from posformer.utils.validation import check_choice, check_int, check_number
 
 T = TypeVar("T")
 

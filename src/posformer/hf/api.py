@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from posformer.checkpoint_manifest import verify_if_present
+from posformer.checkpoints.manifest import verify_if_present
 from posformer.config import Config
-from posformer.heads import build_head
+from posformer.modules.heads import build_head
 from posformer.hf.config_kinds import check_hf_config_kinds
 from posformer.hf.family import Family, UnsupportedCheckpoint, family_for, supported
 from posformer.hf.hf_checkpoint import CONFIG, CheckpointError, read_config, read_state, resolve, write_checkpoint

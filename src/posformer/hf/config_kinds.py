@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posformer.validation import fail, is_int, is_number
+from posformer.utils.validation import fail, is_int, is_number
 
 INTEGER_KEYS = (
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",

@@ -20,7 +20,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from posformer.model_dir import model_file, read_json
+from posformer.checkpoints.model_dir import model_file, read_json
 
 CONFIG = "config.json"
 SAFETENSORS = "model.safetensors"

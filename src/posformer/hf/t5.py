@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from posformer.config import Config
-from posformer.feedforward import GATED as GATED_FFN
+from posformer.modules.feedforward import GATED as GATED_FFN
 from posformer.hf.activations import TO_HF, activation_from_hf, activation_to_hf
 from posformer.hf.family import Family, architecture, register, unsupported
 from posformer.hf.mapping import Rule, fused_linear, linear, norm, same

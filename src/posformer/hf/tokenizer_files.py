@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from posformer.checkpoint_manifest import verify_if_present
-from posformer.model_dir import model_file, read_json
+from posformer.checkpoints.manifest import verify_if_present
+from posformer.checkpoints.model_dir import model_file, read_json
 
 TOKENIZER_JSON = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"

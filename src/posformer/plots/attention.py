@@ -11,10 +11,10 @@ import numpy as np
 import torch
 
 from posformer.model import Transformer
-from posformer.plots.figure import pyplot, save_png
+from posformer.utils.figure import pyplot, save_png
 
 if TYPE_CHECKING:
-    from posformer.any_checkpoint import TextTokenizer
+    from posformer.loading import TextTokenizer
 
 MAX_TICK_LABELS = 64
 

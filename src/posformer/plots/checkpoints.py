@@ -41,7 +41,7 @@ def expand_checkpoints(paths: list[str | Path]) -> list[tuple[Path, str]]:
 
 def load_checkpoints(paths: list[str | Path]) -> list[LoadedCheckpoint]:
     """Expand and load every checkpoint; a directory that does not load raises `ValueError` naming it."""
-    from posformer.any_checkpoint import load_model
+    from posformer.loading import load_model
 
     loaded = []
     for path, name in expand_checkpoints(paths):

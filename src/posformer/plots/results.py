@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from posformer.user_files import read_mapping_file
+from posformer.utils.user_files import read_mapping_file
 
 
 def read_results(directory: str | Path) -> dict:
@@ -51,7 +51,7 @@ def draw_results(directory: str | Path, out_dir: str | Path) -> list[Path]:
 def draw_task_summary(directories: list[str | Path], out_dir: str | Path) -> list[Path]:
     """With two or more task runs among `directories`: tasks-summary.md (every task's table and the mean
     reciprocal rank over the tasks beside Kazemnejad et al.'s) and tasks-summary.png; else nothing."""
-    from posformer.atomic import write_text_atomic
+    from posformer.checkpoints.atomic import write_text_atomic
     from posformer.experiments.tasks import report as task_report
 
     found = [(Path(d).resolve().name, r) for d in directories if (r := read_results(d)).get("benchmark") == "tasks"]

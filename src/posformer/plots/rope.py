@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from posformer.plots.figure import pyplot, save_png
+from posformer.utils.figure import pyplot, save_png
 
 DECAY_BASES = (500.0, 10000.0, 500000.0)
 WAVELENGTH_BASES = (500.0, 10000.0, 500000.0, 1e6)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from posformer.plots.figure import pyplot, save_png
+from posformer.utils.figure import pyplot, save_png
 from posformer.positions import sinusoidal_table
 
 BASES = (100.0, 1000.0, 10000.0)

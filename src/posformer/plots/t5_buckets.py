@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from posformer.plots.figure import pyplot, save_png
+from posformer.utils.figure import pyplot, save_png
 from posformer.positions import t5_bucket
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from posformer.model import Transformer
-from posformer.plots.figure import pyplot, save_png
+from posformer.utils.figure import pyplot, save_png
 from posformer.positions import PositionEncoding
 
 

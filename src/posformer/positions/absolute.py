@@ -7,7 +7,7 @@ from torch import Tensor, nn
 
 from posformer.positions.base import PositionEncoding, frequencies
 from posformer.positions.registry import register
-from posformer.tensor_checks import check_values
+from posformer.utils.tensor_checks import check_values
 
 SINUSOIDAL_LAYOUTS = ("interleaved", "half")
 

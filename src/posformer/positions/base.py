@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import torch
 from torch import Tensor, nn
 
-from posformer.tensor_checks import check_values
-from posformer.validation import is_int, is_number
+from posformer.ops.flex import ScoreMod
+from posformer.utils.tensor_checks import check_values
+from posformer.utils.validation import is_int, is_number
 
 if TYPE_CHECKING:
     from posformer.config import Config
 
-ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]  # FlexAttention's (score, b, h, q, kv)
 Result = TypeVar("Result")
 
 

@@ -47,7 +47,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from posformer.linear import Linear
+from posformer.ops.linear import Linear
 from posformer.positions.base import PositionEncoding
 from posformer.positions.registry import register
 from posformer.positions.relative_scores import (

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from posformer.positions.base import PositionEncoding
 from posformer.positions.registry import register
-from posformer.tensor_checks import check_values
+from posformer.utils.tensor_checks import check_values
 from posformer.positions.relative_scores import (
     Diagonal,
     expand_heads,

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from posformer.positions.base import frequencies
-from posformer.validation import is_number
+from posformer.utils.validation import is_number
 
 SCALING_TYPES = ("linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
 LENGTH_DEPENDENT = ("dynamic", "longrope")  # the frequencies depend on the current length

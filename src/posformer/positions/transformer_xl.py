@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from posformer.linear import Linear
+from posformer.ops.linear import Linear
 from posformer.positions.absolute import sinusoidal_angles_to_table
 from posformer.positions.base import PositionEncoding, frequencies
 from posformer.positions.registry import register

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from posformer.any_checkpoint import HFTextTokenizer
+from posformer.loading import HFTextTokenizer
 from posformer.config import Config
 from posformer.presets import preset_fields
 from posformer.data.text import CharTokenizer, TokenStream, read_text
@@ -24,7 +24,7 @@ from posformer.train.resume_check import trainer_policy
 from posformer.train.rng import seed_everything
 from posformer.train.settings import DataSettings, RunSettings
 from posformer.train.trainer import FitResult, Trainer, check_output_dir
-from posformer.validation import is_int
+from posformer.utils.validation import is_int
 
 
 class ByteTokenizer:

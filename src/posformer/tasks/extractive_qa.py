@@ -23,7 +23,7 @@ from posformer.config import Config
 from posformer.tasks.qa_predictor import QAPredictions, check_windows
 from posformer.tasks.qa_windows import QAExampleLike
 from posformer.tasks.span_qa import postprocess_span_predictions, span_eval_features, span_training_features
-from posformer.validation import check_int, check_number
+from posformer.utils.validation import check_int, check_number
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 

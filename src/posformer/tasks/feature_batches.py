@@ -29,7 +29,7 @@ from typing import Mapping
 import torch
 from torch import Tensor
 
-from posformer.validation import check_int
+from posformer.utils.validation import check_int
 
 IGNORE_INDEX = -100
 

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import torch
 
-from posformer.atomic import write_json_atomic
+from posformer.checkpoints.atomic import write_json_atomic
 from posformer.data.squad import QAExample
 from posformer.tasks.qa_predictor import QAPredictor
 from posformer.tasks.squad_metric import squad_v2_evaluate, write_predictions

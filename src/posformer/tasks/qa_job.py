@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 import torch
 import yaml
 
-from posformer.atomic import write_text_atomic
+from posformer.checkpoints.atomic import write_text_atomic
 from posformer.data.squad import (QAData, QAExample, load_hf_dataset, load_qa_file, split_by_article,
                                   squad_sample)
 from posformer.model import Transformer
@@ -53,7 +53,7 @@ from posformer.tasks.qa_resume import qa_resume_policy, recorded_options, warmup
 from posformer.tasks.seq2seq_qa import (Seq2SeqPredictor, build_scratch_t5, end_token_id,
                                         qa_training_texts, seq2seq_train_tensors, train_qa_tokenizer)
 from posformer.train.write_errors import writing
-from posformer.validation import check_choice, check_int, check_number, fail
+from posformer.utils.validation import check_choice, check_int, check_number, fail
 
 HEADS = ("seq2seq", "span")
 SPLIT_SEED = 0
@@ -176,7 +176,7 @@ def scratch_seq2seq(o: QAJobOptions, train: Sequence[QAExample]) -> tuple[Transf
         fail("--d-model", o.d_model, f"a multiple of --heads ({o.heads})")
     run = Path(o.output_dir)
     if o.resume and (run / "checkpoints").is_dir() and any((run / "checkpoints").iterdir()):
-        from posformer.any_checkpoint import checkpoint_dir
+        from posformer.loading import checkpoint_dir
 
         tokenizer = load_tokenizer(checkpoint_dir(run))
     else:

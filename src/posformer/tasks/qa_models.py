@@ -33,7 +33,7 @@ def default_pretrained_model() -> Path:
 
 
 def _model_dir(path: str) -> Path:
-    from posformer.any_checkpoint import checkpoint_dir
+    from posformer.loading import checkpoint_dir
     from posformer.hf.hf_checkpoint import resolve
 
     if not Path(path).exists() and (path.startswith((".", "/", "~")) or path.count("/") != 1):
@@ -67,10 +67,10 @@ def load_qa_model(path: str | Path, head: str | None) -> tuple[Transformer, Any,
     """(model, tokenizer, head, directory) for a checkpoint: a `qa train` run dir or checkpoint, or a
     Hugging Face directory (a span head is added to a BERT-family base; --head seq2seq warm-starts a
     BERT2BERT model from an encoder-only one). head None: the model's own."""
-    from posformer.any_checkpoint import is_posformer_checkpoint
+    from posformer.loading import is_posformer_checkpoint
     from posformer.hf import bert2bert_from_pretrained, from_hf, load_tokenizer
-    from posformer.model_dir import model_file, read_json
-    from posformer.posformer_checkpoint import load_pretrained
+    from posformer.checkpoints.model_dir import model_file, read_json
+    from posformer.checkpoints.native import load_pretrained
 
     directory = _model_dir(str(path))
     if is_posformer_checkpoint(directory):

@@ -15,7 +15,7 @@ from typing import NamedTuple, Protocol, Sequence
 from torch import nn
 
 from posformer.tasks.qa_windows import QAExampleLike
-from posformer.validation import check_int, fail
+from posformer.utils.validation import check_int, fail
 
 
 class QAPredictions(NamedTuple):

@@ -14,7 +14,7 @@ from typing import Any
 
 
 from posformer.train.resume_check import ResumePolicy
-from posformer.user_files import read_yaml_file
+from posformer.utils.user_files import read_yaml_file
 
 APPLIED = ("max_steps", "num_train_epochs", "steps", "warmup_steps", "eval_steps", "save_steps",
            "per_device_train_batch_size",  # as long as the step's batch (x processes) stays: the trainer checks it

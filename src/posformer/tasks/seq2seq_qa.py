@@ -41,7 +41,7 @@ from posformer.tasks.qa_predictor import QAPredictions, check_windows
 from posformer.tasks.stable_unigram import canonical_unigram
 from posformer.tasks.qa_windows import (QAExampleLike, pad_windows, question_prefix, select_seq2seq_answer,
                                         seq2seq_eval_windows, seq2seq_training_features)
-from posformer.validation import check_int, check_number
+from posformer.utils.validation import check_int, check_number
 
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
 TOKENIZER_KINDS = ("unigram", "bpe")

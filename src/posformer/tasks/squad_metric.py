@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from posformer.atomic import write_json_atomic
+from posformer.checkpoints.atomic import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ def write_predictions(out_dir: str | Path, predictions: Mapping[str, str],
 
 def read_json_mapping(path: str | Path, what: str) -> dict[str, Any]:
     """Read a JSON object file (predictions or no-answer probabilities); errors name the file."""
-    from posformer.user_files import read_json_file
+    from posformer.utils.user_files import read_json_file
 
     obj = read_json_file(path, f"{what} file")
     if not isinstance(obj, dict):

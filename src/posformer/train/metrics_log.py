@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from posformer.atomic import write_text_atomic
+from posformer.checkpoints.atomic import write_text_atomic
 from posformer.train.write_errors import writing
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from posformer.data.text import default_corpus
-from posformer.user_files import parse_yaml, read_yaml_file
-from posformer.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int, is_number
+from posformer.utils.user_files import parse_yaml, read_yaml_file
+from posformer.utils.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int, is_number
 
 SCHEDULES = ("constant", "linear", "cosine")
 PRECISIONS = ("fp32", "bf16", "fp16")

@@ -36,8 +36,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
-from posformer.atomic import write_text_atomic
-from posformer.heads import loss_only
+from posformer.checkpoints.atomic import write_text_atomic
+from posformer.modules.heads import loss_only
 from posformer.model import Transformer
 from posformer.train import distributed
 from posformer.train.metrics_log import MetricsLog, plot_losses
@@ -48,7 +48,7 @@ from posformer.train.rng import rng_state, seed_everything, set_rng_state
 from posformer.train.settings import TrainerSettings
 from posformer.train.training_checkpoint import CheckpointManager
 from posformer.train.write_errors import RunFileError, describe, writing
-from posformer.user_files import read_yaml_file
+from posformer.utils.user_files import read_yaml_file
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from posformer.checkpoint_manifest import CorruptCheckpoint
-from posformer.validation import is_int, is_number
+from posformer.checkpoints.manifest import CorruptCheckpoint
+from posformer.utils.validation import is_int, is_number
 
 MT19937_WORDS = 624  # the state of Python's and numpy's Mersenne Twister
 GROUP_NUMBERS = ("lr", "initial_lr", "eps", "weight_decay")
@@ -158,7 +158,7 @@ def _check_counters(c: _Checker, mapping: dict, field: str) -> None:
 def check_trainer_state(state: Any, file: Path, step: int, shapes: dict[str, tuple[int, ...]] | None = None) -> dict:
     """`state` (the contents of `file`, the trainer state of checkpoint `step`) when it has the trainer's
     structure; else a `CorruptCheckpoint` naming the file and the field. shapes: the model's tensor shapes by
-    name (`posformer_checkpoint.check_checkpoint`), to check the optimizer state against; None: not checked."""
+    name (`checkpoints.native.check_checkpoint`), to check the optimizer state against; None: not checked."""
     c = _Checker(file)
     if not isinstance(state, dict):
         raise CorruptCheckpoint(f"{file} does not hold a dict of trainer state, got {_type(state)}")

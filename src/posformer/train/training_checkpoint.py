@@ -28,11 +28,11 @@ import torch
 from safetensors.torch import save_model
 from torch import nn
 
-from posformer import checkpoint_manifest
-from posformer.checkpoint_manifest import MANIFEST, CorruptCheckpoint
-from posformer.checkpoint_manifest import sha256 as _sha256
-from posformer.model_dir import model_file
-from posformer.posformer_checkpoint import CONFIG_FILE, WEIGHTS_FILE, check_checkpoint
+from posformer.checkpoints import manifest as checkpoint_manifest
+from posformer.checkpoints.manifest import MANIFEST, CorruptCheckpoint
+from posformer.checkpoints.manifest import sha256 as _sha256
+from posformer.checkpoints.model_dir import model_file
+from posformer.checkpoints.native import CONFIG_FILE, WEIGHTS_FILE, check_checkpoint
 from posformer.train.trainer_state import check_trainer_state
 
 STATE_FILE = "trainer_state.pt"

@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from posformer.atomic import write_json_atomic, write_text_atomic
+from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
 from posformer.experiments.extension import report
 from posformer.experiments.extension.longrope import search_long_factors, search_short_factors
 from posformer.experiments.extension.methods import check_rope_model, extended_params, with_params
@@ -32,7 +32,7 @@ from posformer.experiments.extrapolation.experiment import open_results, trainer
 from posformer.experiments.extrapolation.layout import ExperimentLayout
 from posformer.experiments.passkey import passkey_grid
 from posformer.model import Transformer
-from posformer.posformer_checkpoint import save_pretrained
+from posformer.checkpoints.native import save_pretrained
 from posformer.train.batches import WindowBatches
 from posformer.train.metrics_log import MetricsLog
 from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir

@@ -145,7 +145,7 @@ def recipe_line(row: dict) -> str:
 
 def plot_ppl(results: dict, path: Path) -> Path:
     """Perplexity against length (log-log), one line per row (dashed: eval-time) with its 95% band."""
-    from posformer.plots.figure import pyplot, save_png
+    from posformer.utils.figure import pyplot, save_png
 
     plt = pyplot()
     cfg = results["config"]
@@ -180,7 +180,7 @@ def plot_passkey(results: dict, path: Path) -> Path:
     """One heatmap per row: passkey exact match, lengths (x) by depths (y); blank cells do not fit."""
     import numpy as np
 
-    from posformer.plots.figure import pyplot, save_png
+    from posformer.utils.figure import pyplot, save_png
 
     plt = pyplot()
     cfg = results["config"]

@@ -8,7 +8,7 @@ from typing import Any
 
 from posformer.experiments.extension.methods import METHODS
 from posformer.experiments.presets import check_training_knobs, from_preset
-from posformer.validation import check_choice, check_field_kinds, check_int, check_number, fail
+from posformer.utils.validation import check_choice, check_field_kinds, check_int, check_number, fail
 
 PRESETS: dict[str, dict[str, Any]] = {
     # a smoke run of a tiny model: seconds

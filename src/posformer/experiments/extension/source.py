@@ -17,7 +17,7 @@ from torch import Tensor
 
 from posformer.experiments.extrapolation import data
 from posformer.model import Transformer
-from posformer.user_files import read_yaml_file
+from posformer.utils.user_files import read_yaml_file
 
 TEXT_EVAL_FRACTION = 0.1
 
@@ -50,9 +50,9 @@ def run_config(run_dir: Path) -> dict:
 def _hf_tokenizer(directory: Path):
     from transformers import PreTrainedTokenizerFast
 
-    from posformer.any_checkpoint import checkpoint_dir
+    from posformer.loading import checkpoint_dir
     from posformer.hf.tokenizer_files import check_tokenizer_dir
-    from posformer.model_dir import model_file
+    from posformer.checkpoints.model_dir import model_file
 
     folder = checkpoint_dir(directory)
     if not model_file(folder, "tokenizer.json").is_file():
@@ -62,7 +62,7 @@ def _hf_tokenizer(directory: Path):
 
 def load_source(run_dir: str | Path, text: str | None, data_dir: str | None = None) -> Source:
     """The model, tokenizer and texts of the run at `run_dir` (see the module docstring)."""
-    from posformer.any_checkpoint import load_model
+    from posformer.loading import load_model
     from posformer.data.shared import default_data_dir
 
     run_dir = Path(run_dir)
@@ -86,7 +86,7 @@ def load_source(run_dir: str | Path, text: str | None, data_dir: str | None = No
 
 
 def _text_source(model: Transformer, run_dir: Path, path: Path, config: dict) -> Source:
-    from posformer.any_checkpoint import checkpoint_dir, load_text_tokenizer, tokenizer_paths
+    from posformer.loading import checkpoint_dir, load_text_tokenizer, tokenizer_paths
 
     if not path.is_file():
         raise FileNotFoundError(f"extend: --text {path} does not exist")

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from posformer.data.shared import DATA_DIR_ENV
 from posformer.data.text import default_corpus
-from posformer.validation import fail
+from posformer.utils.validation import fail
 
 CORPORA = ("gutenberg", "shakespeare")
 EOS = "<|endoftext|>"

@@ -22,7 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from posformer import positions
-from posformer.atomic import write_json_atomic, write_text_atomic
+from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
 from posformer.data.shared import default_data_dir
 from posformer.experiments.passkey import PasskeyMix
 from posformer.experiments.extrapolation import data
@@ -36,7 +36,7 @@ from posformer.train.rng import seed_everything
 from posformer.train.metrics_log import MetricsLog
 from posformer.train.settings import TrainerSettings
 from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
-from posformer.user_files import read_mapping_file
+from posformer.utils.user_files import read_mapping_file
 
 IGNORED_FOR_RESUME = ("positions", "methods", "threads")  # rows (methods) may be added to a finished run
 

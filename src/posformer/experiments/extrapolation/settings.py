@@ -13,7 +13,7 @@ from posformer.experiments.extrapolation.data import CORPORA
 from posformer.experiments.extrapolation.evaluation import PROTOCOLS
 from posformer.experiments.presets import from_preset
 from posformer.train.settings import DEVICES, PRECISIONS
-from posformer.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int
+from posformer.utils.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int
 
 DEFAULT_ROWS = ["none", "sinusoidal", "learned", "rope", "alibi", "t5", "shaw", "fire", "kerple", "xpos"]
 ROPE_SCALINGS = ["linear", "ntk", "dynamic", "yarn"]

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from posformer.experiments.tasks.generators import EOS, PAD, SEP, TASKS, Example, min_length
-from posformer.heads import IGNORE_INDEX
+from posformer.modules.heads import IGNORE_INDEX
 
 EVAL_SHARE = 10
 MAX_DRAWS = 1000

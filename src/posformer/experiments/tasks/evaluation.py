@@ -12,7 +12,7 @@ import torch
 
 from posformer.experiments.tasks.dataset import encode
 from posformer.experiments.tasks.generators import Example
-from posformer.heads import IGNORE_INDEX
+from posformer.modules.heads import IGNORE_INDEX
 from posformer.model import Transformer
 
 

@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from posformer.atomic import write_json_atomic, write_text_atomic
+from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
 from posformer.experiments.extrapolation.experiment import open_results, reference_copy, trainer_settings
 from posformer.experiments.extrapolation.layout import ExperimentLayout
 from posformer.experiments.tasks.dataset import TaskBatches, eval_examples

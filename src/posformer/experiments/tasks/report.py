@@ -75,7 +75,7 @@ def _draw(ax, results: dict) -> None:
 
 def plot(results: dict, path: Path) -> Path:
     """accuracy.png: exact-match accuracy against task length, one line per encoding."""
-    from posformer.plots.figure import pyplot, save_png
+    from posformer.utils.figure import pyplot, save_png
 
     fig, ax = pyplot().subplots(figsize=(6.5, 4.5))
     _draw(ax, results)
@@ -84,7 +84,7 @@ def plot(results: dict, path: Path) -> Path:
 
 def plot_summary(runs: dict[str, dict], path: Path, columns: int = 3) -> Path:
     """One panel per task run ({name: results}), as `plot` draws each."""
-    from posformer.plots.figure import pyplot, save_png
+    from posformer.utils.figure import pyplot, save_png
 
     lines = -(-len(runs) // columns)
     fig, axes = pyplot().subplots(lines, columns, figsize=(5 * columns, 3.8 * lines), squeeze=False)

@@ -10,7 +10,7 @@ from posformer import positions
 from posformer.config import Config
 from posformer.experiments.presets import check_training_knobs, from_preset
 from posformer.experiments.tasks.generators import TASKS, VOCAB, min_length
-from posformer.validation import check_choice, check_field_kinds, check_int, fail, is_int
+from posformer.utils.validation import check_choice, check_field_kinds, check_int, fail, is_int
 
 # Kazemnejad et al. 2023 compare these five (APE as the sinusoidal embedding)
 DEFAULT_ROWS = ["none", "t5", "alibi", "rope", "sinusoidal"]

@@ -13,16 +13,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posformer.cache import LayerCache, MemoryCache
-from posformer.causal_blocks import causal_blocks_attention, query_blocks, use_causal_blocks
+from posformer.modules.cache import LayerCache, MemoryCache
+from posformer.ops.causal_blocks import causal_blocks_attention, query_blocks, use_causal_blocks
 from posformer.config import Config
-from posformer.flex import flex_attend
-from posformer.linear import Linear
-from posformer.masks import AttentionMask, causal_additive
-from posformer.norms import make_norm
-from posformer.packing import TokenPacking
-from posformer.positions.base import PositionEncoding, ScoreMod
-from posformer.query_temperature import query_temperature
+from posformer.ops.flex import ScoreMod, flex_attend
+from posformer.ops.linear import Linear
+from posformer.ops.masks import AttentionMask, causal_additive
+from posformer.modules.norms import make_norm
+from posformer.ops.packing import TokenPacking
+from posformer.positions.base import PositionEncoding
+from posformer.positions.query_temperature import query_temperature
 
 # values(probs, rows): the term added to the output of the queries `rows` whose probabilities over the first
 # probs.shape[-1] keys are probs, (B, H, rows, keys) -> (B, H, rows, dh) or None
@@ -37,9 +37,9 @@ def attend(
 
     q: (B, H, T, dh); k, v: (B, Hkv, S, dh) with H a multiple of Hkv (GQA, MQA);
     bias: (B or 1, H, T, S) or None. `kernel`: "sdpa", "eager" (also whenever the
-    `values` term needs the probabilities) or "flex" (`posformer.flex`: the bias given
+    `values` term needs the probabilities) or "flex" (`posformer.ops.flex`: the bias given
     as `score_mod` instead, no dropout). Queries that `mask.query_keep` drops get a zero output.
-    On the CPU, a causal mask runs in blocks of queries where that pays (`posformer.causal_blocks`).
+    On the CPU, a causal mask runs in blocks of queries where that pays (`posformer.ops.causal_blocks`).
 
     Returns the output (B, H, T, dh) and, with kernel "eager", the probabilities (B, H, T, S).
     """

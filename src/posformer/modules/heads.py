@@ -7,11 +7,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posformer.config import Config
-from posformer.cross_entropy import token_cross_entropy
-from posformer.feedforward import ACTIVATION_FNS
-from posformer.linear import Linear
-from posformer.linear_cross_entropy import linear_token_cross_entropy
-from posformer.tensor_checks import check_in_range
+from posformer.ops.cross_entropy import token_cross_entropy
+from posformer.modules.feedforward import ACTIVATION_FNS
+from posformer.ops.linear import Linear
+from posformer.ops.linear_cross_entropy import linear_token_cross_entropy
+from posformer.utils.tensor_checks import check_in_range
 
 IGNORE_INDEX = -100
 TOKEN_HEADS = ("causal_lm", "seq2seq_lm", "masked_lm")  # heads with a logit per position and token

@@ -41,8 +41,8 @@ def t5_init_(model: nn.Module) -> None:
 
     Tied weights are drawn once, as the token embedding.
     """
-    from posformer.attention import Attention, CrossAttention
-    from posformer.feedforward import FeedForward
+    from posformer.modules.attention import Attention, CrossAttention
+    from posformer.modules.feedforward import FeedForward
     from posformer.positions.base import PositionEncoding
 
     cfg = model.cfg

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from posformer.masks import causal_allowed
+from posformer.ops.masks import causal_allowed
 
 BLOCK_ROWS = 128
 NO_BIAS_MAX_LENGTH = 640

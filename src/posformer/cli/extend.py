@@ -58,7 +58,7 @@ FLAGS = (  # (flag, settings key, type, help)
 
 def settings_from_args(args: argparse.Namespace):
     from posformer.experiments.extension.settings import ExtendSettings
-    from posformer.experiments.extrapolation.command import _overrides
+    from posformer.cli.extrapolate import _overrides
 
     overrides = _overrides(args, tuple(dict.fromkeys(key for _, key, _, _ in FLAGS)), "steps=400 or passkey_trials=50")
     if isinstance(overrides.get("methods"), str):

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from posformer.tensor_checks import check_in_range
+from posformer.utils.tensor_checks import check_in_range
 
 
 class TokenCrossEntropy(torch.autograd.Function):

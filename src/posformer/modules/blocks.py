@@ -7,13 +7,13 @@ from typing import Callable
 
 from torch import Tensor, nn
 
-from posformer.attention import CrossAttention, SelfAttention
-from posformer.cache import LayerCache, MemoryCache
+from posformer.modules.attention import CrossAttention, SelfAttention
+from posformer.modules.cache import LayerCache, MemoryCache
 from posformer.config import Config
-from posformer.feedforward import FeedForward
-from posformer.masks import AttentionMask
-from posformer.norms import make_norm
-from posformer.packing import TokenPacking
+from posformer.modules.feedforward import FeedForward
+from posformer.ops.masks import AttentionMask
+from posformer.modules.norms import make_norm
+from posformer.ops.packing import TokenPacking
 from posformer.positions.base import PositionEncoding
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from posformer.validation import check_int, fail
+from posformer.utils.validation import check_int, fail
 
 
 class LayerCache:

@@ -13,10 +13,10 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from posformer.checkpoint_manifest import verify_if_present
+from posformer.checkpoints.manifest import verify_if_present
 from posformer.config import Config
 from posformer.model import Transformer
-from posformer.model_dir import model_file, read_json
+from posformer.checkpoints.model_dir import model_file, read_json
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"

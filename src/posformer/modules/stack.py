@@ -12,12 +12,12 @@ from contextlib import ExitStack
 from torch import Tensor, nn
 
 from posformer import positions
-from posformer.blocks import Block
-from posformer.cache import Cache
+from posformer.modules.blocks import Block
+from posformer.modules.cache import Cache
 from posformer.config import Config
-from posformer.masks import AttentionMask
-from posformer.norms import make_norm
-from posformer.packing import TokenPacking
+from posformer.ops.masks import AttentionMask
+from posformer.modules.norms import make_norm
+from posformer.ops.packing import TokenPacking
 from posformer.positions.base import PositionEncoding
 
 

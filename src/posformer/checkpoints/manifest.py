@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Iterable
 
-from posformer.model_dir import model_file
+from posformer.checkpoints.model_dir import model_file
 
 MANIFEST = "manifest.json"
 

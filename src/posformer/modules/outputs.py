@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
-from posformer.cache import Cache
+from posformer.modules.cache import Cache
 
 
 @dataclass

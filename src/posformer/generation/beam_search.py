@@ -25,13 +25,10 @@ returns its best `num_return_sequences` finished hypotheses, best first.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from posformer.generation import Decoding
+from posformer.generation.decoding import Decoding
 
 # The score of the beams that do not exist yet at the first step: every
 # continuation comes from beam 0 (all beams hold the same prefix), yet the
@@ -68,7 +65,7 @@ class Finished:
         self.lengths = _gather(torch.cat((self.lengths, torch.full_like(scores, n, dtype=torch.long)), dim=1), best)
 
 
-def beam_search(state: "Decoding", max_new_tokens: int, num_beams: int, eos: list[int], pad: int | None,
+def beam_search(state: Decoding, max_new_tokens: int, num_beams: int, eos: list[int], pad: int | None,
                 length_penalty: float, early_stopping: bool | str,
                 num_return_sequences: int, min_new_tokens: int = 0) -> tuple[Tensor, Tensor]:
     """Beam search from `state` (the prefix not run yet); max_new_tokens >= 1.

@@ -93,7 +93,7 @@ def _ints(text: str) -> list[int]:
 
 def _overrides(args: argparse.Namespace, keys: tuple[str, ...], example: str) -> dict:
     """The flags among `keys` that were given, then --set KEY=VALUE (YAML values); "a,b" lists split."""
-    from posformer.user_files import parse_yaml
+    from posformer.utils.user_files import parse_yaml
 
     overrides = {}
     for key in keys:

@@ -1,11 +1,13 @@
 """Load any checkpoint posformer meets, whatever its kind, with its tokenizer.
 
 The checkpoint modules are named after the kind of checkpoint they handle:
-  posformer_checkpoint      a posformer model directory: config.json ("posformer" key) + model.safetensors
+  checkpoints.native        a posformer model directory: config.json ("posformer" key) + model.safetensors
   hf.hf_checkpoint          a Hugging Face model directory (or Hub id): config.json + safetensors / .bin
   train.training_checkpoint a Trainer run's checkpoints/step-N/: a posformer checkpoint + trainer state
-  any_checkpoint            (this module) whichever of them a directory holds; a run directory stands
-                            for its newest valid training checkpoint
+  loading                   (this module) whichever of them a directory holds; a run directory stands
+                            for its newest valid training checkpoint. It sits above hf/ and train/ and
+                            below the commands; nothing under modules/, ops/, positions/ or checkpoints/
+                            imports it.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ from typing import Protocol
 
 import torch
 
-from posformer.checkpoint_manifest import verify_if_present
+from posformer.checkpoints.manifest import verify_if_present
 from posformer.data.text import CharTokenizer
 from posformer.hf.api import from_hf, load_tokenizer
 from posformer.hf.hf_checkpoint import resolve
 from posformer.model import Transformer
-from posformer.model_dir import OutsideModelDir, model_file, read_json
-from posformer.posformer_checkpoint import CONFIG_FILE, load_pretrained
+from posformer.checkpoints.model_dir import OutsideModelDir, model_file, read_json
+from posformer.checkpoints.native import CONFIG_FILE, load_pretrained
 
 log = logging.getLogger(__name__)
 TOKENIZER_JSON = "tokenizer.json"

@@ -4,7 +4,7 @@
     data = read_yaml_file(path, "run config")     # YAML 1.2 numbers (1e-3 is a float)
     data = read_json_file(path, "predictions file")
 
-Files inside a model directory go through `posformer.model_dir`, which also keeps them inside it.
+Files inside a model directory go through `posformer.checkpoints.model_dir`, which also keeps them inside it.
 """
 
 from __future__ import annotations

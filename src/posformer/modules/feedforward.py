@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posformer.config import Config
-from posformer.linear import Linear, linear
+from posformer.ops.linear import Linear, linear
 
 ACTIVATION_FNS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": F.relu,

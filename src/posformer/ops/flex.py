@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from posformer.masks import AttentionMask
-from posformer.positions.base import ScoreMod
+from posformer.ops.masks import AttentionMask
 
+ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]  # FlexAttention's (score, b, h, q, kv)
 
 GPU_MIN_HEAD_DIM = 16  # the GPU kernel's matrix products (Triton's tl.dot) take no narrower heads
 

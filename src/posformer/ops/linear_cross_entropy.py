@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from posformer.cross_entropy import check_token_labels
+from posformer.ops.cross_entropy import check_token_labels
 
 CHUNK_ELEMENTS = 2**24  # logits per chunk (64 MiB in float32) ...
 MIN_CHUNK_ROWS = 512  # ... but never fewer rows: each chunk adds into the whole weight gradient

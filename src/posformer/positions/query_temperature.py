@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posformer.validation import fail, is_int, is_number
+from posformer.utils.validation import fail, is_int, is_number
 
 KEYS = ("scale", "floor_size")
 

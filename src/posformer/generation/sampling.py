@@ -1,0 +1,32 @@
+"""Choosing the next token from the logits: greedy, or sampling with temperature, top-k and top-p."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
+    """Set to -inf every logit outside the top-k and outside the smallest set of mass >= top_p.
+
+    logits: (B, V) -> (B, V).
+    """
+    if top_k is not None and top_k > 0:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        drop_sorted = cumulative - sorted_logits.softmax(-1) >= top_p  # keep the token that crosses top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def next_token(logits: Tensor, do_sample: bool, temperature: float, top_k: int | None, top_p: float | None,
+               generator: torch.Generator | None) -> Tensor:
+    """Pick one token per row. logits: (B, V) -> (B,)."""
+    if not do_sample:
+        return logits.argmax(-1)
+    probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

@@ -1,0 +1,19 @@
+"""The parts a model is built from; `posformer.model.Transformer` puts them together.
+
+Read in this order: stack (an encoder or decoder: encodings, blocks, final norm), blocks (attention, optional
+cross-attention and feed-forward, each a residual), attention (SelfAttention, CrossAttention and the one
+kernel `attend`), then the smaller parts:
+
+| module | what |
+|---|---|
+| stack | `Stack`: the position encodings, the blocks and the final norm of an encoder or a decoder |
+| blocks | `Block`: self-attention, optional cross-attention and a feed-forward network |
+| attention | `SelfAttention`, `CrossAttention` (MHA, GQA, MQA) over one kernel, `attend` |
+| cache | the KV cache: keys, values and key positions per layer, allocated once |
+| feedforward | the position-wise feed-forward network and its activations |
+| norms | LayerNorm, RMSNorm and DeepNorm's constants |
+| heads | the output heads (LM, MLM, span QA, classification) and their losses |
+| outputs | `ModelOutput`, the record `Transformer.forward` returns |
+| init | the weight initialisation schemes of `Config.init` |
+| random_positions | randomized positions for training (Ruoss et al. 2023) |
+"""
