@@ -10,8 +10,8 @@ from tiny_bert import save_tiny_bert
 
 from posformer.cli import main
 from posformer.data.squad import load_squad_json, split_by_article, squad_sample
-from posformer.tasks.qa_evaluation import NULL_ODDS_CLIP
-from posformer.tasks.qa_job import EVAL_FRACTION, SPLIT_SEED
+from posformer.tasks.qa.evaluation import NULL_ODDS_CLIP
+from posformer.tasks.qa.job import EVAL_FRACTION, SPLIT_SEED
 
 TINY_T5 = ["--from-scratch", "--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "64", "--vocab-size", "400"]
 WINDOWS = ["--max-seq-length", "96", "--doc-stride", "32"]
@@ -140,7 +140,7 @@ def test_bert2bert_train_eval_and_convert(tmp_path, capsys):
 
 def test_seq2seq_without_model_warm_starts_the_default_checkpoint(tmp_path, monkeypatch, capsys):
     """No --model and no --from-scratch: BERT2BERT from `default_pretrained_model()` (here a tiny BERT)."""
-    from posformer.tasks import qa_job
+    from posformer.tasks.qa import job as qa_job
 
     bert = save_tiny_bert(tmp_path / "bert")
     monkeypatch.setattr(qa_job, "default_pretrained_model", lambda: bert)

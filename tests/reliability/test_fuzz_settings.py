@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from posformer.experiments.extension.settings import ExtendSettings
 from posformer.experiments.extrapolation.settings import ExtrapolationSettings
-from posformer.experiments.tasks.settings import TaskSettings
+from posformer.experiments.synthetic.settings import TaskSettings
 from posformer.tasks.causal_lm import build_model
 from posformer.train.settings import DataSettings, TrainerSettings, load_run_settings
 from posformer.utils.user_files import parse_yaml

@@ -15,13 +15,13 @@ from pathlib import Path
 
 from train_helpers import tiny_run, write_config, write_corpus
 
-from posformer.tasks.stable_unigram import canonical_vocab
+from posformer.data.stable_unigram import canonical_vocab
 
 REPO = Path(__file__).resolve().parents[2]
 TOKENIZER = """
 import sys
 from posformer.data.squad import load_qa_file, squad_sample
-from posformer.tasks.seq2seq_qa import qa_training_texts, train_qa_tokenizer
+from posformer.tasks.qa.seq2seq import qa_training_texts, train_qa_tokenizer
 examples = load_qa_file(squad_sample()).examples[:80]
 sys.stdout.write(train_qa_tokenizer(qa_training_texts(examples), kind="unigram", vocab_size=500)
                  .backend_tokenizer.to_str())

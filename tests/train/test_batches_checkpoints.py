@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 import posformer as pf
 from posformer.loading import load_model
 from posformer.experiments.passkey import PasskeyMix
-from posformer.experiments.tasks.dataset import TaskBatches
+from posformer.experiments.synthetic.dataset import TaskBatches
 from posformer.train.batches import WindowBatches
 from posformer.train.settings import TrainerSettings
 from posformer.train.trainer import Trainer

@@ -195,8 +195,8 @@ TRAINER = Command(
 
 
 def cmd_qa(args: argparse.Namespace) -> int:
-    from posformer.bench import qa, qa_seq2seq
-    from posformer.bench.qa_compare import format_report
+    from posformer.bench.qa import seq2seq, span
+    from posformer.bench.qa.compare import format_report
 
     options = dict(
         data=args.data, checkpoint=args.checkpoint, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
@@ -205,9 +205,9 @@ def cmd_qa(args: argparse.Namespace) -> int:
         epochs=args.epochs, warmup_ratio=args.warmup_ratio,
     )
     if args.head == "seq2seq":
-        return report(args, qa_seq2seq.run(**options, max_answer_tokens=args.max_answer_tokens,
+        return report(args, seq2seq.run(**options, max_answer_tokens=args.max_answer_tokens,
                                            keep_null=args.keep_null_windows), format_report)
-    return report(args, qa.run(**options), format_report)
+    return report(args, span.run(**options), format_report)
 
 
 def add_qa_arguments(parser: argparse.ArgumentParser) -> None:
@@ -217,7 +217,7 @@ def add_qa_arguments(parser: argparse.ArgumentParser) -> None:
     add("--checkpoint", metavar="DIR", help="BERT-family checkpoint; None: the bundled all-MiniLM-L6-v2")
     add("--head", choices=("span", "seq2seq"), default="span", help="span: posformer's span head against "
         "BertForQuestionAnswering; seq2seq: BERT2BERT warm-started from the checkpoint against HF's "
-        "EncoderDecoderModel (posformer.bench.qa_seq2seq)")
+        "EncoderDecoderModel (posformer.bench.qa.seq2seq)")
     add("--max-answer-tokens", type=positive_int, default=30, help="seq2seq: answer tokens generated at most")
     add("--keep-null-windows", type=open_fraction, default=1.0, help="seq2seq: share of the training windows whose "
         "target is \"\" that are kept (1: all, as the seed job)")
@@ -258,8 +258,8 @@ QA = Command(
     "after the first; tokens are non-pad tokens. The models alternate in blocks of --block steps. Data: "
     "--data, default the SQuAD v2 dev file in ../shared/data/squad_v2 (or $POSFORMER_DATA_DIR), or the shipped "
     "sample when it is missing; split by article (20% held out), then capped by --train-questions / "
-    "--eval-questions. The code: posformer.bench.qa (span), posformer.bench.qa_seq2seq (seq2seq), both "
-    "through posformer.bench.qa_compare.",
+    "--eval-questions. The code: posformer.bench.qa.span (span), posformer.bench.qa.seq2seq (seq2seq), both "
+    "through posformer.bench.qa.compare.",
     add_arguments=add_qa_arguments, run=cmd_qa,
 )
 

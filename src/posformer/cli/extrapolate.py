@@ -125,7 +125,7 @@ TASK_FLAGS = ("positions", "train_len", "eval_lens", "steps", "batch_size", "lr"
 
 def task_settings_from_args(args: argparse.Namespace):
     """--task: the task preset, then the flags that apply to tasks, then --set KEY=VALUE."""
-    from posformer.experiments.tasks.settings import TaskSettings
+    from posformer.experiments.synthetic.settings import TaskSettings
 
     ignored = [flag for flag, key, _, _ in FLAGS if key not in TASK_FLAGS and getattr(args, key) is not None]
     if ignored:
@@ -136,8 +136,8 @@ def task_settings_from_args(args: argparse.Namespace):
 
 def cmd_task(args: argparse.Namespace) -> int:
     from posformer.experiments.extrapolation.layout import ExperimentLayout
-    from posformer.experiments.tasks.experiment import run_tasks
-    from posformer.experiments.tasks.report import markdown
+    from posformer.experiments.synthetic.experiment import run_tasks
+    from posformer.experiments.synthetic.report import markdown
 
     results = run_tasks(task_settings_from_args(args), args.output_dir, progress=not args.no_progress)
     print("\n" + markdown(results))
@@ -166,7 +166,7 @@ def add_extrapolate_arguments(parser: argparse.ArgumentParser) -> None:
 
     from posformer.experiments.extrapolation.settings import PRESETS, ExtrapolationSettings
 
-    from posformer.experiments.tasks.generators import TASKS
+    from posformer.experiments.synthetic.generators import TASKS
 
     parser.add_argument("--preset", choices=tuple(PRESETS), default="quick",
                         help="size and budget (default: quick; --task has quick and cpu)")

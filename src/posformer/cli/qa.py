@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from posformer.cli.command import Command
-from posformer.tasks.qa_job import (ANSWER_DEFAULTS as A, GROUP_BATCHES, PRETRAINED_DEFAULTS as P,
+from posformer.tasks.qa.job import (ANSWER_DEFAULTS as A, GROUP_BATCHES, PRETRAINED_DEFAULTS as P,
                                   SCRATCH_DEFAULTS as S)
 
 
@@ -15,7 +15,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     """Print the official SQuAD v2.0 scores of a predictions file, as `evaluate-v2.0.py` does."""
     from posformer.data.squad import load_qa_file
     from posformer.checkpoints.atomic import write_text_atomic
-    from posformer.tasks.squad_metric import read_json_mapping, squad_v2_evaluate
+    from posformer.tasks.qa.squad_metric import read_json_mapping, squad_v2_evaluate
     from posformer.utils.validation import is_number
 
     gold = load_qa_file(args.eval_file, args.context_column, args.question_column, args.answer_column,
@@ -45,14 +45,14 @@ def _options(args: argparse.Namespace):
     """The job options of a parsed `qa train` / `qa eval` command line."""
     from dataclasses import fields
 
-    from posformer.tasks.qa_job import QAJobOptions
+    from posformer.tasks.qa.job import QAJobOptions
 
     return QAJobOptions(**{f.name: getattr(args, f.name) for f in fields(QAJobOptions) if hasattr(args, f.name)})
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     """`posformer qa train`: train, evaluate at the end, write the predictions and the report."""
-    from posformer.tasks.qa_job import train_qa
+    from posformer.tasks.qa.job import train_qa
 
     train_qa(_options(args))
     return 0
@@ -60,7 +60,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """`posformer qa eval`: predict with a trained model, print and write the report."""
-    from posformer.tasks.qa_job import eval_qa
+    from posformer.tasks.qa.job import eval_qa
 
     eval_qa(_options(args))
     return 0
@@ -70,7 +70,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     """`posformer qa ask`: answer questions about a text with a trained model, one line each."""
     import sys
 
-    from posformer.tasks.qa_ask import ask, read_questions
+    from posformer.tasks.qa.ask import ask, read_questions
 
     questions = read_questions(args.context, args.context_file, args.question or [], sys.stdin)
     for answer in ask(args.model, questions, _options(args)):

@@ -9,7 +9,7 @@ The paper's filler; its instruction preamble, its "Remember it. 71432 is the pas
 pass key?" are left out, so that a prompt fits 64 tokens (45 bytes without filler): our models are not
 instruction-tuned and are trained on short contexts. Scoring is teacher-forced: a trial is retrieved when the
 model's argmax agrees with every token of " 71432" given the prompt and the key's own prefix (what greedy
-decoding writes, see `experiments.tasks.evaluation`); the digit accuracy counts the agreeing answer tokens.
+decoding writes, see `experiments.synthetic.evaluation`); the digit accuracy counts the agreeing answer tokens.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def draw_results(directory: str | Path, out_dir: str | Path) -> list[Path]:
     """Draw the figures of the experiment in `directory` into `out_dir`; the paths written."""
     from posformer.experiments.extension import report as extend_report
     from posformer.experiments.extrapolation import report as lm_report
-    from posformer.experiments.tasks import report as task_report
+    from posformer.experiments.synthetic import report as task_report
 
     directory, out_dir = Path(directory), Path(out_dir)
     results = read_results(directory)
@@ -52,7 +52,7 @@ def draw_task_summary(directories: list[str | Path], out_dir: str | Path) -> lis
     """With two or more task runs among `directories`: tasks-summary.md (every task's table and the mean
     reciprocal rank over the tasks beside Kazemnejad et al.'s) and tasks-summary.png; else nothing."""
     from posformer.checkpoints.atomic import write_text_atomic
-    from posformer.experiments.tasks import report as task_report
+    from posformer.experiments.synthetic import report as task_report
 
     found = [(Path(d).resolve().name, r) for d in directories if (r := read_results(d)).get("benchmark") == "tasks"]
     if len(found) < 2:

@@ -1,0 +1,241 @@
+"""What both QA benchmarks share: two models trained in lockstep on the same batches, timed, then evaluated.
+
+`compare(head, build, ...)` does the common part of `posformer.bench.qa.span` (span) and
+`posformer.bench.qa.seq2seq` (generative): the article-disjoint questions, the steps from
+`epochs`, the same pre-drawn batches for both sides, `train_both` alternating blocks of
+steps, the tokens/s of each and their ratio, and one evaluator for both; `build` makes the
+head's two models, training windows and predictor. `format_report` prints either result.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from posformer.bench.qa.setup import draw_batches, load_questions, resolve_data, summary
+from posformer.bench.trainer import load_average
+from posformer.modules.heads import loss_only
+from posformer.model import Transformer
+from posformer.tasks.qa.evaluation import QAEvaluator
+from posformer.tasks.qa.predictor import QAPredictor
+from posformer.train.optim import adamw, parameter_groups
+from posformer.utils.validation import check_int, check_number, fail
+
+NAMES = ("posformer", "hf")
+LABELS = {"posformer": "posformer", "hf": "Hugging Face"}
+METRICS = ("exact", "f1", "HasAns_f1", "NoAns_f1")
+CLIP = 1.0
+
+
+def default_checkpoint() -> Path:
+    from posformer.tasks.qa.models import default_pretrained_model
+
+    return default_pretrained_model()
+
+
+@dataclass
+class Sides:
+    """What a head's `build` returns: the two models, the training windows {name: (N, ...)}, the predictor of
+    the held-out questions, and settings to record in the result."""
+
+    ours: nn.Module
+    theirs: nn.Module
+    features: dict[str, Tensor]
+    predictor: QAPredictor
+    setup: dict[str, Any] = field(default_factory=dict)
+
+
+class Run:
+    """One model's training: its AdamW, linear schedule, step losses and timed steps."""
+
+    def __init__(self, model: nn.Module, steps: int, lr: float, betas: tuple[float, float], eps: float,
+                 weight_decay: float, warmup_steps: int = 0) -> None:
+        from transformers import get_linear_schedule_with_warmup
+
+        self.model = model.train()
+        self.arguments = loss_only(model.cfg.head_kind) if isinstance(model, Transformer) else {}  # as the Trainer
+        self.optimizer = adamw(parameter_groups(model, weight_decay), lr=lr, betas=betas, eps=eps)
+        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, warmup_steps, steps)
+        self.losses: list[float] = []
+        self.seconds: list[float] = []
+
+    def step(self, batch: dict[str, Tensor]) -> None:
+        """One optimizer step on `batch` (input_ids, attention_mask, token_type_ids: (b, T); positions (b,))."""
+        start = time.perf_counter()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.model(**batch, **self.arguments).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), CLIP)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.losses.append(loss.item())
+        self.seconds.append(time.perf_counter() - start)
+
+
+def train_both(models: dict[str, nn.Module], batches: list[dict[str, Tensor]], block: int, lr: float,
+               betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+               weight_decay: float = 0.0, progress: bool = True, warmup_steps: int = 0) -> dict[str, Run]:
+    """Train each model on `batches` (one per step), alternating blocks of `block` steps between them."""
+    runs = {name: Run(model, len(batches), lr, betas, eps, weight_decay, warmup_steps)
+            for name, model in models.items()}
+    with tqdm(total=len(batches) * len(runs), desc="training", unit="step", disable=not progress) as bar:
+        for first in range(0, len(batches), block):
+            for name, run in runs.items():
+                bar.set_postfix_str(name)
+                for batch in batches[first : first + block]:
+                    run.step(batch)
+                    bar.update()
+    return runs
+
+
+def training_speed(runs: dict[str, Run], tokens: list[int], block: int) -> dict[str, Any]:
+    """tokens/s of each run over steps 1.. (step 0 is the warm-up), and the median per-block ratio."""
+    timed = sum(tokens[1:])
+    result: dict[str, Any] = {name: {"tok_s": timed / sum(run.seconds[1:]), "timed_s": sum(run.seconds[1:])}
+                              for name, run in runs.items()}
+    ratios = []
+    for first in range(0, len(tokens), block):
+        part = slice(max(first, 1), first + block)
+        ours, theirs = (sum(runs[name].seconds[part]) for name in NAMES)
+        if ours > 0 and theirs > 0:
+            ratios.append(theirs / ours)
+    result["ratio"] = result["posformer"]["tok_s"] / result["hf"]["tok_s"]
+    result["block_ratio"] = statistics.median(ratios)
+    result["timed_tokens"] = timed
+    return result
+
+
+def check_options(steps: int, batch_size: int, lr: float, max_seq_length: int, doc_stride: int, block: int,
+                  train_questions: int, eval_questions: int, epochs: float | None, warmup_ratio: float) -> None:
+    check_int("steps", steps, minimum=2)
+    for name, value in (("batch_size", batch_size), ("block", block), ("max_seq_length", max_seq_length),
+                        ("doc_stride", doc_stride)):
+        check_int(name, value)
+    for name, value in (("train_questions", train_questions), ("eval_questions", eval_questions)):
+        check_int(name, value, minimum=0)
+    check_number("lr", lr, low=0, low_open=True)
+    check_number("warmup_ratio", warmup_ratio, low=0, high=1, high_open=True)
+    if epochs is not None:
+        check_number("epochs", epochs, low=0, low_open=True, high=1000)
+    if not doc_stride < max_seq_length:
+        fail("doc_stride", doc_stride, f"an integer < max_seq_length ({max_seq_length})")
+
+
+def compare(head: str, build: Callable[..., Sides], data: str | Path | None, checkpoint: str | Path | None,
+            steps: int, batch_size: int, lr: float, max_seq_length: int, doc_stride: int, train_questions: int,
+            eval_questions: int, block: int, seed: int, threads: int | None, log: Callable[[str], None],
+            epochs: float | None, warmup_ratio: float) -> dict[str, Any]:
+    """Train and evaluate both sides of `head`; the setup, per side its tokens/s, losses and SQuAD v2 scores,
+    `ratio` (posformer / HF tokens/s), `block_ratio` and `max_loss_diff` (largest step-loss gap).
+
+    build(train, held, tokenizer, directory, seed) -> `Sides`. `epochs`, when given, sets
+    steps = ceil(windows * epochs / batch_size) instead of `steps`; question caps of 0 take every question
+    of their side of the split."""
+    check_options(steps, batch_size, lr, max_seq_length, doc_stride, block, train_questions, eval_questions,
+                  epochs, warmup_ratio)
+    path, note = resolve_data(data)
+    if note:
+        log(note)
+    directory = Path(checkpoint) if checkpoint is not None else default_checkpoint()
+    threads = torch.get_num_threads() if threads is None else threads
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        from posformer.hf import load_tokenizer
+
+        train, held = load_questions(path, train_questions, eval_questions, seed)
+        sides = build(train, held, load_tokenizer(directory), directory, seed)
+        windows = int(sides.features["input_ids"].shape[0])
+        if epochs is not None:
+            steps = max(2, math.ceil(windows * epochs / batch_size))
+        warmup_steps = math.ceil(steps * warmup_ratio)
+        batches = draw_batches(sides.features, steps, batch_size, seed)
+        tokens = [int(b["attention_mask"].sum()) for b in batches]
+        load_start = load_average()
+        log(f"training both models for {steps} steps of {batch_size} of {windows} windows ...")
+        runs = train_both({"posformer": sides.ours, "hf": sides.theirs}, batches, block, lr,
+                          warmup_steps=warmup_steps)
+        speed = training_speed(runs, tokens, block)
+        result: dict[str, Any] = {
+            "head": head, "torch": torch.__version__, "threads": threads, "dtype": "float32", "device": "cpu",
+            "data": str(path), "data_note": note, "checkpoint": str(directory), "seed": seed, "steps": steps,
+            "batch_size": batch_size, "lr": lr, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0,
+            "clip_grad": CLIP, "warmup_steps": warmup_steps, "epochs": steps * batch_size / windows,
+            "schedule": f"linear warm-up over {warmup_steps} steps, then linear to 0", "dropout": 0.0, "block": block,
+            "max_seq_length": max_seq_length, "doc_stride": doc_stride, "train": summary(train),
+            "eval": summary(held), "train_windows": windows, **sides.setup,
+            "tokens": "encoder non-pad tokens (attention_mask ones) of steps 2..steps; batches cut to their "
+                      "longest row",
+            "timed_tokens": speed["timed_tokens"], "ratio": speed["ratio"], "block_ratio": speed["block_ratio"],
+            "max_loss_diff": max(abs(a - b) for a, b in zip(runs["posformer"].losses, runs["hf"].losses)),
+        }
+        evaluate = QAEvaluator(sides.predictor)
+        for name, model in (("posformer", sides.ours), ("hf", sides.theirs)):
+            log(f"evaluating {LABELS[name]} on {len(held)} questions ...")
+            start = time.perf_counter()
+            report = evaluate(model)
+            result[name] = {**speed[name], "eval_s": time.perf_counter() - start,
+                            "first_loss": runs[name].losses[0], "final_loss": runs[name].losses[-1],
+                            "losses": runs[name].losses, "metrics": {k: report.get(k) for k in METRICS},
+                            "report": report}
+        result["load_average"] = [load_start, load_average()]
+        return result
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _cell(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def _gap(result: dict[str, Any], metric: str) -> str:
+    ours, theirs = (result[name]["metrics"][metric] for name in NAMES)
+    return "n/a" if ours is None or theirs is None else f"{ours - theirs:+.2f}"
+
+
+def format_report(result: dict[str, Any]) -> str:
+    """The setup, a markdown table (tokens/s, losses, EM, F1, HasAns_f1, NoAns_f1 per model) and the ratio."""
+    train, held = result["train"], result["eval"]
+    lines = [
+        f"torch {result['torch']}, threads {result['threads']}, {result['dtype']}, {result['device']}; "
+        f"checkpoint {result['checkpoint']}",
+        f"data: {result['data']}{' (' + result['data_note'] + ')' if result['data_note'] else ''}",
+        f"head: {result['head']}; train: {train['questions']} questions ({train['unanswerable']} unanswerable), "
+        f"{result['train_windows']} windows; eval: {held['questions']} questions ({held['unanswerable']} "
+        f"unanswerable), other articles; windows {result['max_seq_length']} tokens, stride {result['doc_stride']}",
+        f"both: {result['steps']} steps x batch {result['batch_size']} ({result['epochs']:.2f} epochs), fused AdamW lr "
+        f"{result['lr']:g}, {result['schedule']}, "
+        f"betas (0.9, 0.999), eps 1e-8, weight decay 0, clip 1.0, dropout 0, seed {result['seed']}; "
+        f"alternating blocks of {result['block']} steps",
+        f"tokens/s: {result['tokens']} ({result['timed_tokens']:,} tokens)",
+        "",
+        "| model | train tokens/s | timed train s | eval s | first loss | final loss | EM | F1 | HasAns F1 "
+        "| NoAns F1 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name in NAMES:
+        row, m = result[name], result[name]["metrics"]
+        lines.append(f"| {LABELS[name]} | {row['tok_s']:,.0f} | {row['timed_s']:,.0f} | {row['eval_s']:,.0f} | "
+                     f"{row['first_loss']:.6f} | {row['final_loss']:.6f} | {_cell(m['exact'])} | {_cell(m['f1'])} | "
+                     f"{_cell(m['HasAns_f1'])} | {_cell(m['NoAns_f1'])} |")
+    lines += [
+        "",
+        f"ratio posformer/HF tokens/s: {result['ratio']:.3f} (> 1: posformer is faster); median per-block ratio "
+        f"{result['block_ratio']:.3f}",
+        f"F1 posformer - HF: {_gap(result, 'f1')} points, HasAns F1: {_gap(result, 'HasAns_f1')}; evaluation "
+        f"speed posformer/HF: {result['hf']['eval_s'] / result['posformer']['eval_s']:.3f}",
+        "F1 at the official best null threshold (best_f1): " + ", ".join(
+            f"{LABELS[name]} {_cell(result[name]['report'].get('best_f1'))}" for name in NAMES),
+        f"largest step-loss difference between the two: {result['max_loss_diff']:.3g}",
+        "load average (1, 5, 15 min) at start {} and end {}".format(
+            *(", ".join(f"{x:.2f}" for x in loads) or "unknown" for loads in result["load_average"])),
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,92 @@
+"""The knobs of `posformer extrapolate --task`, its presets (quick, cpu) and the model every row shares."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from posformer import positions
+from posformer.config import Config
+from posformer.experiments.presets import check_training_knobs, from_preset
+from posformer.experiments.synthetic.generators import TASKS, VOCAB, min_length
+from posformer.utils.validation import check_choice, check_field_kinds, check_int, fail, is_int
+
+# Kazemnejad et al. 2023 compare these five (APE as the sinusoidal embedding)
+DEFAULT_ROWS = ["none", "t5", "alibi", "rope", "sinusoidal"]
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # a smoke run: about 10 s a row on one CPU thread (copy: rope learns n=8 to ~0.9 exact match)
+    "quick": dict(train_len=8, steps=500, batch_size=32, lr=3e-3, warmup=25, d_model=64, layers=2, heads=4,
+                  eval_examples=64, threads=1),
+    # the quick preset's lengths, twice the depth, six times the steps and 200 examples a length (a standard
+    # error of at most 0.035): about 2 minutes a row on one thread, 10 a task
+    "cpu": dict(train_len=8, steps=3000, batch_size=32, lr=3e-3, warmup=100, d_model=64, layers=4, heads=4,
+                eval_examples=200, threads=1),
+}
+
+
+@dataclass
+class TaskSettings:
+    """Every knob of a task run. eval_lens None: train_len times 1, 1.25, 1.5, 2, 3 and 4 (sizes of the task,
+    see `posformer.experiments.synthetic.generators`): just past L, where exact match first falls, and far."""
+
+    task: str = "copy"
+    positions: list[str] = field(default_factory=lambda: list(DEFAULT_ROWS))
+    train_len: int = 20
+    eval_lens: list[int] | None = None
+    eval_examples: int = 200
+    steps: int = 1000
+    batch_size: int = 64
+    lr: float = 1e-3
+    warmup: int = 100
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    d_model: int = 128
+    layers: int = 4
+    heads: int = 4
+    seed: int = 0
+    device: str = "auto"
+    threads: int | None = None
+    precision: str = "fp32"
+    save_every: int = 500
+
+    def __post_init__(self) -> None:
+        if self.eval_lens is None and is_int(self.train_len):  # else validate() names train_len
+            self.eval_lens = sorted({round(k * self.train_len) for k in (1, 1.25, 1.5, 2, 3, 4)})
+        self.validate()
+
+    def validate(self) -> None:
+        check_choice("task", self.task, tuple(TASKS))
+        if not isinstance(self.positions, list) or not self.positions:
+            fail("positions", self.positions, "a non-empty list of registered encodings")
+        for name in self.positions:
+            check_choice("positions", name, tuple(positions.usable("decoder")))
+        check_int("train_len", self.train_len, minimum=min_length(self.task))
+        if not isinstance(self.eval_lens, list) or not self.eval_lens:
+            fail("eval_lens", self.eval_lens, "a non-empty list of task lengths")
+        for n in self.eval_lens:
+            check_int("eval_lens", n, minimum=min_length(self.task))
+        for name in ("eval_examples", "steps", "batch_size", "d_model", "layers", "heads", "save_every"):
+            check_int(name, getattr(self, name))
+        check_training_knobs(self, "")
+        if self.d_model % self.heads:
+            fail("heads", self.heads, f"a divisor of d_model={self.d_model}")
+        check_field_kinds(self, "")
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "TaskSettings":
+        return from_preset(cls, PRESETS, name, overrides, "extrapolate --task")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def model_config(s: TaskSettings, position: str, longest: int) -> Config:
+    """The decoder of one row: pre-norm RMSNorm, SwiGLU, no biases, tied embeddings; only `position` differs.
+    `longest`: the longest sequence (prompt, SEP, target, EOS) it will read. Token embeddings are not scaled by
+    sqrt(d_model): on copy (cpu preset) scaling let the sinusoidal row learn but left none and t5 at 0 exact
+    match and no row generalising (docs/tasks.md)."""
+    return Config(arch="decoder", vocab_size=len(VOCAB), d_model=s.d_model, n_layers=s.layers, n_heads=s.heads,
+                  d_ff=4 * s.d_model, position=position, max_positions=longest, norm="rmsnorm", activation="swiglu",
+                  qkv_bias=False, attn_out_bias=False, ffn_bias=False, tie_embeddings=True)

@@ -1,0 +1,71 @@
+"""Evaluation of the `qa` job: predictions, best non-empty answers and null odds, the official report.
+
+`QAEvaluator(predictor)` is the Trainer's `evaluate` for both heads (the predictor of the head
+answers, see `posformer.tasks.qa.predictor`); `write` puts predictions.json, answers.json,
+null_odds.json and eval_results.json in a directory (see `posformer.tasks.qa.job`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from posformer.checkpoints.atomic import write_json_atomic
+from posformer.data.squad import QAExample
+from posformer.tasks.qa.predictor import QAPredictor
+from posformer.tasks.qa.squad_metric import squad_v2_evaluate, write_predictions
+
+NULL_ODDS_CLIP = 1e9
+
+
+def clip_null_odds(null_odds: dict[str, float]) -> dict[str, float]:
+    """Null odds with +-inf (and nan) replaced by +-NULL_ODDS_CLIP, so JSON readers everywhere accept them."""
+    clipped = {}
+    for qid, value in null_odds.items():
+        value = float(value)
+        if math.isnan(value):
+            value = NULL_ODDS_CLIP
+        clipped[qid] = max(-NULL_ODDS_CLIP, min(NULL_ODDS_CLIP, value))
+    return clipped
+
+
+def qa_report(examples: Sequence[QAExample], predictions: dict[str, str], answers: dict[str, str],
+              null_odds: dict[str, float]) -> dict[str, Any]:
+    """The official report: exact/f1/HasAns/NoAns of `predictions` as they stand; best_* of the best
+    non-empty `answers` under the best threshold over `null_odds`."""
+    report = squad_v2_evaluate(examples, predictions)
+    thresholded = squad_v2_evaluate(examples, answers, null_odds, na_prob_thresh=math.inf)
+    return {**report, **{k: v for k, v in thresholded.items() if k.startswith("best_")}}
+
+
+class QAEvaluator:
+    """The Trainer's `evaluate` for any head: model -> `predictor`'s answers -> the official report.
+
+    Keeps the latest predictions, best non-empty answers, clipped null odds and report, for `write`.
+    """
+
+    def __init__(self, predictor: QAPredictor) -> None:
+        self.predictor = predictor
+        self.examples = list(predictor.examples)
+        self.predictions: dict[str, str] = {}
+        self.answers: dict[str, str] = {}
+        self.null_odds: dict[str, float] = {}
+        self.report: dict[str, Any] = {}
+
+    def __call__(self, model: torch.nn.Module) -> dict[str, float]:
+        """The official report of `model`'s answers (exact, f1, HasAns_*, NoAns_*, best_*) as floats."""
+        predictions, null_odds, answers = self.predictor.predict(model)
+        self.predictions, self.answers, self.null_odds = predictions, answers, clip_null_odds(null_odds)
+        self.report = qa_report(self.examples, self.predictions, self.answers, self.null_odds)
+        return {k: float(v) for k, v in self.report.items()}
+
+    def write(self, out_dir: str | Path, info: dict[str, Any]) -> dict[str, Any]:
+        """Write predictions.json, answers.json, null_odds.json and eval_results.json (the report plus `info`)."""
+        write_predictions(out_dir, self.predictions, self.null_odds)
+        write_json_atomic(Path(out_dir) / "answers.json", self.answers)
+        results = {**self.report, **info}
+        write_json_atomic(Path(out_dir) / "eval_results.json", results)
+        return results

