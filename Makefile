@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # into .venv first; an installed torch is kept (see README).
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo demo-seq2seq demo-lm test bench install dev clean
+.PHONY: demo demo-seq2seq demo-lm test lint format bench install dev clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,7 @@ dev: $(VENV)/.installed-dev
 
 # The QA demo: extractive SQuAD v2 fine-tuning of all-MiniLM-L6-v2 on the shipped sample, held-out
 # articles, about 8 min on 2 CPU cores. Small batches (more steps in the same time), half the windows
-# without an answer left out of training, dropout off (see README).
+# without an answer left out of training, dropout off (see docs/qa.md).
 DEMO_QA := --learning-rate 1e-4 --warmup-ratio 0.1 --max-steps 560 --per-device-train-batch-size 8 \
            --keep-null-windows 0.5 --dropout 0
 demo: $(VENV)/.installed-pretrained
@@ -50,7 +50,16 @@ demo-seq2seq: $(VENV)/.installed-pretrained
 demo-lm: $(VENV)/.installed
 	$(BIN)/posformer train --output-dir runs/demo-lm --resume
 
-test: $(VENV)/.installed-dev
+# ruff: the format (line length 120), import order, pycodestyle and pyflakes; CI fails on any finding.
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests
+
+format: $(VENV)/.installed-dev
+	$(BIN)/ruff format src tests
+	$(BIN)/ruff check --fix src tests
+
+test: lint
 	@$(BIN)/python -m pytest -q --durations=10; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: the suite is missing" >&2; exit 1; fi; exit $$rc
 

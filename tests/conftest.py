@@ -24,7 +24,15 @@ def _seed() -> None:
 
 def tiny(arch: str = "decoder", **overrides) -> pf.Config:
     """A tiny config for fast tests; any field can be overridden."""
-    fields = dict(arch=arch, vocab_size=61, d_model=32, n_layers=2, n_heads=4, d_ff=48, max_positions=64,
-                  decoder_start_token_id=0 if arch == "encoder_decoder" else None)
+    fields = dict(
+        arch=arch,
+        vocab_size=61,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_ff=48,
+        max_positions=64,
+        decoder_start_token_id=0 if arch == "encoder_decoder" else None,
+    )
     fields.update(overrides)
     return pf.Config(**fields)

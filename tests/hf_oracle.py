@@ -46,8 +46,15 @@ def max_diff(ours: torch.Tensor, theirs: torch.Tensor, keep: torch.Tensor) -> fl
 
 
 @torch.no_grad()
-def assert_same_outputs(pf_model: pf.Transformer, hf_model, batch: dict, field: str | tuple[str, ...] = "logits",
-                        hf_field: str | None = None, per_token: bool = True, **extra) -> float:
+def assert_same_outputs(
+    pf_model: pf.Transformer,
+    hf_model,
+    batch: dict,
+    field: str | tuple[str, ...] = "logits",
+    hf_field: str | None = None,
+    per_token: bool = True,
+    **extra,
+) -> float:
     """Run both models on `batch` and assert max |diff| <= TOLERANCE on the kept positions.
 
     `field` may name several outputs (QA: ("start_logits", "end_logits")); `per_token=False`
@@ -62,8 +69,11 @@ def assert_same_outputs(pf_model: pf.Transformer, hf_model, batch: dict, field: 
         ours = getattr(ours_out, name)
         theirs = getattr(theirs_out, (hf_field or name) if len(fields) == 1 else name)
         if per_token:
-            keep = batch["attention_mask"] if "decoder_input_ids" not in extra else \
-                extra.get("decoder_attention_mask", torch.ones(ours.shape[:2]))
+            keep = (
+                batch["attention_mask"]
+                if "decoder_input_ids" not in extra
+                else extra.get("decoder_attention_mask", torch.ones(ours.shape[:2]))
+            )
         else:
             keep = torch.ones(ours.shape[:1])
         diff = max_diff(ours, theirs, keep)
@@ -78,8 +88,15 @@ def round_trip(pf_model: pf.Transformer, hf_class, directory: Path):
     return hf_class.from_pretrained(directory, attn_implementation="eager").eval()
 
 
-def check_family(hf_model, hf_class, tmp_path: Path, batch: dict, field: str | tuple[str, ...] = "logits",
-                 per_token: bool = True, **extra) -> pf.Transformer:
+def check_family(
+    hf_model,
+    hf_class,
+    tmp_path: Path,
+    batch: dict,
+    field: str | tuple[str, ...] = "logits",
+    per_token: bool = True,
+    **extra,
+) -> pf.Transformer:
     """The whole parity protocol: save, from_hf, compare, to_hf, from_pretrained, compare again."""
     hf_model.eval()
     model = pf.from_hf(save_hf(hf_model, tmp_path / "hf"))

@@ -24,16 +24,19 @@ def hf_squad_metrics() -> types.ModuleType:
     path = Path(spec.origin).parent / "data" / "metrics" / "squad_metrics.py"
     source = path.read_text()
     source = source.replace("from ...models.bert import BasicTokenizer\n", "BasicTokenizer = None\n")
-    source = source.replace("from ...utils import logging\n",
-                            "from types import SimpleNamespace\nfrom logging import getLogger\n"
-                            "logging = SimpleNamespace(get_logger=getLogger)\n")
+    source = source.replace(
+        "from ...utils import logging\n",
+        "from types import SimpleNamespace\nfrom logging import getLogger\n"
+        "logging = SimpleNamespace(get_logger=getLogger)\n",
+    )
     module = types.ModuleType("hf_squad_metrics")
     exec(compile(source, str(path), "exec"), module.__dict__)
     return module
 
 
-def hf_evaluate(gold: dict[str, list[str]], preds: dict[str, str], na_probs: dict[str, float] | None,
-                thresh: float = 1.0) -> dict:
+def hf_evaluate(
+    gold: dict[str, list[str]], preds: dict[str, str], na_probs: dict[str, float] | None, thresh: float = 1.0
+) -> dict:
     """The official evaluate-v2.0.py main(), composed from transformers' functions."""
     hf = hf_squad_metrics()
     examples = [types.SimpleNamespace(qas_id=q, answers=[{"text": t} for t in texts]) for q, texts in gold.items()]

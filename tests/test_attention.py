@@ -156,8 +156,10 @@ def test_sdpa_gets_every_encodings_bias_with_contiguous_keys(name: str, monkeypa
     monkeypatch.setattr(attention.F, "scaled_dot_product_attention", recording)
     for arch in [arch for arch in ("decoder", "encoder") if name in pf.positions.usable(arch)]:
         model = pf.Transformer(tiny(arch, position=name))
-        model(input_ids=torch.randint(0, model.cfg.vocab_size, (2, 9)),
-              attention_mask=torch.tensor([[1] * 9, [0] * 2 + [1] * 7]))
+        model(
+            input_ids=torch.randint(0, model.cfg.vocab_size, (2, 9)),
+            attention_mask=torch.tensor([[1] * 9, [0] * 2 + [1] * 7]),
+        )
     assert masks and all(mask.stride(-1) == 1 for mask in masks)
 
 

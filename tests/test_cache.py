@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import posformer as pf
-from posformer.modules.cache import LayerCache
 from posformer.generation import Decoding
+from posformer.modules.cache import LayerCache
 from tests.conftest import tiny
 
 BATCH, HEADS, DIM = 3, 2, 4
@@ -87,11 +87,14 @@ def test_generation_allocates_the_cache_once() -> None:
     assert len(state.cache) == 11
 
 
-@pytest.mark.parametrize("make, field", [
-    (lambda: pf.Cache(0), "n_layers"),
-    (lambda: pf.Cache(2, capacity=-1), "capacity"),
-    (lambda: pf.Cache(2, capacity=4.0), "capacity"),
-])
+@pytest.mark.parametrize(
+    "make, field",
+    [
+        (lambda: pf.Cache(0), "n_layers"),
+        (lambda: pf.Cache(2, capacity=-1), "capacity"),
+        (lambda: pf.Cache(2, capacity=4.0), "capacity"),
+    ],
+)
 def test_bad_sizes_name_the_field(make, field: str) -> None:
     with pytest.raises(ValueError, match=f"{field}=.* is invalid"):
         make()

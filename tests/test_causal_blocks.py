@@ -11,8 +11,9 @@ import posformer.ops.causal_blocks as causal_blocks
 from posformer.ops.causal_blocks import causal_blocks_attention, use_causal_blocks
 
 
-def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
-              scale: float) -> torch.Tensor:
+def reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None, scale: float
+) -> torch.Tensor:
     """softmax_j<=i(scale * q_i . k_j + bias_ij) v_j, written out: (B, H, T, dh)."""
     repeat = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
@@ -31,8 +32,7 @@ def test_blocks_give_the_attention_formula_and_its_gradients(block_rows, kv_head
     q = torch.randn(2, 4, 11, 8, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, kv_heads, 11, 8, dtype=torch.float64, requires_grad=True)
     v = torch.randn(2, kv_heads, 11, 8, dtype=torch.float64, requires_grad=True)
-    bias = None if bias_batch is None else \
-        torch.randn(bias_batch, 4, 11, 11, dtype=torch.float64, requires_grad=True)
+    bias = None if bias_batch is None else torch.randn(bias_batch, 4, 11, 11, dtype=torch.float64, requires_grad=True)
     out = causal_blocks_attention(q, k, v, bias, 0.3, 0.0)
     expected = reference(q, k, v, bias, 0.3)
     torch.testing.assert_close(out, expected, atol=1e-12, rtol=1e-12)
@@ -49,12 +49,15 @@ def test_a_bias_past_the_diagonal_is_never_read(monkeypatch) -> None:
     q, k, v = (torch.randn(1, 2, 5, 4, dtype=torch.float64) for _ in range(3))
     bias = torch.randn(1, 2, 5, 5, dtype=torch.float64)
     poisoned = bias.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), math.nan)
-    torch.testing.assert_close(causal_blocks_attention(q, k, v, poisoned, 0.5, 0.0),
-                               causal_blocks_attention(q, k, v, bias, 0.5, 0.0), atol=0, rtol=0)
+    torch.testing.assert_close(
+        causal_blocks_attention(q, k, v, poisoned, 0.5, 0.0),
+        causal_blocks_attention(q, k, v, bias, 0.5, 0.0),
+        atol=0,
+        rtol=0,
+    )
 
 
-def test_blocks_run_for_a_plain_causal_mask_longer_than_a_block_and_without_a_bias_not_too_long(
-        monkeypatch) -> None:
+def test_blocks_run_for_a_plain_causal_mask_longer_than_a_block_and_without_a_bias_not_too_long(monkeypatch) -> None:
     monkeypatch.setattr(causal_blocks, "BLOCK_ROWS", 4)
     monkeypatch.setattr(causal_blocks, "NO_BIAS_MAX_LENGTH", 6)
     q, bias = torch.randn(1, 2, 7, 4), torch.randn(1, 2, 7, 7)

@@ -17,11 +17,29 @@ AVAILABLE_PRESETS = ["vanilla", "bert", "gpt2", "llama", "t5", "seed-encoder"]
 
 def custom_config() -> pf.Config:
     return pf.Config(
-        arch="decoder", vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=48,
-        position="rope", position_params={"theta": 500000.0, "layout": "interleaved", "rotary_fraction": 0.5},
-        max_positions=64, norm="rmsnorm", norm_eps=1e-6, norm_placement="sandwich", activation="geglu",
-        dropout=0.1, attention_dropout=0.05, qkv_bias=False, attn_scale=0.25, attn_impl="eager",
-        pad_token_id=0, bos_token_id=1, eos_token_id=2, init_std=0.01,
+        arch="decoder",
+        vocab_size=64,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        d_ff=48,
+        position="rope",
+        position_params={"theta": 500000.0, "layout": "interleaved", "rotary_fraction": 0.5},
+        max_positions=64,
+        norm="rmsnorm",
+        norm_eps=1e-6,
+        norm_placement="sandwich",
+        activation="geglu",
+        dropout=0.1,
+        attention_dropout=0.05,
+        qkv_bias=False,
+        attn_scale=0.25,
+        attn_impl="eager",
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        init_std=0.01,
     )
 
 
@@ -90,8 +108,9 @@ def check_error(kwargs: dict, field: str, value_text: str | None = None) -> str:
     return message
 
 
-@pytest.mark.parametrize("field", ["arch", "norm", "norm_placement", "activation", "position", "attn_impl", "head",
-                                   "init"])
+@pytest.mark.parametrize(
+    "field", ["arch", "norm", "norm_placement", "activation", "position", "attn_impl", "head", "init"]
+)
 def test_unknown_names(field):
     message = check_error({**TINY, field: "bogus_name"}, field, "'bogus_name'")
     assert f"Config.{field}=" in message
@@ -133,36 +152,51 @@ def test_n_heads_not_divisible_by_n_kv_heads():
 def test_odd_or_zero_rotary_dimension(d_model, n_heads, params, bad):
     message = check_error(
         {**TINY, "d_model": d_model, "n_heads": n_heads, "position": "rope", "position_params": params},
-        "position_params", bad,
+        "position_params",
+        bad,
     )
     assert "rotary_fraction" in message
 
 
 def test_even_rotary_dimension_is_accepted():
-    cfg = pf.Config(**{**TINY, "d_model": 32, "n_heads": 4, "position": "rope",
-                       "position_params": {"rotary_fraction": 0.25}})
+    cfg = pf.Config(
+        **{**TINY, "d_model": 32, "n_heads": 4, "position": "rope", "position_params": {"rotary_fraction": 0.25}}
+    )
     assert cfg.head_dim == 8
 
 
 @pytest.mark.parametrize(
     "field,value",
-    [("vocab_size", 0), ("d_model", -1), ("n_layers", 0), ("d_ff", 0), ("n_heads", 0), ("n_kv_heads", 0),
-     ("n_decoder_layers", 0), ("max_positions", 0), ("d_head", -4), ("num_labels", 0)],
+    [
+        ("vocab_size", 0),
+        ("d_model", -1),
+        ("n_layers", 0),
+        ("d_ff", 0),
+        ("n_heads", 0),
+        ("n_kv_heads", 0),
+        ("n_decoder_layers", 0),
+        ("max_positions", 0),
+        ("d_head", -4),
+        ("num_labels", 0),
+    ],
 )
 def test_non_positive_sizes(field, value):
     message = check_error({**TINY, field: value}, field, repr(value))
     assert "positive integer" in message
 
 
-@pytest.mark.parametrize("field,value", [("d_model", 16.0), ("n_layers", True), ("vocab_size", "64"),
-                                         ("d_ff", float("inf")), ("n_kv_heads", 2.0)])
+@pytest.mark.parametrize(
+    "field,value",
+    [("d_model", 16.0), ("n_layers", True), ("vocab_size", "64"), ("d_ff", float("inf")), ("n_kv_heads", 2.0)],
+)
 def test_sizes_that_are_not_integers(field, value):
     message = check_error({**TINY, field: value}, field, repr(value))
     assert "integer" in message
 
 
-@pytest.mark.parametrize("field", ["tie_embeddings", "qkv_bias", "norm_bias", "qk_norm", "parallel_residual",
-                                   "final_norm", "head_bias"])
+@pytest.mark.parametrize(
+    "field", ["tie_embeddings", "qkv_bias", "norm_bias", "qk_norm", "parallel_residual", "final_norm", "head_bias"]
+)
 @pytest.mark.parametrize("value", ["false", "no", 0, 1, None])
 def test_bool_fields_take_only_bools(field, value):
     if value is None and field == "final_norm":
@@ -172,8 +206,10 @@ def test_bool_fields_take_only_bools(field, value):
     assert "true or false" in message
 
 
-@pytest.mark.parametrize("field,value", [("init_std", float("inf")), ("norm_eps", float("nan")),
-                                         ("attn_scale", float("inf")), ("dropout", "0.1")])
+@pytest.mark.parametrize(
+    "field,value",
+    [("init_std", float("inf")), ("norm_eps", float("nan")), ("attn_scale", float("inf")), ("dropout", "0.1")],
+)
 def test_float_fields_take_only_finite_numbers(field, value):
     check_error({**TINY, field: value}, field, repr(value))
 
@@ -191,8 +227,9 @@ def test_dropout_inside_unit_interval(value):
 
 @pytest.mark.parametrize("position", ["sinusoidal", "rope", "learned", "none"])
 def test_unknown_position_params_key(position):
-    message = check_error({**TINY, "position": position, "position_params": {"bogus_key": 1}},
-                          "position_params", "bogus_key")
+    message = check_error(
+        {**TINY, "position": position, "position_params": {"bogus_key": 1}}, "position_params", "bogus_key"
+    )
     assert position in message
 
 
@@ -288,8 +325,12 @@ def test_token_ids_out_of_range(arch):
 
 @pytest.mark.parametrize("arch", ["encoder", "decoder", "encoder_decoder"])
 def test_sequence_longer_than_learned_table(arch):
-    cfg = pf.Config(**{**TINY, "max_positions": 8}, arch=arch, position="learned",
-                    decoder_start_token_id=0 if arch == "encoder_decoder" else None)
+    cfg = pf.Config(
+        **{**TINY, "max_positions": 8},
+        arch=arch,
+        position="learned",
+        decoder_start_token_id=0 if arch == "encoder_decoder" else None,
+    )
     model = pf.Transformer(cfg).eval()
     with torch.no_grad():
         ok = torch.randint(0, 32, (2, 8))

@@ -26,9 +26,11 @@ def test_value_and_gradient_equal_torch_cross_entropy(dtype: torch.dtype, ignore
     logits, labels = logits_and_labels(dtype, ignored)
     ours = token_cross_entropy(logits, labels, IGNORE)
     grad_seed = torch.tensor(1.7)
-    ours_grad, = torch.autograd.grad(ours, logits, grad_seed)
-    theirs = F.cross_entropy(logits.to(torch.promote_types(dtype, torch.float32)), labels, ignore_index=IGNORE, reduction="sum")
-    theirs_grad, = torch.autograd.grad(theirs, logits, grad_seed)
+    (ours_grad,) = torch.autograd.grad(ours, logits, grad_seed)
+    theirs = F.cross_entropy(
+        logits.to(torch.promote_types(dtype, torch.float32)), labels, ignore_index=IGNORE, reduction="sum"
+    )
+    (theirs_grad,) = torch.autograd.grad(theirs, logits, grad_seed)
     assert ours.dtype == dtype
     torch.testing.assert_close(ours, theirs)
     torch.testing.assert_close(ours_grad, theirs_grad)

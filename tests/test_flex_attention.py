@@ -42,8 +42,9 @@ def test_score_mod_adds_exactly_the_bias(name: str, causal: bool) -> None:
         if bias is None:
             assert score_mod is None
             continue
-        b, h, qi, ki = (torch.arange(n).view([-1 if d == i else 1 for d in range(4)])
-                        for i, n in enumerate((2, 4, 6, 6)))
+        b, h, qi, ki = (
+            torch.arange(n).view([-1 if d == i else 1 for d in range(4)]) for i, n in enumerate((2, 4, 6, 6))
+        )
         added = score_mod(torch.zeros(()), b, h, qi, ki)
         torch.testing.assert_close(added.expand(2, 4, 6, 6), bias.expand(2, 4, 6, 6))
 
@@ -57,8 +58,9 @@ def models(name: str, arch: str, **overrides) -> tuple[pf.Transformer, pf.Transf
     return sdpa, flex
 
 
-@pytest.mark.parametrize("name, arch", [(name, arch) for name in FLEX for arch in ("decoder", "encoder")]
-                         + [("t5", "encoder_decoder")])  # cross-attention takes the mask alone
+@pytest.mark.parametrize(
+    "name, arch", [(name, arch) for name in FLEX for arch in ("decoder", "encoder")] + [("t5", "encoder_decoder")]
+)  # cross-attention takes the mask alone
 def test_flex_equals_sdpa_with_and_without_padding(name: str, arch: str) -> None:
     sdpa, flex = models(name, arch)
     kwargs = inputs(sdpa.cfg)
@@ -87,8 +89,11 @@ def test_flex_refuses_a_gradient_on_the_cpu_with_the_remedy() -> None:
 
 
 def test_flex_configurations_it_cannot_run_name_the_field() -> None:
-    with pytest.raises(ValueError, match=r"Config.attn_impl='flex' is invalid: .*position='relative_key', whose bias "
-                                         r"depends on more than the distance \(FlexAttention takes: alibi, "):
+    with pytest.raises(
+        ValueError,
+        match=r"Config.attn_impl='flex' is invalid: .*position='relative_key', whose bias "
+        r"depends on more than the distance \(FlexAttention takes: alibi, ",
+    ):
         config("relative_key", "decoder", attn_impl="flex")
     with pytest.raises(ValueError, match=r"Config.attention_dropout=0.1 is invalid: expected 0 with attn_impl='flex'"):
         config("alibi", "decoder", attn_impl="flex", attention_dropout=0.1)
@@ -98,8 +103,9 @@ cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch's 
 
 
 @cuda_only
-@pytest.mark.parametrize("name, arch", [(name, "decoder") for name in FLEX]
-                         + [(name, "encoder") for name in FLEX if name in BIASED])
+@pytest.mark.parametrize(
+    "name, arch", [(name, "decoder") for name in FLEX] + [(name, "encoder") for name in FLEX if name in BIASED]
+)
 def test_flex_trains_as_sdpa_on_cuda(name: str, arch: str) -> None:
     """The loss and every parameter's gradient of one padded batch equal the SDPA path's (float32)."""
     sdpa, flex = (model.cuda().train() for model in models(name, arch))

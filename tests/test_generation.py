@@ -44,14 +44,18 @@ def test_encoder_decoder_beam_search_returns_best_first() -> None:
     out = model.generate(src, attention_mask=mask, max_new_tokens=6, num_beams=3, num_return_sequences=3)
     assert out.shape == (6, 7) and (out[:, 0] == 0).all()
     for row in range(2):  # every hypothesis runs to the end here: the best has the highest log-probability
-        tgt = out[3 * row:3 * row + 3]
-        logits = model(src[row:row + 1].expand(3, -1), attention_mask=mask[row:row + 1].expand(3, -1),
-                       decoder_input_ids=tgt[:, :-1]).logits
+        tgt = out[3 * row : 3 * row + 3]
+        logits = model(
+            src[row : row + 1].expand(3, -1),
+            attention_mask=mask[row : row + 1].expand(3, -1),
+            decoder_input_ids=tgt[:, :-1],
+        ).logits
         score = logits.log_softmax(-1).gather(-1, tgt[:, 1:, None]).sum((1, 2))
         assert (score[:-1] >= score[1:] - 1e-5).all()
-        greedy = model.generate(src[row:row + 1], attention_mask=mask[row:row + 1], max_new_tokens=6)
-        greedy_logits = model(src[row:row + 1], attention_mask=mask[row:row + 1],
-                              decoder_input_ids=greedy[:, :-1]).logits
+        greedy = model.generate(src[row : row + 1], attention_mask=mask[row : row + 1], max_new_tokens=6)
+        greedy_logits = model(
+            src[row : row + 1], attention_mask=mask[row : row + 1], decoder_input_ids=greedy[:, :-1]
+        ).logits
         greedy_score = greedy_logits.log_softmax(-1).gather(-1, greedy[:, 1:, None]).sum()
         assert score[0] >= greedy_score - 1e-5
 
@@ -104,8 +108,14 @@ def test_seeded_sampling_is_reproducible() -> None:
     prompt = torch.randint(1, model.cfg.vocab_size, (2, 4))
 
     def sample(seed: int) -> torch.Tensor:
-        return model.generate(prompt, max_new_tokens=12, do_sample=True, temperature=1.5, eos_token_id=[],
-                              generator=torch.Generator().manual_seed(seed))
+        return model.generate(
+            prompt,
+            max_new_tokens=12,
+            do_sample=True,
+            temperature=1.5,
+            eos_token_id=[],
+            generator=torch.Generator().manual_seed(seed),
+        )
 
     assert torch.equal(sample(3), sample(3))
     assert not torch.equal(sample(3), sample(4))
@@ -114,23 +124,36 @@ def test_seeded_sampling_is_reproducible() -> None:
 def test_sampling_num_return_sequences_and_top_k_one_is_greedy() -> None:
     model = pf.Transformer(tiny("decoder", position="rope")).eval()
     prompt = torch.randint(1, model.cfg.vocab_size, (2, 4))
-    out = model.generate(prompt, max_new_tokens=5, do_sample=True, top_k=1, num_return_sequences=3,
-                         eos_token_id=[], generator=torch.Generator().manual_seed(0))
+    out = model.generate(
+        prompt,
+        max_new_tokens=5,
+        do_sample=True,
+        top_k=1,
+        num_return_sequences=3,
+        eos_token_id=[],
+        generator=torch.Generator().manual_seed(0),
+    )
     greedy = model.generate(prompt, max_new_tokens=5, eos_token_id=[])
     assert torch.equal(out, greedy.repeat_interleave(3, dim=0))
 
 
 def _step_logits(model: pf.Transformer, out: torch.Tensor, prompt_len: int) -> torch.Tensor:
     """The logits (B, new, V) that chose each new token of out (B, prompt_len + new), recomputed."""
-    return model(out[:, :-1]).logits[:, prompt_len - 1:]
+    return model(out[:, :-1]).logits[:, prompt_len - 1 :]
 
 
 @pytest.mark.parametrize("top_k", [2, 5])
 def test_top_k_samples_only_the_k_best(top_k: int) -> None:
     model = pf.Transformer(tiny("decoder", position="rope", init_std=0.5)).eval()
     prompt = torch.randint(1, model.cfg.vocab_size, (4, 3))
-    out = model.generate(prompt, max_new_tokens=12, do_sample=True, top_k=top_k, eos_token_id=[],
-                         generator=torch.Generator().manual_seed(1))
+    out = model.generate(
+        prompt,
+        max_new_tokens=12,
+        do_sample=True,
+        top_k=top_k,
+        eos_token_id=[],
+        generator=torch.Generator().manual_seed(1),
+    )
     logits = _step_logits(model, out, 3)
     chosen = logits.gather(-1, out[:, 3:, None])
     better = (logits > chosen + 1e-4).sum(-1)
@@ -143,8 +166,15 @@ def test_top_p_samples_only_the_nucleus(top_p: float) -> None:
     model = pf.Transformer(tiny("decoder", position="rope", init_std=0.5)).eval()
     prompt = torch.randint(1, model.cfg.vocab_size, (4, 3))
     temperature = 0.7
-    out = model.generate(prompt, max_new_tokens=12, do_sample=True, top_p=top_p, temperature=temperature,
-                         eos_token_id=[], generator=torch.Generator().manual_seed(2))
+    out = model.generate(
+        prompt,
+        max_new_tokens=12,
+        do_sample=True,
+        top_p=top_p,
+        temperature=temperature,
+        eos_token_id=[],
+        generator=torch.Generator().manual_seed(2),
+    )
     probs = (_step_logits(model, out, 3) / temperature).softmax(-1)
     chosen = probs.gather(-1, out[:, 3:, None])
     mass_above = (probs * (probs > chosen + 1e-6)).sum(-1)
@@ -157,30 +187,33 @@ def test_generate_restores_training_mode() -> None:
     assert model.training
 
 
-@pytest.mark.parametrize("options,message", [
-    (dict(num_beams=0), "num_beams=0 is invalid: expected a positive integer"),
-    (dict(num_beams=2, num_return_sequences=3), "num_return_sequences=3 must be <= num_beams=2"),
-    (dict(num_beams=2, do_sample=True), "beam sampling"),
-    (dict(num_return_sequences=2), "greedy decoding returns one sequence"),
-    (dict(num_beams=2, early_stopping="sometimes"), "early_stopping='sometimes' is invalid: expected True, False"),
-    (dict(num_beams=2, early_stopping=2), "early_stopping=2 is invalid"),
-    (dict(do_sample=True, temperature=0.0), "temperature=0.0 is invalid: expected a number > 0"),
-    (dict(do_sample=True, temperature="1"), "temperature='1' is invalid: expected a number > 0"),
-    (dict(do_sample=True, temperature=float("inf")), "temperature=inf is invalid"),
-    (dict(do_sample=True, top_p=1.5), r"top_p=1.5 is invalid: expected a number in \(0, 1\]"),
-    (dict(do_sample=True, top_p=float("nan")), "top_p=nan is invalid"),
-    (dict(do_sample=True, top_k=2.5), "top_k=2.5 is invalid"),
-    (dict(do_sample="yes"), "do_sample='yes' is invalid: expected True or False"),
-    (dict(return_scores=1), "return_scores=1 is invalid"),
-    (dict(num_beams=2, length_penalty=float("nan")), "length_penalty=nan is invalid: expected a finite number"),
-    (dict(num_beams=2, length_penalty="1"), "length_penalty='1' is invalid"),
-    (dict(max_new_tokens=-1), "max_new_tokens=-1 is invalid: expected an integer >= 0"),
-    (dict(max_new_tokens=2.0), "max_new_tokens=2.0 is invalid"),
-    (dict(min_new_tokens=-1), "min_new_tokens=-1 is invalid"),
-    (dict(do_sample=True, generator=0), "generator=0 is invalid: expected None or a torch.Generator"),
-    (dict(eos_token_id=True), "eos_token_id must be token ids"),
-    (dict(eos_token_id=[3, -1]), "eos_token_id must be token ids"),
-])
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (dict(num_beams=0), "num_beams=0 is invalid: expected a positive integer"),
+        (dict(num_beams=2, num_return_sequences=3), "num_return_sequences=3 must be <= num_beams=2"),
+        (dict(num_beams=2, do_sample=True), "beam sampling"),
+        (dict(num_return_sequences=2), "greedy decoding returns one sequence"),
+        (dict(num_beams=2, early_stopping="sometimes"), "early_stopping='sometimes' is invalid: expected True, False"),
+        (dict(num_beams=2, early_stopping=2), "early_stopping=2 is invalid"),
+        (dict(do_sample=True, temperature=0.0), "temperature=0.0 is invalid: expected a number > 0"),
+        (dict(do_sample=True, temperature="1"), "temperature='1' is invalid: expected a number > 0"),
+        (dict(do_sample=True, temperature=float("inf")), "temperature=inf is invalid"),
+        (dict(do_sample=True, top_p=1.5), r"top_p=1.5 is invalid: expected a number in \(0, 1\]"),
+        (dict(do_sample=True, top_p=float("nan")), "top_p=nan is invalid"),
+        (dict(do_sample=True, top_k=2.5), "top_k=2.5 is invalid"),
+        (dict(do_sample="yes"), "do_sample='yes' is invalid: expected True or False"),
+        (dict(return_scores=1), "return_scores=1 is invalid"),
+        (dict(num_beams=2, length_penalty=float("nan")), "length_penalty=nan is invalid: expected a finite number"),
+        (dict(num_beams=2, length_penalty="1"), "length_penalty='1' is invalid"),
+        (dict(max_new_tokens=-1), "max_new_tokens=-1 is invalid: expected an integer >= 0"),
+        (dict(max_new_tokens=2.0), "max_new_tokens=2.0 is invalid"),
+        (dict(min_new_tokens=-1), "min_new_tokens=-1 is invalid"),
+        (dict(do_sample=True, generator=0), "generator=0 is invalid: expected None or a torch.Generator"),
+        (dict(eos_token_id=True), "eos_token_id must be token ids"),
+        (dict(eos_token_id=[3, -1]), "eos_token_id must be token ids"),
+    ],
+)
 def test_bad_arguments_are_refused(options: dict, message: str) -> None:
     model = pf.Transformer(tiny("decoder"))
     with pytest.raises(ValueError, match=message):
@@ -188,13 +221,16 @@ def test_bad_arguments_are_refused(options: dict, message: str) -> None:
 
 
 @pytest.mark.parametrize("arch", ["decoder", "encoder_decoder"])
-@pytest.mark.parametrize("prompt,mask,message", [
-    (torch.zeros((1, 0), dtype=torch.long), None, r"input_ids=\(1, 0\) is invalid"),
-    (torch.zeros((0, 3), dtype=torch.long), None, r"input_ids=\(0, 3\) is invalid"),
-    (torch.ones(3, dtype=torch.long), None, r"input_ids=\(3,\) is invalid"),
-    ([[1, 2]], None, "input_ids='list' is invalid"),
-    (torch.ones((2, 3), dtype=torch.long), torch.ones(2, 4), r"attention_mask=\(2, 4\) is invalid"),
-])
+@pytest.mark.parametrize(
+    "prompt,mask,message",
+    [
+        (torch.zeros((1, 0), dtype=torch.long), None, r"input_ids=\(1, 0\) is invalid"),
+        (torch.zeros((0, 3), dtype=torch.long), None, r"input_ids=\(0, 3\) is invalid"),
+        (torch.ones(3, dtype=torch.long), None, r"input_ids=\(3,\) is invalid"),
+        ([[1, 2]], None, "input_ids='list' is invalid"),
+        (torch.ones((2, 3), dtype=torch.long), torch.ones(2, 4), r"attention_mask=\(2, 4\) is invalid"),
+    ],
+)
 def test_bad_prompts_are_refused(arch: str, prompt, mask, message: str) -> None:
     """Empty prompts and empty batches (greedy and beam), a prompt that is not (batch, length), a mask that does not
     match it: each a ValueError naming the argument, never an IndexError deep inside."""
@@ -213,8 +249,9 @@ def test_generate_needs_a_language_model_head() -> None:
 def test_max_new_tokens_zero_returns_the_prefix() -> None:
     model = pf.Transformer(tiny("encoder_decoder")).eval()
     src = torch.randint(1, 61, (2, 4))
-    assert torch.equal(model.generate(src, max_new_tokens=0, num_beams=2, num_return_sequences=2),
-                       torch.zeros(4, 1, dtype=torch.long))
+    assert torch.equal(
+        model.generate(src, max_new_tokens=0, num_beams=2, num_return_sequences=2), torch.zeros(4, 1, dtype=torch.long)
+    )
 
 
 @pytest.mark.parametrize("arch", ["decoder", "encoder_decoder"])
@@ -229,12 +266,15 @@ def test_logits_to_keep_gives_the_last_positions_logits(arch: str, keep: int) ->
     torch.testing.assert_close(last, every[:, -keep:], rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("cfg, extra, message", [
-    (tiny("decoder"), {"logits_to_keep": -1}, "logits_to_keep"),
-    (tiny("decoder"), {"logits_to_keep": 1.5}, "logits_to_keep"),
-    (tiny("decoder"), {"logits_to_keep": 1, "labels": torch.zeros(1, 4, dtype=torch.long)}, "with labels"),
-    (tiny("encoder", head="classification", num_labels=3), {"logits_to_keep": 1}, "not a language-model head"),
-])
+@pytest.mark.parametrize(
+    "cfg, extra, message",
+    [
+        (tiny("decoder"), {"logits_to_keep": -1}, "logits_to_keep"),
+        (tiny("decoder"), {"logits_to_keep": 1.5}, "logits_to_keep"),
+        (tiny("decoder"), {"logits_to_keep": 1, "labels": torch.zeros(1, 4, dtype=torch.long)}, "with labels"),
+        (tiny("encoder", head="classification", num_labels=3), {"logits_to_keep": 1}, "not a language-model head"),
+    ],
+)
 def test_logits_to_keep_is_checked(cfg: pf.Config, extra: dict, message: str) -> None:
     model = pf.Transformer(cfg).eval()
     with pytest.raises(ValueError, match=message):

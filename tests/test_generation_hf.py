@@ -34,26 +34,70 @@ BEAMS = [  # num_beams, length_penalty, early_stopping, num_return_sequences
 def _hf_model(family: str):
     torch.manual_seed(0)
     if family == "llama":
-        return transformers.LlamaForCausalLM(transformers.LlamaConfig(
-            vocab_size=VOCAB, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=64, initializer_range=0.2))
+        return transformers.LlamaForCausalLM(
+            transformers.LlamaConfig(
+                vocab_size=VOCAB,
+                hidden_size=32,
+                intermediate_size=40,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                max_position_embeddings=64,
+                initializer_range=0.2,
+            )
+        )
     if family == "gpt2":
-        return transformers.GPT2LMHeadModel(transformers.GPT2Config(
-            vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, initializer_range=0.2, bos_token_id=1,
-            eos_token_id=2))
+        return transformers.GPT2LMHeadModel(
+            transformers.GPT2Config(
+                vocab_size=VOCAB,
+                n_embd=32,
+                n_layer=2,
+                n_head=4,
+                n_positions=64,
+                initializer_range=0.2,
+                bos_token_id=1,
+                eos_token_id=2,
+            )
+        )
     if family == "bloom":
-        return transformers.BloomForCausalLM(transformers.BloomConfig(
-            vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4, initializer_range=0.2))
+        return transformers.BloomForCausalLM(
+            transformers.BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4, initializer_range=0.2)
+        )
     if family == "bert2bert":
-        bert = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=40,
-                    max_position_embeddings=64, initializer_range=0.5)
-        return transformers.EncoderDecoderModel(transformers.EncoderDecoderConfig.from_encoder_decoder_configs(
-            transformers.BertConfig(**bert), transformers.BertConfig(**bert, is_decoder=True, add_cross_attention=True),
-            decoder_start_token_id=2, pad_token_id=0, eos_token_id=1))
-    return transformers.T5ForConditionalGeneration(transformers.T5Config(
-        vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=40, num_layers=2, num_heads=4, relative_attention_num_buckets=8,
-        relative_attention_max_distance=20, initializer_factor=4.0, decoder_start_token_id=0, pad_token_id=0,
-        eos_token_id=1))
+        bert = dict(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=40,
+            max_position_embeddings=64,
+            initializer_range=0.5,
+        )
+        return transformers.EncoderDecoderModel(
+            transformers.EncoderDecoderConfig.from_encoder_decoder_configs(
+                transformers.BertConfig(**bert),
+                transformers.BertConfig(**bert, is_decoder=True, add_cross_attention=True),
+                decoder_start_token_id=2,
+                pad_token_id=0,
+                eos_token_id=1,
+            )
+        )
+    return transformers.T5ForConditionalGeneration(
+        transformers.T5Config(
+            vocab_size=VOCAB,
+            d_model=32,
+            d_kv=8,
+            d_ff=40,
+            num_layers=2,
+            num_heads=4,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=20,
+            initializer_factor=4.0,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+            eos_token_id=1,
+        )
+    )
 
 
 def _batch(family: str) -> dict[str, torch.Tensor]:
@@ -118,12 +162,18 @@ def test_greedy_without_eos_equals_hf(pair):
     assert torch.equal(ours, theirs), f"\n{ours}\n{theirs}"
 
 
-@pytest.mark.parametrize("beams,length_penalty,early_stopping,returned", BEAMS,
-                         ids=lambda v: str(v))
+@pytest.mark.parametrize("beams,length_penalty,early_stopping,returned", BEAMS, ids=lambda v: str(v))
 def test_beam_search_equals_hf(pair, beams, length_penalty, early_stopping, returned):
     eos = pair[4]
-    ours, theirs = _both(pair, num_beams=beams, length_penalty=length_penalty, early_stopping=early_stopping,
-                         num_return_sequences=returned, eos_token_id=eos, pad_token_id=PAD)
+    ours, theirs = _both(
+        pair,
+        num_beams=beams,
+        length_penalty=length_penalty,
+        early_stopping=early_stopping,
+        num_return_sequences=returned,
+        eos_token_id=eos,
+        pad_token_id=PAD,
+    )
     assert torch.equal(ours, theirs), f"\n{ours}\n{theirs}"
 
 
@@ -150,8 +200,15 @@ def test_beam_search_without_eos_equals_hf(pair):
     _, hf, model, batch, _ = pair
     ours = model.generate(**batch, max_new_tokens=NEW, num_beams=3, num_return_sequences=2, eos_token_id=[])
     with torch.no_grad():
-        theirs = hf.generate(**batch, do_sample=False, max_new_tokens=NEW, num_beams=3, num_return_sequences=2,
-                             eos_token_id=None, pad_token_id=PAD)
+        theirs = hf.generate(
+            **batch,
+            do_sample=False,
+            max_new_tokens=NEW,
+            num_beams=3,
+            num_return_sequences=2,
+            eos_token_id=None,
+            pad_token_id=PAD,
+        )
     assert torch.equal(ours, theirs), f"\n{ours}\n{theirs}"
 
 

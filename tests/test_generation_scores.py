@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_generation_hf import NEW, PAD, _batch, _hf_model
 
 import posformer as pf
+from test_generation_hf import NEW, PAD, _batch, _hf_model
 
 
 @pytest.fixture(scope="module", params=["t5", "llama"])
@@ -35,14 +35,20 @@ def _until_eos(new_tokens: torch.Tensor, eos: int) -> torch.Tensor:
 
 def test_greedy_scores_equal_hf_transition_scores(pair):
     hf, ours, batch, eos = pair
-    tokens, scores = ours.generate(**batch, max_new_tokens=NEW, eos_token_id=eos, pad_token_id=PAD,
-                                   return_scores=True)
+    tokens, scores = ours.generate(**batch, max_new_tokens=NEW, eos_token_id=eos, pad_token_id=PAD, return_scores=True)
     with torch.no_grad():
-        out = hf.generate(**batch, do_sample=False, max_new_tokens=NEW, eos_token_id=eos, pad_token_id=PAD,
-                          output_scores=True, return_dict_in_generate=True)
+        out = hf.generate(
+            **batch,
+            do_sample=False,
+            max_new_tokens=NEW,
+            eos_token_id=eos,
+            pad_token_id=PAD,
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
     assert torch.equal(tokens, out.sequences)
     steps = hf.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
-    new = out.sequences[:, -steps.shape[1]:]
+    new = out.sequences[:, -steps.shape[1] :]
     expected = steps.masked_fill(~_until_eos(new, eos), 0.0).sum(1)
     assert scores.shape == (batch["input_ids"].shape[0],) and scores.dtype == torch.float32
     assert (new == eos).any(1).any(), "no row ended early: the masking after eos is not exercised"
@@ -52,8 +58,14 @@ def test_greedy_scores_equal_hf_transition_scores(pair):
 @pytest.mark.parametrize("beams,length_penalty,returned", [(3, 1.0, 2), (4, 2.0, 4), (2, 0.0, 1)])
 def test_beam_scores_equal_hf_sequences_scores(pair, beams, length_penalty, returned):
     hf, ours, batch, eos = pair
-    options = dict(num_beams=beams, length_penalty=length_penalty, num_return_sequences=returned,
-                   eos_token_id=eos, pad_token_id=PAD, max_new_tokens=NEW)
+    options = dict(
+        num_beams=beams,
+        length_penalty=length_penalty,
+        num_return_sequences=returned,
+        eos_token_id=eos,
+        pad_token_id=PAD,
+        max_new_tokens=NEW,
+    )
     tokens, scores = ours.generate(**batch, return_scores=True, **options)
     with torch.no_grad():
         out = hf.generate(**batch, do_sample=False, output_scores=True, return_dict_in_generate=True, **options)
@@ -65,8 +77,7 @@ def test_beam_scores_equal_hf_sequences_scores(pair, beams, length_penalty, retu
 def test_scores_are_opt_in_and_zero_without_new_tokens(pair):
     _, ours, batch, _ = pair
     assert isinstance(ours.generate(**batch, max_new_tokens=2), torch.Tensor)
-    tokens, scores = ours.generate(**batch, max_new_tokens=0, num_beams=2, num_return_sequences=2,
-                                   return_scores=True)
+    tokens, scores = ours.generate(**batch, max_new_tokens=0, num_beams=2, num_return_sequences=2, return_scores=True)
     assert scores.shape == (tokens.shape[0],) and not scores.any()
 
 

@@ -11,8 +11,16 @@ import posformer as pf
 from posformer.model import Transformer
 
 # Wide enough that every checked tensor has >= 1024 elements (the relative bias table: 128 buckets x 8 heads).
-T5_TINY = dict(vocab_size=512, d_model=64, n_layers=1, n_decoder_layers=1, n_heads=8, d_head=8, d_ff=128,
-               position_params={"num_buckets": 128, "max_distance": 256})
+T5_TINY = dict(
+    vocab_size=512,
+    d_model=64,
+    n_layers=1,
+    n_decoder_layers=1,
+    n_heads=8,
+    d_head=8,
+    d_ff=128,
+    position_params={"num_buckets": 128, "max_distance": 256},
+)
 SMALL = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_positions=32)
 
 
@@ -79,14 +87,22 @@ def test_t5_scheme_initialises_a_span_head_as_qa_outputs():
     assert bool((model.head.proj.bias == 0).all())
 
 
-@pytest.mark.parametrize("build,expected", [
-    # sums of squares of every parameter, recorded before Config.init existed (default, bert) and with the
-    # removed tasks.seq2seq_qa.t5_init_ applied after construction (t5)
-    (lambda: pf.Config(**SMALL), 167.3589294426),
-    (lambda: pf.Config.preset("bert", **SMALL), 200.2319542569),
-    (lambda: pf.Config.preset("t5", vocab_size=97, d_model=32, n_layers=2, n_decoder_layers=2, n_heads=4, d_head=8,
-                              d_ff=48), 4461.4348267773),
-], ids=["default", "bert", "t5"])
+@pytest.mark.parametrize(
+    "build,expected",
+    [
+        # sums of squares of every parameter, recorded before Config.init existed (default, bert) and with the
+        # removed tasks.seq2seq_qa.t5_init_ applied after construction (t5)
+        (lambda: pf.Config(**SMALL), 167.3589294426),
+        (lambda: pf.Config.preset("bert", **SMALL), 200.2319542569),
+        (
+            lambda: pf.Config.preset(
+                "t5", vocab_size=97, d_model=32, n_layers=2, n_decoder_layers=2, n_heads=4, d_head=8, d_ff=48
+            ),
+            4461.4348267773,
+        ),
+    ],
+    ids=["default", "bert", "t5"],
+)
 def test_same_seed_draws_the_same_weights_as_before(build, expected):
     torch.manual_seed(0)
     assert _sum_of_squares(Transformer(build())) == pytest.approx(expected, rel=1e-9)

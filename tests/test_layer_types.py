@@ -8,8 +8,11 @@ import posformer as pf
 from posformer.checkpoints.native import load_pretrained, save_pretrained
 from tests.positions.test_positions_conformance import config
 
-GEMMA_LIKE = dict(position_params={"theta": 1e6}, layer_types=["local", "local", "global"],
-                  layer_settings={"local": {"sliding_window": 4, "position_params": {"theta": 1e4}}})
+GEMMA_LIKE = dict(
+    position_params={"theta": 1e6},
+    layer_types=["local", "local", "global"],
+    layer_settings={"local": {"sliding_window": 4, "position_params": {"theta": 1e4}}},
+)
 
 
 def test_each_label_resolves_its_own_settings_over_the_config() -> None:
@@ -30,8 +33,9 @@ def test_round_trips_through_dict_json_and_yaml(tmp_path) -> None:
 
 
 def test_a_saved_model_loads_with_its_layer_encodings(tmp_path) -> None:
-    cfg = config("rope", "decoder", n_layers=3, layer_types=["t5", "t5", "own"],
-                 layer_settings={"t5": {"position": "t5"}})
+    cfg = config(
+        "rope", "decoder", n_layers=3, layer_types=["t5", "t5", "own"], layer_settings={"t5": {"position": "t5"}}
+    )
     model = pf.Transformer(cfg).eval()
     assert "decoder.layer_positions.t5.table.weight" in model.state_dict()
     save_pretrained(model, tmp_path)
@@ -40,22 +44,38 @@ def test_a_saved_model_loads_with_its_layer_encodings(tmp_path) -> None:
     torch.testing.assert_close(loaded(ids).logits, model(ids).logits, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("changes, message", [
-    (dict(layer_types=["a"]), r"Config.layer_types=\['a'\] is invalid: expected a list of n_layers=2 labels"),
-    (dict(layer_types="ab"), r"expected a list of n_layers=2 labels"),
-    (dict(layer_settings={"a": {"position": "none"}}), r"Config.layer_settings=.* expected \{\} without layer_types"),
-    (dict(layer_types=["a", "b"], layer_settings={"c": {}}),
-     r"Config.layer_settings\['c'\]=\{\} is invalid: expected settings for a label of layer_types \(a, b\)"),
-    (dict(layer_types=["a", "b"], layer_settings={"a": {"norm": "rmsnorm"}}),
-     r"expected a dict of some of position, position_params, sliding_window"),
-    (dict(layer_types=["a", "b"], layer_settings={"a": {"position_params": {"base": 10}}}),
-     r"Config.layer_settings\['a'\]: Config.position_params has unknown key\(s\) \['base'\] for position='rope'"),
-    (dict(layer_types=["a", "b"], layer_settings={"a": {"sliding_window": 0}}),
-     r"Config.layer_settings\['a'\]: Config.sliding_window=0 is invalid"),
-    (dict(layer_types=["a", "b"], layer_settings={"a": {"position": "learned"}}),
-     r"Config.layer_settings\['a'\]\['position'\]='learned' is invalid: expected an encoding of the attention "
-     r"layers \(the config's own position, 'rope', embeds the tokens once"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(layer_types=["a"]), r"Config.layer_types=\['a'\] is invalid: expected a list of n_layers=2 labels"),
+        (dict(layer_types="ab"), r"expected a list of n_layers=2 labels"),
+        (
+            dict(layer_settings={"a": {"position": "none"}}),
+            r"Config.layer_settings=.* expected \{\} without layer_types",
+        ),
+        (
+            dict(layer_types=["a", "b"], layer_settings={"c": {}}),
+            r"Config.layer_settings\['c'\]=\{\} is invalid: expected settings for a label of layer_types \(a, b\)",
+        ),
+        (
+            dict(layer_types=["a", "b"], layer_settings={"a": {"norm": "rmsnorm"}}),
+            r"expected a dict of some of position, position_params, sliding_window",
+        ),
+        (
+            dict(layer_types=["a", "b"], layer_settings={"a": {"position_params": {"base": 10}}}),
+            r"Config.layer_settings\['a'\]: Config.position_params has unknown key\(s\) \['base'\] for position='rope'",
+        ),
+        (
+            dict(layer_types=["a", "b"], layer_settings={"a": {"sliding_window": 0}}),
+            r"Config.layer_settings\['a'\]: Config.sliding_window=0 is invalid",
+        ),
+        (
+            dict(layer_types=["a", "b"], layer_settings={"a": {"position": "learned"}}),
+            r"Config.layer_settings\['a'\]\['position'\]='learned' is invalid: expected an encoding of the attention "
+            r"layers \(the config's own position, 'rope', embeds the tokens once",
+        ),
+    ],
+)
 def test_bad_layer_settings_name_the_field(changes: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         config("rope", "decoder", **changes)
@@ -67,8 +87,11 @@ def test_an_encoder_decoder_has_no_layer_types() -> None:
 
 
 def test_an_encoder_layer_cannot_slide() -> None:
-    with pytest.raises(ValueError, match=r"layer_settings\['a'\]: Config.sliding_window=3 is invalid: expected None "
-                                         r"with arch='encoder'"):
+    with pytest.raises(
+        ValueError,
+        match=r"layer_settings\['a'\]: Config.sliding_window=3 is invalid: expected None "
+        r"with arch='encoder'",
+    ):
         config("rope", "encoder", layer_types=["a", "b"], layer_settings={"a": {"sliding_window": 3}})
 
 
@@ -83,7 +106,10 @@ def test_swapping_the_position_keeps_the_layer_kinds() -> None:
     still windowed (their RoPE base belonged to RoPE and is dropped); a label that names its own encoding
     keeps it."""
     cfg = config("rope", "decoder", n_layers=3, **GEMMA_LIKE).replace(position="alibi")
-    assert [(c.position, c.sliding_window) for c in cfg.layer_configs(3)] == [("alibi", 4), ("alibi", 4),
-                                                                                ("alibi", None)]
+    assert [(c.position, c.sliding_window) for c in cfg.layer_configs(3)] == [
+        ("alibi", 4),
+        ("alibi", 4),
+        ("alibi", None),
+    ]
     nope = config("rope", "decoder", layer_types=["a", "b"], layer_settings={"a": {"position": "none"}})
     assert [c.position for c in nope.replace(position="t5").layer_configs(2)] == ["none", "t5"]

@@ -92,8 +92,15 @@ def test_activations_follow_their_formulas(name: str) -> None:
     [
         ("encoder", 12, 0, {"encoder": ((2 * 12) ** 0.25, (8 * 12) ** -0.25)}),
         ("decoder", 0, 24, {"decoder": ((2 * 24) ** 0.25, (8 * 24) ** -0.25)}),
-        ("encoder_decoder", 6, 6, {"encoder": (0.81 * (6**4 * 6) ** (1 / 16), 0.87 * (6**4 * 6) ** (-1 / 16)),
-                                   "decoder": ((3 * 6) ** 0.25, (12 * 6) ** -0.25)}),
+        (
+            "encoder_decoder",
+            6,
+            6,
+            {
+                "encoder": (0.81 * (6**4 * 6) ** (1 / 16), 0.87 * (6**4 * 6) ** (-1 / 16)),
+                "decoder": ((3 * 6) ** 0.25, (12 * 6) ** -0.25),
+            },
+        ),
     ],
 )
 def test_deepnorm_constants_follow_the_paper(arch, n, m, expected) -> None:
@@ -154,8 +161,10 @@ def test_heads_have_their_shapes_and_losses(head: str) -> None:
     if head == "span_qa":
         out = model(ids, start_positions=torch.tensor([1, 2]), end_positions=torch.tensor([3, -100]))
         assert out.start_logits.shape == out.end_logits.shape == (2, 6)
-        expected = (F.cross_entropy(out.start_logits, torch.tensor([1, 2]))
-                    + F.cross_entropy(out.end_logits[:1], torch.tensor([3]))) / 2
+        expected = (
+            F.cross_entropy(out.start_logits, torch.tensor([1, 2]))
+            + F.cross_entropy(out.end_logits[:1], torch.tensor([3]))
+        ) / 2
         assert out.loss.item() == pytest.approx(expected.item(), rel=1e-5)
     elif head == "classification":
         out = model(ids, labels=torch.tensor([0, 2]))

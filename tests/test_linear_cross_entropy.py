@@ -26,11 +26,13 @@ def head_inputs(dtype: torch.dtype, ignored: int, bias: bool) -> tuple[torch.Ten
     return hidden, weight, b, labels
 
 
-def torch_reference(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                    labels: torch.Tensor) -> torch.Tensor:
+def torch_reference(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor
+) -> torch.Tensor:
     logits = F.linear(hidden, weight, bias)
-    return F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), labels,
-                           ignore_index=IGNORE, reduction="sum")
+    return F.cross_entropy(
+        logits.to(torch.promote_types(logits.dtype, torch.float32)), labels, ignore_index=IGNORE, reduction="sum"
+    )
 
 
 def loss_and_grads(fn, hidden, weight, bias, labels, seed: float = 1.7) -> tuple[torch.Tensor, ...]:
@@ -59,8 +61,9 @@ def ignored_rows(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("ignored", [0, 4, ROWS])
-def test_value_and_gradients_equal_linear_then_cross_entropy(bias: bool, ignored: int, chunks: int,
-                                                             ignored_rows: str) -> None:
+def test_value_and_gradients_equal_linear_then_cross_entropy(
+    bias: bool, ignored: int, chunks: int, ignored_rows: str
+) -> None:
     inputs = head_inputs(torch.float64, ignored, bias)
     ours = loss_and_grads(lambda *a: linear_token_cross_entropy(*a, IGNORE), *inputs)
     theirs = loss_and_grads(torch_reference, *inputs)
@@ -88,8 +91,9 @@ def test_without_autograd_the_loss_alone(chunks: int) -> None:
 
 def test_passes_gradcheck(chunks: int) -> None:
     hidden, weight, bias, labels = head_inputs(torch.float64, 3, True)
-    assert torch.autograd.gradcheck(lambda h, w, b: linear_token_cross_entropy(h, w, b, labels, IGNORE),
-                                    (hidden, weight, bias))
+    assert torch.autograd.gradcheck(
+        lambda h, w, b: linear_token_cross_entropy(h, w, b, labels, IGNORE), (hidden, weight, bias)
+    )
 
 
 def test_under_bfloat16_autocast_the_products_run_in_bfloat16_as_f_linear() -> None:
@@ -133,8 +137,18 @@ TOKEN_HEAD_MODELS = {
 @pytest.mark.parametrize("case", TOKEN_HEAD_MODELS)
 def test_the_model_returns_the_same_loss_and_gradients_without_logits(case: str, chunks: int) -> None:
     options = dict(TOKEN_HEAD_MODELS[case])
-    cfg = pf.Config.preset(options.pop("preset"), vocab_size=VOCAB * 3, d_model=16, n_layers=1, n_heads=2, d_ff=32,
-                           max_positions=32, dropout=0.0, attention_dropout=0.0, **options)
+    cfg = pf.Config.preset(
+        options.pop("preset"),
+        vocab_size=VOCAB * 3,
+        d_model=16,
+        n_layers=1,
+        n_heads=2,
+        d_ff=32,
+        max_positions=32,
+        dropout=0.0,
+        attention_dropout=0.0,
+        **options,
+    )
     torch.manual_seed(0)
     model = pf.Transformer(cfg).double()
     ids = torch.randint(0, cfg.vocab_size, (3, 7))
@@ -150,18 +164,27 @@ def test_the_model_returns_the_same_loss_and_gradients_without_logits(case: str,
         torch.testing.assert_close(loss_only, with_logits, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("call, error", [
-    (dict(preset="llama", labels=False, return_logits=False), r"needs labels .* this call has labels=None"),
-    (dict(preset="bert", head="classification", return_logits=False), r"head 'classification'"),
-    (dict(preset="llama", return_logits=0), r"return_logits must be True or False, got 0"),
-])
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (dict(preset="llama", labels=False, return_logits=False), r"needs labels .* this call has labels=None"),
+        (dict(preset="bert", head="classification", return_logits=False), r"head 'classification'"),
+        (dict(preset="llama", return_logits=0), r"return_logits must be True or False, got 0"),
+    ],
+)
 def test_the_model_refuses_return_logits_where_it_cannot_apply(call: dict, error: str) -> None:
     call = dict(call)
-    cfg = pf.Config.preset(call.pop("preset"), vocab_size=40, d_model=16, n_layers=1, n_heads=2, d_ff=32,
-                           max_positions=32, **({"head": call.pop("head"), "num_labels": 2}
-                                                if "head" in call else {}))
+    cfg = pf.Config.preset(
+        call.pop("preset"),
+        vocab_size=40,
+        d_model=16,
+        n_layers=1,
+        n_heads=2,
+        d_ff=32,
+        max_positions=32,
+        **({"head": call.pop("head"), "num_labels": 2} if "head" in call else {}),
+    )
     ids = torch.randint(0, 40, (2, 5))
-    labels = None if call.pop("labels", True) is False else ids[:, 0] % 2 if cfg.head_kind == "classification" \
-        else ids
+    labels = None if call.pop("labels", True) is False else ids[:, 0] % 2 if cfg.head_kind == "classification" else ids
     with pytest.raises(ValueError, match=error):
         pf.Transformer(cfg)(input_ids=ids, labels=labels, **call)

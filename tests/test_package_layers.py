@@ -15,26 +15,32 @@ import posformer
 SRC = Path(posformer.__file__).resolve().parent.parent
 
 LAYERS = (
-    "utils",        # checks, user files, figure plumbing
-    "ops",          # compute kernels and the masks they take
-    "positions",    # the contract, the registry, one file per encoding family
-    "config",       # config.py, presets.py
-    "modules",      # the parts a model is built from
-    "generation",   # decoding over the KV cache
-    "model",        # model.py (the Transformer), sentence_embeddings.py, summary.py
+    "utils",  # checks, user files, figure plumbing
+    "ops",  # compute kernels and the masks they take
+    "positions",  # the contract, the registry, one file per encoding family
+    "config",  # config.py, presets.py
+    "modules",  # the parts a model is built from
+    "generation",  # decoding over the KV cache
+    "model",  # model.py (the Transformer), sentence_embeddings.py, summary.py
     "checkpoints",  # the native format, the manifest, the model-directory boundary, atomic writes
-    "hf",           # one file per Hugging Face family, both directions
-    "data",         # corpora, tokenizers, SQuAD reading
-    "train",        # the Trainer
-    "api",          # posformer/__init__.py and loading.py (opens any checkpoint, above hf/ and train/)
-    "tasks",        # what a model is trained to do: causal LM, QA
+    "hf",  # one file per Hugging Face family, both directions
+    "data",  # corpora, tokenizers, SQuAD reading
+    "train",  # the Trainer
+    "api",  # posformer/__init__.py and loading.py (opens any checkpoint, above hf/ and train/)
+    "tasks",  # what a model is trained to do: causal LM, QA
     "experiments",  # research workflows
-    "plots",        # the figures, some of them of experiments' results
-    "bench",        # speed and memory benchmarks
-    "cli",          # the `posformer` command
+    "plots",  # the figures, some of them of experiments' results
+    "bench",  # speed and memory benchmarks
+    "cli",  # the `posformer` command
 )
-ROOT_MODULES = {"config": "config", "presets": "config", "model": "model", "sentence_embeddings": "model",
-                "summary": "model", "loading": "api"}
+ROOT_MODULES = {
+    "config": "config",
+    "presets": "config",
+    "model": "model",
+    "sentence_embeddings": "model",
+    "summary": "model",
+    "loading": "api",
+}
 NEVER_BELOW_THE_WORKFLOWS = ("modules", "ops", "positions", "checkpoints")  # the issue's explicit rule
 WORKFLOWS = ("hf", "train", "tasks", "experiments", "bench", "plots", "cli")
 
@@ -57,9 +63,13 @@ def layer(module: str) -> str:
 def imported(path: Path) -> Iterator[str]:
     """The posformer modules `path` imports, anywhere in it but under `if TYPE_CHECKING:`."""
     tree = ast.parse(path.read_text())
-    type_only = {id(node) for branch in ast.walk(tree)
-                 if isinstance(branch, ast.If) and "TYPE_CHECKING" in ast.unparse(branch.test)
-                 for statement in branch.body for node in ast.walk(statement)}
+    type_only = {
+        id(node)
+        for branch in ast.walk(tree)
+        if isinstance(branch, ast.If) and "TYPE_CHECKING" in ast.unparse(branch.test)
+        for statement in branch.body
+        for node in ast.walk(statement)
+    }
     for node in ast.walk(tree):
         if id(node) in type_only:
             continue
@@ -79,14 +89,23 @@ def test_every_module_has_a_layer() -> None:
 
 
 def test_no_module_imports_a_layer_above_its_own() -> None:
-    upward = [f"{name} ({layer(name)}) imports {dep} ({layer(dep)})" for name, deps in GRAPH.items()
-              for dep in deps if LAYERS.index(layer(dep)) > LAYERS.index(layer(name))]
+    upward = [
+        f"{name} ({layer(name)}) imports {dep} ({layer(dep)})"
+        for name, deps in GRAPH.items()
+        for dep in deps
+        if LAYERS.index(layer(dep)) > LAYERS.index(layer(name))
+    ]
     assert upward == []
 
 
 def test_model_parts_never_import_the_workflows() -> None:
-    leaks = [f"{name} imports {dep}" for name, deps in GRAPH.items() if layer(name) in NEVER_BELOW_THE_WORKFLOWS
-             for dep in deps if layer(dep) in WORKFLOWS]
+    leaks = [
+        f"{name} imports {dep}"
+        for name, deps in GRAPH.items()
+        if layer(name) in NEVER_BELOW_THE_WORKFLOWS
+        for dep in deps
+        if layer(dep) in WORKFLOWS
+    ]
     assert leaks == []
 
 

@@ -15,16 +15,19 @@ import pytest
 import torch
 
 import posformer as pf
-from posformer.modules.cache import Cache
 from posformer.config import ARCHS
+from posformer.modules.cache import Cache
 from posformer.presets import PRESETS, preset_names
 
 # Small sizes only; every other field (norm, activation, biases, special ids, ...) is the preset's own.
 SMALL = dict(vocab_size=67, d_model=32, n_layers=2, n_heads=4, d_head=None, d_ff=64, max_positions=64)
 # (preset, position, arch) -> what the refusal names: encodings of causal attention only, in bidirectional stacks
 CANNOT_EXIST: dict[tuple[str, str, str], str] = {
-    (preset, name, arch): "arch='decoder' only" for preset in preset_names() for arch in ARCHS
-    for name in sorted(set(pf.positions.names()) - set(pf.positions.usable(arch)))}
+    (preset, name, arch): "arch='decoder' only"
+    for preset in preset_names()
+    for arch in ARCHS
+    for name in sorted(set(pf.positions.names()) - set(pf.positions.usable(arch)))
+}
 PROMPT, STEPS = 5, 3
 
 
@@ -47,8 +50,9 @@ def cached_equals_full(model: pf.Transformer, ids: torch.Tensor, src: torch.Tens
     steps = [model(inputs if src is not None else ids[:, :PROMPT], cache=cache, **start).logits]
     for t in range(PROMPT, ids.shape[1]):
         step_ids = ids[:, t : t + 1]
-        step = model(inputs, decoder_input_ids=step_ids, cache=cache) if src is not None \
-            else model(step_ids, cache=cache)
+        step = (
+            model(inputs, decoder_input_ids=step_ids, cache=cache) if src is not None else model(step_ids, cache=cache)
+        )
         steps.append(step.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-4)
 
@@ -64,8 +68,11 @@ def test_every_preset_takes_every_encoding(preset: str, position: str, arch: str
         return
     cfg = small_preset(preset, position, arch)
     reference = pf.Config.preset(preset)
-    kept = {f.name for f in dataclasses.fields(cfg)} - set(SMALL) - {"position", "position_params", "arch",
-                                                                     "n_decoder_layers", "decoder_start_token_id"}
+    kept = (
+        {f.name for f in dataclasses.fields(cfg)}
+        - set(SMALL)
+        - {"position", "position_params", "arch", "n_decoder_layers", "decoder_start_token_id"}
+    )
     assert {k: getattr(cfg, k) for k in kept} == {k: getattr(reference, k) for k in kept}
     assert dict(cfg.position_params) == dict(pf.positions.get(position).defaults)
 

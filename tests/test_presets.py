@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
@@ -72,8 +71,17 @@ def test_preset_returns_fresh_copies():
 
 
 def test_preset_overrides_apply():
-    cfg = pf.Config.preset("gpt2", vocab_size=64, d_model=32, n_layers=2, n_heads=4, d_ff=48, max_positions=8,
-                           bos_token_id=63, eos_token_id=63)
+    cfg = pf.Config.preset(
+        "gpt2",
+        vocab_size=64,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_ff=48,
+        max_positions=8,
+        bos_token_id=63,
+        eos_token_id=63,
+    )
     assert (cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.ff_dim) == (64, 32, 2, 4, 48)
     assert cfg.activation == "gelu_tanh"  # untouched fields keep the preset's value
 
@@ -120,8 +128,9 @@ def test_small_presets_build_and_run(name):
 
 
 def test_preset_t5():
-    cfg = pf.Config.preset("t5", vocab_size=64, d_model=32, n_layers=1, n_decoder_layers=1, n_heads=4,
-                           d_head=8, d_ff=48, max_positions=8)
+    cfg = pf.Config.preset(
+        "t5", vocab_size=64, d_model=32, n_layers=1, n_decoder_layers=1, n_heads=4, d_head=8, d_ff=48, max_positions=8
+    )
     assert cfg.position == "t5" and cfg.arch == "encoder_decoder"
     _run_tiny(cfg)
 

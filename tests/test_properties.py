@@ -29,16 +29,26 @@ def valid_config_dicts(draw) -> dict:
     norm = draw(st.sampled_from(C.NORMS))
     placement = "post" if norm == "deepnorm" else draw(st.sampled_from(C.NORM_PLACEMENTS))
     if position == "rope":
-        params = draw(st.fixed_dictionaries({}, optional={
-            "theta": st.sampled_from([100.0, 10000.0, 500000.0]),
-            "layout": st.sampled_from(["half", "interleaved"]),
-            "rotary_fraction": st.sampled_from(ROPE_FRACTIONS[head_dim]),
-        }))
+        params = draw(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "theta": st.sampled_from([100.0, 10000.0, 500000.0]),
+                    "layout": st.sampled_from(["half", "interleaved"]),
+                    "rotary_fraction": st.sampled_from(ROPE_FRACTIONS[head_dim]),
+                },
+            )
+        )
     elif position == "sinusoidal":
-        params = draw(st.fixed_dictionaries({}, optional={
-            "base": st.sampled_from([100.0, 10000.0]),
-            "layout": st.sampled_from(["interleaved", "half"]),
-        }))
+        params = draw(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "base": st.sampled_from([100.0, 10000.0]),
+                    "layout": st.sampled_from(["interleaved", "half"]),
+                },
+            )
+        )
     else:
         params = {}
     vocab_size = draw(st.integers(8, 64))
@@ -99,8 +109,7 @@ def _check_model_trains(data: dict, batch: int, length: int, tgt_length: int, se
 
 
 @settings(max_examples=40, **SETTINGS)
-@given(data=valid_config_dicts(), length=st.integers(1, 6), tgt_length=st.integers(1, 6),
-       seed=st.integers(0, 2**16))
+@given(data=valid_config_dicts(), length=st.integers(1, 6), tgt_length=st.integers(1, 6), seed=st.integers(0, 2**16))
 def test_valid_config_builds_runs_and_backprops(data, length, tgt_length, seed):
     _check_model_trains(data, batch=2, length=length, tgt_length=tgt_length, seed=seed)
 
@@ -115,11 +124,26 @@ def test_valid_config_round_trips(data):
 
 
 # ------------------------------------------------------------ invalid configs
-SIZE_FIELDS = ["vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "n_decoder_layers",
-               "max_positions", "num_labels", "d_head"]
+SIZE_FIELDS = [
+    "vocab_size",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "n_kv_heads",
+    "d_ff",
+    "n_decoder_layers",
+    "max_positions",
+    "num_labels",
+    "d_head",
+]
 NAME_FIELDS = {
-    "arch": C.ARCHS, "norm": C.NORMS, "norm_placement": C.NORM_PLACEMENTS, "activation": C.ACTIVATIONS,
-    "attn_impl": C.ATTN_IMPLS, "position": tuple(pf.positions.names()), "head": C.HEADS,
+    "arch": C.ARCHS,
+    "norm": C.NORMS,
+    "norm_placement": C.NORM_PLACEMENTS,
+    "activation": C.ACTIVATIONS,
+    "attn_impl": C.ATTN_IMPLS,
+    "position": tuple(pf.positions.names()),
+    "head": C.HEADS,
 }
 PROB_FIELDS = ["dropout", "attention_dropout", "activation_dropout"]
 TOKEN_FIELDS = ["pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"]
@@ -135,8 +159,22 @@ bad_names = st.text(string.ascii_letters + "_-", min_size=1, max_size=10)
 def corrupted_config_dicts(draw) -> tuple[dict, str, str, object]:
     """A valid config dict with exactly one field made invalid: (dict, kind of corruption, field, bad value)."""
     data = draw(valid_config_dicts())
-    kind = draw(st.sampled_from(["size", "name", "prob", "kv_heads", "d_model", "n_heads", "params",
-                                 "positive_float", "type_vocab", "token_id"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "size",
+                "name",
+                "prob",
+                "kv_heads",
+                "d_model",
+                "n_heads",
+                "params",
+                "positive_float",
+                "type_vocab",
+                "token_id",
+            ]
+        )
+    )
     if kind == "size":
         field = draw(st.sampled_from(SIZE_FIELDS))
         value = draw(bad_sizes)
@@ -158,8 +196,11 @@ def corrupted_config_dicts(draw) -> tuple[dict, str, str, object]:
         value = draw(st.integers(1, 64).filter(lambda h: data["d_model"] % h != 0))
     elif kind == "params":
         field = "position_params"
-        key = draw(st.text(string.ascii_lowercase + "_", min_size=1, max_size=8).filter(
-            lambda k: k not in pf.positions.get(data["position"]).defaults))
+        key = draw(
+            st.text(string.ascii_lowercase + "_", min_size=1, max_size=8).filter(
+                lambda k: k not in pf.positions.get(data["position"]).defaults
+            )
+        )
         value = {**data["position_params"], key: 1}
     elif kind == "positive_float":
         field = draw(st.sampled_from(["norm_eps", "init_std", "attn_scale"]))

@@ -11,9 +11,22 @@ import posformer as pf
 
 
 def qk_config(**changes) -> pf.Config:
-    fields = dict(vocab_size=61, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=48, position="rope",
-                  norm="rmsnorm", activation="swiglu", qkv_bias=False, attn_out_bias=False, ffn_bias=False,
-                  qk_norm=True, init_std=0.3)
+    fields = dict(
+        vocab_size=61,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        d_ff=48,
+        position="rope",
+        norm="rmsnorm",
+        activation="swiglu",
+        qkv_bias=False,
+        attn_out_bias=False,
+        ffn_bias=False,
+        qk_norm=True,
+        init_std=0.3,
+    )
     return pf.Config(**{**fields, **changes})
 
 
@@ -26,7 +39,7 @@ def test_outputs_do_not_depend_on_the_scale_of_q_and_k() -> None:
     with torch.no_grad():
         for layer in model.decoder.layers:
             layer.attn.qkv.weight[:q_dim] *= 7.0
-            layer.attn.qkv.weight[q_dim:q_dim + kv_dim] *= 0.2
+            layer.attn.qkv.weight[q_dim : q_dim + kv_dim] *= 0.2
     torch.testing.assert_close(model(ids).logits, before, atol=1e-4, rtol=1e-4)
 
 
@@ -59,8 +72,12 @@ def test_sdpa_equals_eager_with_qk_norm(arch: str) -> None:
     eager.load_state_dict(sdpa.state_dict())
     ids = torch.randint(0, 61, (2, 9))
     mask = torch.tensor([[1] * 9, [0] * 3 + [1] * 6])
-    torch.testing.assert_close(sdpa(ids, attention_mask=mask).logits[mask.bool()],
-                               eager(ids, attention_mask=mask).logits[mask.bool()], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        sdpa(ids, attention_mask=mask).logits[mask.bool()],
+        eager(ids, attention_mask=mask).logits[mask.bool()],
+        atol=1e-5,
+        rtol=1e-5,
+    )
 
 
 def test_cached_decoding_equals_the_full_pass_with_qk_norm() -> None:
@@ -68,5 +85,5 @@ def test_cached_decoding_equals_the_full_pass_with_qk_norm() -> None:
     model = pf.Transformer(qk_config()).eval()
     prompt = torch.randint(0, 61, (2, 5))
     out = model.generate(prompt, max_new_tokens=6, eos_token_id=[])
-    full = model(out).logits[:, prompt.shape[1] - 1:-1].argmax(-1)
-    assert torch.equal(full, out[:, prompt.shape[1]:])
+    full = model(out).logits[:, prompt.shape[1] - 1 : -1].argmax(-1)
+    assert torch.equal(full, out[:, prompt.shape[1] :])

@@ -18,15 +18,34 @@ TEMPERATURE = {"scale": 0.5, "floor_size": 4}
 def test_a_nope_layer_with_temperature_equals_hf_llama4_attention() -> None:
     """20 positions with floor_size 4: five temperature steps. Llama 4 adds no temperature to its RoPE layers, so
     the oracle is its NoPE layer (no_rope_layers[0] = 0), without QK-norm (which it gives RoPE layers only)."""
-    hf_config = Llama4TextConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                                 intermediate_size=40, num_hidden_layers=1, no_rope_layers=[0],
-                                 attn_temperature_tuning=True, floor_scale=4, attn_scale=0.5,
-                                 attn_implementation="eager")
+    hf_config = Llama4TextConfig(
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        intermediate_size=40,
+        num_hidden_layers=1,
+        no_rope_layers=[0],
+        attn_temperature_tuning=True,
+        floor_scale=4,
+        attn_scale=0.5,
+        attn_implementation="eager",
+    )
     torch.manual_seed(0)
     theirs = Llama4TextAttention(hf_config, layer_idx=0).eval()
     assert not theirs.use_rope
-    model = pf.Transformer(config("none", "decoder", n_layers=1, n_kv_heads=2, d_head=8, qkv_bias=False,
-                                  attn_out_bias=False, query_temperature=TEMPERATURE)).eval()
+    model = pf.Transformer(
+        config(
+            "none",
+            "decoder",
+            n_layers=1,
+            n_kv_heads=2,
+            d_head=8,
+            qkv_bias=False,
+            attn_out_bias=False,
+            query_temperature=TEMPERATURE,
+        )
+    ).eval()
     ours = model.decoder.layers[0].attn
     ours.qkv.weight.copy_(torch.cat([theirs.q_proj.weight, theirs.k_proj.weight, theirs.v_proj.weight]))
     ours.out.weight.copy_(theirs.o_proj.weight)
@@ -39,9 +58,16 @@ def test_a_nope_layer_with_temperature_equals_hf_llama4_attention() -> None:
 
 def _with_temperature(position: str = "rope", **changes) -> pf.Transformer:
     torch.manual_seed(0)
-    return pf.Transformer(config(position, "decoder", n_layers=2, layer_types=["nope", "rope"],
-                                 layer_settings={"nope": {"position": "none", "query_temperature": TEMPERATURE}},
-                                 **changes)).eval()
+    return pf.Transformer(
+        config(
+            position,
+            "decoder",
+            n_layers=2,
+            layer_types=["nope", "rope"],
+            layer_settings={"nope": {"position": "none", "query_temperature": TEMPERATURE}},
+            **changes,
+        )
+    ).eval()
 
 
 def test_cached_decoding_of_a_left_padded_batch_equals_the_full_pass() -> None:
@@ -65,8 +91,16 @@ def test_the_temperature_is_one_before_the_first_floor_step_and_grows_after() ->
     assert (a[:, 3:] - b[:, 3:]).abs().amax(-1).min() > 1e-4
 
 
-@pytest.mark.parametrize("value", [{"scale": 0.1}, {"scale": -1, "floor_size": 4}, {"scale": 0.1, "floor_size": 0},
-                                   {"scale": 0.1, "floor_size": 4, "base": 2}, 0.1])
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"scale": 0.1},
+        {"scale": -1, "floor_size": 4},
+        {"scale": 0.1, "floor_size": 0},
+        {"scale": 0.1, "floor_size": 4, "base": 2},
+        0.1,
+    ],
+)
 def test_bad_temperatures_name_the_field(value) -> None:
     with pytest.raises(ValueError, match=r"Config.query_temperature=.* is invalid: expected None or \{\"scale\""):
         config("rope", "decoder", query_temperature=value)

@@ -63,11 +63,14 @@ def test_an_input_longer_than_the_range_is_refused() -> None:
         model(torch.randint(1, 53, (1, 10)))
 
 
-@pytest.mark.parametrize("position, value, message", [
-    ("rope", 0, "a positive integer"),
-    ("learned", 17, r"at most 16, the positions position='learned' can represent"),
-    ("relative_key", 17, r"at most 16"),
-])
+@pytest.mark.parametrize(
+    "position, value, message",
+    [
+        ("rope", 0, "a positive integer"),
+        ("learned", 17, r"at most 16, the positions position='learned' can represent"),
+        ("relative_key", 17, r"at most 16"),
+    ],
+)
 def test_bad_ranges_name_the_field(position: str, value: int, message: str) -> None:
     with pytest.raises(ValueError, match=rf"Config.random_positions={value} is invalid: expected {message}"):
         config(position, "decoder", random_positions=value)

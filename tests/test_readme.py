@@ -100,8 +100,9 @@ def test_the_python_example_runs_as_written(tmp_path):
     script = tmp_path / "readme_example.py"
     script.write_text("\n".join(blocks), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, f"the README's Python example failed:\n{result.stderr[-4000:]}"
 
 

@@ -40,14 +40,21 @@ def test_config_refuses_what_is_not_a_token_id(name: str, value) -> None:
 def test_gpt2_default_eos_never_stops_generation_as_in_hf(tmp_path, num_beams: int) -> None:
     """GPT2Config's own bos = eos = 50256 in a 97-token model: both generate max_new_tokens tokens."""
     torch.manual_seed(0)
-    hf = GPT2LMHeadModel(GPT2Config(vocab_size=97, n_embd=32, n_layer=2, n_head=4, n_positions=64,
-                                    initializer_range=0.2)).eval()
+    hf = GPT2LMHeadModel(
+        GPT2Config(vocab_size=97, n_embd=32, n_layer=2, n_head=4, n_positions=64, initializer_range=0.2)
+    ).eval()
     hf.save_pretrained(tmp_path)
     model = pf.from_hf(tmp_path)
     assert model.cfg.eos_token_id == model.cfg.bos_token_id == 50256
     prompts = _prompts(97)
-    theirs = hf.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=NEW, do_sample=False,
-                         num_beams=num_beams, pad_token_id=50256)
+    theirs = hf.generate(
+        prompts,
+        attention_mask=torch.ones_like(prompts),
+        max_new_tokens=NEW,
+        do_sample=False,
+        num_beams=num_beams,
+        pad_token_id=50256,
+    )
     ours = model.generate(prompts, max_new_tokens=NEW, num_beams=num_beams)
     assert ours.shape == (2, 4 + NEW) and torch.equal(ours, theirs)
 
@@ -62,8 +69,9 @@ def test_an_eos_id_outside_the_vocabulary_never_ends_a_row(arch: str, options: d
     assert torch.equal(model.generate(prompts, max_new_tokens=NEW, **options), free)
     stop = int(free[0, -NEW + 1])  # the second token row 0 generates: the row ends there
     listed = model.generate(prompts, max_new_tokens=NEW, eos_token_id=[OUTSIDE, stop], pad_token_id=7, **options)
-    assert torch.equal(listed, model.generate(prompts, max_new_tokens=NEW, eos_token_id=stop, pad_token_id=7,
-                                              **options))
+    assert torch.equal(
+        listed, model.generate(prompts, max_new_tokens=NEW, eos_token_id=stop, pad_token_id=7, **options)
+    )
 
 
 @pytest.mark.parametrize("num_beams", [1, 2])
@@ -85,10 +93,13 @@ def test_encoder_decoder_generation_needs_the_start_token(start) -> None:
         model.generate(_prompts(model.cfg.vocab_size), max_new_tokens=NEW)
 
 
-@pytest.mark.parametrize("field, message", [
-    ("decoder_start_token_id", r"^Config\.decoder_start_token_id=500 is invalid: .*shift_right starts"),
-    ("pad_token_id", r"^Config\.pad_token_id=500 is invalid: .*shift_right writes it where labels hold -100"),
-])
+@pytest.mark.parametrize(
+    "field, message",
+    [
+        ("decoder_start_token_id", r"^Config\.decoder_start_token_id=500 is invalid: .*shift_right starts"),
+        ("pad_token_id", r"^Config\.pad_token_id=500 is invalid: .*shift_right writes it where labels hold -100"),
+    ],
+)
 def test_shift_right_needs_start_and_pad_as_tokens(field: str, message: str) -> None:
     model = pf.Transformer(tiny("encoder_decoder", **{field: OUTSIDE}))
     source, labels = _prompts(61), _prompts(61)[:, :3]

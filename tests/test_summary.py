@@ -31,8 +31,14 @@ def test_gpt2_preset_has_gpt2_small_parameter_count() -> None:
 
 
 def test_llama_preset_has_llama2_7b_parameter_count() -> None:
-    config = transformers.LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=11008,
-                                      num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32)
+    config = transformers.LlamaConfig(
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+    )
     assert ours("llama") == count_on_meta(lambda: transformers.LlamaForCausalLM(config)) == 6_738_415_616
 
 
@@ -46,8 +52,18 @@ def test_components_add_up_and_tied_weights_count_once() -> None:
 
 
 def test_flops_follow_the_counting_rule() -> None:
-    cfg = pf.Config(arch="decoder", vocab_size=100, d_model=32, n_layers=2, n_heads=4, d_ff=64, qkv_bias=False,
-                    attn_out_bias=False, ffn_bias=False, activation="relu")
+    cfg = pf.Config(
+        arch="decoder",
+        vocab_size=100,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_ff=64,
+        qkv_bias=False,
+        attn_out_bias=False,
+        ffn_bias=False,
+        activation="relu",
+    )
     model = pf.Transformer(cfg)
     per_layer = 4 * 32 * 32 + 2 * 32 * 64
     flops = flops_per_token(model, context=10)
@@ -61,8 +77,13 @@ def test_describe_names_the_parts() -> None:
 
 
 def test_the_summary_lists_each_layer_type_with_its_count_and_settings() -> None:
-    cfg = pf.Config(arch="decoder", n_layers=6, position="rope", layer_types=["local"] * 5 + ["global"],
-                    layer_settings={"local": {"sliding_window": 512}})
+    cfg = pf.Config(
+        arch="decoder",
+        n_layers=6,
+        position="rope",
+        layer_types=["local"] * 5 + ["global"],
+        layer_settings={"local": {"sliding_window": 512}},
+    )
     lines = describe(cfg).splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("position"))
     assert lines[start + 1].split() == ["local", "x5:", "{'sliding_window':", "512}"]

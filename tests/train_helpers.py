@@ -23,11 +23,31 @@ def write_corpus(path: Path) -> Path:
 def tiny_run(corpus: Path, steps: int, dropout: float = 0.1, **trainer) -> dict:
     """A run config: d_model 32, one layer, seq_len 32, batch 8, a checkpoint every 10 steps (eval_every)."""
     return {
-        "model": {"arch": "decoder", "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "position": "rope",
-                  "norm": "rmsnorm", "activation": "swiglu", "dropout": dropout, "tie_embeddings": True},
+        "model": {
+            "arch": "decoder",
+            "d_model": 32,
+            "n_layers": 1,
+            "n_heads": 2,
+            "d_ff": 64,
+            "position": "rope",
+            "norm": "rmsnorm",
+            "activation": "swiglu",
+            "dropout": dropout,
+            "tie_embeddings": True,
+        },
         "data": {"train": [str(corpus)], "seq_len": 32},
-        "trainer": {"steps": steps, "batch_size": 8, "lr": 1e-2, "warmup": 5, "eval_every": 10, "eval_batches": 1,
-                    "keep_last": 3, "sample_tokens": 0, "device": "cpu", **trainer},
+        "trainer": {
+            "steps": steps,
+            "batch_size": 8,
+            "lr": 1e-2,
+            "warmup": 5,
+            "eval_every": 10,
+            "eval_batches": 1,
+            "keep_last": 3,
+            "sample_tokens": 0,
+            "device": "cpu",
+            **trainer,
+        },
     }
 
 

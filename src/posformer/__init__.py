@@ -1,14 +1,25 @@
 """posformer: Transformers from clean, interchangeable parts, with every position encoding behind one interface."""
 
 from posformer import hf, positions
-from posformer.modules.cache import Cache
 from posformer.config import Config
 from posformer.hf import from_hf, load_tokenizer, to_hf
 from posformer.model import Transformer
+from posformer.modules.cache import Cache
 from posformer.modules.outputs import ModelOutput
 from posformer.sentence_embeddings import sentence_embeddings
 
 __version__ = "0.1.0"
 
-__all__ = ["Config", "Transformer", "ModelOutput", "Cache", "positions", "hf", "from_hf", "to_hf", "load_tokenizer",
-           "sentence_embeddings", "__version__"]
+__all__ = [
+    "Config",
+    "Transformer",
+    "ModelOutput",
+    "Cache",
+    "positions",
+    "hf",
+    "from_hf",
+    "to_hf",
+    "load_tokenizer",
+    "sentence_embeddings",
+    "__version__",
+]

@@ -23,8 +23,7 @@ ARCHS = ("encoder", "decoder", "encoder_decoder")
 NORMS = ("layernorm", "rmsnorm", "rmsnorm_unit_offset", "deepnorm")
 NORM_PLACEMENTS = ("post", "pre", "sandwich")
 ATTN_IMPLS = ("sdpa", "eager", "flex")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish", "silu", "glu", "swiglu", "geglu", "geglu_tanh",
-               "reglu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish", "silu", "glu", "swiglu", "geglu", "geglu_tanh", "reglu")
 INITS = ("normal", "t5")
 HEADS = ("causal_lm", "masked_lm", "seq2seq_lm", "span_qa", "classification", "none")
 DEFAULT_HEAD = {"encoder": "masked_lm", "decoder": "causal_lm", "encoder_decoder": "seq2seq_lm"}
@@ -221,8 +220,14 @@ class Config:
 
         flags = tuple(f.name for f in dataclasses.fields(self) if f.type in ("bool", "bool | None"))
         check_field_kinds(self, "Config.", flags)  # before they steer the checks below
-        for name, allowed in (("arch", ARCHS), ("norm", NORMS), ("norm_placement", NORM_PLACEMENTS),
-                              ("activation", ACTIVATIONS), ("attn_impl", ATTN_IMPLS), ("init", INITS)):
+        for name, allowed in (
+            ("arch", ARCHS),
+            ("norm", NORMS),
+            ("norm_placement", NORM_PLACEMENTS),
+            ("activation", ACTIVATIONS),
+            ("attn_impl", ATTN_IMPLS),
+            ("init", INITS),
+        ):
             check_choice(f"Config.{name}", getattr(self, name), allowed)
         if self.head is not None and self.head not in HEADS:
             _fail("head", self.head, f"one of {', '.join(HEADS)} (or None for the arch's default)")
@@ -234,12 +239,20 @@ class Config:
             _fail("position_params", self.position_params, "a dict of the encoding's parameters")
         self.position_params = positions.get(self.position).resolve_params(self.position_params)
         if positions.get(self.position).causal_only and self.arch != "decoder":
-            _fail("position", self.position, f"an encoding of bidirectional attention too with arch={self.arch!r} "
-                  f"({self.position} counts the keys before each query: arch='decoder' only)")
+            _fail(
+                "position",
+                self.position,
+                f"an encoding of bidirectional attention too with arch={self.arch!r} "
+                f"({self.position} counts the keys before each query: arch='decoder' only)",
+            )
         if self.attn_impl == "flex" and not positions.get(self.position).flex_compatible():
             flex = ", ".join(name for name in positions.names() if positions.get(name).flex_compatible())
-            _fail("attn_impl", "flex", f"'sdpa' or 'eager' with position={self.position!r}, whose bias depends on more "
-                  f"than the distance (FlexAttention takes: {flex})")
+            _fail(
+                "attn_impl",
+                "flex",
+                f"'sdpa' or 'eager' with position={self.position!r}, whose bias depends on more "
+                f"than the distance (FlexAttention takes: {flex})",
+            )
 
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_positions", "num_labels"):
             check_int(f"Config.{name}", getattr(self, name))
@@ -251,11 +264,18 @@ class Config:
         encoding = positions.get(self.position)
         longest = encoding.max_length(self) or (None if encoding.extrapolates else self.max_positions)
         if self.random_positions is not None and longest is not None and self.random_positions > longest:
-            _fail("random_positions", self.random_positions, f"at most {longest}, the positions "
-                  f"position={self.position!r} can represent (max_positions={self.max_positions})")
+            _fail(
+                "random_positions",
+                self.random_positions,
+                f"at most {longest}, the positions "
+                f"position={self.position!r} can represent (max_positions={self.max_positions})",
+            )
         if self.sliding_window is not None and self.arch == "encoder":
-            _fail("sliding_window", self.sliding_window, "None with arch='encoder' (the window slides over a "
-                  "decoder's causal self-attention)")
+            _fail(
+                "sliding_window",
+                self.sliding_window,
+                "None with arch='encoder' (the window slides over a decoder's causal self-attention)",
+            )
         if self.d_head is None and self.d_model % self.n_heads != 0:
             _fail("n_heads", self.n_heads, f"a divisor of d_model={self.d_model} (or set d_head)")
         if self.n_heads % self.kv_heads != 0:
@@ -295,8 +315,11 @@ class Config:
             return
         if self.arch == "encoder_decoder":
             _fail("layer_types", self.layer_types, "None with arch='encoder_decoder' (one stack's layers only)")
-        if not isinstance(self.layer_types, (list, tuple)) or len(self.layer_types) != self.n_layers \
-                or not all(isinstance(label, str) and label for label in self.layer_types):
+        if (
+            not isinstance(self.layer_types, (list, tuple))
+            or len(self.layer_types) != self.n_layers
+            or not all(isinstance(label, str) and label for label in self.layer_types)
+        ):
             _fail("layer_types", self.layer_types, f"a list of n_layers={self.n_layers} labels (strings)")
         self.layer_types = list(self.layer_types)
         if not isinstance(self.layer_settings, Mapping):
@@ -315,8 +338,12 @@ class Config:
                 raise ValueError(f"Config.{where}: {err}") from None
             own = positions.get(layer.position)
             if layer.position != self.position and own.embed is not PositionEncoding.embed:
-                _fail(f"{where}['position']", layer.position, "an encoding of the attention layers (the config's own "
-                      f"position, {self.position!r}, embeds the tokens once for the whole stack)")
+                _fail(
+                    f"{where}['position']",
+                    layer.position,
+                    "an encoding of the attention layers (the config's own "
+                    f"position, {self.position!r}, embeds the tokens once for the whole stack)",
+                )
             # tagged with their encoding, as `position_params` is: a label that keeps the config's own position
             # starts from the new encoding's defaults when the config's position is swapped
             self.layer_settings[label] = {name: getattr(layer, name) for name in settings}

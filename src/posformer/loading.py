@@ -21,18 +21,29 @@ from typing import Protocol
 import torch
 
 from posformer.checkpoints.manifest import verify_if_present
+from posformer.checkpoints.model_dir import OutsideModelDir, model_file, read_json
+from posformer.checkpoints.native import CONFIG_FILE, load_pretrained
 from posformer.data.text import CharTokenizer
 from posformer.hf.api import from_hf, load_tokenizer
 from posformer.hf.hf_checkpoint import resolve
 from posformer.model import Transformer
-from posformer.checkpoints.model_dir import OutsideModelDir, model_file, read_json
-from posformer.checkpoints.native import CONFIG_FILE, load_pretrained
 
 log = logging.getLogger(__name__)
 TOKENIZER_JSON = "tokenizer.json"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
-                   "merges.txt", "spiece.model", "sentencepiece.bpe.model", "source.spm", "target.spm",
-                   "added_tokens.json", "generation_config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "source.spm",
+    "target.spm",
+    "added_tokens.json",
+    "generation_config.json",
+)
 
 
 class TextTokenizer(Protocol):
@@ -83,8 +94,9 @@ def checkpoint_dir(directory: Path) -> Path:
     return found[0].path
 
 
-def load_model(path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None,
-               device: str | None = None) -> Transformer:
+def load_model(
+    path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None, device: str | None = None
+) -> Transformer:
     """A posformer checkpoint (`save_pretrained`) or a Hugging Face one (`from_hf`), in eval mode.
 
     A directory with a manifest.json (a training checkpoint) is verified against it first; every file is

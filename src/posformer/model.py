@@ -11,19 +11,27 @@ import math
 import torch
 from torch import Tensor, nn
 
-from posformer.modules.attention import CrossAttention
-from posformer.generation import generate
-from posformer.modules.cache import Cache
 from posformer.config import Config, check_token_in_vocabulary
-from posformer.modules.heads import (IGNORE_INDEX, TOKEN_HEADS, build_head, check_labels, class_loss, mask_padded_logits,
-                             span_loss, token_loss)
+from posformer.generation import generate
+from posformer.modules.attention import CrossAttention
+from posformer.modules.cache import Cache
+from posformer.modules.heads import (
+    IGNORE_INDEX,
+    TOKEN_HEADS,
+    build_head,
+    check_labels,
+    class_loss,
+    mask_padded_logits,
+    span_loss,
+    token_loss,
+)
 from posformer.modules.init import normal_init_, t5_init_
-from posformer.ops.masks import build_mask
 from posformer.modules.norms import deepnorm_constants
 from posformer.modules.outputs import ModelOutput
-from posformer.ops.packing import TokenPacking
 from posformer.modules.random_positions import sample_positions
 from posformer.modules.stack import Stack
+from posformer.ops.masks import build_mask
+from posformer.ops.packing import TokenPacking
 from posformer.utils.tensor_checks import check_in_range
 from posformer.utils.validation import check_int
 
@@ -86,7 +94,7 @@ class Transformer(nn.Module):
                     fused = attn.kv if cross else attn.qkv
                     nn.init.xavier_normal_(fused.weight)
                     with torch.no_grad():
-                        fused.weight[-attn.kv_dim:] *= beta
+                        fused.weight[-attn.kv_dim :] *= beta
                     if cross:
                         nn.init.xavier_normal_(attn.q.weight)
                     nn.init.xavier_normal_(attn.out.weight, gain=beta)
@@ -112,8 +120,12 @@ class Transformer(nn.Module):
         """With `Config.tie_embeddings`, share the LM head's projection weight with the decoder's token
         embeddings (the only token embeddings of an encoder or a decoder model)."""
         words = self.token_embeddings("decoder")[0]
-        if self.cfg.tie_embeddings and self.head is not None and hasattr(self.head, "proj") \
-                and self.head.proj.weight.shape == words.weight.shape:
+        if (
+            self.cfg.tie_embeddings
+            and self.head is not None
+            and hasattr(self.head, "proj")
+            and self.head.proj.weight.shape == words.weight.shape
+        ):
             self.head.proj.weight = words.weight
 
     # ------------------------------------------------------------- helpers
@@ -123,12 +135,14 @@ class Transformer(nn.Module):
         if ids.dim() != 2:
             raise ValueError(f"{name} must have shape (batch, length), got {tuple(ids.shape)}")
         if 0 in ids.shape:
-            raise ValueError(f"{name} must hold at least one sequence of at least one token, got shape "
-                             f"{tuple(ids.shape)}")
+            raise ValueError(
+                f"{name} must hold at least one sequence of at least one token, got shape {tuple(ids.shape)}"
+            )
         if ids.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
-        check_in_range(ids, 0, self.cfg.vocab_size, f"{name} must hold token ids in [0, vocab_size="
-                       f"{self.cfg.vocab_size})")
+        check_in_range(
+            ids, 0, self.cfg.vocab_size, f"{name} must hold token ids in [0, vocab_size={self.cfg.vocab_size})"
+        )
 
     @staticmethod
     def _check_shape(value: Tensor, name: str, shape: tuple[int, int], integers: bool = False) -> None:
@@ -168,15 +182,23 @@ class Transformer(nn.Module):
                 token_type_ids = torch.zeros_like(ids)
             else:
                 self._check_shape(token_type_ids, "token_type_ids", tuple(ids.shape), integers=True)
-                check_in_range(token_type_ids, 0, self.cfg.type_vocab_size,
-                               f"token_type_ids must hold values in [0, {self.cfg.type_vocab_size})")
+                check_in_range(
+                    token_type_ids,
+                    0,
+                    self.cfg.type_vocab_size,
+                    f"token_type_ids must hold values in [0, {self.cfg.type_vocab_size})",
+                )
             x = x + types(token_type_ids)
         return x
 
     # ------------------------------------------------------------- forward
     def encode(
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, position_ids: Tensor | None = None,
-        token_type_ids: Tensor | None = None, output_attentions: bool = False,
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        output_attentions: bool = False,
     ) -> tuple[Tensor, list[Tensor]]:
         """Run the encoder stack: (B, S) ids -> (B, S, d_model)."""
         self._check_ids(input_ids, "input_ids")
@@ -188,8 +210,13 @@ class Transformer(nn.Module):
         return self.encoder(x, pos, {None: mask}, need_weights=output_attentions, packing=TokenPacking.of(keep))
 
     def decode(
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, position_ids: Tensor | None = None,
-        cache: Cache | None = None, memory: Tensor | None = None, memory_mask: Tensor | None = None,
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        cache: Cache | None = None,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
         output_attentions: bool = False,
     ) -> tuple[Tensor, list[Tensor]]:
         """Run the decoder stack on (B, T) ids after `len(cache)` cached positions -> (B, T, d_model).
@@ -206,8 +233,9 @@ class Transformer(nn.Module):
         memory_attn = None
         if memory is not None:
             if memory.shape[0] != batch:
-                raise ValueError(f"decoder input_ids have batch {batch}; expected the encoder input's batch, "
-                                 f"{memory.shape[0]}")
+                raise ValueError(
+                    f"decoder input_ids have batch {batch}; expected the encoder input's batch, {memory.shape[0]}"
+                )
             src = memory.shape[1]
             memory_keep = self._keep(memory_mask, batch, src, "encoder attention_mask")
             memory_attn = build_mask(memory_keep, False, length, src, x.dtype, x.device)
@@ -248,19 +276,27 @@ class Transformer(nn.Module):
         refused, never ignored.
         """
         cfg = self.cfg
-        self._refuse_unused(token_type_ids=token_type_ids, decoder_input_ids=decoder_input_ids,
-                            decoder_attention_mask=decoder_attention_mask, decoder_position_ids=decoder_position_ids,
-                            start_positions=start_positions, end_positions=end_positions, labels=labels)
+        self._refuse_unused(
+            token_type_ids=token_type_ids,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            decoder_position_ids=decoder_position_ids,
+            start_positions=start_positions,
+            end_positions=end_positions,
+            labels=labels,
+        )
         self._check_head_options(logits_to_keep, return_logits, labels)
         if use_cache and cache is None and cfg.arch != "encoder":
             cache = Cache(len(self.decoder.layers))
         out = ModelOutput(cache=cache)
         if cfg.arch == "encoder":
-            hidden, out.attentions = self.encode(input_ids, attention_mask, position_ids, token_type_ids,
-                                                 output_attentions)
+            hidden, out.attentions = self.encode(
+                input_ids, attention_mask, position_ids, token_type_ids, output_attentions
+            )
         elif cfg.arch == "decoder":
-            hidden, out.attentions = self.decode(input_ids, attention_mask, position_ids, cache,
-                                                 output_attentions=output_attentions)
+            hidden, out.attentions = self.decode(
+                input_ids, attention_mask, position_ids, cache, output_attentions=output_attentions
+            )
         else:
             if decoder_input_ids is None:
                 if labels is None:
@@ -269,33 +305,53 @@ class Transformer(nn.Module):
             if cache is not None and cache.encoder_hidden is not None:
                 memory, attention_mask = cache.encoder_hidden, cache.encoder_mask
             else:
-                memory, out.attentions = self.encode(input_ids, attention_mask, position_ids, token_type_ids,
-                                                     output_attentions)
+                memory, out.attentions = self.encode(
+                    input_ids, attention_mask, position_ids, token_type_ids, output_attentions
+                )
                 if cache is not None:
                     cache.encoder_hidden, cache.encoder_mask = memory, attention_mask
-            hidden, weights = self.decode(decoder_input_ids, decoder_attention_mask, decoder_position_ids, cache,
-                                          memory, attention_mask, output_attentions)
+            hidden, weights = self.decode(
+                decoder_input_ids,
+                decoder_attention_mask,
+                decoder_position_ids,
+                cache,
+                memory,
+                attention_mask,
+                output_attentions,
+            )
             out.attentions += weights
             out.encoder_last_hidden_state = memory
         out.last_hidden_state = hidden
         head_input = hidden[:, -logits_to_keep:] if logits_to_keep else hidden
-        self._apply_head(out, head_input, labels, start_positions, end_positions,
-                         attention_mask if cfg.arch == "encoder" else None, return_logits)
+        self._apply_head(
+            out,
+            head_input,
+            labels,
+            start_positions,
+            end_positions,
+            attention_mask if cfg.arch == "encoder" else None,
+            return_logits,
+        )
         return out
 
     def _refuse_unused(self, **given: Tensor | None) -> None:
         """Raise `ValueError` naming an input that was given but that this model would ignore."""
         cfg = self.cfg
-        unused = {"token_type_ids": cfg.type_vocab_size == 0,
-                  "decoder_input_ids": cfg.arch != "encoder_decoder",
-                  "decoder_attention_mask": cfg.arch != "encoder_decoder",
-                  "decoder_position_ids": cfg.arch != "encoder_decoder",
-                  "start_positions": cfg.head_kind != "span_qa", "end_positions": cfg.head_kind != "span_qa",
-                  "labels": cfg.head_kind in ("span_qa", "none")}
+        unused = {
+            "token_type_ids": cfg.type_vocab_size == 0,
+            "decoder_input_ids": cfg.arch != "encoder_decoder",
+            "decoder_attention_mask": cfg.arch != "encoder_decoder",
+            "decoder_position_ids": cfg.arch != "encoder_decoder",
+            "start_positions": cfg.head_kind != "span_qa",
+            "end_positions": cfg.head_kind != "span_qa",
+            "labels": cfg.head_kind in ("span_qa", "none"),
+        }
         for name, value in given.items():
             if value is not None and unused[name]:
-                raise ValueError(f"{name} was given, but this model (arch={cfg.arch!r}, head={cfg.head_kind!r}, "
-                                 f"type_vocab_size={cfg.type_vocab_size}) has no use for it")
+                raise ValueError(
+                    f"{name} was given, but this model (arch={cfg.arch!r}, head={cfg.head_kind!r}, "
+                    f"type_vocab_size={cfg.type_vocab_size}) has no use for it"
+                )
 
     def _check_head_options(self, logits_to_keep: int, return_logits: bool, labels: Tensor | None) -> None:
         """Raise `ValueError` unless `logits_to_keep` is an int >= 0, and 0 without a language-model head or with
@@ -305,19 +361,32 @@ class Transformer(nn.Module):
         if not isinstance(return_logits, bool):
             raise ValueError(f"return_logits must be True or False, got {return_logits!r}")
         if not return_logits and (labels is None or self.cfg.head_kind not in TOKEN_HEADS):
-            raise ValueError(f"return_logits=False returns the loss alone: it needs labels and a language-model "
-                             f"head {TOKEN_HEADS}; this call has labels={'given' if labels is not None else None}"
-                             f" and head {self.cfg.head_kind!r}")
+            raise ValueError(
+                f"return_logits=False returns the loss alone: it needs labels and a language-model "
+                f"head {TOKEN_HEADS}; this call has labels={'given' if labels is not None else None}"
+                f" and head {self.cfg.head_kind!r}"
+            )
         if logits_to_keep and self.cfg.head_kind not in ("causal_lm", "seq2seq_lm"):
-            raise ValueError(f"logits_to_keep={logits_to_keep} was given, but this model's head "
-                             f"({self.cfg.head_kind!r}) is not a language-model head")
+            raise ValueError(
+                f"logits_to_keep={logits_to_keep} was given, but this model's head "
+                f"({self.cfg.head_kind!r}) is not a language-model head"
+            )
         if logits_to_keep and labels is not None:
-            raise ValueError(f"logits_to_keep={logits_to_keep} with labels: the loss needs every position's "
-                             "logits; pass logits_to_keep=0")
+            raise ValueError(
+                f"logits_to_keep={logits_to_keep} with labels: the loss needs every position's "
+                "logits; pass logits_to_keep=0"
+            )
 
-    def _apply_head(self, out: ModelOutput, hidden: Tensor, labels: Tensor | None,
-                    start_positions: Tensor | None, end_positions: Tensor | None,
-                    attention_mask: Tensor | None, return_logits: bool) -> None:
+    def _apply_head(
+        self,
+        out: ModelOutput,
+        hidden: Tensor,
+        labels: Tensor | None,
+        start_positions: Tensor | None,
+        end_positions: Tensor | None,
+        attention_mask: Tensor | None,
+        return_logits: bool,
+    ) -> None:
         """Logits (span logits of padded positions set to the dtype's minimum: never an answer) and the loss;
         without `return_logits` a token head's loss alone."""
         kind = self.cfg.head_kind
@@ -351,14 +420,20 @@ class Transformer(nn.Module):
         cfg = self.cfg
         if not isinstance(labels, Tensor) or labels.dim() != 2:
             shape = tuple(labels.shape) if isinstance(labels, Tensor) else type(labels).__name__
-            raise ValueError(f"labels must be a tensor of shape (batch, length) to build decoder inputs from, "
-                             f"got {shape}")
+            raise ValueError(
+                f"labels must be a tensor of shape (batch, length) to build decoder inputs from, got {shape}"
+            )
         start = cfg.decoder_start_token_id
-        check_token_in_vocabulary("Config.decoder_start_token_id", start, cfg.vocab_size,
-                                  "shift_right starts the decoder inputs built from labels with it")
+        check_token_in_vocabulary(
+            "Config.decoder_start_token_id",
+            start,
+            cfg.vocab_size,
+            "shift_right starts the decoder inputs built from labels with it",
+        )
         if cfg.pad_token_id is not None:
-            check_token_in_vocabulary("Config.pad_token_id", cfg.pad_token_id, cfg.vocab_size,
-                                      "shift_right writes it where labels hold -100")
+            check_token_in_vocabulary(
+                "Config.pad_token_id", cfg.pad_token_id, cfg.vocab_size, "shift_right writes it where labels hold -100"
+            )
         shifted = labels.new_full(labels.shape, start)
         shifted[:, 1:] = labels[:, :-1]
         pad = cfg.pad_token_id if cfg.pad_token_id is not None else start

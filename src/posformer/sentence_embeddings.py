@@ -39,8 +39,14 @@ def max_length_of(model: Transformer, tokenizer) -> int:
 
 
 @torch.no_grad()
-def sentence_embeddings(model: Transformer, tokenizer, sentences: Sequence[str], max_length: int | None = None,
-                        batch_size: int = 32, normalize: bool = True) -> Tensor:
+def sentence_embeddings(
+    model: Transformer,
+    tokenizer,
+    sentences: Sequence[str],
+    max_length: int | None = None,
+    batch_size: int = 32,
+    normalize: bool = True,
+) -> Tensor:
     """Embed `sentences` with an encoder: tokenize, run, mean-pool over the attention mask, L2-normalise.
 
     model: an encoder `Transformer` (e.g. `pf.from_hf("all-MiniLM-L6-v2")`); tokenizer: a Hugging Face
@@ -61,12 +67,20 @@ def sentence_embeddings(model: Transformer, tokenizer, sentences: Sequence[str],
     chunks: list[Tensor] = []
     try:
         for start in range(0, len(sentences), batch_size):
-            batch = tokenizer(list(sentences[start:start + batch_size]), padding=True, truncation=True,
-                              max_length=max_length, return_tensors="pt")
+            batch = tokenizer(
+                list(sentences[start : start + batch_size]),
+                padding=True,
+                truncation=True,
+                max_length=max_length,
+                return_tensors="pt",
+            )
             mask = batch["attention_mask"].to(device)
             types = batch.get("token_type_ids") if model.cfg.type_vocab_size else None
-            out = model(batch["input_ids"].to(device), attention_mask=mask,
-                        token_type_ids=None if types is None else types.to(device))
+            out = model(
+                batch["input_ids"].to(device),
+                attention_mask=mask,
+                token_type_ids=None if types is None else types.to(device),
+            )
             pooled = mean_pool(out.last_hidden_state.float(), mask)
             chunks.append(F.normalize(pooled, p=2, dim=-1) if normalize else pooled)
     finally:

@@ -6,10 +6,10 @@ from collections import Counter
 
 from torch import nn
 
-from posformer.modules.attention import Attention, CrossAttention
 from posformer.config import Config
-from posformer.modules.feedforward import FeedForward
 from posformer.model import Transformer
+from posformer.modules.attention import Attention, CrossAttention
+from posformer.modules.feedforward import FeedForward
 from posformer.positions.base import PositionEncoding
 
 
@@ -17,8 +17,10 @@ def _layer_kinds(cfg: Config) -> list[tuple[str, int, str]]:
     """(label, its number of layers, its settings) for each label of `Config.layer_types`, in order of first use;
     [] without them."""
     labels = cfg.layer_types or []
-    return [(label, labels.count(label), str(cfg.layer_settings.get(label) or "the config's own settings"))
-            for label in dict.fromkeys(labels)]
+    return [
+        (label, labels.count(label), str(cfg.layer_settings.get(label) or "the config's own settings"))
+        for label in dict.fromkeys(labels)
+    ]
 
 
 def component_of(model: Transformer, module: nn.Module) -> str:
@@ -82,8 +84,8 @@ def describe(cfg: Config, context: int | None = None) -> str:
     context = context or cfg.max_positions
     lines = [
         f"arch             {cfg.arch}",
-        f"layers           {cfg.n_layers}" + (f" encoder + {cfg.decoder_layers} decoder"
-                                              if cfg.arch == "encoder_decoder" else ""),
+        f"layers           {cfg.n_layers}"
+        + (f" encoder + {cfg.decoder_layers} decoder" if cfg.arch == "encoder_decoder" else ""),
         f"d_model          {cfg.d_model} ({cfg.n_heads} heads x {cfg.head_dim}, {cfg.kv_heads} kv heads), "
         f"d_ff {cfg.ff_dim}",
         f"vocab            {cfg.vocab_size}",

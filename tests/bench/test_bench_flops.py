@@ -13,7 +13,8 @@ from posformer.bench.speed import bench_config
 @pytest.mark.parametrize("tied, kv_heads", [(False, 4), (True, 4), (False, 2)])
 def test_palm_count_equals_torchs_flop_counter(tied: bool, kv_heads: int) -> None:
     cfg = bench_config(d_model=64, layers=2, heads=4, vocab=100, d_ff=96, length=16).replace(
-        attn_impl="eager", tie_embeddings=tied, n_kv_heads=kv_heads)
+        attn_impl="eager", tie_embeddings=tied, n_kv_heads=kv_heads
+    )
     torch.manual_seed(0)
     model = pf.Transformer(cfg)
     ids = torch.randint(0, cfg.vocab_size, (2, 16))

@@ -11,9 +11,37 @@ from posformer.cli import main  # noqa: E402
 
 
 def test_bench_generation_tiny_prints_positive_ratio(capsys):
-    assert main(["bench", "--generation", "--batch", "1", "2", "--new-tokens", "4", "--prompt-length", "3",
-                 "--d-model", "32", "--layers", "1", "--heads", "4", "--vocab", "101", "--warmup", "0",
-                 "--iters", "1", "--threads", "1", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--generation",
+                "--batch",
+                "1",
+                "2",
+                "--new-tokens",
+                "4",
+                "--prompt-length",
+                "3",
+                "--d-model",
+                "32",
+                "--layers",
+                "1",
+                "--heads",
+                "4",
+                "--vocab",
+                "101",
+                "--warmup",
+                "0",
+                "--iters",
+                "1",
+                "--threads",
+                "1",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     report = capsys.readouterr().out
     rows = re.findall(r"^\s*(\d+)\s+([\d,.]+)\s+([\d,.]+)\s+([\d.]+)\s+(yes|NO)$", report, flags=re.MULTILINE)
     assert [int(row[0]) for row in rows] == [1, 2], report
@@ -31,8 +59,10 @@ def test_bench_generation_refuses_bad_options(capsys):
 
 def test_bench_options_reach_the_benchmark_parsers(capsys):
     """`posformer bench --OPTION` passes leading options on (argparse's REMAINDER alone would refuse them)."""
-    for argv, usage in ((["bench", "--help"], "posformer.bench.speed"),
-                        (["bench", "--generation", "--help"], "posformer bench --generation")):
+    for argv, usage in (
+        (["bench", "--help"], "posformer.bench.speed"),
+        (["bench", "--generation", "--help"], "posformer bench --generation"),
+    ):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 0

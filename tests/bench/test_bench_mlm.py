@@ -10,8 +10,20 @@ pytest.importorskip("transformers")
 from posformer.bench.mlm import RUNS, format_report, run  # noqa: E402
 from posformer.cli import main  # noqa: E402
 
-TINY = dict(batch=2, length=16, d_model=32, layers=1, heads=4, d_ff=64, vocab=200, mask_rate=0.3, warmup=0,
-            iters=2, threads=1, progress=False)
+TINY = dict(
+    batch=2,
+    length=16,
+    d_model=32,
+    layers=1,
+    heads=4,
+    d_ff=64,
+    vocab=200,
+    mask_rate=0.3,
+    warmup=0,
+    iters=2,
+    threads=1,
+    progress=False,
+)
 
 
 def test_the_three_runs_compute_one_loss_and_their_ratios_to_hf():
@@ -31,8 +43,31 @@ def test_the_three_runs_compute_one_loss_and_their_ratios_to_hf():
 
 def test_cli_writes_json_and_refuses_a_mask_rate_outside_0_1(tmp_path, capsys):
     path = tmp_path / "mlm.json"
-    argv = ["bench", "--mlm", "--batch", "2", "--length", "16", "--d-model", "32", "--layers", "1", "--heads", "4",
-            "--d-ff", "64", "--vocab", "200", "--warmup", "0", "--iters", "1", "--threads", "1", "--no-progress"]
+    argv = [
+        "bench",
+        "--mlm",
+        "--batch",
+        "2",
+        "--length",
+        "16",
+        "--d-model",
+        "32",
+        "--layers",
+        "1",
+        "--heads",
+        "4",
+        "--d-ff",
+        "64",
+        "--vocab",
+        "200",
+        "--warmup",
+        "0",
+        "--iters",
+        "1",
+        "--threads",
+        "1",
+        "--no-progress",
+    ]
     assert main([*argv, "--json", str(path)]) == 0
     assert json.loads(path.read_text())["ratio"] > 0
     assert "posformer, loss alone" in capsys.readouterr().out

@@ -9,8 +9,9 @@ from posformer.bench.positions import BASELINE, positions_config, run
 from posformer.cli import main
 from posformer.positions import registry
 
-TINY = dict(batch=2, length=12, d_model=32, layers=1, heads=4, vocab=64, d_ff=48, warmup=0, iters=1, threads=1,
-            progress=False)
+TINY = dict(
+    batch=2, length=12, d_model=32, layers=1, heads=4, vocab=64, d_ff=48, warmup=0, iters=1, threads=1, progress=False
+)
 
 
 @pytest.mark.parametrize("arch", ["decoder", "encoder", "encoder_decoder"])
@@ -27,21 +28,56 @@ def test_every_registered_encoding_is_timed_against_none(arch):
 
 
 def test_models_differ_only_in_their_position_encoding():
-    configs = {name: positions_config(name, d_model=32, layers=1, heads=4, vocab=64, d_ff=48, length=12).to_dict()
-               for name in registry.names()}
+    configs = {
+        name: positions_config(name, d_model=32, layers=1, heads=4, vocab=64, d_ff=48, length=12).to_dict()
+        for name in registry.names()
+    }
     for name, cfg in configs.items():
         assert cfg["position"] == name
         others = {key: value for key, value in cfg.items() if key not in ("position", "position_params")}
-        reference = {key: value for key, value in configs[BASELINE].items()
-                     if key not in ("position", "position_params")}
+        reference = {
+            key: value for key, value in configs[BASELINE].items() if key not in ("position", "position_params")
+        }
         assert others == reference, name
 
 
 def test_cli_prints_one_row_per_encoding_and_writes_json(tmp_path, capsys):
     out = tmp_path / "positions.json"
-    assert main(["bench", "--positions", "--encodings", "rope", "alibi", "--batch", "2", "--length", "12",
-                 "--d-model", "32", "--layers", "1", "--heads", "4", "--vocab", "64", "--d-ff", "48",
-                 "--warmup", "0", "--iters", "1", "--threads", "1", "--no-progress", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--positions",
+                "--encodings",
+                "rope",
+                "alibi",
+                "--batch",
+                "2",
+                "--length",
+                "12",
+                "--d-model",
+                "32",
+                "--layers",
+                "1",
+                "--heads",
+                "4",
+                "--vocab",
+                "64",
+                "--d-ff",
+                "48",
+                "--warmup",
+                "0",
+                "--iters",
+                "1",
+                "--threads",
+                "1",
+                "--no-progress",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     report = capsys.readouterr().out
     rows = re.findall(r"^(\w+)\s+(sdpa|eager|flex)\s+([\d.]+)\s+([\d,]+)\s+([\d.]+)\s+([\d,]+)$", report, re.MULTILINE)
     assert [row[0] for row in rows] == ["none", "rope", "alibi"], report
@@ -50,11 +86,14 @@ def test_cli_prints_one_row_per_encoding_and_writes_json(tmp_path, capsys):
     assert list(saved["train"]) == ["none", "rope", "alibi"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--encodings", "nope"], "unknown encoding(s) ['nope']"),
-    (["--length", "0"], "argument --length: 0 is not a positive integer"),
-    (["--arch", "mixture"], "invalid choice: 'mixture'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--encodings", "nope"], "unknown encoding(s) ['nope']"),
+        (["--length", "0"], "argument --length: 0 is not a positive integer"),
+        (["--arch", "mixture"], "invalid choice: 'mixture'"),
+    ],
+)
 def test_bad_options_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", "--positions", *argv])

@@ -7,11 +7,14 @@ import torch
 from posformer.bench.runtime import Runtime
 
 
-@pytest.mark.parametrize("device, precision, message", [
-    ("cpu", "fp16", "precision='fp16' is invalid: expected one of fp32, bf16"),
-    ("tpu:x", "fp32", "device='tpu:x' is invalid"),
-    ("meta", "fp32", "device='meta' is invalid: expected 'cpu', 'cuda' or 'cuda:N'"),
-])
+@pytest.mark.parametrize(
+    "device, precision, message",
+    [
+        ("cpu", "fp16", "precision='fp16' is invalid: expected one of fp32, bf16"),
+        ("tpu:x", "fp32", "device='tpu:x' is invalid"),
+        ("meta", "fp32", "device='meta' is invalid: expected 'cpu', 'cuda' or 'cuda:N'"),
+    ],
+)
 def test_bad_device_or_precision_is_named(device: str, precision: str, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         Runtime.of(device, precision)

@@ -9,8 +9,19 @@ from posformer.bench.x_transformers_peer import x_transformers_available  # noqa
 
 
 def test_run_tiny_reports_positive_throughput_and_ratios():
-    result = run(batch=2, length=16, d_model=32, layers=1, heads=4, vocab=128, d_ff=64,
-                 warmup=0, iters=1, threads=1, progress=False)
+    result = run(
+        batch=2,
+        length=16,
+        d_model=32,
+        layers=1,
+        heads=4,
+        vocab=128,
+        d_ff=64,
+        warmup=0,
+        iters=1,
+        threads=1,
+        progress=False,
+    )
     peers = ["hf"] + (["x_transformers"] if x_transformers_available() else [])
     assert list(result["peer_params"]) == peers
     for phase in ("forward", "train"):
@@ -44,8 +55,20 @@ def test_x_transformers_peer_trains_on_the_next_token_loss():
 
 
 def test_compiled_run_reports_its_compile_time_apart():
-    result = run(batch=2, length=16, d_model=32, layers=1, heads=4, vocab=128, d_ff=64,
-                 warmup=0, iters=1, threads=1, progress=False, compile=True)
+    result = run(
+        batch=2,
+        length=16,
+        d_model=32,
+        layers=1,
+        heads=4,
+        vocab=128,
+        d_ff=64,
+        warmup=0,
+        iters=1,
+        threads=1,
+        progress=False,
+        compile=True,
+    )
     assert result["compile"] is True and set(result["compile_s"]) == {"forward", "train"}
     assert all(seconds > 0 for seconds in result["compile_s"].values())
     assert result["train"]["posformer_tok_s"] > 0

@@ -13,27 +13,57 @@ import pytest
 
 from posformer.cli import main
 
-TINY = ["--batch", "2", "--seq-len", "16", "--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "64",
-        "--vocab", "0", "--steps", "3", "--warmup-steps", "1", "--repeats", "2", "--lr-warmup", "2",
-        "--threads", "1", "--no-progress"]
+TINY = [
+    "--batch",
+    "2",
+    "--seq-len",
+    "16",
+    "--d-model",
+    "32",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--d-ff",
+    "64",
+    "--vocab",
+    "0",
+    "--steps",
+    "3",
+    "--warmup-steps",
+    "1",
+    "--repeats",
+    "2",
+    "--lr-warmup",
+    "2",
+    "--threads",
+    "1",
+    "--no-progress",
+]
 
 
 def test_bench_trainer_tiny_matches_plain_loop(capsys, tmp_path) -> None:
     out = tmp_path / "bench.json"
     assert main(["bench", "--trainer", *TINY, "--json", str(out)]) == 0
     report = capsys.readouterr().out
-    rows = dict((name, (tok_s, tokens, loss)) for name, tok_s, tokens, loss in re.findall(
-        r"^(trainer|plain)\s+([\d,]+)\s+([\d,]+)\s+([\d.]+)\s+[\d,]+$", report, flags=re.MULTILINE))
+    rows = dict(
+        (name, (tok_s, tokens, loss))
+        for name, tok_s, tokens, loss in re.findall(
+            r"^(trainer|plain)\s+([\d,]+)\s+([\d,]+)\s+([\d.]+)\s+[\d,]+$", report, flags=re.MULTILINE
+        )
+    )
     assert set(rows) == {"trainer", "plain"}, report
     (ours, our_tokens, our_loss), (theirs, their_tokens, their_loss) = (
-        [float(x.replace(",", "")) for x in rows[name]] for name in ("trainer", "plain"))
+        [float(x.replace(",", "")) for x in rows[name]] for name in ("trainer", "plain")
+    )
     assert ours > 0 and theirs > 0
     assert our_tokens == their_tokens == 3 * 2 * 16
     assert our_loss == pytest.approx(their_loss, abs=1e-5)
     ratio = float(re.search(r"ratio trainer/plain: ([\d.]+)", report).group(1))
     assert math.isfinite(ratio) and ratio > 0
-    for other in re.search(r"per-repeat ratios ([\d.]+), ratio of the median single-step times ([\d.]+)",
-                           report).groups():
+    for other in re.search(
+        r"per-repeat ratios ([\d.]+), ratio of the median single-step times ([\d.]+)", report
+    ).groups():
         assert math.isfinite(float(other)) and float(other) > 0
     assert "progress bar disabled, metrics.jsonl logging enabled" in report and "not timed:" in report
 

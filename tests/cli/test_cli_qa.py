@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 
-from squad_oracle import assert_same, hf_evaluate
-
 from posformer.cli import main
 from posformer.data.squad import load_squad_json, squad_sample
+from squad_oracle import assert_same, hf_evaluate
 
 
 def _predictions(tmp_path):
@@ -38,8 +37,10 @@ def test_qa_score_prints_the_official_report(tmp_path, capsys):
 
 def test_qa_score_errors_name_the_file(tmp_path, capsys):
     _predictions(tmp_path)
-    assert main(["qa", "score", "--eval-file", str(tmp_path / "nope.json"), "--predictions",
-                 str(tmp_path / "pred.json")]) == 2
+    assert (
+        main(["qa", "score", "--eval-file", str(tmp_path / "nope.json"), "--predictions", str(tmp_path / "pred.json")])
+        == 2
+    )
     assert "nope.json" in capsys.readouterr().err
     (tmp_path / "bad.json").write_text("[1, 2]")
     assert main(["qa", "score", "--eval-file", str(squad_sample()), "--predictions", str(tmp_path / "bad.json")]) == 2

@@ -7,14 +7,14 @@ import json
 import sys
 
 import pytest
-from tiny_bert import save_tiny_bert
-from tiny_qa import CONTEXT, GOLD, train_tiny_qa
 
 import posformer as pf
+from posformer.checkpoints.native import save_pretrained
 from posformer.cli import main
 from posformer.cli.program import build_parser
-from posformer.checkpoints.native import save_pretrained
 from tests.conftest import tiny
+from tiny_bert import save_tiny_bert
+from tiny_qa import CONTEXT, GOLD, train_tiny_qa
 
 QUESTIONS = [flag for question in GOLD for flag in ("--question", question)]
 
@@ -67,8 +67,24 @@ def test_ask_reads_json_lines_from_stdin_and_prints_json(run, capsys, monkeypatc
 
 def test_a_question_too_long_for_a_window_names_its_source(run, capsys, monkeypatch):
     long_question = "why " * 70 + "?"
-    assert main(["qa", "ask", "--model", str(run), "--context", CONTEXT, *QUESTIONS[:2],
-                 "--question", long_question, "--max-seq-length", "64"]) == 2
+    assert (
+        main(
+            [
+                "qa",
+                "ask",
+                "--model",
+                str(run),
+                "--context",
+                CONTEXT,
+                *QUESTIONS[:2],
+                "--question",
+                long_question,
+                "--max-seq-length",
+                "64",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "example --question 2: question of" in err and "must exceed doc_stride (16)" in err
     _stdin(monkeypatch, json.dumps({"context": CONTEXT, "question": long_question}) + "\n")
@@ -88,25 +104,49 @@ BAD_INPUT = {  # name: (flags, stdin, what the one-line error says)
     "empty-context": (["--context", "", "--question", "Who?"], "", "--context is empty (or only whitespace)"),
     "blank-context": (["--context", " \n\t", "--question", "Who?"], "", "--context is empty (or only whitespace)"),
     "empty-question": (["--context", CONTEXT, "--question", "Who?", "--question", " "], "", "--question 2 is empty"),
-    "both-contexts": (["--context", CONTEXT, "--context-file", "c.txt", "--question", "Who?"], "",
-                      "give either --context or --context-file, not both"),
-    "no-context": (["--question", "Who?"], "",
-                   "--question needs a context: give --context TEXT or --context-file FILE"),
-    "missing-file": (["--context-file", "{tmp}/missing.txt", "--question", "Who?"], "",
-                     "--context-file {tmp}/missing.txt does not exist"),
-    "blank-file": (["--context-file", "{tmp}/blank.txt", "--question", "Who?"], "",
-                   "--context-file {tmp}/blank.txt is empty"),
+    "both-contexts": (
+        ["--context", CONTEXT, "--context-file", "c.txt", "--question", "Who?"],
+        "",
+        "give either --context or --context-file, not both",
+    ),
+    "no-context": (
+        ["--question", "Who?"],
+        "",
+        "--question needs a context: give --context TEXT or --context-file FILE",
+    ),
+    "missing-file": (
+        ["--context-file", "{tmp}/missing.txt", "--question", "Who?"],
+        "",
+        "--context-file {tmp}/missing.txt does not exist",
+    ),
+    "blank-file": (
+        ["--context-file", "{tmp}/blank.txt", "--question", "Who?"],
+        "",
+        "--context-file {tmp}/blank.txt is empty",
+    ),
     "context-without-question": (["--context", CONTEXT], "", "--context / --context-file need --question"),
-    "invalid-json": ([], '{"context": "a b", "question": "a?"}\n{"context": "a b", question: 1}\n',
-                     "stdin line 2: invalid JSON (Expecting property name enclosed in double quotes at column 20)"),
+    "invalid-json": (
+        [],
+        '{"context": "a b", "question": "a?"}\n{"context": "a b", question: 1}\n',
+        "stdin line 2: invalid JSON (Expecting property name enclosed in double quotes at column 20)",
+    ),
     "no-question-field": ([], '\n{"context": "a b"}\n', "stdin line 2: missing field 'question'"),
     "no-context-field": ([], '{"question": "a?"}\n', "stdin line 1: missing field 'context'"),
-    "list-context": ([], '{"context": ["a b"], "question": "a?"}\n',
-                     "stdin line 1: field 'context' must be a string, got list"),
-    "int-question": ([], '{"context": "a b", "question": 3}\n',
-                     "stdin line 1: field 'question' must be a string, got int"),
-    "blank-context-field": ([], '{"context": "  ", "question": "a?"}\n',
-                            "stdin line 1: field 'context' is empty (or only whitespace)"),
+    "list-context": (
+        [],
+        '{"context": ["a b"], "question": "a?"}\n',
+        "stdin line 1: field 'context' must be a string, got list",
+    ),
+    "int-question": (
+        [],
+        '{"context": "a b", "question": 3}\n',
+        "stdin line 1: field 'question' must be a string, got int",
+    ),
+    "blank-context-field": (
+        [],
+        '{"context": "  ", "question": "a?"}\n',
+        "stdin line 1: field 'context' is empty (or only whitespace)",
+    ),
     "not-an-object": ([], '["a b", "a?"]\n', "stdin line 1: expected a JSON object"),
     "empty-stdin": ([], "", "no questions: give --question"),
     "blank-stdin": ([], "\n  \n", "no questions: give --question"),
@@ -147,10 +187,19 @@ def test_help_gives_every_flag_a_default(capsys):
     qa = build_parser()._subparsers._group_actions[0].choices["qa"]
     ask = qa._subparsers._group_actions[0].choices["ask"]
     options = [a for a in ask._actions if a.option_strings and a.dest != "help"]
-    assert {a.option_strings[0] for a in options} >= {"--model", "--context", "--context-file", "--question",
-                                                      "--json", "--max-seq-length", "--doc-stride", "--num-beams",
-                                                      "--max-answer-length", "--null-score-diff-threshold",
-                                                      "--n-best-size"}
+    assert {a.option_strings[0] for a in options} >= {
+        "--model",
+        "--context",
+        "--context-file",
+        "--question",
+        "--json",
+        "--max-seq-length",
+        "--doc-stride",
+        "--num-beams",
+        "--max-answer-length",
+        "--null-score-diff-threshold",
+        "--n-best-size",
+    }
     assert [a.option_strings[0] for a in options if "default" not in a.help and not a.required] == []
     with pytest.raises(SystemExit):
         main(["qa", "ask", "--help"])

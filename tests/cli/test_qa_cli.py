@@ -5,21 +5,37 @@ from __future__ import annotations
 import json
 
 import pytest
-from squad_oracle import hf_evaluate
-from tiny_bert import save_tiny_bert
 
 from posformer.cli import main
 from posformer.data.squad import load_squad_json, split_by_article, squad_sample
 from posformer.tasks.qa.evaluation import NULL_ODDS_CLIP
 from posformer.tasks.qa.job import EVAL_FRACTION, SPLIT_SEED
+from squad_oracle import hf_evaluate
+from tiny_bert import save_tiny_bert
 
 TINY_T5 = ["--from-scratch", "--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "64", "--vocab-size", "400"]
 WINDOWS = ["--max-seq-length", "96", "--doc-stride", "32"]
 SAMPLES = ["--max-train-samples", "24", "--max-eval-samples", "12"]
-SEED_FLAGS = ["--model", "--model-name-or-path", "--dataset-name", "--train-file", "--eval-file", "--context-column",
-              "--question-column", "--answer-column", "--per-device-train-batch-size", "--learning-rate",
-              "--num-train-epochs", "--max-seq-length", "--doc-stride", "--output-dir", "--max-answer-length",
-              "--num-beams", "--head", "--null-score-diff-threshold"]
+SEED_FLAGS = [
+    "--model",
+    "--model-name-or-path",
+    "--dataset-name",
+    "--train-file",
+    "--eval-file",
+    "--context-column",
+    "--question-column",
+    "--answer-column",
+    "--per-device-train-batch-size",
+    "--learning-rate",
+    "--num-train-epochs",
+    "--max-seq-length",
+    "--doc-stride",
+    "--output-dir",
+    "--max-answer-length",
+    "--num-beams",
+    "--head",
+    "--null-score-diff-threshold",
+]
 
 
 def _printed_report(out: str) -> dict:
@@ -59,8 +75,7 @@ def _check_outputs(directory, printed: dict, count: int) -> None:
 
 def test_seq2seq_train_then_eval(tmp_path, capsys):
     run = tmp_path / "run"
-    args = ["qa", "train", "--output-dir", str(run), "--max-steps", "4", "--no-progress", *TINY_T5, *WINDOWS,
-            *SAMPLES]
+    args = ["qa", "train", "--output-dir", str(run), "--max-steps", "4", "--no-progress", *TINY_T5, *WINDOWS, *SAMPLES]
     assert main(args) == 0
     _check_outputs(run, _printed_report(capsys.readouterr().out), 12)
     for name in ("metrics.jsonl", "loss.png", "run_config.yaml"):
@@ -83,8 +98,25 @@ def test_seq2seq_train_then_eval(tmp_path, capsys):
 def test_span_train_then_eval_and_head_mismatch(tmp_path, capsys):
     bert = save_tiny_bert(tmp_path / "bert")
     run = tmp_path / "span"
-    args = ["qa", "train", "--head", "span", "--model", str(bert), "--output-dir", str(run), "--max-steps", "3",
-            "--learning-rate", "1e-3", "--no-progress", "--dropout", "0", *WINDOWS, *SAMPLES]
+    args = [
+        "qa",
+        "train",
+        "--head",
+        "span",
+        "--model",
+        str(bert),
+        "--output-dir",
+        str(run),
+        "--max-steps",
+        "3",
+        "--learning-rate",
+        "1e-3",
+        "--no-progress",
+        "--dropout",
+        "0",
+        *WINDOWS,
+        *SAMPLES,
+    ]
     assert main(args) == 0
     _check_outputs(run, _printed_report(capsys.readouterr().out), 12)
     saved = json.loads(next(run.glob("checkpoints/step-*/config.json")).read_text())["posformer"]  # was 0.1
@@ -107,8 +139,28 @@ def test_bert2bert_train_eval_and_convert(tmp_path, capsys):
 
     bert = save_tiny_bert(tmp_path / "bert")
     run = tmp_path / "b2b"
-    assert main(["qa", "train", "--head", "seq2seq", "--model", str(bert), "--output-dir", str(run), "--max-steps",
-                 "3", "--learning-rate", "1e-3", "--no-progress", *WINDOWS, *SAMPLES]) == 0
+    assert (
+        main(
+            [
+                "qa",
+                "train",
+                "--head",
+                "seq2seq",
+                "--model",
+                str(bert),
+                "--output-dir",
+                str(run),
+                "--max-steps",
+                "3",
+                "--learning-rate",
+                "1e-3",
+                "--no-progress",
+                *WINDOWS,
+                *SAMPLES,
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "(BERT2BERT)" in printed
     _check_outputs(run, _printed_report(printed), 12)
@@ -129,11 +181,32 @@ def test_bert2bert_train_eval_and_convert(tmp_path, capsys):
     hf = EncoderDecoderModel.from_pretrained(hf_dir).eval()
     ids = torch.tensor([[101, 2054, 2003, 1996, 3007, 1029, 102]])
     with torch.no_grad():
-        torch.testing.assert_close(model(ids, decoder_input_ids=ids[:, :4]).logits,
-                                   hf(input_ids=ids, decoder_input_ids=ids[:, :4]).logits, rtol=0, atol=1e-4)
+        torch.testing.assert_close(
+            model(ids, decoder_input_ids=ids[:, :4]).logits,
+            hf(input_ids=ids, decoder_input_ids=ids[:, :4]).logits,
+            rtol=0,
+            atol=1e-4,
+        )
     hf_eval = tmp_path / "hf-eval"
-    assert main(["qa", "eval", "--model", str(hf_dir), "--max-eval-samples", "12", "--max-seq-length", "96",
-                 "--doc-stride", "32", "--output-dir", str(hf_eval)]) == 0
+    assert (
+        main(
+            [
+                "qa",
+                "eval",
+                "--model",
+                str(hf_dir),
+                "--max-eval-samples",
+                "12",
+                "--max-seq-length",
+                "96",
+                "--doc-stride",
+                "32",
+                "--output-dir",
+                str(hf_eval),
+            ]
+        )
+        == 0
+    )
     _check_outputs(hf_eval, _printed_report(capsys.readouterr().out), 12)
     assert json.loads((hf_eval / "predictions.json").read_text()) == predictions
 
@@ -145,8 +218,25 @@ def test_seq2seq_without_model_warm_starts_the_default_checkpoint(tmp_path, monk
     bert = save_tiny_bert(tmp_path / "bert")
     monkeypatch.setattr(qa_job, "default_pretrained_model", lambda: bert)
     run = tmp_path / "run"
-    assert main(["qa", "train", "--output-dir", str(run), "--max-steps", "1", "--no-progress", *WINDOWS,
-                 "--max-train-samples", "4", "--max-eval-samples", "2"]) == 0
+    assert (
+        main(
+            [
+                "qa",
+                "train",
+                "--output-dir",
+                str(run),
+                "--max-steps",
+                "1",
+                "--no-progress",
+                *WINDOWS,
+                "--max-train-samples",
+                "4",
+                "--max-eval-samples",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert f"seq2seq QA: {bert} (BERT2BERT)" in capsys.readouterr().out
     assert json.loads((run / "eval_results.json").read_text())["model"] == str(bert)
 
@@ -156,8 +246,12 @@ def test_help_lists_the_seed_flags(command, capsys):
     with pytest.raises(SystemExit):
         main(["qa", command, "--help"])
     text = capsys.readouterr().out
-    wanted = [f for f in SEED_FLAGS if command == "train" or f not in ("--train-file", "--per-device-train-batch-size",
-                                                                         "--learning-rate", "--num-train-epochs")]
+    wanted = [
+        f
+        for f in SEED_FLAGS
+        if command == "train"
+        or f not in ("--train-file", "--per-device-train-batch-size", "--learning-rate", "--num-train-epochs")
+    ]
     missing = [flag for flag in wanted if flag not in text]
     assert not missing
     if command == "train":
@@ -171,8 +265,9 @@ def test_bad_inputs_fail_clearly(tmp_path, capsys):
     assert main(["qa", "train", "--train-file", str(tmp_path / "missing.json"), *out]) == 2
     assert "missing.json" in capsys.readouterr().err
     records = tmp_path / "rows.jsonl"
-    records.write_text(json.dumps({"id": "a", "passage": "x y", "question": "q?", "answers": {"text": [],
-                                                                                             "answer_start": []}}))
+    records.write_text(
+        json.dumps({"id": "a", "passage": "x y", "question": "q?", "answers": {"text": [], "answer_start": []}})
+    )
     assert main(["qa", "train", "--train-file", str(records), *out]) == 2
     assert "context" in capsys.readouterr().err
     assert main(["qa", "train", "--eval-file", str(squad_sample()), *out]) == 2
@@ -188,8 +283,10 @@ def test_bad_inputs_fail_clearly(tmp_path, capsys):
     assert main(["qa", "train", *out, "--d-model", "30", "--heads", "4"]) == 2
     assert "--d-model=30 is invalid: expected a multiple of --heads (4)" in capsys.readouterr().err
     assert main(["qa", "train", *out, "--model", str(tmp_path)]) == 2
-    assert "--from-scratch=True is invalid: expected only with --head seq2seq and without --model" in \
-        capsys.readouterr().err
+    assert (
+        "--from-scratch=True is invalid: expected only with --head seq2seq and without --model"
+        in capsys.readouterr().err
+    )
     assert main(["qa", "train", *out, "--head", "span"]) == 2
     assert "--from-scratch=True is invalid" in capsys.readouterr().err
 
@@ -200,12 +297,30 @@ def test_null_window_sampling_and_threshold_calibration(tmp_path, capsys):
     import yaml
 
     bert = save_tiny_bert(tmp_path / "bert")
-    common = ["qa", "train", "--head", "span", "--model", str(bert), "--max-steps", "3", "--learning-rate", "1e-3",
-              "--no-progress", *WINDOWS, "--max-train-samples", "400", "--max-eval-samples", "12"]
+    common = [
+        "qa",
+        "train",
+        "--head",
+        "span",
+        "--model",
+        str(bert),
+        "--max-steps",
+        "3",
+        "--learning-rate",
+        "1e-3",
+        "--no-progress",
+        *WINDOWS,
+        "--max-train-samples",
+        "400",
+        "--max-eval-samples",
+        "12",
+    ]
     assert main([*common, "--output-dir", str(tmp_path / "all")]) == 0
     windows_all = int(capsys.readouterr().out.split(" windows)")[0].rsplit("(", 1)[1])
     run = tmp_path / "run"
-    assert main([*common, "--output-dir", str(run), "--keep-null-windows", "0.3", "--calibration-fraction", "0.25"]) == 0
+    assert (
+        main([*common, "--output-dir", str(run), "--keep-null-windows", "0.3", "--calibration-fraction", "0.25"]) == 0
+    )
     out = capsys.readouterr().out
     windows = int(out.split(" windows)")[0].rsplit("(", 1)[1])
     assert 0 < windows < windows_all
@@ -216,10 +331,14 @@ def test_null_window_sampling_and_threshold_calibration(tmp_path, capsys):
     answers = json.loads((run / "answers.json").read_text())
     odds = json.loads((run / "null_odds.json").read_text())
     assert predictions == {q: answers[q] if odds[q] <= threshold else "" for q in predictions}  # run_qa.py's rule
-    assert main(["qa", "eval", "--model", str(run), "--max-eval-samples", "12", "--output-dir", str(tmp_path / "e")]) == 0
+    assert (
+        main(["qa", "eval", "--model", str(run), "--max-eval-samples", "12", "--output-dir", str(tmp_path / "e")]) == 0
+    )
     assert json.loads((tmp_path / "e" / "eval_results.json").read_text())["null_score_diff_threshold"] == threshold
     capsys.readouterr()
-    for flag, value, expected in (("--keep-null-windows", "0", "--keep-null-windows=0.0 is invalid"),
-                                  ("--calibration-fraction", "1", "--calibration-fraction=1.0 is invalid")):
+    for flag, value, expected in (
+        ("--keep-null-windows", "0", "--keep-null-windows=0.0 is invalid"),
+        ("--calibration-fraction", "1", "--calibration-fraction=1.0 is invalid"),
+    ):
         assert main([*common, "--output-dir", str(tmp_path / "bad"), flag, value]) == 2
         assert expected in capsys.readouterr().err

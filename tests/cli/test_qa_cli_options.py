@@ -21,8 +21,7 @@ def _steps(run) -> list[int]:
 
 def test_resume_continues_from_the_last_checkpoint(tmp_path, capsys):
     run = tmp_path / "run"
-    base = ["qa", "train", "--output-dir", str(run), "--no-progress", "--save-steps", "2", *TINY_T5, *WINDOWS,
-            *SAMPLES]
+    base = ["qa", "train", "--output-dir", str(run), "--no-progress", "--save-steps", "2", *TINY_T5, *WINDOWS, *SAMPLES]
     assert main([*base, "--max-steps", "4"]) == 0
     assert _steps(run) == [1, 2, 3, 4]
     capsys.readouterr()
@@ -34,12 +33,31 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path, capsys):
 
 def test_num_beams_changes_the_search_not_the_outputs(tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["qa", "train", "--output-dir", str(run), "--no-progress", "--max-steps", "3", *TINY_T5, *WINDOWS,
-                 *SAMPLES]) == 0
+    assert (
+        main(
+            ["qa", "train", "--output-dir", str(run), "--no-progress", "--max-steps", "3", *TINY_T5, *WINDOWS, *SAMPLES]
+        )
+        == 0
+    )
     for beams in ("1", "3"):
         out = tmp_path / f"beams{beams}"
-        assert main(["qa", "eval", "--model", str(run), "--num-beams", beams, "--max-eval-samples", "6",
-                     "--output-dir", str(out)]) == 0
+        assert (
+            main(
+                [
+                    "qa",
+                    "eval",
+                    "--model",
+                    str(run),
+                    "--num-beams",
+                    beams,
+                    "--max-eval-samples",
+                    "6",
+                    "--output-dir",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         predictions = json.loads((out / "predictions.json").read_text())
         assert len(predictions) == 6
         assert json.loads((out / "eval_results.json").read_text())["num_beams"] == int(beams)
@@ -49,10 +67,17 @@ def test_dataset_name_reads_the_datasets_library(tmp_path, monkeypatch, capsys):
     """A stand-in `datasets` module serves the shipped sample as the hub's train/validation splits."""
     records = {}
     for split, first, count in (("train", 0, 24), ("validation", 600, 6)):
-        examples = load_squad_json(squad_sample(), for_training=False).examples[first:first + count]
-        records[split] = [{"id": ex.id, "title": ex.title, "context": ex.context, "question": ex.question,
-                           "answers": {"text": list(ex.answers), "answer_start": list(ex.answer_starts)}}
-                          for ex in examples]
+        examples = load_squad_json(squad_sample(), for_training=False).examples[first : first + count]
+        records[split] = [
+            {
+                "id": ex.id,
+                "title": ex.title,
+                "context": ex.context,
+                "question": ex.question,
+                "answers": {"text": list(ex.answers), "answer_start": list(ex.answer_starts)},
+            }
+            for ex in examples
+        ]
     calls = []
 
     def load_dataset(name, config_name=None, split=None):
@@ -61,8 +86,24 @@ def test_dataset_name_reads_the_datasets_library(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
     run = tmp_path / "run"
-    assert main(["qa", "train", "--dataset-name", "squad_v2", "--output-dir", str(run), "--no-progress",
-                 "--max-steps", "2", *TINY_T5, *WINDOWS]) == 0
+    assert (
+        main(
+            [
+                "qa",
+                "train",
+                "--dataset-name",
+                "squad_v2",
+                "--output-dir",
+                str(run),
+                "--no-progress",
+                "--max-steps",
+                "2",
+                *TINY_T5,
+                *WINDOWS,
+            ]
+        )
+        == 0
+    )
     assert ("squad_v2", None, "train") in calls and ("squad_v2", None, "validation") in calls
     predictions = json.loads((run / "predictions.json").read_text())
     assert set(predictions) == {r["id"] for r in records["validation"]}

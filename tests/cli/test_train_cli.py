@@ -8,14 +8,21 @@ import pytest
 import torch
 
 import posformer as pf
+from posformer.checkpoints.native import load_pretrained, save_pretrained
 from posformer.cli import main
 from posformer.data.text import CharTokenizer, default_corpus, read_text
-from posformer.checkpoints.native import load_pretrained, save_pretrained
 
 
 def test_checkpoint_round_trip_keeps_logits_and_ties(tmp_path) -> None:
-    cfg = pf.Config(arch="encoder_decoder", vocab_size=40, d_model=16, n_layers=1, n_heads=2,
-                    decoder_start_token_id=0, position="rope")
+    cfg = pf.Config(
+        arch="encoder_decoder",
+        vocab_size=40,
+        d_model=16,
+        n_layers=1,
+        n_heads=2,
+        decoder_start_token_id=0,
+        position="rope",
+    )
     model = pf.Transformer(cfg).eval()
     save_pretrained(model, tmp_path)
     loaded = load_pretrained(tmp_path).eval()
@@ -41,10 +48,31 @@ def test_shipped_corpus_and_char_tokenizer_round_trip(tmp_path) -> None:
         tokenizer.encode("€")
 
 
-TINY = ["--set", "trainer.steps=40", "--set", "trainer.eval_every=20", "--set", "trainer.batch_size=8",
-        "--set", "data.seq_len=32", "--set", "model.d_model=32", "--set", "model.n_layers=1", "--set",
-        "model.n_heads=2", "--set", "model.d_ff=64", "--set", "trainer.sample_tokens=20", "--set", "trainer.lr=1e-2",
-        "--set", "trainer.warmup=5", "--no-progress"]
+TINY = [
+    "--set",
+    "trainer.steps=40",
+    "--set",
+    "trainer.eval_every=20",
+    "--set",
+    "trainer.batch_size=8",
+    "--set",
+    "data.seq_len=32",
+    "--set",
+    "model.d_model=32",
+    "--set",
+    "model.n_layers=1",
+    "--set",
+    "model.n_heads=2",
+    "--set",
+    "model.d_ff=64",
+    "--set",
+    "trainer.sample_tokens=20",
+    "--set",
+    "trainer.lr=1e-2",
+    "--set",
+    "trainer.warmup=5",
+    "--no-progress",
+]
 
 
 def test_train_command_lowers_the_loss_and_saves(tmp_path, capsys) -> None:

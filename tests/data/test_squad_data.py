@@ -7,15 +7,36 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from posformer.data.squad import (
+    UNLOCATED,
+    QADataError,
+    QAExample,
+    load_hf_dataset,
+    load_qa_file,
+    load_squad_json,
+    split_by_article,
+    squad_sample,
+)
 from shared_data import squad_dev_file
 
-from posformer.data.squad import (UNLOCATED, QADataError, QAExample, load_hf_dataset, load_qa_file,
-                                  load_squad_json, split_by_article, squad_sample)
-
-SAMPLE_TITLES = ["Normans", "Southern_California", "Sky_(United_Kingdom)", "Victoria_(Australia)", "1973_oil_crisis",
-                 "Amazon_rainforest", "Fresno,_California", "Black_Death", "Geology", "Pharmacy", "Construction",
-                 "Private_school", "Harvard_University", "Jacksonville,_Florida",
-                 "Intergovernmental_Panel_on_Climate_Change"]
+SAMPLE_TITLES = [
+    "Normans",
+    "Southern_California",
+    "Sky_(United_Kingdom)",
+    "Victoria_(Australia)",
+    "1973_oil_crisis",
+    "Amazon_rainforest",
+    "Fresno,_California",
+    "Black_Death",
+    "Geology",
+    "Pharmacy",
+    "Construction",
+    "Private_school",
+    "Harvard_University",
+    "Jacksonville,_Florida",
+    "Intergovernmental_Panel_on_Climate_Change",
+]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +65,7 @@ def test_real_dev_counts(dev):
     first = dev[0]
     assert first.id == "56ddde6b9a695914005b9628" and first.title == "Normans"
     assert first.answers == ["France"] * 4 and first.answer_starts == [159] * 4
-    assert all(ex.context[s:s + len(t)] == t for ex in dev for t, s in zip(ex.answers, ex.answer_starts))
+    assert all(ex.context[s : s + len(t)] == t for ex in dev for t, s in zip(ex.answers, ex.answer_starts))
 
 
 def test_sample_ships_whole_articles():
@@ -82,8 +103,13 @@ def test_flat_records_json_and_jsonl_in_every_answer_form(tmp_path):
 
 def test_named_columns(tmp_path):
     rec = {"qid": "x", "passage": "abc def", "query": "q?", "gold": {"text": ["def"], "answer_start": [4]}}
-    data = load_qa_file(write(tmp_path, "c.jsonl", [rec]), context_column="passage", question_column="query",
-                        answer_column="gold", id_column="qid")
+    data = load_qa_file(
+        write(tmp_path, "c.jsonl", [rec]),
+        context_column="passage",
+        question_column="query",
+        answer_column="gold",
+        id_column="qid",
+    )
     assert data[0] == QAExample("x", "", "abc def", "q?", ["def"], [4])
     with pytest.raises(QADataError, match=r"c.jsonl: record 0 \(id 'x'\): missing field 'context'"):
         load_qa_file(tmp_path / "c.jsonl", id_column="qid")
@@ -92,27 +118,39 @@ def test_named_columns(tmp_path):
 
 
 def test_squad_schema_is_detected_in_a_json_file(tmp_path):
-    path = write(tmp_path, "s.json", squad([{"id": "q1", "question": "Who sat?",
-                                             "answers": [{"text": "cat", "answer_start": 4}]}]))
+    path = write(
+        tmp_path,
+        "s.json",
+        squad([{"id": "q1", "question": "Who sat?", "answers": [{"text": "cat", "answer_start": 4}]}]),
+    )
     assert load_qa_file(path).examples == [QAExample("q1", "Cats", "The cat sat on the mat.", "Who sat?", ["cat"], [4])]
 
 
-@pytest.mark.parametrize("qa, message", [
-    ({"question": "q", "answers": []}, r"record 0 in article 'Cats', paragraph 0: missing field 'id'"),
-    ({"id": "q1", "answers": []}, r"record 0 \(id 'q1'\).*missing field 'question'"),
-    ({"id": "q1", "question": "q"}, r"\(id 'q1'\).*missing field 'answers'"),
-    ({"id": "q1", "question": 3, "answers": []}, r"\(id 'q1'\).*'question' must be str, got int"),
-    ({"id": "q1", "question": "q", "answers": [{"text": "cat", "answer_start": "4"}]},
-     r"\(id 'q1'\).*answer 0: answer_start must be an int, got '4'"),
-    ({"id": "q1", "question": "q", "answers": [{"text": "cat", "answer_start": True}]},
-     r"answer_start must be an int, got True"),
-    ({"id": "q1", "question": "q", "answers": [{"text": "cat", "answer_start": -2}]}, r"must be >= 0"),
-    ({"id": "q1", "question": "q", "answers": [{"answer_start": 4}]}, r"answer 0: missing field 'text'"),
-    ({"id": "q1", "question": "q", "answers": [], "is_impossible": "no"}, r"is_impossible must be true or false"),
-    ({"id": "q1", "question": "q", "answers": [{"text": "cat", "answer_start": 4}], "is_impossible": True},
-     r"is_impossible is true but the question has 1 answer"),
-    ("not a dict", r"record 0 in article 'Cats', paragraph 0: expected a JSON object, got str"),
-])
+@pytest.mark.parametrize(
+    "qa, message",
+    [
+        ({"question": "q", "answers": []}, r"record 0 in article 'Cats', paragraph 0: missing field 'id'"),
+        ({"id": "q1", "answers": []}, r"record 0 \(id 'q1'\).*missing field 'question'"),
+        ({"id": "q1", "question": "q"}, r"\(id 'q1'\).*missing field 'answers'"),
+        ({"id": "q1", "question": 3, "answers": []}, r"\(id 'q1'\).*'question' must be str, got int"),
+        (
+            {"id": "q1", "question": "q", "answers": [{"text": "cat", "answer_start": "4"}]},
+            r"\(id 'q1'\).*answer 0: answer_start must be an int, got '4'",
+        ),
+        (
+            {"id": "q1", "question": "q", "answers": [{"text": "cat", "answer_start": True}]},
+            r"answer_start must be an int, got True",
+        ),
+        ({"id": "q1", "question": "q", "answers": [{"text": "cat", "answer_start": -2}]}, r"must be >= 0"),
+        ({"id": "q1", "question": "q", "answers": [{"answer_start": 4}]}, r"answer 0: missing field 'text'"),
+        ({"id": "q1", "question": "q", "answers": [], "is_impossible": "no"}, r"is_impossible must be true or false"),
+        (
+            {"id": "q1", "question": "q", "answers": [{"text": "cat", "answer_start": 4}], "is_impossible": True},
+            r"is_impossible is true but the question has 1 answer",
+        ),
+        ("not a dict", r"record 0 in article 'Cats', paragraph 0: expected a JSON object, got str"),
+    ],
+)
 def test_malformed_squad_questions(tmp_path, qa, message):
     path = write(tmp_path, "bad.json", squad([qa]))
     with pytest.raises(QADataError, match=message) as err:
@@ -147,10 +185,16 @@ def test_malformed_files(tmp_path):
 def test_bad_answers_counted_reported_and_skipped(tmp_path):
     qas = [
         {"id": "ok", "question": "q", "answers": [{"text": "cat", "answer_start": 4}]},
-        {"id": "some", "question": "q", "answers": [{"text": "mat", "answer_start": 19},
-                                                    {"text": "mat", "answer_start": 3}]},
-        {"id": "none", "question": "q", "answers": [{"text": "dog", "answer_start": 4},
-                                                    {"text": "cat", "answer_start": 40}]},
+        {
+            "id": "some",
+            "question": "q",
+            "answers": [{"text": "mat", "answer_start": 19}, {"text": "mat", "answer_start": 3}],
+        },
+        {
+            "id": "none",
+            "question": "q",
+            "answers": [{"text": "dog", "answer_start": 4}, {"text": "cat", "answer_start": 40}],
+        },
         {"id": "empty", "question": "q", "answers": []},
     ]
     path = write(tmp_path, "s.json", squad(qas))

@@ -18,8 +18,9 @@ from posformer.experiments.extrapolation.settings import ExtrapolationSettings
 
 def _model() -> pf.Transformer:
     torch.manual_seed(0)
-    return pf.Transformer(pf.Config(arch="decoder", vocab_size=40, d_model=16, n_layers=1, n_heads=2,
-                                    position="rope", max_positions=64)).eval()
+    return pf.Transformer(
+        pf.Config(arch="decoder", vocab_size=40, d_model=16, n_layers=1, n_heads=2, position="rope", max_positions=64)
+    ).eval()
 
 
 @pytest.mark.parametrize("protocol,stride", [("nonoverlapping", None), ("sliding", 3)])
@@ -28,8 +29,10 @@ def test_block_losses_add_up_to_the_protocol_totals(protocol, stride):
     g = torch.Generator().manual_seed(1)
     docs = {"a": torch.randint(0, 40, (64,), generator=g), "b": torch.randint(0, 40, (32,), generator=g)}
     with torch.no_grad():
-        totals = [chunk_nll(model, d, 8, 40) if protocol == "nonoverlapping" else sliding_nll(model, d, 8, 3, 40)
-                  for d in docs.values()]
+        totals = [
+            chunk_nll(model, d, 8, 40) if protocol == "nonoverlapping" else sliding_nll(model, d, 8, 3, 40)
+            for d in docs.values()
+        ]
     losses = block_losses(model, docs, 8, 16, protocol, stride, batch_tokens=40)
     assert losses.nll.shape == losses.count.shape == (64 // 16 + 32 // 16,)
     assert float(losses.nll.sum()) == pytest.approx(sum(t[0] for t in totals), rel=1e-9)
@@ -43,14 +46,18 @@ def test_blocks_pair_the_same_text_across_lengths():
         losses = block_losses(model, ids, length, 16)
         assert losses.count.tolist() == [16 // length * (length - 1)] * 4  # each block: its own chunks only
     with torch.no_grad():
-        per_token = torch.nn.functional.cross_entropy(model(ids["a"][None, 16:32]).logits[0, :-1].double(),
-                                                      ids["a"][17:32], reduction="sum")
+        per_token = torch.nn.functional.cross_entropy(
+            model(ids["a"][None, 16:32]).logits[0, :-1].double(), ids["a"][17:32], reduction="sum"
+        )
     assert float(block_losses(model, ids, 16, 16).nll[1]) == pytest.approx(float(per_token), rel=1e-6)
 
 
 def test_a_length_the_encoding_cannot_represent_is_none():
-    model = pf.Transformer(pf.Config(arch="decoder", vocab_size=40, d_model=16, n_layers=1, n_heads=2,
-                                     position="learned", max_positions=64))
+    model = pf.Transformer(
+        pf.Config(
+            arch="decoder", vocab_size=40, d_model=16, n_layers=1, n_heads=2, position="learned", max_positions=64
+        )
+    )
     assert block_losses(model, {"a": torch.zeros(256, dtype=torch.long)}, 128, 128) is None
 
 
@@ -106,10 +113,38 @@ def test_the_bytes_preset_reads_one_token_per_byte():
 def test_results_md_reports_the_unigram_baseline_and_ratio_intervals(tmp_path):
     from posformer.cli import main
 
-    args = ["extrapolate", "--preset", "quick", "--positions", "rope", "--train-len", "16", "--eval-lens", "16,32",
-            "--steps", "2", "--d-model", "32", "--layers", "1", "--heads", "2", "--vocab-size", "257",
-            "--eval-tokens", "512", "--tokenizer-chars", "20000", "--no-progress", "--set", "train_chars=40000",
-            "--set", "rope_scalings=[]", "--output-dir", str(tmp_path)]
+    args = [
+        "extrapolate",
+        "--preset",
+        "quick",
+        "--positions",
+        "rope",
+        "--train-len",
+        "16",
+        "--eval-lens",
+        "16,32",
+        "--steps",
+        "2",
+        "--d-model",
+        "32",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--vocab-size",
+        "257",
+        "--eval-tokens",
+        "512",
+        "--tokenizer-chars",
+        "20000",
+        "--no-progress",
+        "--set",
+        "train_chars=40000",
+        "--set",
+        "rope_scalings=[]",
+        "--output-dir",
+        str(tmp_path),
+    ]
     assert main(args) == 0
     table = (tmp_path / "results.md").read_text()
     assert "A unigram model (training-set token frequencies, no context) reads" in table

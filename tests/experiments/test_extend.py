@@ -14,26 +14,42 @@ from transformers import LlamaConfig, Phi3Config
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 import posformer as pf
-from posformer.loading import load_model
+from posformer.checkpoints.native import save_pretrained
 from posformer.cli import main
 from posformer.experiments.extension.longrope import search_long_factors, search_short_factors, seed_factors
-from posformer.experiments.extension.settings import ExtendSettings
 from posformer.experiments.extension.methods import check_rope_model, extended_params, longrope_scaling, with_params
+from posformer.experiments.extension.settings import ExtendSettings
 from posformer.experiments.extrapolation.evaluation import perplexity
-from posformer.checkpoints.native import save_pretrained
+from posformer.loading import load_model
 
 TRAIN_LEN, TARGET = 16, 64
 
 
 def _rope_model(theta: float = 10000.0) -> pf.Transformer:
     torch.manual_seed(0)
-    return pf.Transformer(pf.Config(arch="decoder", vocab_size=50, d_model=32, n_layers=2, n_heads=2,
-                                    position="rope", position_params={"theta": theta}, max_positions=TRAIN_LEN))
+    return pf.Transformer(
+        pf.Config(
+            arch="decoder",
+            vocab_size=50,
+            d_model=32,
+            n_layers=2,
+            n_heads=2,
+            position="rope",
+            position_params={"theta": theta},
+            max_positions=TRAIN_LEN,
+        )
+    )
 
 
 def _hf(kind: str, head_dim: int, theta: float, **keys) -> torch.Tensor:
-    cfg = LlamaConfig(hidden_size=2 * head_dim, num_attention_heads=2, head_dim=head_dim, rope_theta=theta,
-                      max_position_embeddings=TARGET, rope_scaling={"rope_type": kind, **keys})
+    cfg = LlamaConfig(
+        hidden_size=2 * head_dim,
+        num_attention_heads=2,
+        head_dim=head_dim,
+        rope_theta=theta,
+        max_position_embeddings=TARGET,
+        rope_scaling={"rope_type": kind, **keys},
+    )
     return ROPE_INIT_FUNCTIONS[kind](cfg, torch.device("cpu"))
 
 
@@ -45,8 +61,12 @@ def test_pi_and_ntk_follow_the_papers_formulas():
     torch.testing.assert_close(pi.decoder.position.inv_freq.double(), base / s, rtol=1e-6, atol=0)
     ntk = with_params(model, extended_params(model, "ntk", TARGET, TRAIN_LEN), TARGET)
     ntk_base = 500.0 * s ** (d / (d - 2))  # bloc97's NTK-aware base
-    torch.testing.assert_close(ntk.decoder.position.inv_freq.double(),
-                               ntk_base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d), rtol=1e-6, atol=0)
+    torch.testing.assert_close(
+        ntk.decoder.position.inv_freq.double(),
+        ntk_base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d),
+        rtol=1e-6,
+        atol=0,
+    )
     assert float(ntk.decoder.position.inv_freq[0]) == 1.0  # the highest frequency is kept
 
 
@@ -59,9 +79,14 @@ def test_yarn_and_longrope_equal_hugging_face():
     assert yarn.attention_factor == pytest.approx(factor) == pytest.approx(0.1 * math.log(s) + 1)
     long = [1.0 + i / 8 for i in range(d // 2)]
     lr = with_params(model, extended_params(model, "longrope", TARGET, TRAIN_LEN, long), TARGET).decoder.position
-    phi3 = Phi3Config(hidden_size=2 * d, num_attention_heads=2, rope_theta=10000.0, max_position_embeddings=TARGET,
-                      original_max_position_embeddings=TRAIN_LEN,  # how Hugging Face stores LongRoPE (Phi-3)
-                      rope_scaling={"type": "longrope", "short_factor": [1.0] * (d // 2), "long_factor": long})
+    phi3 = Phi3Config(
+        hidden_size=2 * d,
+        num_attention_heads=2,
+        rope_theta=10000.0,
+        max_position_embeddings=TARGET,
+        original_max_position_embeddings=TRAIN_LEN,  # how Hugging Face stores LongRoPE (Phi-3)
+        rope_scaling={"type": "longrope", "short_factor": [1.0] * (d // 2), "long_factor": long},
+    )
     hf_long, hf_factor = ROPE_INIT_FUNCTIONS["longrope"](phi3, torch.device("cpu"), seq_len=TARGET)
     ours, ours_factor = lr.frequencies_for(TARGET)
     torch.testing.assert_close(ours, hf_long, rtol=1e-6, atol=0)
@@ -75,17 +100,20 @@ def test_extension_changes_the_scaling_and_nothing_else():
         extended = with_params(model, extended_params(model, method, TARGET, TRAIN_LEN), TARGET)
         theirs = extended.state_dict()
         assert all(torch.equal(v, theirs[k]) for k, v in model.state_dict().items()) and set(theirs) == set(
-            model.state_dict())
+            model.state_dict()
+        )
         ours, new = model.cfg.to_dict(), extended.cfg.to_dict()
         changed = {k for k in ours if ours[k] != new[k]}
         assert changed <= {"position_params", "max_positions"}
-        assert {k for k in ours["position_params"] if ours["position_params"][k] != new["position_params"][k]} \
-            == (set() if method == "none" else {"scaling"})
+        assert {k for k in ours["position_params"] if ours["position_params"][k] != new["position_params"][k]} == (
+            set() if method == "none" else {"scaling"}
+        )
 
 
 def test_only_rope_decoders_without_a_scaling_are_extended():
-    alibi = pf.Transformer(pf.Config(arch="decoder", vocab_size=50, d_model=32, n_layers=1, n_heads=2,
-                                     position="alibi"))
+    alibi = pf.Transformer(
+        pf.Config(arch="decoder", vocab_size=50, d_model=32, n_layers=1, n_heads=2, position="alibi")
+    )
     with pytest.raises(ValueError, match="position 'alibi'"):
         check_rope_model(alibi, "runs/x")
     scaled = with_params(_rope_model(), extended_params(_rope_model(), "pi", TARGET, TRAIN_LEN), TARGET)
@@ -114,16 +142,23 @@ def test_short_factor_search_never_ends_worse_than_factors_one_and_changes_nothi
     (its first seed is the unadjusted model), and a text longer than L reads exactly as before."""
     model = _rope_model().eval()
     long = seed_factors(model, TARGET, TRAIN_LEN)[0].tolist()  # PI's: every factor s
-    scaled = with_params(model, {**model.cfg.position_params, "scaling": longrope_scaling(long, TARGET, TRAIN_LEN)},
-                         TARGET)
+    scaled = with_params(
+        model, {**model.cfg.position_params, "scaling": longrope_scaling(long, TARGET, TRAIN_LEN)}, TARGET
+    )
     ids = torch.randint(0, 50, (4 * TARGET,), generator=torch.Generator().manual_seed(2))
     result = search_short_factors(scaled, ids, population=5, generations=3, seed=0)
     assert result.ppl <= result.seed_ppl[0] + 1e-9
     assert result.seed_ppl[0] == pytest.approx(perplexity(scaled, {"s": ids}, TRAIN_LEN), rel=1e-6)
     factors = torch.tensor(result.factors)
     assert bool((factors >= 1).all() and (factors <= 1.25 * TARGET / TRAIN_LEN).all())
-    readjusted = with_params(scaled, {**scaled.cfg.position_params, "scaling": {
-        **scaled.cfg.position_params["scaling"], "short_factor": result.factors}}, TARGET)
+    readjusted = with_params(
+        scaled,
+        {
+            **scaled.cfg.position_params,
+            "scaling": {**scaled.cfg.position_params["scaling"], "short_factor": result.factors},
+        },
+        TARGET,
+    )
     assert perplexity(readjusted, {"s": ids}, TRAIN_LEN) == pytest.approx(result.ppl, rel=1e-6)
     longer = ids[None, : 2 * TRAIN_LEN]
     with torch.no_grad():
@@ -135,8 +170,12 @@ def test_longrope_stages_split_the_steps_and_bad_stages_are_named():
     assert s.stage_steps() == [160, 240]
     assert ExtendSettings(target_len=512, steps=7, longrope_stages=[128, 256]).resolve(64).stage_steps() == [1, 1, 5]
     assert ExtendSettings(target_len=512, steps=7, longrope_short=True).resolve(64).stage_steps() == [7]
-    for stages, message in (([512], "longrope_stages=[512] is invalid"), ([256, 128], "longrope_stages=[256, 128]"),
-                            ([64], "longrope_stages=64 is invalid"), ("256", "longrope_stages='256' is invalid")):
+    for stages, message in (
+        ([512], "longrope_stages=[512] is invalid"),
+        ([256, 128], "longrope_stages=[256, 128]"),
+        ([64], "longrope_stages=64 is invalid"),
+        ("256", "longrope_stages='256' is invalid"),
+    ):
         with pytest.raises(ValueError, match=re.escape(message)):
             ExtendSettings(target_len=512, longrope_stages=stages).resolve(64)
     with pytest.raises(ValueError, match="steps=2 is invalid"):
@@ -144,11 +183,52 @@ def test_longrope_stages_split_the_steps_and_bad_stages_are_named():
     assert ExtendSettings(target_len=512, steps=0, longrope_stages=[256]).resolve(64).steps == 0  # eval-time only
 
 
-ROW = ["--preset", "quick", "--positions", "rope", "--train-len", "16", "--eval-lens", "16,32", "--steps", "3",
-       "--d-model", "32", "--layers", "1", "--heads", "2", "--vocab-size", "300", "--eval-tokens", "256",
-       "--tokenizer-chars", "20000", "--no-progress", "--set", "train_chars=40000", "--set", "batch_size=4"]
-EXTEND = ["--preset", "quick", "--target-len", "64", "--steps", "2", "--no-progress", "--set", "eval_tokens=1024",
-          "--set", "passkey_trials=2", "--set", "longrope_tokens=256", "--set", "longrope_generations=1"]
+ROW = [
+    "--preset",
+    "quick",
+    "--positions",
+    "rope",
+    "--train-len",
+    "16",
+    "--eval-lens",
+    "16,32",
+    "--steps",
+    "3",
+    "--d-model",
+    "32",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--vocab-size",
+    "300",
+    "--eval-tokens",
+    "256",
+    "--tokenizer-chars",
+    "20000",
+    "--no-progress",
+    "--set",
+    "train_chars=40000",
+    "--set",
+    "batch_size=4",
+]
+EXTEND = [
+    "--preset",
+    "quick",
+    "--target-len",
+    "64",
+    "--steps",
+    "2",
+    "--no-progress",
+    "--set",
+    "eval_tokens=1024",
+    "--set",
+    "passkey_trials=2",
+    "--set",
+    "longrope_tokens=256",
+    "--set",
+    "longrope_generations=1",
+]
 
 
 def _digest(folder) -> str:
@@ -161,8 +241,9 @@ def extended(tmp_path_factory):
     assert main(["extrapolate", *ROW, "--output-dir", str(root / "lm")]) == 0
     source = root / "lm" / "rows" / "rope"
     before = _digest(source)
-    assert main(["extend", str(source), *EXTEND, "--methods", "none,pi,longrope", "--output-dir",
-                 str(root / "ext")]) == 0
+    assert (
+        main(["extend", str(source), *EXTEND, "--methods", "none,pi,longrope", "--output-dir", str(root / "ext")]) == 0
+    )
     assert _digest(source) == before  # the source run is read, never written
     return source, root / "ext"
 
@@ -175,8 +256,11 @@ def test_cli_writes_every_row_and_only_the_fine_tune_changes_the_weights(extende
     for name in ("results.md", "ppl.png", "passkey.png"):
         assert (out / name).stat().st_size > 0
     report = (out / "results.md").read_text()
-    assert "| PI fine-tuned vs plain extrapolation fine-tuned (PI paper: PI better) | ppl(pi+ft) / ppl(none+ft) |" \
-        in report and "ppl(yarn+ft)" not in report  # a claim is listed only when both its rows ran
+    assert (
+        "| PI fine-tuned vs plain extrapolation fine-tuned (PI paper: PI better) | ppl(pi+ft) / ppl(none+ft) |"
+        in report
+        and "ppl(yarn+ft)" not in report
+    )  # a claim is listed only when both its rows ran
     trained = load_model(source)
     for method in ("none", "pi", "longrope"):
         tuned = load_model(out / "rows" / method)
@@ -194,8 +278,7 @@ def test_cli_writes_every_row_and_only_the_fine_tune_changes_the_weights(extende
 
 def test_rerun_skips_recorded_methods_and_a_new_method_is_added(extended, capsys):
     source, out = extended
-    assert main(["extend", str(source), *EXTEND, "--methods", "none,pi,longrope,yarn", "--output-dir",
-                 str(out)]) == 0
+    assert main(["extend", str(source), *EXTEND, "--methods", "none,pi,longrope,yarn", "--output-dir", str(out)]) == 0
     log = capsys.readouterr().out
     assert "pi: already recorded" in log and "longrope: already recorded" in log
     assert {"yarn", "yarn+ft"} <= set(json.loads((out / "results.json").read_text())["rows"])
@@ -203,17 +286,22 @@ def test_rerun_skips_recorded_methods_and_a_new_method_is_added(extended, capsys
 
 def test_steps_zero_scales_at_eval_time_only(extended, tmp_path):
     source, _ = extended
-    assert main(["extend", str(source), *EXTEND, "--steps", "0", "--methods", "pi", "--output-dir",
-                 str(tmp_path / "e")]) == 0
+    assert (
+        main(["extend", str(source), *EXTEND, "--steps", "0", "--methods", "pi", "--output-dir", str(tmp_path / "e")])
+        == 0
+    )
     assert set(json.loads((tmp_path / "e" / "results.json").read_text())["rows"]) == {"source", "pi"}
     assert not (tmp_path / "e" / "rows").exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--target-len", "16"], "target_len=16 is invalid"),
-    (["--target-len", "64", "--methods", "pi,rope"], "methods='rope' is invalid"),
-    ([], "--target-len is required"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--target-len", "16"], "target_len=16 is invalid"),
+        (["--target-len", "64", "--methods", "pi,rope"], "methods='rope' is invalid"),
+        ([], "--target-len is required"),
+    ],
+)
 def test_bad_arguments_are_named(extended, tmp_path, capsys, args, message):
     source, _ = extended
     base = [a for a in EXTEND if a not in ("--target-len", "64")]
@@ -243,8 +331,26 @@ def test_any_run_extends_on_a_text_file(extended, tmp_path):
     from posformer.data.text import default_corpus
 
     source, _ = extended
-    assert main(["extend", str(source), *EXTEND, "--methods", "ntk", "--steps", "1", "--text", str(default_corpus()),
-                 "--train-len", "16", "--output-dir", str(tmp_path / "e")]) == 0
+    assert (
+        main(
+            [
+                "extend",
+                str(source),
+                *EXTEND,
+                "--methods",
+                "ntk",
+                "--steps",
+                "1",
+                "--text",
+                str(default_corpus()),
+                "--train-len",
+                "16",
+                "--output-dir",
+                str(tmp_path / "e"),
+            ]
+        )
+        == 0
+    )
     results = json.loads((tmp_path / "e" / "results.json").read_text())
     assert list(results["data"]["eval_sets"]) == [default_corpus().stem]
     assert set(results["rows"]) == {"source", "ntk", "ntk+ft"} and results["config"]["train_len"] == 16
@@ -256,8 +362,26 @@ def test_longrope_recipe_extends_progressively_and_readjusts_the_short_factors(e
     weights and long factors with the recorded short factors."""
     source, _ = extended
     out = tmp_path / "e"
-    assert main(["extend", str(source), *EXTEND, "--methods", "longrope", "--steps", "4", "--set",
-                 "longrope_stages=[32]", "--set", "longrope_short=true", "--output-dir", str(out)]) == 0
+    assert (
+        main(
+            [
+                "extend",
+                str(source),
+                *EXTEND,
+                "--methods",
+                "longrope",
+                "--steps",
+                "4",
+                "--set",
+                "longrope_stages=[32]",
+                "--set",
+                "longrope_short=true",
+                "--output-dir",
+                str(out),
+            ]
+        )
+        == 0
+    )
     results = json.loads((out / "results.json").read_text())
     row = results["rows"]["longrope+ft"]
     assert [(st["length"], st["steps"]) for st in row["stages"]] == [(32, 2)]
@@ -274,13 +398,28 @@ def test_longrope_recipe_extends_progressively_and_readjusts_the_short_factors(e
     assert "LongRoPE recipe: searched at 32" in (out / "results.md").read_text()
 
 
-
 def test_the_short_factor_readjustment_runs_without_stages(extended, tmp_path):
     """longrope_short alone: the eval-time search's factors are fine-tuned with every step, then readjusted."""
     source, _ = extended
     out = tmp_path / "e"
-    assert main(["extend", str(source), *EXTEND, "--methods", "longrope", "--steps", "2", "--set",
-                 "longrope_short=true", "--output-dir", str(out)]) == 0
+    assert (
+        main(
+            [
+                "extend",
+                str(source),
+                *EXTEND,
+                "--methods",
+                "longrope",
+                "--steps",
+                "2",
+                "--set",
+                "longrope_short=true",
+                "--output-dir",
+                str(out),
+            ]
+        )
+        == 0
+    )
     row = json.loads((out / "results.json").read_text())["rows"]["longrope+ft"]
     assert row["stages"] == [] and "longrope_search" not in row and row["steps"] == 2
     scaling = load_model(out / "rows" / "longrope" / "readjusted").cfg.position_params["scaling"]

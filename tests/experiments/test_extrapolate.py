@@ -11,16 +11,43 @@ import torch
 import torch.nn.functional as F
 
 import posformer as pf
-from posformer.loading import load_model, load_text_tokenizer
 from posformer.cli import main
 from posformer.experiments.extrapolation.evaluation import chunk_nll, perplexity, sliding_nll
 from posformer.experiments.extrapolation.experiment import initial_model
 from posformer.experiments.extrapolation.settings import ExtrapolationSettings, model_config
+from posformer.loading import load_model, load_text_tokenizer
 
-TINY = ["--preset", "quick", "--positions", "learned,rope,alibi", "--train-len", "16", "--eval-lens", "16,32,64",
-        "--steps", "3", "--d-model", "32", "--layers", "1", "--heads", "2", "--vocab-size", "300",
-        "--eval-tokens", "256", "--tokenizer-chars", "20000", "--no-progress", "--set", "train_chars=40000",
-        "--set", "batch_size=4", "--set", "save_every=2"]
+TINY = [
+    "--preset",
+    "quick",
+    "--positions",
+    "learned,rope,alibi",
+    "--train-len",
+    "16",
+    "--eval-lens",
+    "16,32,64",
+    "--steps",
+    "3",
+    "--d-model",
+    "32",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--vocab-size",
+    "300",
+    "--eval-tokens",
+    "256",
+    "--tokenizer-chars",
+    "20000",
+    "--no-progress",
+    "--set",
+    "train_chars=40000",
+    "--set",
+    "batch_size=4",
+    "--set",
+    "save_every=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +78,8 @@ def test_cli_writes_tables_json_plot_and_loadable_rows(finished_run, capsys):
                 assert math.isfinite(ppl) and ppl > 1
     for kind in ("linear", "ntk", "dynamic", "yarn"):
         assert rows[f"rope+{kind}"]["ppl"]["tinyshakespeare"]["16"] == pytest.approx(
-            rows["rope"]["ppl"]["tinyshakespeare"]["16"], rel=1e-5)
+            rows["rope"]["ppl"]["tinyshakespeare"]["16"], rel=1e-5
+        )
     assert results["config"]["train_len"] == 16 and results["versions"]["torch"] == torch.__version__
     assert rows["rope"]["train_wall_s"] > 0
     table = (out / "results.md").read_text()
@@ -137,8 +165,9 @@ def test_rows_start_from_the_same_shared_weights():
 
 def _tiny_model() -> pf.Transformer:
     torch.manual_seed(0)
-    return pf.Transformer(pf.Config(arch="decoder", vocab_size=50, d_model=16, n_layers=2, n_heads=2,
-                                    position="rope", max_positions=64)).eval()
+    return pf.Transformer(
+        pf.Config(arch="decoder", vocab_size=50, d_model=16, n_layers=2, n_heads=2, position="rope", max_positions=64)
+    ).eval()
 
 
 def test_sliding_with_stride_equal_to_length_is_nonoverlapping():
@@ -148,8 +177,9 @@ def test_sliding_with_stride_equal_to_length_is_nonoverlapping():
             chunked, slid = chunk_nll(model, ids, length, 64), sliding_nll(model, ids, length, length, 64)
             assert slid[1] == chunked[1] == (96 // length) * (length - 1)
             assert slid[0] == pytest.approx(chunked[0], rel=1e-6)
-    assert perplexity(model, {"a": ids}, 16, "sliding", 16) == pytest.approx(perplexity(model, {"a": ids}, 16),
-                                                                             rel=1e-6)
+    assert perplexity(model, {"a": ids}, 16, "sliding", 16) == pytest.approx(
+        perplexity(model, {"a": ids}, 16), rel=1e-6
+    )
 
 
 def _plain_loop_ppl(model, docs, length: int, stride: int) -> float:
@@ -159,7 +189,7 @@ def _plain_loop_ppl(model, docs, length: int, stride: int) -> float:
         for ids in docs:
             start, scored_until = 0, 0
             while start + length <= len(ids):
-                window = ids[start:start + length]
+                window = ids[start : start + length]
                 logp = F.log_softmax(model(window[None]).logits[0].double(), -1)
                 for t in range(1, length):
                     if start + t >= scored_until:
@@ -181,8 +211,9 @@ def test_perplexity_equals_a_plain_loop(protocol, stride):
 
 
 def test_learned_is_none_past_its_table():
-    s = ExtrapolationSettings.preset("quick", d_model=16, layers=1, heads=2, vocab_size=300, train_len=8,
-                                     eval_lens=[8, 16])
+    s = ExtrapolationSettings.preset(
+        "quick", d_model=16, layers=1, heads=2, vocab_size=300, train_len=8, eval_lens=[8, 16]
+    )
     model = pf.Transformer(model_config(s, "learned", 300))
     ids = {"a": torch.randint(0, 300, (64,))}
     assert perplexity(model, ids, 16) is None and math.isfinite(perplexity(model, ids, 8))
@@ -197,13 +228,22 @@ def test_gpu_preset_is_about_100m_parameters():
     assert 80e6 < params < 120e6
 
 
-@pytest.mark.parametrize("knob, value, expected", [
-    ("steps", 0, "a positive integer"), ("steps", True, "a positive integer"), ("lr", -1.0, "a number >= 0"),
-    ("protocol", "strided", "one of nonoverlapping, sliding"), ("stride", 0, "a positive integer or null"),
-    ("device", "tpu", "one of auto, cpu, cuda"), ("corpus", "wiki", "one of gutenberg, shakespeare"),
-    ("vocab_size", 256, "an integer >= 257"), ("heads", 3, "a divisor of d_model=64"),
-    ("eval_lens", [64], "a list that includes train_len=32"), ("rope_scalings", ["pi"], "a list drawn from"),
-])
+@pytest.mark.parametrize(
+    "knob, value, expected",
+    [
+        ("steps", 0, "a positive integer"),
+        ("steps", True, "a positive integer"),
+        ("lr", -1.0, "a number >= 0"),
+        ("protocol", "strided", "one of nonoverlapping, sliding"),
+        ("stride", 0, "a positive integer or null"),
+        ("device", "tpu", "one of auto, cpu, cuda"),
+        ("corpus", "wiki", "one of gutenberg, shakespeare"),
+        ("vocab_size", 256, "an integer >= 257"),
+        ("heads", 3, "a divisor of d_model=64"),
+        ("eval_lens", [64], "a list that includes train_len=32"),
+        ("rope_scalings", ["pi"], "a list drawn from"),
+    ],
+)
 def test_a_bad_knob_is_named_with_its_value_and_what_was_expected(knob, value, expected):
     with pytest.raises(ValueError) as error:
         ExtrapolationSettings.preset("quick", **{knob: value})
@@ -213,16 +253,28 @@ def test_a_bad_knob_is_named_with_its_value_and_what_was_expected(knob, value, e
 
 
 def test_unknown_position_lists_the_registered_ones(tmp_path, capsys):
-    assert main(["extrapolate", "--preset", "quick", "--positions", "rope,bogus", "--output-dir",
-                 str(tmp_path)]) == 2
+    assert main(["extrapolate", "--preset", "quick", "--positions", "rope,bogus", "--output-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "bogus" in err and all(name in err for name in pf.positions.names())
 
 
 def test_missing_data_dir_is_named(tmp_path, capsys):
     missing = tmp_path / "nowhere"
-    assert main(["extrapolate", *TINY, "--corpus", "gutenberg", "--data-dir", str(missing), "--output-dir",
-                 str(tmp_path / "out")]) == 2
+    assert (
+        main(
+            [
+                "extrapolate",
+                *TINY,
+                "--corpus",
+                "gutenberg",
+                "--data-dir",
+                str(missing),
+                "--output-dir",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 2
+    )
     assert str(missing) in capsys.readouterr().err
 
 

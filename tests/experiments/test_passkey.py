@@ -22,7 +22,7 @@ def test_passkey_prompt_has_the_length_the_key_at_its_depth_and_the_answer_last(
         prompt = passkey_prompt(_bytes, length, depth, "71432")
         text = bytes(prompt.ids.tolist()).decode()
         assert len(prompt.ids) == length and text.endswith(" The pass key is 71432")
-        assert bytes(prompt.ids[prompt.answer_start:].tolist()).decode() == " 71432"
+        assert bytes(prompt.ids[prompt.answer_start :].tolist()).decode() == " 71432"
         where = text.index(" The pass key is 71432.")
         room = length - 45
         assert where == round(depth * room)
@@ -30,8 +30,9 @@ def test_passkey_prompt_has_the_length_the_key_at_its_depth_and_the_answer_last(
 
 
 def test_passkey_grid_marks_prompts_that_do_not_fit():
-    model = pf.Transformer(pf.Config(arch="decoder", vocab_size=256, d_model=16, n_layers=1, n_heads=2,
-                                     position="rope"))
+    model = pf.Transformer(
+        pf.Config(arch="decoder", vocab_size=256, d_model=16, n_layers=1, n_heads=2, position="rope")
+    )
     grid = passkey_grid(model, _bytes, [32, 64], [0.0, 1.0], trials=3)
     assert grid["32"] == {"0.0": None, "1.0": None}
     for cell in grid["64"].values():

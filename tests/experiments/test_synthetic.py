@@ -98,8 +98,17 @@ def test_teacher_forced_exact_match_equals_greedy_decoding() -> None:
     where `generate` writes the target and then EOS."""
     settings = TaskSettings.preset("quick", task="copy", positions=["rope"])
     torch.manual_seed(0)
-    model = pf.Transformer(pf.Config(arch="decoder", vocab_size=len(g.VOCAB), d_model=32, n_layers=2, n_heads=4,
-                                     position="rope", max_positions=64))
+    model = pf.Transformer(
+        pf.Config(
+            arch="decoder",
+            vocab_size=len(g.VOCAB),
+            d_model=32,
+            n_layers=2,
+            n_heads=4,
+            position="rope",
+            max_positions=64,
+        )
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     batches = TaskBatches("copy", 4, seed=0)
     for _ in range(120):
@@ -120,16 +129,20 @@ def test_teacher_forced_exact_match_equals_greedy_decoding() -> None:
 
 def test_the_quick_preset_runs_end_to_end(tmp_path, capsys) -> None:
     out = tmp_path / "copy"
-    assert main(["extrapolate", "--task", "copy", "--output-dir", str(out), "--positions", "rope,none",
-                 "--no-progress"]) == 0
+    assert (
+        main(["extrapolate", "--task", "copy", "--output-dir", str(out), "--positions", "rope,none", "--no-progress"])
+        == 0
+    )
     results = json.loads((out / "results.json").read_text())
     assert list(results["rows"]) == ["rope", "none"] and results["config"]["eval_lens"] == [8, 10, 12, 16, 24, 32]
     assert all(0.0 <= acc <= 1.0 for r in results["rows"].values() for acc in r["accuracy"].values())
     assert results["rows"]["rope"]["accuracy"]["8"] > 0.5  # it learns the trained lengths
     assert (out / "accuracy.png").stat().st_size > 0 and "Kazemnejad" in (out / "results.md").read_text()
     assert "| rope |" in capsys.readouterr().out
-    assert main(["extrapolate", "--task", "copy", "--output-dir", str(out), "--positions", "rope,none",
-                 "--no-progress"]) == 0  # a second run skips the recorded rows
+    assert (
+        main(["extrapolate", "--task", "copy", "--output-dir", str(out), "--positions", "rope,none", "--no-progress"])
+        == 0
+    )  # a second run skips the recorded rows
     assert "already recorded" in capsys.readouterr().out
 
 
@@ -151,22 +164,45 @@ def test_mean_reciprocal_rank_counts_lengths_beyond_training_and_ties_share_the_
     results = {"config": {"train_len": 8, "eval_lens": [8, 16, 24]}, "rows": rows}
     assert mean_reciprocal_rank(results) == {"a": 0.75, "b": 0.5, "c": 0.75}
     assert results["rows"]["d"]["error"] and "| d | stopped | stopped | stopped |" in markdown(
-        {**results, "config": {**results["config"], "task": "copy", "steps": 1, "batch_size": 1, "d_model": 8,
-                               "layers": 1, "heads": 1, "eval_examples": 1}})
+        {
+            **results,
+            "config": {
+                **results["config"],
+                "task": "copy",
+                "steps": 1,
+                "batch_size": 1,
+                "d_model": 8,
+                "layers": 1,
+                "heads": 1,
+                "eval_examples": 1,
+            },
+        }
+    )
 
 
 def _task_results(task: str, accuracy: dict[str, tuple[float, float]]) -> dict:
     """A results.json of a task run at train_len 8 evaluated at 8 and 16: {row: (at 8, at 16)}."""
-    config = {"task": task, "train_len": 8, "eval_lens": [8, 16], "steps": 1, "batch_size": 1, "d_model": 8,
-              "layers": 1, "heads": 1, "eval_examples": 1}
+    config = {
+        "task": task,
+        "train_len": 8,
+        "eval_lens": [8, 16],
+        "steps": 1,
+        "batch_size": 1,
+        "d_model": 8,
+        "layers": 1,
+        "heads": 1,
+        "eval_examples": 1,
+    }
     rows = {row: {"error": None, "accuracy": {"8": at_l, "16": beyond}} for row, (at_l, beyond) in accuracy.items()}
     return {"benchmark": "tasks", "config": config, "rows": rows}
 
 
 def test_plot_sums_up_several_task_runs_with_the_mean_reciprocal_rank_over_tasks(tmp_path, capsys) -> None:
     """copy: none beyond L 0.5, rope 0 (reciprocal ranks 1, 1/2); sort: none 0, rope 0.25 (1/2, 1): means 0.75."""
-    runs = {"copy": _task_results("copy", {"none": (1.0, 0.5), "rope": (1.0, 0.0)}),
-            "sort": _task_results("sort", {"none": (0.5, 0.0), "rope": (1.0, 0.25)})}
+    runs = {
+        "copy": _task_results("copy", {"none": (1.0, 0.5), "rope": (1.0, 0.0)}),
+        "sort": _task_results("sort", {"none": (0.5, 0.0), "rope": (1.0, 0.25)}),
+    }
     for name, results in runs.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.json").write_text(json.dumps(results))
@@ -188,10 +224,26 @@ def test_a_run_stopped_in_its_first_row_refuses_other_settings(tmp_path, capsys,
         raise KeyboardInterrupt
 
     monkeypatch.setattr("posformer.experiments.synthetic.experiment.Trainer.fit", stop)
-    assert main(["extrapolate", "--task", "copy", "--output-dir", str(out), "--positions", "rope",
-                 "--no-progress"]) == 130
+    assert (
+        main(["extrapolate", "--task", "copy", "--output-dir", str(out), "--positions", "rope", "--no-progress"]) == 130
+    )
     assert json.loads((out / "results.json").read_text())["rows"] == {}
     capsys.readouterr()
-    assert main(["extrapolate", "--task", "copy", "--output-dir", str(out), "--positions", "rope",
-                 "--set", "train_len=6", "--no-progress"]) == 2
+    assert (
+        main(
+            [
+                "extrapolate",
+                "--task",
+                "copy",
+                "--output-dir",
+                str(out),
+                "--positions",
+                "rope",
+                "--set",
+                "train_len=6",
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
     assert "differing keys: eval_lens, train_len" in capsys.readouterr().err

@@ -6,19 +6,36 @@ import json
 
 import pytest
 import torch
-from hf_noise import perturb_constants
-from hf_oracle import assert_same_outputs, check_family, max_diff, padded_batch, right_padded_batch, save_hf
 from safetensors.torch import load_file, save_file
 from transformers import (
-    BertConfig, BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification,
-    BertLMHeadModel, BertModel, RobertaConfig, RobertaForMaskedLM, RobertaForQuestionAnswering,
-    RobertaForSequenceClassification, RobertaModel,
+    BertConfig,
+    BertForMaskedLM,
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertLMHeadModel,
+    BertModel,
+    RobertaConfig,
+    RobertaForMaskedLM,
+    RobertaForQuestionAnswering,
+    RobertaForSequenceClassification,
+    RobertaModel,
 )
 
 import posformer as pf
+from hf_noise import perturb_constants
+from hf_oracle import assert_same_outputs, check_family, max_diff, padded_batch, right_padded_batch, save_hf
 
-SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
-             max_position_embeddings=24, initializer_range=0.2, attn_implementation="eager")
+SIZES = dict(
+    vocab_size=97,
+    hidden_size=32,
+    intermediate_size=40,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=24,
+    initializer_range=0.2,
+    attn_implementation="eager",
+)
 QA = ("start_logits", "end_logits")
 
 
@@ -71,14 +88,19 @@ def test_against_hf_bert_untied_gelu_new(tmp_path):
 
 
 def test_against_hf_bert_relative_key(tmp_path):
-    model = check_family(_bert(position_embedding_type="relative_key"), BertForMaskedLM, tmp_path,
-                         _with_token_types(padded_batch(97)))
+    model = check_family(
+        _bert(position_embedding_type="relative_key"), BertForMaskedLM, tmp_path, _with_token_types(padded_batch(97))
+    )
     assert model.cfg.position == "relative_key"
 
 
 def test_against_hf_bert_relative_key_query(tmp_path):
-    model = check_family(_bert(position_embedding_type="relative_key_query", hidden_act="relu"), BertForMaskedLM,
-                         tmp_path, padded_batch(97))
+    model = check_family(
+        _bert(position_embedding_type="relative_key_query", hidden_act="relu"),
+        BertForMaskedLM,
+        tmp_path,
+        padded_batch(97),
+    )
     assert model.cfg.position == "relative_key_query"
 
 
@@ -94,8 +116,10 @@ def test_legacy_gamma_beta_names_and_prefixed_base_model(tmp_path):
     hf = _bert()
     directory = save_hf(hf, tmp_path)
     state = load_file(directory / "model.safetensors")
-    legacy = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
-              for k, v in state.items()}
+    legacy = {
+        k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+        for k, v in state.items()
+    }
     assert any(k.endswith("LayerNorm.gamma") for k in legacy)
     save_file(legacy, directory / "model.safetensors", metadata={"format": "pt"})
     assert_same_outputs(pf.from_hf(directory), hf, padded_batch(97))
@@ -122,13 +146,15 @@ def test_against_hf_roberta(tmp_path):
 
 
 def test_against_hf_roberta_question_answering(tmp_path):
-    check_family(_roberta(RobertaForQuestionAnswering), RobertaForQuestionAnswering, tmp_path,
-                 right_padded_batch(97), field=QA)
+    check_family(
+        _roberta(RobertaForQuestionAnswering), RobertaForQuestionAnswering, tmp_path, right_padded_batch(97), field=QA
+    )
 
 
 def test_against_hf_roberta_base_model(tmp_path):
-    model = check_family(_roberta(RobertaModel), RobertaModel, tmp_path, right_padded_batch(97),
-                         field="last_hidden_state")
+    model = check_family(
+        _roberta(RobertaModel), RobertaModel, tmp_path, right_padded_batch(97), field="last_hidden_state"
+    )
     assert model.head is None
 
 
@@ -138,8 +164,9 @@ def test_against_hf_roberta_sequence_classification(tmp_path):
 
 
 def test_against_hf_roberta_relative_key(tmp_path):
-    model = check_family(_roberta(position_embedding_type="relative_key"), RobertaForMaskedLM, tmp_path,
-                         padded_batch(97))
+    model = check_family(
+        _roberta(position_embedding_type="relative_key"), RobertaForMaskedLM, tmp_path, padded_batch(97)
+    )
     assert model.cfg.position == "relative_key"
 
 
@@ -157,12 +184,15 @@ def test_roberta_left_padding_needs_position_ids(tmp_path):
     assert float((ours - theirs).abs()[keep].max()) <= 1e-4
 
 
-@pytest.mark.parametrize("changes, hf_class, message", [
-    ({"is_decoder": True}, BertForMaskedLM, "is_decoder"),
-    ({"position_embedding_type": "rotary"}, BertForMaskedLM, "position_embedding_type='rotary'"),
-    ({"hidden_act": "quick_gelu"}, BertForMaskedLM, "hidden_act='quick_gelu'"),
-    ({"is_decoder": False}, BertLMHeadModel, "BertLMHeadModel"),
-])
+@pytest.mark.parametrize(
+    "changes, hf_class, message",
+    [
+        ({"is_decoder": True}, BertForMaskedLM, "is_decoder"),
+        ({"position_embedding_type": "rotary"}, BertForMaskedLM, "position_embedding_type='rotary'"),
+        ({"hidden_act": "quick_gelu"}, BertForMaskedLM, "hidden_act='quick_gelu'"),
+        ({"is_decoder": False}, BertLMHeadModel, "BertLMHeadModel"),
+    ],
+)
 def test_unsupported_bert_features_are_named(tmp_path, changes, hf_class, message):
     config = BertConfig(**{**SIZES, "num_hidden_layers": 1}).to_dict()
     config.update(changes, architectures=[hf_class.__name__])
@@ -178,7 +208,8 @@ def test_roberta_masked_lm_with_other_activation_is_refused():
 
 
 def test_to_hf_refuses_a_layout_bert_cannot_hold(tmp_path):
-    cfg = pf.Config.preset("bert", vocab_size=50, d_model=16, n_layers=1, n_heads=2, norm_placement="pre",
-                           hf_model_type="bert")
+    cfg = pf.Config.preset(
+        "bert", vocab_size=50, d_model=16, n_layers=1, n_heads=2, norm_placement="pre", hf_model_type="bert"
+    )
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match="post-LayerNorm"):
         pf.to_hf(pf.Transformer(cfg), tmp_path)

@@ -10,17 +10,25 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_noise import perturb_constants
-from hf_oracle import assert_same_outputs, padded_batch
 from safetensors.torch import load_file
 from transformers import BertConfig, BertForMaskedLM, BertModel, EncoderDecoderModel, RobertaConfig, RobertaModel
 
 import posformer as pf
+from hf_noise import perturb_constants
+from hf_oracle import assert_same_outputs, padded_batch
 
 VOCAB = 97
-SIZES = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=40,
-             max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-             initializer_range=0.2)
+SIZES = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=40,
+    max_position_embeddings=64,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    initializer_range=0.2,
+)
 FRESH = ("crossattention", "cls.")  # what transformers initialises when the checkpoint is a BertModel
 IDS = dict(decoder_start_token_id=2, eos_token_id=3, pad_token_id=1)
 
@@ -59,8 +67,9 @@ def test_warm_start_copies_what_transformers_copies_and_initialises_the_rest_ali
     for key in set(theirs) - set(fresh):
         assert torch.equal(ours[key], theirs[key]), key
     checkpoint = load_file(bert / "model.safetensors")
-    assert torch.equal(ours["decoder.bert.encoder.layer.1.output.dense.weight"],
-                       checkpoint["encoder.layer.1.output.dense.weight"])
+    assert torch.equal(
+        ours["decoder.bert.encoder.layer.1.output.dense.weight"], checkpoint["encoder.layer.1.output.dense.weight"]
+    )
     for key in fresh:
         if key.endswith(".weight") and "LayerNorm" not in key:  # N(0, initializer_range)
             assert ours[key].std().item() == pytest.approx(0.2, rel=0.15), key
@@ -103,8 +112,14 @@ def test_the_exported_model_is_what_transformers_loads_with_our_logits(tmp_path)
     hf = EncoderDecoderModel.from_pretrained(tmp_path / "hf", attn_implementation="eager").eval()
     assert (hf.config.decoder_start_token_id, hf.config.eos_token_id, hf.config.pad_token_id) == (2, 3, 1)
     decoder = padded_batch(VOCAB, length=5, seed=1)
-    assert_same_outputs(model, hf, padded_batch(VOCAB), use_cache=False, decoder_input_ids=decoder["input_ids"],
-                        decoder_attention_mask=decoder["attention_mask"])
+    assert_same_outputs(
+        model,
+        hf,
+        padded_batch(VOCAB),
+        use_cache=False,
+        decoder_input_ids=decoder["input_ids"],
+        decoder_attention_mask=decoder["attention_mask"],
+    )
 
 
 def test_only_a_bert_checkpoint_warm_starts(tmp_path):

@@ -5,14 +5,23 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_noise import perturb_constants
-from hf_oracle import check_family, padded_batch
 from transformers import BloomConfig, BloomForCausalLM, BloomModel
 
 import posformer as pf
+from hf_noise import perturb_constants
+from hf_oracle import check_family, padded_batch
 
-SIZES = dict(vocab_size=97, hidden_size=32, n_layer=2, n_head=4, initializer_range=0.2, bos_token_id=1,
-             eos_token_id=2, pad_token_id=0, attn_implementation="eager")
+SIZES = dict(
+    vocab_size=97,
+    hidden_size=32,
+    n_layer=2,
+    n_head=4,
+    initializer_range=0.2,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+    attn_implementation="eager",
+)
 
 
 def _bloom(cls=BloomForCausalLM, **changes):
@@ -43,8 +52,11 @@ def test_against_hf_bloom_base_model(tmp_path):
     assert model.head is None
 
 
-@pytest.mark.parametrize("feature", [{"apply_residual_connection_post_layernorm": True},
-                                     {"slow_but_exact": True, "pretraining_tp": 2}], ids=["post_ln_residual", "tp"])
+@pytest.mark.parametrize(
+    "feature",
+    [{"apply_residual_connection_post_layernorm": True}, {"slow_but_exact": True, "pretraining_tp": 2}],
+    ids=["post_ln_residual", "tp"],
+)
 def test_bloom_unsupported_features_are_refused(tmp_path, feature):
     BloomConfig(**SIZES, **feature).save_pretrained(tmp_path)
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match=next(iter(feature))):
@@ -52,7 +64,15 @@ def test_bloom_unsupported_features_are_refused(tmp_path, feature):
 
 
 def test_bloom_export_needs_the_embedding_norm(tmp_path):
-    cfg = pf.Config(vocab_size=97, d_model=32, n_layers=1, n_heads=4, d_ff=128, position="alibi",
-                    activation="gelu_tanh", hf_model_type="bloom")
+    cfg = pf.Config(
+        vocab_size=97,
+        d_model=32,
+        n_layers=1,
+        n_heads=4,
+        d_ff=128,
+        position="alibi",
+        activation="gelu_tanh",
+        hf_model_type="bloom",
+    )
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match="embed_norm=False"):
         pf.to_hf(pf.Transformer(cfg), tmp_path)

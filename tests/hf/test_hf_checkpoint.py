@@ -7,16 +7,24 @@ import pickle
 
 import pytest
 import torch
-from hf_oracle import assert_same_outputs, padded_batch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import posformer as pf
+from hf_oracle import assert_same_outputs, padded_batch
 from posformer.cli import main
 from posformer.hf import CheckpointError, UnsupportedCheckpoint, WeightMapError
 
-SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=64, initializer_range=0.2)
+SIZES = dict(
+    vocab_size=97,
+    hidden_size=32,
+    intermediate_size=40,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    initializer_range=0.2,
+)
 
 
 @pytest.fixture
@@ -175,8 +183,10 @@ def test_cli_generate_greedy_matches_hf(tmp_path, hf_llama, capsys):
     prompt = "the cat"
     ids = torch.tensor([tokenizer(prompt)["input_ids"]])
     expected = hf_llama.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=0)
-    assert main(["generate", "--model", str(tmp_path), "--prompt", prompt, "--temperature", "0",
-                 "--max-new-tokens", "6"]) == 0
+    assert (
+        main(["generate", "--model", str(tmp_path), "--prompt", prompt, "--temperature", "0", "--max-new-tokens", "6"])
+        == 0
+    )
     assert capsys.readouterr().out.rstrip("\n") == tokenizer.decode(expected[0], skip_special_tokens=True)
 
 
@@ -185,8 +195,9 @@ def test_cli_generate_beam_search_matches_hf(tmp_path, hf_llama, capsys):
     hf_llama.save_pretrained(tmp_path)
     prompt = "a dog"
     ids = torch.tensor([tokenizer(prompt)["input_ids"]])
-    expected = hf_llama.generate(ids, max_new_tokens=5, do_sample=False, num_beams=3, eos_token_id=None,
-                                 pad_token_id=0)
-    assert main(["generate", "--model", str(tmp_path), "--prompt", prompt, "--num-beams", "3",
-                 "--max-new-tokens", "5"]) == 0
+    expected = hf_llama.generate(ids, max_new_tokens=5, do_sample=False, num_beams=3, eos_token_id=None, pad_token_id=0)
+    assert (
+        main(["generate", "--model", str(tmp_path), "--prompt", prompt, "--num-beams", "3", "--max-new-tokens", "5"])
+        == 0
+    )
     assert capsys.readouterr().out.rstrip("\n") == tokenizer.decode(expected[0], skip_special_tokens=True)

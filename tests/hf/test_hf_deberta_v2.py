@@ -7,18 +7,32 @@ import json
 
 import pytest
 import torch
-from hf_oracle import assert_same_outputs, check_family, padded_batch, save_hf
 from safetensors.torch import load_file, save_file
 from transformers import (
-    DebertaV2Config, DebertaV2ForMaskedLM, DebertaV2ForQuestionAnswering, DebertaV2ForSequenceClassification,
+    DebertaV2Config,
+    DebertaV2ForMaskedLM,
+    DebertaV2ForQuestionAnswering,
+    DebertaV2ForSequenceClassification,
     DebertaV2Model,
 )
 
 import posformer as pf
+from hf_oracle import assert_same_outputs, check_family, padded_batch, save_hf
 
-SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
-             max_position_embeddings=64, initializer_range=0.2, relative_attention=True, position_biased_input=False,
-             pos_att_type=["p2c", "c2p"], position_buckets=8, attn_implementation="eager")
+SIZES = dict(
+    vocab_size=97,
+    hidden_size=32,
+    intermediate_size=40,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=64,
+    initializer_range=0.2,
+    relative_attention=True,
+    position_biased_input=False,
+    pos_att_type=["p2c", "c2p"],
+    position_buckets=8,
+    attn_implementation="eager",
+)
 # v3: shared key/query projections, 256 buckets, normalised relative table (microsoft/deberta-v3-base's settings).
 V3 = dict(share_att_key=True, position_buckets=256, norm_rel_ebd="layer_norm")
 
@@ -68,8 +82,14 @@ def test_v3_position_projections_diverged_export_separately(tmp_path):
 
 
 def test_against_hf_deberta_v2_base_model(tmp_path):
-    hf = _hf(DebertaV2Model, share_att_key=False, position_buckets=-1, max_relative_positions=6,
-             type_vocab_size=2, hidden_act="gelu_new")  # distances beyond 6 are clamped
+    hf = _hf(
+        DebertaV2Model,
+        share_att_key=False,
+        position_buckets=-1,
+        max_relative_positions=6,
+        type_vocab_size=2,
+        hidden_act="gelu_new",
+    )  # distances beyond 6 are clamped
     model = check_family(hf, DebertaV2Model, tmp_path, _batch(token_types=True), field="last_hidden_state")
     assert model.head is None and model.cfg.type_vocab_size == 2 and model.cfg.activation == "gelu_tanh"
     config, state = _written(tmp_path / "roundtrip")
@@ -113,8 +133,11 @@ def test_base_model_from_original_checkpoint_layout(tmp_path):
     for key in ("architectures", "legacy", "tie_word_embeddings"):
         config.pop(key, None)
     (directory / "config.json").write_text(json.dumps({**config, "pos_att_type": "p2c|c2p"}))
-    save_file({**state, "mask_predictions.dense.weight": torch.zeros(32, 32)}, directory / "model.safetensors",
-              metadata={"format": "pt"})
+    save_file(
+        {**state, "mask_predictions.dense.weight": torch.zeros(32, 32)},
+        directory / "model.safetensors",
+        metadata={"format": "pt"},
+    )
     model = pf.from_hf(directory)
     assert model.head is None
     base = DebertaV2Model.from_pretrained(directory, attn_implementation="eager")
@@ -122,19 +145,36 @@ def test_base_model_from_original_checkpoint_layout(tmp_path):
 
 
 def test_export_native_posformer_model(tmp_path):
-    cfg = pf.Config(arch="encoder", vocab_size=97, d_model=32, n_layers=2, n_heads=4, d_ff=40, position="deberta",
-                    position_params={"position_buckets": 8, "norm_rel_ebd": "layer_norm"}, max_positions=64,
-                    norm_placement="post", embed_norm=True, head="span_qa", init_std=0.2, hf_model_type="deberta-v2")
+    cfg = pf.Config(
+        arch="encoder",
+        vocab_size=97,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_ff=40,
+        position="deberta",
+        position_params={"position_buckets": 8, "norm_rel_ebd": "layer_norm"},
+        max_positions=64,
+        norm_placement="post",
+        embed_norm=True,
+        head="span_qa",
+        init_std=0.2,
+        hf_model_type="deberta-v2",
+    )
     model = pf.Transformer(cfg).eval()
     hf = DebertaV2ForQuestionAnswering.from_pretrained(pf.to_hf(model, tmp_path), attn_implementation="eager")
     assert_same_outputs(model, hf, _batch(), field="start_logits")
 
 
-@pytest.mark.parametrize("changes, position, factor", [
-    ({"position_biased_input": True, "pos_att_type": None}, "learned", 1),
-    ({"position_biased_input": True, "norm_rel_ebd": "layer_norm"}, "learned", 3),
-    ({"pos_att_type": "c2p"}, "none", 2),
-], ids=["defaults", "learned-scaled", "no-positions"])
+@pytest.mark.parametrize(
+    "changes, position, factor",
+    [
+        ({"position_biased_input": True, "pos_att_type": None}, "learned", 1),
+        ({"position_biased_input": True, "norm_rel_ebd": "layer_norm"}, "learned", 3),
+        ({"pos_att_type": "c2p"}, "none", 2),
+    ],
+    ids=["defaults", "learned-scaled", "no-positions"],
+)
 def test_against_hf_deberta_v2_without_relative_attention(tmp_path, changes, position, factor):
     """DebertaV2Config's defaults: an absolute table (or none), attention still scaled by pos_att_type's length."""
     hf = _hf(DebertaV2ForMaskedLM, relative_attention=False, **changes)
@@ -145,28 +185,43 @@ def test_against_hf_deberta_v2_without_relative_attention(tmp_path, changes, pos
 
 
 def test_export_refuses_what_deberta_cannot_express(tmp_path):
-    cfg = pf.Config(arch="encoder", vocab_size=97, d_model=32, n_layers=1, n_heads=4, position="deberta",
-                    norm_placement="pre", embed_norm=True, head="none", hf_model_type="deberta-v2")
+    cfg = pf.Config(
+        arch="encoder",
+        vocab_size=97,
+        d_model=32,
+        n_layers=1,
+        n_heads=4,
+        position="deberta",
+        norm_placement="pre",
+        embed_norm=True,
+        head="none",
+        hf_model_type="deberta-v2",
+    )
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match="norm_placement='pre'"):
         pf.to_hf(pf.Transformer(cfg), tmp_path)
-    for changes, message in (({"position": "rope"}, "position='rope'"), ({"position": "learned", "attn_scale": 0.5},
-                                                                          "attn_scale=0.5")):
+    for changes, message in (
+        ({"position": "rope"}, "position='rope'"),
+        ({"position": "learned", "attn_scale": 0.5}, "attn_scale=0.5"),
+    ):
         cfg = cfg.replace(norm_placement="post", **changes)
         with pytest.raises(pf.hf.UnsupportedCheckpoint, match=message):
             pf.to_hf(pf.Transformer(cfg), tmp_path)
 
 
-@pytest.mark.parametrize("changes,feature", [
-    ({"position_biased_input": True}, "position_biased_input=True with relative_attention=True"),
-    ({"conv_kernel_size": 3}, "conv_kernel_size=3"),
-    ({"embedding_size": 16}, "embedding_size=16"),
-    ({"pos_att_type": ["c2p", "p2p"]}, "pos_att_type"),
-    ({"pos_att_type": None}, "empty pos_att_type"),
-    ({"norm_rel_ebd": "layer_norm|other"}, "norm_rel_ebd"),
-    ({"hidden_act": "tanh"}, "activation 'tanh'"),
-    ({"architectures": ["DebertaV2ForMaskedLM"], "legacy": False}, "legacy=False"),
-    ({"architectures": ["DebertaV2ForSequenceClassification"]}, "supported heads"),
-])
+@pytest.mark.parametrize(
+    "changes,feature",
+    [
+        ({"position_biased_input": True}, "position_biased_input=True with relative_attention=True"),
+        ({"conv_kernel_size": 3}, "conv_kernel_size=3"),
+        ({"embedding_size": 16}, "embedding_size=16"),
+        ({"pos_att_type": ["c2p", "p2p"]}, "pos_att_type"),
+        ({"pos_att_type": None}, "empty pos_att_type"),
+        ({"norm_rel_ebd": "layer_norm|other"}, "norm_rel_ebd"),
+        ({"hidden_act": "tanh"}, "activation 'tanh'"),
+        ({"architectures": ["DebertaV2ForMaskedLM"], "legacy": False}, "legacy=False"),
+        ({"architectures": ["DebertaV2ForSequenceClassification"]}, "supported heads"),
+    ],
+)
 def test_unsupported_features_are_named(tmp_path, changes, feature):
     DebertaV2Config(**{**SIZES, **changes}).save_pretrained(tmp_path)
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match=feature):

@@ -16,16 +16,29 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 import transformers
-from hf_oracle import check_family, padded_batch, right_padded_batch
 
 import posformer as pf
+from hf_oracle import check_family, padded_batch, right_padded_batch
 
 VOCAB = 97
 TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
-BERT_SIZES = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                  intermediate_size=40, max_position_embeddings=64)
-LLAMA_SIZES = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=40, num_hidden_layers=2,
-                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+BERT_SIZES = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=40,
+    max_position_embeddings=64,
+)
+LLAMA_SIZES = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=40,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
 T5_SIZES = dict(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=40, num_layers=2, num_heads=4)
 
 
@@ -49,17 +62,31 @@ CASES = {
     "deberta-v2": Case("DebertaV2Config", "DebertaV2ForMaskedLM", BERT_SIZES),
     # Gemma 3: 6 layers, so that the default pattern gives local layers and a global one
     "gemma3_text": Case("Gemma3TextConfig", "Gemma3ForCausalLM", dict(LLAMA_SIZES, num_hidden_layers=6)),
-    "gpt2": Case("GPT2Config", "GPT2LMHeadModel", dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4,
-                                                        n_positions=64)),
+    "gpt2": Case(
+        "GPT2Config", "GPT2LMHeadModel", dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64)
+    ),
     "gpt_neox": Case("GPTNeoXConfig", "GPTNeoXForCausalLM", BERT_SIZES),
     "llama": Case("LlamaConfig", "LlamaForCausalLM", LLAMA_SIZES),
     # Marian's pad id (58100 by default) is the last row of the embedding, which HF's nn.Embedding
     # needs inside the vocabulary (padding_idx): it moves with the vocabulary size.
-    "marian": Case("MarianConfig", "MarianMTModel",
-                   dict(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                        decoder_attention_heads=4, encoder_ffn_dim=40, decoder_ffn_dim=40,
-                        max_position_embeddings=64, pad_token_id=VOCAB - 1, decoder_start_token_id=VOCAB - 1),
-                   seq2seq=True),
+    "marian": Case(
+        "MarianConfig",
+        "MarianMTModel",
+        dict(
+            vocab_size=VOCAB,
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=40,
+            decoder_ffn_dim=40,
+            max_position_embeddings=64,
+            pad_token_id=VOCAB - 1,
+            decoder_start_token_id=VOCAB - 1,
+        ),
+        seq2seq=True,
+    ),
     "mistral": Case("MistralConfig", "MistralForCausalLM", LLAMA_SIZES),
     "mt5": Case("MT5Config", "MT5ForConditionalGeneration", T5_SIZES, seq2seq=True),
     # Phi-3's pad id (32000 by default, also its eos) must lie inside the vocabulary (HF's padding_idx)
@@ -69,15 +96,22 @@ CASES = {
     "roberta": Case("RobertaConfig", "RobertaForMaskedLM", BERT_SIZES, right_padded_only=True),
     # SmolLM3's pad id (128004 by default) must lie inside the vocabulary (HF's padding_idx); 4 layers: the
     # fourth is NoPE by default
-    "smollm3": Case("SmolLM3Config", "SmolLM3ForCausalLM",
-                    dict(LLAMA_SIZES, num_hidden_layers=4, pad_token_id=VOCAB - 1)),
+    "smollm3": Case(
+        "SmolLM3Config", "SmolLM3ForCausalLM", dict(LLAMA_SIZES, num_hidden_layers=4, pad_token_id=VOCAB - 1)
+    ),
     "t5": Case("T5Config", "T5ForConditionalGeneration", T5_SIZES, seq2seq=True),
     # EncoderDecoderConfig has no sizes of its own: two default BertConfigs, the decoder's as
     # from_encoder_decoder_pretrained sets it (is_decoder, add_cross_attention); no top-level ids.
-    "encoder-decoder": Case("EncoderDecoderConfig", "EncoderDecoderModel",
-                            dict(encoder=dict(model_type="bert", **BERT_SIZES),
-                                 decoder=dict(model_type="bert", is_decoder=True, add_cross_attention=True,
-                                              **BERT_SIZES)), seq2seq=True, generation_ids=True),
+    "encoder-decoder": Case(
+        "EncoderDecoderConfig",
+        "EncoderDecoderModel",
+        dict(
+            encoder=dict(model_type="bert", **BERT_SIZES),
+            decoder=dict(model_type="bert", is_decoder=True, add_cross_attention=True, **BERT_SIZES),
+        ),
+        seq2seq=True,
+        generation_ids=True,
+    ),
 }
 
 

@@ -9,24 +9,32 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_noise import perturb_constants
-from hf_oracle import assert_same_outputs, check_family, padded_batch, round_trip
 from transformers import BertConfig, EncoderDecoderConfig, EncoderDecoderModel, RobertaConfig
 
 import posformer as pf
+from hf_noise import perturb_constants
+from hf_oracle import assert_same_outputs, check_family, padded_batch, round_trip
 
 VOCAB = 97
-SIZES = dict(vocab_size=VOCAB, hidden_size=32, num_attention_heads=4, intermediate_size=40,
-             max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-             initializer_range=0.2)
+SIZES = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_attention_heads=4,
+    intermediate_size=40,
+    max_position_embeddings=64,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    initializer_range=0.2,
+)
 IDS = dict(decoder_start_token_id=2, pad_token_id=0, eos_token_id=3)
 
 
 def _config(encoder: dict | None = None, decoder: dict | None = None, **top) -> EncoderDecoderConfig:
     """(`from_encoder_decoder_configs` would switch the decoder's is_decoder / add_cross_attention on.)"""
     enc = BertConfig(**{**SIZES, "num_hidden_layers": 2, **(encoder or {})})
-    dec = BertConfig(**{**SIZES, "num_hidden_layers": 3, "is_decoder": True, "add_cross_attention": True,
-                        **(decoder or {})})
+    dec = BertConfig(
+        **{**SIZES, "num_hidden_layers": 3, "is_decoder": True, "add_cross_attention": True, **(decoder or {})}
+    )
     return EncoderDecoderConfig(encoder=enc.to_dict(), decoder=dec.to_dict(), **{**IDS, **top})
 
 
@@ -54,11 +62,15 @@ def test_against_hf_bert2bert(tmp_path):
     assert (cfg.decoder_start_token_id, cfg.pad_token_id, cfg.eos_token_id) == (2, 0, 3)
 
 
-@pytest.mark.parametrize("changes", [
-    {"tie_word_embeddings": False},
-    {"position_embedding_type": "relative_key"},
-    {"position_embedding_type": "relative_key_query", "hidden_act": "gelu_new"},
-], ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"tie_word_embeddings": False},
+        {"position_embedding_type": "relative_key"},
+        {"position_embedding_type": "relative_key_query", "hidden_act": "gelu_new"},
+    ],
+    ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()),
+)
 def test_against_hf_bert2bert_variants(tmp_path, changes):
     """Finding: with relative positions, transformers 4.57's BERT decoder gives every query of a
     several-token pass the distances of the last query when it holds a cache (use_cache=True, its
@@ -66,8 +78,7 @@ def test_against_hf_bert2bert_variants(tmp_path, changes):
     (as in generation, where each step is one token)."""
     shared = {k: v for k, v in changes.items() if k != "tie_word_embeddings"}
     hf = _bert2bert(shared, changes)
-    model = check_family(hf, EncoderDecoderModel, tmp_path, padded_batch(VOCAB), use_cache=False,
-                         **_decoder_inputs())
+    model = check_family(hf, EncoderDecoderModel, tmp_path, padded_batch(VOCAB), use_cache=False, **_decoder_inputs())
     tied = changes.get("tie_word_embeddings", True)
     assert model.cfg.tie_embeddings == tied
     assert (model.head.proj.weight is model.decoder_embed_tokens.weight) == tied
@@ -90,10 +101,25 @@ def test_loss_from_labels_equals_hf(tmp_path):
 
 
 def test_posformer_bert2bert_layout_exports_to_transformers(tmp_path):
-    cfg = pf.Config.preset("bert", vocab_size=VOCAB, d_model=32, n_layers=1, n_heads=4, d_ff=40, max_positions=64,
-                           init_std=0.2, arch="encoder_decoder", n_decoder_layers=2, head="seq2seq_lm",
-                           separate_decoder_embeddings=True, head_transform=True, head_bias=True,
-                           decoder_start_token_id=2, eos_token_id=3, hf_model_type="encoder-decoder")
+    cfg = pf.Config.preset(
+        "bert",
+        vocab_size=VOCAB,
+        d_model=32,
+        n_layers=1,
+        n_heads=4,
+        d_ff=40,
+        max_positions=64,
+        init_std=0.2,
+        arch="encoder_decoder",
+        n_decoder_layers=2,
+        head="seq2seq_lm",
+        separate_decoder_embeddings=True,
+        head_transform=True,
+        head_bias=True,
+        decoder_start_token_id=2,
+        eos_token_id=3,
+        hf_model_type="encoder-decoder",
+    )
     torch.manual_seed(0)
     model = pf.Transformer(cfg).eval()
     hf = round_trip(model, EncoderDecoderModel, tmp_path)
@@ -102,25 +128,43 @@ def test_posformer_bert2bert_layout_exports_to_transformers(tmp_path):
 
 
 def test_to_hf_names_what_bert2bert_cannot_express(tmp_path):
-    cfg = pf.Config.preset("bert", vocab_size=VOCAB, d_model=32, n_layers=1, n_heads=4, d_ff=40, arch="encoder_decoder",
-                           head="seq2seq_lm", hf_model_type="encoder-decoder")
+    cfg = pf.Config.preset(
+        "bert",
+        vocab_size=VOCAB,
+        d_model=32,
+        n_layers=1,
+        n_heads=4,
+        d_ff=40,
+        arch="encoder_decoder",
+        head="seq2seq_lm",
+        hf_model_type="encoder-decoder",
+    )
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match="separate_decoder_embeddings=False.*head_transform=False"):
         pf.to_hf(pf.Transformer(cfg), tmp_path)
 
 
-@pytest.mark.parametrize("config, feature", [
-    (lambda: _config(decoder={"add_cross_attention": False}), "decoder.add_cross_attention=False"),
-    (lambda: _config(encoder={"is_decoder": True}), "encoder.is_decoder"),
-    (lambda: _config(tie_encoder_decoder=True), "tie_encoder_decoder=True"),
-    (lambda: _config(decoder={"hidden_size": 48, "num_attention_heads": 4}),
-     "decoder.hidden_size=48 different from encoder.hidden_size=32 .*enc_to_dec_proj"),
-    (lambda: _config(decoder={"intermediate_size": 48}), "decoder.intermediate_size=48 different"),
-    (lambda: _config(decoder={"position_embedding_type": "relative_key"}), "decoder.position_embedding_type"),
-    (lambda: _config(decoder={"hidden_act": "tanh"}), "decoder: bert checkpoint uses hidden_act='tanh'"),
-    (lambda: EncoderDecoderConfig.from_encoder_decoder_configs(
-        RobertaConfig(**SIZES), BertConfig(**SIZES, is_decoder=True, add_cross_attention=True)),
-     "encoder.model_type='roberta'"),
-], ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize(
+    "config, feature",
+    [
+        (lambda: _config(decoder={"add_cross_attention": False}), "decoder.add_cross_attention=False"),
+        (lambda: _config(encoder={"is_decoder": True}), "encoder.is_decoder"),
+        (lambda: _config(tie_encoder_decoder=True), "tie_encoder_decoder=True"),
+        (
+            lambda: _config(decoder={"hidden_size": 48, "num_attention_heads": 4}),
+            "decoder.hidden_size=48 different from encoder.hidden_size=32 .*enc_to_dec_proj",
+        ),
+        (lambda: _config(decoder={"intermediate_size": 48}), "decoder.intermediate_size=48 different"),
+        (lambda: _config(decoder={"position_embedding_type": "relative_key"}), "decoder.position_embedding_type"),
+        (lambda: _config(decoder={"hidden_act": "tanh"}), "decoder: bert checkpoint uses hidden_act='tanh'"),
+        (
+            lambda: EncoderDecoderConfig.from_encoder_decoder_configs(
+                RobertaConfig(**SIZES), BertConfig(**SIZES, is_decoder=True, add_cross_attention=True)
+            ),
+            "encoder.model_type='roberta'",
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
 def test_unsupported_features_are_named(tmp_path, config, feature):
     config().save_pretrained(tmp_path)
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match=feature):

@@ -7,17 +7,29 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_oracle import check_family, padded_batch, save_hf
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, Gemma3TextModel
 
 import posformer as pf
+from hf_oracle import check_family, padded_batch, save_hf
 from posformer.hf.gemma3 import config_to_hf
 
-SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=40, num_hidden_layers=4, num_attention_heads=4,
-             num_key_value_heads=2, head_dim=16, max_position_embeddings=16, initializer_range=0.2,
-             query_pre_attn_scalar=16, sliding_window=4, rope_theta=1e6, rope_local_base_freq=10.0,
-             rope_scaling={"rope_type": "linear", "factor": 8.0},
-             layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"])
+SIZES = dict(
+    vocab_size=97,
+    hidden_size=32,
+    intermediate_size=40,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=16,
+    initializer_range=0.2,
+    query_pre_attn_scalar=16,
+    sliding_window=4,
+    rope_theta=1e6,
+    rope_local_base_freq=10.0,
+    rope_scaling={"rope_type": "linear", "factor": 8.0},
+    layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+)
 
 
 @torch.no_grad()
@@ -61,8 +73,11 @@ def test_gemma3_writes_its_own_fields_back(tmp_path):
     assert hf["layer_types"] == SIZES["layer_types"]
 
 
-@pytest.mark.parametrize("feature", [{"final_logit_softcapping": 30.0}, {"attn_logit_softcapping": 50.0},
-                                     {"use_bidirectional_attention": True}], ids=lambda f: next(iter(f)))
+@pytest.mark.parametrize(
+    "feature",
+    [{"final_logit_softcapping": 30.0}, {"attn_logit_softcapping": 50.0}, {"use_bidirectional_attention": True}],
+    ids=lambda f: next(iter(f)),
+)
 def test_unsupported_gemma3_features_are_refused_by_name(tmp_path, feature):
     _gemma3(**feature).save_pretrained(tmp_path)
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match=next(iter(feature))):

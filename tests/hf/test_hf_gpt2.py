@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_noise import perturb_constants
-from hf_oracle import assert_same_outputs, check_family, padded_batch, round_trip
 from safetensors.torch import load_file, save_file
 from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model
 
 import posformer as pf
+from hf_noise import perturb_constants
+from hf_oracle import assert_same_outputs, check_family, padded_batch, round_trip
 
-SIZES = dict(vocab_size=97, n_embd=32, n_layer=2, n_head=4, n_positions=64, initializer_range=0.2,
-             bos_token_id=1, eos_token_id=2, attn_implementation="eager")
+SIZES = dict(
+    vocab_size=97,
+    n_embd=32,
+    n_layer=2,
+    n_head=4,
+    n_positions=64,
+    initializer_range=0.2,
+    bos_token_id=1,
+    eos_token_id=2,
+    attn_implementation="eager",
+)
 
 
 def _gpt2(cls=GPT2LMHeadModel, **changes):
@@ -32,8 +41,13 @@ def test_against_hf_gpt2_base_model(tmp_path):
 
 
 def test_against_hf_gpt2_untied_n_inner_unscaled_reordered(tmp_path):
-    hf = _gpt2(tie_word_embeddings=False, n_inner=40, activation_function="relu", scale_attn_weights=False,
-               reorder_and_upcast_attn=True)
+    hf = _gpt2(
+        tie_word_embeddings=False,
+        n_inner=40,
+        activation_function="relu",
+        scale_attn_weights=False,
+        reorder_and_upcast_attn=True,
+    )
     model = check_family(hf, GPT2LMHeadModel, tmp_path, padded_batch(97))
     assert model.head.proj.weight is not model.embed_tokens.weight and model.cfg.attn_scale == 1.0
 
@@ -56,8 +70,20 @@ def test_gpt2_unsupported_features_are_refused(tmp_path, feature):
 
 
 def test_gpt2_preset_exports(tmp_path):
-    cfg = pf.Config.preset("gpt2", vocab_size=97, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_positions=64,
-                           bos_token_id=1, eos_token_id=2, dropout=0.0, attention_dropout=0.0, init_std=0.2)
+    cfg = pf.Config.preset(
+        "gpt2",
+        vocab_size=97,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_ff=64,
+        max_positions=64,
+        bos_token_id=1,
+        eos_token_id=2,
+        dropout=0.0,
+        attention_dropout=0.0,
+        init_std=0.2,
+    )
     assert cfg.hf_model_type == "gpt2"
     model = perturb_constants(pf.Transformer(cfg)).eval()
     hf = round_trip(model, GPT2LMHeadModel, tmp_path)
@@ -65,7 +91,8 @@ def test_gpt2_preset_exports(tmp_path):
 
 
 def test_gpt2_export_refuses_rope(tmp_path):
-    cfg = pf.Config.preset("gpt2", vocab_size=97, d_model=32, n_layers=1, n_heads=4, position="rope",
-                           bos_token_id=1, eos_token_id=2)
+    cfg = pf.Config.preset(
+        "gpt2", vocab_size=97, d_model=32, n_layers=1, n_heads=4, position="rope", bos_token_id=1, eos_token_id=2
+    )
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match="position='rope'"):
         pf.to_hf(pf.Transformer(cfg), tmp_path)

@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_noise import perturb_constants
-from hf_oracle import check_family, padded_batch
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, GPTNeoXModel
 
 import posformer as pf
+from hf_noise import perturb_constants
+from hf_oracle import check_family, padded_batch
 from posformer.hf.qkv_layout import ours_to_per_head, per_head_to_ours
 
-SIZES = dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
-             max_position_embeddings=64, initializer_range=0.2, rotary_pct=0.5, rotary_emb_base=500,
-             attn_implementation="eager")
+SIZES = dict(
+    vocab_size=97,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=48,
+    max_position_embeddings=64,
+    initializer_range=0.2,
+    rotary_pct=0.5,
+    rotary_emb_base=500,
+    attn_implementation="eager",
+)
 
 
 def _neox(cls=GPTNeoXForCausalLM, **changes):
@@ -46,8 +55,9 @@ def test_against_hf_gpt_neox_no_bias_full_rotary_tied_relu(tmp_path):
     assert not model.cfg.qkv_bias and model.head.proj.weight is model.embed_tokens.weight
 
 
-@pytest.mark.parametrize("scaling", [{"rope_type": "linear", "factor": 2.0}, {"type": "dynamic", "factor": 2.0}],
-                         ids=["linear", "dynamic"])
+@pytest.mark.parametrize(
+    "scaling", [{"rope_type": "linear", "factor": 2.0}, {"type": "dynamic", "factor": 2.0}], ids=["linear", "dynamic"]
+)
 def test_against_hf_gpt_neox_rope_scaling(tmp_path, scaling):
     changes = {"rope_scaling": scaling}
     if "dynamic" in scaling.values():

@@ -5,16 +5,31 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_oracle import check_family, padded_batch, save_hf
 from transformers import (
-    LlamaConfig, LlamaForCausalLM, LlamaModel, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-    Qwen3Config, Qwen3ForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    LlamaModel,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
 )
 
 import posformer as pf
+from hf_oracle import check_family, padded_batch, save_hf
 
-SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=64, initializer_range=0.2)
+SIZES = dict(
+    vocab_size=97,
+    hidden_size=32,
+    intermediate_size=40,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    initializer_range=0.2,
+)
 
 
 def _llama(**changes) -> LlamaForCausalLM:
@@ -37,14 +52,23 @@ def test_against_hf_llama_mqa_head_dim(tmp_path):
     check_family(_llama(num_key_value_heads=1, head_dim=16), LlamaForCausalLM, tmp_path, padded_batch(97))
 
 
-@pytest.mark.parametrize("scaling", [
-    {"rope_type": "linear", "factor": 2.0},
-    {"rope_type": "dynamic", "factor": 2.0},
-    {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
-    {"rope_type": "yarn", "factor": 2.0, "beta_fast": 16, "beta_slow": 2},
-    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-     "original_max_position_embeddings": 8},
-], ids=lambda s: s.get("rope_type", s.get("type")))
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        {"rope_type": "linear", "factor": 2.0},
+        {"rope_type": "dynamic", "factor": 2.0},
+        {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+        {"rope_type": "yarn", "factor": 2.0, "beta_fast": 16, "beta_slow": 2},
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8,
+        },
+    ],
+    ids=lambda s: s.get("rope_type", s.get("type")),
+)
 def test_against_hf_llama_rope_scaling(tmp_path, scaling):
     changes = {"rope_scaling": scaling, "rope_theta": 500.0}
     if scaling.get("original_max_position_embeddings"):
@@ -57,11 +81,18 @@ def test_against_hf_llama_rope_scaling(tmp_path, scaling):
 def test_rope_parameters_v5_form_is_read():
     from posformer.hf.rope import rope_params
 
-    v5 = {"model_type": "llama", "max_position_embeddings": 64,
-          "rope_parameters": {"rope_type": "linear", "rope_theta": 500.0, "factor": 2.0}}
+    v5 = {
+        "model_type": "llama",
+        "max_position_embeddings": 64,
+        "rope_parameters": {"rope_type": "linear", "rope_theta": 500.0, "factor": 2.0},
+    }
     assert rope_params(v5) == {"theta": 500.0, "layout": "half", "scaling": {"type": "linear", "factor": 2.0}}
-    v4 = {"model_type": "llama", "max_position_embeddings": 64, "rope_theta": 500.0,
-          "rope_scaling": {"type": "linear", "factor": 2.0}}
+    v4 = {
+        "model_type": "llama",
+        "max_position_embeddings": 64,
+        "rope_theta": 500.0,
+        "rope_scaling": {"type": "linear", "factor": 2.0},
+    }
     assert rope_params(v4) == rope_params(v5)
 
 
@@ -123,9 +154,15 @@ def _qwen3(**changes) -> Qwen3ForCausalLM:
     return hf
 
 
-@pytest.mark.parametrize("changes, length", [
-    ({}, 11), ({}, 80), ({"attention_bias": True, "tie_word_embeddings": True}, 11),
-], ids=["default-short", "default-long", "biases-tied"])
+@pytest.mark.parametrize(
+    "changes, length",
+    [
+        ({}, 11),
+        ({}, 80),
+        ({"attention_bias": True, "tie_word_embeddings": True}, 11),
+    ],
+    ids=["default-short", "default-long", "biases-tied"],
+)
 def test_against_hf_qwen3_qk_norm(tmp_path, changes, length):
     hf = _qwen3(**changes)
     if changes.get("attention_bias"):
@@ -158,16 +195,29 @@ def test_against_hf_qwen3_sliding_on_some_layers(tmp_path):
 
 
 def test_to_hf_refuses_p_rope(tmp_path):
-    cfg = pf.Config.preset("llama", vocab_size=97, d_model=32, n_layers=1, n_heads=4, d_ff=40,
-                           position_params={"frequency_fraction": 0.5}, hf_model_type="llama")
+    cfg = pf.Config.preset(
+        "llama",
+        vocab_size=97,
+        d_model=32,
+        n_layers=1,
+        n_heads=4,
+        d_ff=40,
+        position_params={"frequency_fraction": 0.5},
+        hf_model_type="llama",
+    )
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match="p-RoPE .* no Hugging Face equivalent"):
         pf.to_hf(pf.Transformer(cfg), tmp_path)
 
 
 def _qwen2_windowed(max_window_layers: int) -> Qwen2ForCausalLM:
     torch.manual_seed(0)
-    config = Qwen2Config(**{**SIZES, "num_hidden_layers": 3}, use_sliding_window=True, sliding_window=4,
-                         max_window_layers=max_window_layers, attn_implementation="eager")
+    config = Qwen2Config(
+        **{**SIZES, "num_hidden_layers": 3},
+        use_sliding_window=True,
+        sliding_window=4,
+        max_window_layers=max_window_layers,
+        attn_implementation="eager",
+    )
     return Qwen2ForCausalLM(config).eval()
 
 

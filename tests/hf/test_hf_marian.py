@@ -4,15 +4,30 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_oracle import assert_same_outputs, check_family, padded_batch, round_trip
 from transformers import MarianConfig, MarianModel, MarianMTModel
 
 import posformer as pf
+from hf_oracle import assert_same_outputs, check_family, padded_batch, round_trip
 
-SIZES = dict(vocab_size=97, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
-             decoder_attention_heads=4, encoder_ffn_dim=40, decoder_ffn_dim=40, max_position_embeddings=64,
-             dropout=0.0, init_std=0.2, pad_token_id=96, decoder_start_token_id=96, eos_token_id=1,
-             forced_eos_token_id=None, activation_function="swish", scale_embedding=True)
+SIZES = dict(
+    vocab_size=97,
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=3,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=40,
+    decoder_ffn_dim=40,
+    max_position_embeddings=64,
+    dropout=0.0,
+    init_std=0.2,
+    pad_token_id=96,
+    decoder_start_token_id=96,
+    eos_token_id=1,
+    forced_eos_token_id=None,
+    activation_function="swish",
+    scale_embedding=True,
+)
 
 
 def _randomize(model: torch.nn.Module) -> torch.nn.Module:
@@ -50,15 +65,21 @@ def test_against_hf_marian(tmp_path):
 
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_against_hf_marian_untied_unscaled(tmp_path, activation):
-    hf = _marian(tie_word_embeddings=False, scale_embedding=False, activation_function=activation,
-                 encoder_layers=1, decoder_layers=1)
+    hf = _marian(
+        tie_word_embeddings=False,
+        scale_embedding=False,
+        activation_function=activation,
+        encoder_layers=1,
+        decoder_layers=1,
+    )
     model = check_family(hf, MarianMTModel, tmp_path, padded_batch(97), **_decoder_inputs())
     assert model.cfg.activation == activation and model.head.proj.weight is not model.embed_tokens.weight
 
 
 def test_against_hf_marian_model(tmp_path):
-    model = check_family(_marian(MarianModel), MarianModel, tmp_path, padded_batch(97), field="last_hidden_state",
-                         **_decoder_inputs())
+    model = check_family(
+        _marian(MarianModel), MarianModel, tmp_path, padded_batch(97), field="last_hidden_state", **_decoder_inputs()
+    )
     assert model.head is None
 
 
@@ -69,12 +90,15 @@ def test_sinusoidal_half_layout_is_marians_table():
     torch.testing.assert_close(ours[:64], hf.model.encoder.embed_positions.weight[:64], rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("changes, feature", [
-    ({"share_encoder_decoder_embeddings": False}, "share_encoder_decoder_embeddings=False"),
-    ({"decoder_vocab_size": 50}, "decoder_vocab_size"),
-    ({"decoder_ffn_dim": 48}, "encoder_ffn_dim=40 different from decoder_ffn_dim=48"),
-    ({"activation_function": "tanh"}, "activation 'tanh'"),
-])
+@pytest.mark.parametrize(
+    "changes, feature",
+    [
+        ({"share_encoder_decoder_embeddings": False}, "share_encoder_decoder_embeddings=False"),
+        ({"decoder_vocab_size": 50}, "decoder_vocab_size"),
+        ({"decoder_ffn_dim": 48}, "encoder_ffn_dim=40 different from decoder_ffn_dim=48"),
+        ({"activation_function": "tanh"}, "activation 'tanh'"),
+    ],
+)
 def test_marian_unsupported_features_are_named(tmp_path, changes, feature):
     MarianConfig(**{**SIZES, **changes}).save_pretrained(tmp_path)
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match=feature):
@@ -82,17 +106,39 @@ def test_marian_unsupported_features_are_named(tmp_path, changes, feature):
 
 
 def test_marian_to_hf_names_what_marian_cannot_express(tmp_path):
-    cfg = pf.Config(arch="encoder_decoder", vocab_size=97, d_model=32, n_layers=1, n_heads=4, d_ff=40,
-                    position="sinusoidal", norm_placement="pre", hf_model_type="marian")
+    cfg = pf.Config(
+        arch="encoder_decoder",
+        vocab_size=97,
+        d_model=32,
+        n_layers=1,
+        n_heads=4,
+        d_ff=40,
+        position="sinusoidal",
+        norm_placement="pre",
+        hf_model_type="marian",
+    )
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match="norm_placement='pre'.*final norm.*'layout': 'interleaved'"):
         pf.to_hf(pf.Transformer(cfg), tmp_path)
 
 
 def test_posformer_marian_layout_exports_to_transformers(tmp_path):
-    cfg = pf.Config(arch="encoder_decoder", vocab_size=97, d_model=32, n_layers=2, n_heads=4, d_ff=40,
-                    position="sinusoidal", position_params={"layout": "half"}, norm_placement="post",
-                    activation="relu", scale_embeddings=True, init_std=0.2, pad_token_id=96,
-                    decoder_start_token_id=96, hf_model_type="marian")
+    cfg = pf.Config(
+        arch="encoder_decoder",
+        vocab_size=97,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_ff=40,
+        position="sinusoidal",
+        position_params={"layout": "half"},
+        norm_placement="post",
+        activation="relu",
+        scale_embeddings=True,
+        init_std=0.2,
+        pad_token_id=96,
+        decoder_start_token_id=96,
+        hf_model_type="marian",
+    )
     torch.manual_seed(0)
     model = _randomize(pf.Transformer(cfg)).eval()
     hf = round_trip(model, MarianMTModel, tmp_path)

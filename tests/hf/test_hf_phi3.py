@@ -5,14 +5,25 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_oracle import check_family, padded_batch, save_hf
 from transformers import Phi3Config, Phi3ForCausalLM, Phi3Model
 
 import posformer as pf
+from hf_oracle import check_family, padded_batch, save_hf
 
-SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=64, original_max_position_embeddings=64,
-             initializer_range=0.2, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+SIZES = dict(
+    vocab_size=97,
+    hidden_size=32,
+    intermediate_size=40,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    original_max_position_embeddings=64,
+    initializer_range=0.2,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+)
 ORIGINAL = 8  # LongRoPE's switch: the 11-token batch is past it, a 6-token one before it
 
 
@@ -28,9 +39,15 @@ def _phi3(**changes) -> Phi3ForCausalLM:
 
 def _longrope(rotary_dim: int) -> dict:
     g = torch.Generator().manual_seed(1)
-    return dict(max_position_embeddings=4 * ORIGINAL, original_max_position_embeddings=ORIGINAL,
-                rope_scaling={"type": "longrope", "short_factor": (1 + torch.rand(rotary_dim // 2, generator=g)).tolist(),
-                              "long_factor": (1 + 20 * torch.rand(rotary_dim // 2, generator=g)).tolist()})
+    return dict(
+        max_position_embeddings=4 * ORIGINAL,
+        original_max_position_embeddings=ORIGINAL,
+        rope_scaling={
+            "type": "longrope",
+            "short_factor": (1 + torch.rand(rotary_dim // 2, generator=g)).tolist(),
+            "long_factor": (1 + 20 * torch.rand(rotary_dim // 2, generator=g)).tolist(),
+        },
+    )
 
 
 def test_against_hf_phi3(tmp_path):
@@ -39,8 +56,9 @@ def test_against_hf_phi3(tmp_path):
 
 
 def test_against_hf_phi3_partial_rotary_and_sliding_window(tmp_path):
-    model = check_family(_phi3(partial_rotary_factor=0.5, sliding_window=4), Phi3ForCausalLM, tmp_path,
-                         padded_batch(97))
+    model = check_family(
+        _phi3(partial_rotary_factor=0.5, sliding_window=4), Phi3ForCausalLM, tmp_path, padded_batch(97)
+    )
     assert model.cfg.position_params["rotary_fraction"] == 0.5 and model.cfg.sliding_window == 4
 
 

@@ -8,12 +8,12 @@ import json
 
 import pytest
 import torch
-from hf_oracle import padded_batch, save_hf
 from test_hf_gemma3 import _gemma3
 from test_hf_llama import _llama
 from test_hf_phi3 import ORIGINAL, _longrope, _phi3
 
 import posformer as pf
+from hf_oracle import padded_batch, save_hf
 from posformer.cli import main
 
 
@@ -39,8 +39,12 @@ def _assert_same_model(v4_dir, v5_dir) -> pf.Transformer:
 
 def test_a_v5_llama_config_with_scaling_loads_as_its_v4_twin(tmp_path):
     v4 = save_hf(_llama(rope_theta=500.0, rope_scaling={"rope_type": "linear", "factor": 2.0}), tmp_path / "v4")
-    _v5_twin(v4, tmp_path / "v5", {"rope_type": "linear", "rope_theta": 500.0, "factor": 2.0},
-             drop=("rope_theta", "rope_scaling"))
+    _v5_twin(
+        v4,
+        tmp_path / "v5",
+        {"rope_type": "linear", "rope_theta": 500.0, "factor": 2.0},
+        drop=("rope_theta", "rope_scaling"),
+    )
     model = _assert_same_model(v4, tmp_path / "v5")
     assert model.cfg.position_params["scaling"] == {"type": "linear", "factor": 2.0}
 
@@ -49,27 +53,46 @@ def test_a_v5_phi3_config_with_longrope_and_partial_rotation_loads_as_its_v4_twi
     changes = _longrope(4)  # 4 of the 8 dims of a head rotate
     v4 = save_hf(_phi3(partial_rotary_factor=0.5, **changes), tmp_path / "v4")
     scaling = changes["rope_scaling"]
-    _v5_twin(v4, tmp_path / "v5", {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
-                                   "short_factor": scaling["short_factor"], "long_factor": scaling["long_factor"],
-                                   "original_max_position_embeddings": ORIGINAL},
-             drop=("rope_theta", "rope_scaling", "partial_rotary_factor", "original_max_position_embeddings"))
+    _v5_twin(
+        v4,
+        tmp_path / "v5",
+        {
+            "rope_type": "longrope",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.5,
+            "short_factor": scaling["short_factor"],
+            "long_factor": scaling["long_factor"],
+            "original_max_position_embeddings": ORIGINAL,
+        },
+        drop=("rope_theta", "rope_scaling", "partial_rotary_factor", "original_max_position_embeddings"),
+    )
     model = _assert_same_model(v4, tmp_path / "v5")
     assert model.cfg.position_params["rotary_fraction"] == 0.5
 
 
 def test_a_v5_gemma3_config_nested_by_layer_type_loads_as_its_v4_twin(tmp_path):
     v4 = save_hf(_gemma3(), tmp_path / "v4")
-    _v5_twin(v4, tmp_path / "v5", {"full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
-                                   "sliding_attention": {"rope_type": "default", "rope_theta": 10.0}},
-             drop=("rope_theta", "rope_scaling", "rope_local_base_freq"))
+    _v5_twin(
+        v4,
+        tmp_path / "v5",
+        {
+            "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
+        },
+        drop=("rope_theta", "rope_scaling", "rope_local_base_freq"),
+    )
     _assert_same_model(v4, tmp_path / "v5")
 
 
-@pytest.mark.parametrize("hf_model", [
-    lambda: _llama(rope_theta=500.0, rope_scaling={"rope_type": "yarn", "factor": 2.0}),
-    lambda: _phi3(partial_rotary_factor=0.5, **_longrope(4)),
-    _gemma3,
-], ids=["llama-yarn", "phi3-longrope-partial", "gemma3-nested"])
+@pytest.mark.parametrize(
+    "hf_model",
+    [
+        lambda: _llama(rope_theta=500.0, rope_scaling={"rope_type": "yarn", "factor": 2.0}),
+        lambda: _phi3(partial_rotary_factor=0.5, **_longrope(4)),
+        _gemma3,
+    ],
+    ids=["llama-yarn", "phi3-longrope-partial", "gemma3-nested"],
+)
 def test_to_hf_writes_v5_rope_parameters_that_load_back(tmp_path, hf_model):
     model = pf.from_hf(save_hf(hf_model(), tmp_path / "hf"))
     pf.to_hf(model, tmp_path / "v4")
@@ -90,7 +113,8 @@ def test_the_convert_command_writes_v5_on_request(tmp_path, capsys):
 
 
 def test_v5_form_is_refused_for_a_family_without_rope(tmp_path):
-    model = pf.Transformer(pf.Config.preset("bert", vocab_size=97, n_layers=1, d_model=32, n_heads=4, d_ff=40,
-                                                   hf_model_type="bert"))
+    model = pf.Transformer(
+        pf.Config.preset("bert", vocab_size=97, n_layers=1, d_model=32, n_heads=4, d_ff=40, hf_model_type="bert")
+    )
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match=r"rope_parameters=True.*no RoPE settings"):
         pf.to_hf(model, tmp_path, rope_parameters=True)

@@ -6,15 +6,26 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_oracle import check_family, padded_batch, save_hf
 from transformers import SmolLM3Config, SmolLM3ForCausalLM
 
 import posformer as pf
+from hf_oracle import check_family, padded_batch, save_hf
 from posformer.hf.llama import config_to_hf
 
-SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=40, num_hidden_layers=4, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=16, initializer_range=0.2, rope_theta=500.0,
-             pad_token_id=0, bos_token_id=1, eos_token_id=2)
+SIZES = dict(
+    vocab_size=97,
+    hidden_size=32,
+    intermediate_size=40,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=16,
+    initializer_range=0.2,
+    rope_theta=500.0,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+)
 
 
 def _smollm3(**changes) -> SmolLM3ForCausalLM:
@@ -48,8 +59,18 @@ def test_smollm3_generates_hf_tokens_at_short_and_long_inputs(tmp_path):
 
 
 def test_a_nope_layer_is_refused_by_families_without_them():
-    cfg = pf.Config(arch="decoder", vocab_size=97, d_model=32, n_layers=2, n_heads=4, position="rope", norm="rmsnorm",
-                    activation="swiglu", layer_types=["a", "b"], layer_settings={"b": {"position": "none"}},
-                    hf_model_type="llama")
+    cfg = pf.Config(
+        arch="decoder",
+        vocab_size=97,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        position="rope",
+        norm="rmsnorm",
+        activation="swiglu",
+        layer_types=["a", "b"],
+        layer_settings={"b": {"position": "none"}},
+        hf_model_type="llama",
+    )
     with pytest.raises(ValueError, match="NoPE layers"):
         config_to_hf(cfg)

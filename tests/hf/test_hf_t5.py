@@ -4,16 +4,32 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_oracle import assert_same_outputs, check_family, padded_batch, round_trip
 from transformers import (
-    MT5Config, MT5ForConditionalGeneration, T5Config, T5EncoderModel, T5ForConditionalGeneration, T5Model,
+    MT5Config,
+    MT5ForConditionalGeneration,
+    T5Config,
+    T5EncoderModel,
+    T5ForConditionalGeneration,
+    T5Model,
 )
 
 import posformer as pf
+from hf_oracle import assert_same_outputs, check_family, padded_batch, round_trip
 
-SIZES = dict(vocab_size=97, d_model=32, d_kv=12, d_ff=40, num_layers=2, num_decoder_layers=3, num_heads=4,
-             relative_attention_num_buckets=8, relative_attention_max_distance=20, dropout_rate=0.0,
-             initializer_factor=1.0, decoder_start_token_id=0)
+SIZES = dict(
+    vocab_size=97,
+    d_model=32,
+    d_kv=12,
+    d_ff=40,
+    num_layers=2,
+    num_decoder_layers=3,
+    num_heads=4,
+    relative_attention_num_buckets=8,
+    relative_attention_max_distance=20,
+    dropout_rate=0.0,
+    initializer_factor=1.0,
+    decoder_start_token_id=0,
+)
 
 
 def _randomize(model: torch.nn.Module) -> torch.nn.Module:
@@ -63,11 +79,13 @@ def test_against_hf_t5_other_feed_forwards(tmp_path, proj, ours):
 
 
 def test_against_hf_t5_model_and_encoder_model(tmp_path):
-    model = check_family(_t5(T5Model), T5Model, tmp_path / "seq2seq", padded_batch(97),
-                         field="last_hidden_state", **_decoder_inputs())
+    model = check_family(
+        _t5(T5Model), T5Model, tmp_path / "seq2seq", padded_batch(97), field="last_hidden_state", **_decoder_inputs()
+    )
     assert model.head is None and model.cfg.arch == "encoder_decoder"
-    encoder = check_family(_t5(T5EncoderModel), T5EncoderModel, tmp_path / "encoder", padded_batch(97),
-                           field="last_hidden_state")
+    encoder = check_family(
+        _t5(T5EncoderModel), T5EncoderModel, tmp_path / "encoder", padded_batch(97), field="last_hidden_state"
+    )
     assert encoder.cfg.arch == "encoder" and encoder.head is None and not hasattr(encoder, "decoder")
 
 
@@ -77,12 +95,24 @@ def test_against_hf_mt5(tmp_path):
     assert model.cfg.hf_model_type == "mt5" and model.cfg.activation == "geglu_tanh"
 
 
-@pytest.mark.parametrize("changes", [{}, {"activation": "geglu", "tie_embeddings": False}],
-                         ids=["preset", "exact-geglu-untied"])
+@pytest.mark.parametrize(
+    "changes", [{}, {"activation": "geglu", "tie_embeddings": False}], ids=["preset", "exact-geglu-untied"]
+)
 def test_t5_preset_exports_to_transformers(tmp_path, changes):
-    cfg = pf.Config.preset("t5", vocab_size=97, d_model=32, n_layers=2, n_decoder_layers=2, n_heads=4, d_head=8,
-                           d_ff=40, dropout=0.0, position_params={"num_buckets": 8, "max_distance": 20},
-                           init_std=0.2, **changes)
+    cfg = pf.Config.preset(
+        "t5",
+        vocab_size=97,
+        d_model=32,
+        n_layers=2,
+        n_decoder_layers=2,
+        n_heads=4,
+        d_head=8,
+        d_ff=40,
+        dropout=0.0,
+        position_params={"num_buckets": 8, "max_distance": 20},
+        init_std=0.2,
+        **changes,
+    )
     torch.manual_seed(0)
     model = _randomize(pf.Transformer(cfg)).eval()
     hf = round_trip(model, T5ForConditionalGeneration, tmp_path)
@@ -100,8 +130,9 @@ def test_t5_unknown_feed_forward_is_refused(tmp_path):
 
 
 def test_t5_to_hf_names_what_t5_cannot_express(tmp_path):
-    cfg = pf.Config.preset("t5", vocab_size=97, d_model=32, n_layers=1, n_heads=4, d_head=8, d_ff=40,
-                           norm_placement="post", qkv_bias=True)
+    cfg = pf.Config.preset(
+        "t5", vocab_size=97, d_model=32, n_layers=1, n_heads=4, d_head=8, d_ff=40, norm_placement="post", qkv_bias=True
+    )
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match="norm_placement='post'.*qkv_bias=True"):
         pf.to_hf(pf.Transformer(cfg), tmp_path)
 

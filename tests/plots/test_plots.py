@@ -13,11 +13,11 @@ import torch
 
 import posformer as pf
 from posformer import plots
-from posformer.loading import load_model, load_text_tokenizer
+from posformer.checkpoints.native import save_pretrained
 from posformer.cli import main
 from posformer.cli.plot import DEFAULT_TEXT
 from posformer.data.text import CharTokenizer
-from posformer.checkpoints.native import save_pretrained
+from posformer.loading import load_model, load_text_tokenizer
 from posformer.positions import rope_inv_freq
 
 STATIC_FIGURES = ("sinusoidal.png", "t5_buckets.png", "rope_decay.png", "rope_wavelengths.png", "alibi_bias.png")
@@ -33,8 +33,17 @@ def assert_png(path: Path) -> None:
 
 def save_run(directory: Path, position: str, **params) -> Path:
     tokenizer = CharTokenizer.from_text(DEFAULT_TEXT + "abc")
-    cfg = pf.Config(arch="decoder", vocab_size=tokenizer.vocab_size, d_model=32, n_layers=2, n_heads=4, d_ff=48,
-                    max_positions=64, position=position, position_params=params)
+    cfg = pf.Config(
+        arch="decoder",
+        vocab_size=tokenizer.vocab_size,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_ff=48,
+        max_positions=64,
+        position=position,
+        position_params=params,
+    )
     model = pf.Transformer(cfg)
     with torch.no_grad():
         for p in model.parameters():
@@ -51,6 +60,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
 
 # ------------------------------------------------------------------ numbers
+
 
 def rope_decay_loop(r: float, d: int, base: float) -> float:
     total = 0.0
@@ -92,8 +102,9 @@ def hf_t5_bucket(rel: torch.Tensor, bidirectional: bool, num_buckets: int, max_d
     """transformers' T5 bucketing (rel = key - query), the reference for posformer's."""
     from transformers.models.t5.modeling_t5 import T5Attention
 
-    return T5Attention._relative_position_bucket(rel, bidirectional=bidirectional, num_buckets=num_buckets,
-                                                 max_distance=max_distance)
+    return T5Attention._relative_position_bucket(
+        rel, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
+    )
 
 
 def test_t5_bucket_map_equals_hugging_face_t5() -> None:
@@ -106,8 +117,18 @@ def test_t5_bucket_map_equals_hugging_face_t5() -> None:
     # then 8 + floor(8 * log(n / 8) / log(128 / 8)) up to the last bucket; causal: 32 buckets for keys at or
     # before the query, exact below 16, then 16 + floor(16 * log(n / 16) / log(128 / 16)), capped at 31
     at = {r: k for k, r in enumerate(rel.tolist())}
-    assert [data["bidirectional"][at[r]] for r in (0, 1, -1, -7, -8, -16, -127, 128, 200, -200)] == \
-        [0, 17, 1, 7, 8, 10, 15, 31, 31, 15]
+    assert [data["bidirectional"][at[r]] for r in (0, 1, -1, -7, -8, -16, -127, 128, 200, -200)] == [
+        0,
+        17,
+        1,
+        7,
+        8,
+        10,
+        15,
+        31,
+        31,
+        15,
+    ]
     assert [data["causal"][at[r]] for r in (0, 5, -1, -15, -16, -32, -200)] == [0, 0, 1, 15, 16, 21, 31]
 
 
@@ -131,8 +152,17 @@ def test_alibi_maps_are_minus_slope_times_distance() -> None:
 
 
 def test_t5_learned_bias_reads_the_table_through_its_buckets() -> None:
-    cfg = pf.Config(arch="encoder_decoder", vocab_size=11, d_model=16, n_layers=1, n_heads=2, d_ff=16,
-                    position="t5", position_params={"num_buckets": 12, "max_distance": 20}, decoder_start_token_id=0)
+    cfg = pf.Config(
+        arch="encoder_decoder",
+        vocab_size=11,
+        d_model=16,
+        n_layers=1,
+        n_heads=2,
+        d_ff=16,
+        position="t5",
+        position_params={"num_buckets": 12, "max_distance": 20},
+        decoder_start_token_id=0,
+    )
     model = pf.Transformer(cfg)
     stacks = plots.t5_learned_bias(model, distance=30)
     assert [s.label for s in stacks] == ["encoder (bidirectional)", "decoder (causal)"]
@@ -145,11 +175,16 @@ def test_t5_learned_bias_reads_the_table_through_its_buckets() -> None:
         # the same numbers as the encoding's own bias hook, query at position 30
         hook = module.position.bias(None, None, torch.tensor([[30]]), torch.arange(len(stack.rel))[None], 0)
         np.testing.assert_allclose(stack.bias, hook[0, :, 0, :].detach().numpy())
-    assert plots.t5_learned_bias(pf.Transformer(pf.Config(vocab_size=11, d_model=16, n_layers=1, n_heads=2,
-                                                          position="rope"))) == []
+    assert (
+        plots.t5_learned_bias(
+            pf.Transformer(pf.Config(vocab_size=11, d_model=16, n_layers=1, n_heads=2, position="rope"))
+        )
+        == []
+    )
 
 
 # ------------------------------------------------------------------ files and the command line
+
 
 def test_static_figures_without_checkpoint(tmp_path, capsys) -> None:
     assert main(["plot", "--output-dir", str(tmp_path / "figs"), "--train-len", "256", "--alibi-heads", "6"]) == 0
@@ -193,7 +228,10 @@ def test_benchmark_directory_expands_its_rows(runs, tmp_path, capsys) -> None:
         shutil.copytree(run, bench / "rows" / name)
     (bench / "results.json").write_text("{}")
     assert plots.expand_checkpoints([bench, runs["rope"]]) == [
-        (bench / "rows" / "rope", "bench/rope"), (bench / "rows" / "t5", "bench/t5"), (runs["rope"], "rope")]
+        (bench / "rows" / "rope", "bench/rope"),
+        (bench / "rows" / "t5", "bench/t5"),
+        (runs["rope"], "rope"),
+    ]
     figs = tmp_path / "figs"
     assert main(["plot", "--output-dir", str(figs), "--checkpoint", str(bench), "--text", "abc", "--layer", "0"]) == 0
     assert_png(figs / "attention_maps.png")

@@ -11,9 +11,21 @@ from posformer.positions.clipped_bins import ClippedBins, range_sums
 from posformer.positions.relative_scores import relative_distance
 
 # (k, queries, keys, position of the first key minus that of the first query)
-PLACEMENTS = [(1, 5, 5, 0), (3, 6, 6, 0), (2, 3, 9, -6), (4, 1, 12, -11), (3, 4, 4, 7), (2, 4, 4, -9),
-              (5, 7, 3, 2), (16, 6, 6, 0), (2, 1, 1, 0), (16, 37, 37, 0), (3, 40, 70, -30), (2, 64, 64, 0),
-              (4, 33, 96, 5)]  # keys beyond one chunk (CHUNK = 32) of prefix_sums
+PLACEMENTS = [
+    (1, 5, 5, 0),
+    (3, 6, 6, 0),
+    (2, 3, 9, -6),
+    (4, 1, 12, -11),
+    (3, 4, 4, 7),
+    (2, 4, 4, -9),
+    (5, 7, 3, 2),
+    (16, 6, 6, 0),
+    (2, 1, 1, 0),
+    (16, 37, 37, 0),
+    (3, 40, 70, -30),
+    (2, 64, 64, 0),
+    (4, 33, 96, 5),
+]  # keys beyond one chunk (CHUNK = 32) of prefix_sums
 
 
 def _bins(k: int, q_len: int, k_len: int, shift: int, scattered: bool) -> ClippedBins:
@@ -56,12 +68,19 @@ def test_bf16_sums_are_accumulated_in_float32_and_rounded_once() -> None:
     exact = range_sums(probs.double(), k=8, shift=-2044)
     assert sums.dtype == torch.bfloat16
     assert (exact[..., 0] > 0.98).all()
-    assert ((sums.double() - exact).abs() <= exact.abs() * 2.0 ** -8).all()
+    assert ((sums.double() - exact).abs() <= exact.abs() * 2.0**-8).all()
 
 
 def test_shaw_takes_the_scatter_free_path_only_where_positions_count_up() -> None:
-    cfg = pf.Config(position="shaw", position_params={"max_distance": 2}, d_model=16, n_heads=2, n_layers=1,
-                    vocab_size=11, max_positions=16)
+    cfg = pf.Config(
+        position="shaw",
+        position_params={"max_distance": 2},
+        d_model=16,
+        n_heads=2,
+        n_layers=1,
+        vocab_size=11,
+        max_positions=16,
+    )
     shaw = pf.positions.build(cfg, causal=True, n_layers=1)
     assert shaw.bins(torch.arange(3, 7)[None], torch.arange(7)[None]).shift == -3
     assert shaw.bins(torch.tensor([[0, 1, 3]]), torch.tensor([[0, 1, 3]])).shift is None
@@ -72,8 +91,15 @@ def test_a_shaw_model_trains_alike_on_either_path(monkeypatch: pytest.MonkeyPatc
     """The whole model, decoder with the causal blocks of the CPU: loss and every gradient equal whether the
     bins are scattered or range-summed."""
     torch.manual_seed(0)
-    cfg = pf.Config(position="shaw", position_params={"max_distance": 3}, d_model=32, n_heads=4, n_layers=2,
-                    vocab_size=23, max_positions=64)
+    cfg = pf.Config(
+        position="shaw",
+        position_params={"max_distance": 3},
+        d_model=32,
+        n_heads=4,
+        n_layers=2,
+        vocab_size=23,
+        max_positions=64,
+    )
     model = pf.Transformer(cfg).double()
     ids = torch.randint(0, 23, (2, 40))
     results = []

@@ -26,8 +26,13 @@ def kind_of(default):
     return None
 
 
-CASES = [(name, key, bad) for name in positions.names() for key, default in positions.get(name).defaults.items()
-         if kind_of(default) is not None for bad in BAD_BY_KIND[kind_of(default)]]
+CASES = [
+    (name, key, bad)
+    for name in positions.names()
+    for key, default in positions.get(name).defaults.items()
+    if kind_of(default) is not None
+    for bad in BAD_BY_KIND[kind_of(default)]
+]
 
 
 @pytest.mark.parametrize("name,key,bad", CASES, ids=[f"{n}-{k}-{b!r}" for n, k, b in CASES])
@@ -39,7 +44,10 @@ def test_wrong_kind_is_refused_by_name(name, key, bad):
 
 
 def test_every_encoding_with_numeric_parameters_is_covered():
-    numeric = {name for name in positions.names()
-               if any(kind_of(d) in (int, float) for d in positions.get(name).defaults.values())}
+    numeric = {
+        name
+        for name in positions.names()
+        if any(kind_of(d) in (int, float) for d in positions.get(name).defaults.values())
+    }
     assert numeric <= {name for name, _, _ in CASES}
     assert {"sinusoidal", "fire", "rope"} <= numeric

@@ -17,8 +17,11 @@ from tests.conftest import tiny
 
 def test_swapping_a_presets_encoding_starts_from_the_new_defaults():
     llama = pf.Config.preset("llama")
-    for swapped in (pf.Config.preset("llama", position="alibi"), llama.replace(position="alibi"),
-                    dataclasses.replace(llama, position="alibi")):
+    for swapped in (
+        pf.Config.preset("llama", position="alibi"),
+        llama.replace(position="alibi"),
+        dataclasses.replace(llama, position="alibi"),
+    ):
         assert swapped.position == "alibi" and dict(swapped.position_params) == {}
         assert (swapped.norm, swapped.activation, swapped.d_ff) == (llama.norm, llama.activation, llama.d_ff)
     t5 = pf.Config.preset("llama", position="t5")

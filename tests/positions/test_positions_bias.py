@@ -80,8 +80,16 @@ def test_t5_bucket_equals_hugging_face(num_buckets: int, max_distance: int, bidi
 
 
 def t5_cfg(**overrides) -> pf.Config:
-    fields = {"position": "t5", "attn_scale": 1.0, "norm": "rmsnorm", "activation": "relu", "qkv_bias": False,
-              "attn_out_bias": False, "ffn_bias": False, "pad_token_id": 0}
+    fields = {
+        "position": "t5",
+        "attn_scale": 1.0,
+        "norm": "rmsnorm",
+        "activation": "relu",
+        "qkv_bias": False,
+        "attn_out_bias": False,
+        "ffn_bias": False,
+        "pad_token_id": 0,
+    }
     return tiny("encoder_decoder", **{**fields, **overrides})
 
 
@@ -100,8 +108,14 @@ def test_t5_bias_is_the_table_lookup_of_hugging_face(stack_name: str) -> None:
     cfg = t5_cfg()
     model = strengthen(pf.Transformer(cfg))
     position = getattr(model, stack_name).position
-    hf_cfg = T5Config(d_model=cfg.d_model, d_kv=cfg.head_dim, num_heads=cfg.n_heads, relative_attention_num_buckets=32,
-                      relative_attention_max_distance=128, is_decoder=stack_name == "decoder")
+    hf_cfg = T5Config(
+        d_model=cfg.d_model,
+        d_kv=cfg.head_dim,
+        num_heads=cfg.n_heads,
+        relative_attention_num_buckets=32,
+        relative_attention_max_distance=128,
+        is_decoder=stack_name == "decoder",
+    )
     hf = T5Attention(hf_cfg, has_relative_attention_bias=True)
     hf.relative_attention_bias.weight.data.copy_(position.table.weight.data)
     length = 300
@@ -131,9 +145,9 @@ def test_t5_bias_reaches_the_attention_unscaled() -> None:
 
 # ----------------------------------------------------------------------- ALiBi
 def test_alibi_slopes_of_8_and_12_heads() -> None:
-    eight = [2.0 ** -k for k in range(1, 9)]
+    eight = [2.0**-k for k in range(1, 9)]
     torch.testing.assert_close(alibi_slopes(8), torch.tensor(eight))
-    twelve = eight + [2 ** -0.5, 2 ** -1.5, 2 ** -2.5, 2 ** -3.5]
+    twelve = eight + [2**-0.5, 2**-1.5, 2**-2.5, 2**-3.5]
     torch.testing.assert_close(alibi_slopes(12), torch.tensor(twelve))
 
 
@@ -152,7 +166,7 @@ def test_alibi_bias_is_linear_in_distance_and_not_scaled(attn_scale: float | Non
     k_pos = torch.arange(41)[None]
     bias = position.bias(None, None, q_pos, k_pos, 0)
     assert bias.shape == (1, 4, 4, 41) and bias.dtype == torch.float32
-    slopes = torch.tensor([2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8])
+    slopes = torch.tensor([2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8])
     distance = (q_pos[0, :, None] - k_pos[0, None, :]).abs().float()
     torch.testing.assert_close(bias[0], -slopes[:, None, None] * distance, rtol=0, atol=0)
 
@@ -234,8 +248,9 @@ def test_fire_normalisation_by_hand() -> None:
 
 def test_fire_shared_or_per_layer() -> None:
     shared = pf.Transformer(tiny("decoder", position="fire", n_layers=3)).decoder.position
-    per_layer = pf.Transformer(tiny("decoder", position="fire", n_layers=3,
-                                    position_params={"shared": False})).decoder.position
+    per_layer = pf.Transformer(
+        tiny("decoder", position="fire", n_layers=3, position_params={"shared": False})
+    ).decoder.position
     assert shared.w2.shape == (1, 32, 4) and per_layer.w2.shape == (3, 32, 4)
     pos = torch.arange(9)[None]
     assert torch.equal(shared.bias(None, None, pos, pos, 0), shared.bias(None, None, pos, pos, 2))
@@ -283,8 +298,9 @@ def test_kv_cache_encoder_decoder_equals_full_pass(position: str, params: dict) 
     out = model(src, attention_mask=src_mask, decoder_input_ids=tgt[:, :1], use_cache=True)
     steps = [out.logits]
     for t in range(1, tgt.shape[1]):
-        out = model(src, decoder_input_ids=tgt[:, t : t + 1], cache=out.cache,
-                    decoder_position_ids=torch.full((2, 1), t))
+        out = model(
+            src, decoder_input_ids=tgt[:, t : t + 1], cache=out.cache, decoder_position_ids=torch.full((2, 1), t)
+        )
         steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 
@@ -299,18 +315,21 @@ def test_bias_is_finite_far_beyond_training_lengths(position: str, params: dict)
 
 
 # ------------------------------------------------------------------ validation
-@pytest.mark.parametrize("position,params,key", [
-    ("t5", {"num_buckets": 0}, "num_buckets"),
-    ("t5", {"num_buckets": 8.0}, "num_buckets"),
-    ("t5", {"max_distance": -5}, "max_distance"),
-    ("t5", {"num_buckets": 32, "max_distance": 16}, "max_distance"),
-    ("fire", {"mlp_width": 0}, "mlp_width"),
-    ("fire", {"init_c": -0.1}, "init_c"),
-    ("fire", {"init_L": 0}, "init_L"),
-    ("fire", {"shared": "yes"}, "shared"),
-    ("alibi", {"slope": 1}, "slope"),
-    ("kerple", {"r1": 1}, "r1"),
-])
+@pytest.mark.parametrize(
+    "position,params,key",
+    [
+        ("t5", {"num_buckets": 0}, "num_buckets"),
+        ("t5", {"num_buckets": 8.0}, "num_buckets"),
+        ("t5", {"max_distance": -5}, "max_distance"),
+        ("t5", {"num_buckets": 32, "max_distance": 16}, "max_distance"),
+        ("fire", {"mlp_width": 0}, "mlp_width"),
+        ("fire", {"init_c": -0.1}, "init_c"),
+        ("fire", {"init_L": 0}, "init_L"),
+        ("fire", {"shared": "yes"}, "shared"),
+        ("alibi", {"slope": 1}, "slope"),
+        ("kerple", {"r1": 1}, "r1"),
+    ],
+)
 def test_bad_params_raise_naming_the_key(position: str, params: dict, key: str) -> None:
     with pytest.raises(ValueError, match=key):
         tiny("decoder", position=position, position_params=params)

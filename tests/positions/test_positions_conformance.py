@@ -20,9 +20,18 @@ DECODING = [(name, arch) for name, arch in CASES if arch != "encoder"]
 
 def config(position: str, arch: str, **overrides) -> pf.Config:
     # init_std 0.3: large enough weights that a wrong position shows in the logits well above atol
-    fields = dict(arch=arch, vocab_size=53, d_model=32, n_layers=2, n_heads=4, d_ff=48, position=position,
-                  max_positions=TRAIN_LENGTH, decoder_start_token_id=0 if arch == "encoder_decoder" else None,
-                  init_std=0.3)
+    fields = dict(
+        arch=arch,
+        vocab_size=53,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_ff=48,
+        position=position,
+        max_positions=TRAIN_LENGTH,
+        decoder_start_token_id=0 if arch == "encoder_decoder" else None,
+        init_std=0.3,
+    )
     fields.update(overrides)
     return pf.Config(**fields)
 
@@ -35,14 +44,17 @@ def inputs(cfg: pf.Config, batch: int = 2, length: int = 7, tgt_length: int = 5)
     return kwargs
 
 
-def cached_left_padded_steps(model: pf.Transformer, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
-                             prefix: int) -> torch.Tensor:
+def cached_left_padded_steps(
+    model: pf.Transformer, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, prefix: int
+) -> torch.Tensor:
     """A decoder's logits (B, T, V) over the cache, as generation runs it: the first `prefix` tokens, then one
     token per step, the mask growing with the cache."""
     cache = pf.Cache(model.cfg.decoder_layers)
     steps = [model(ids[:, :prefix], attention_mask=mask[:, :prefix], position_ids=pos[:, :prefix], cache=cache).logits]
-    steps += [model(ids[:, t : t + 1], attention_mask=mask[:, : t + 1], position_ids=pos[:, t : t + 1],
-                    cache=cache).logits for t in range(prefix, ids.shape[1])]
+    steps += [
+        model(ids[:, t : t + 1], attention_mask=mask[:, : t + 1], position_ids=pos[:, t : t + 1], cache=cache).logits
+        for t in range(prefix, ids.shape[1])
+    ]
     return torch.cat(steps, dim=1)
 
 
@@ -88,8 +100,12 @@ def test_kv_cached_decoding_equals_full_pass(name: str, arch: str, kv_heads: int
         out = model(src, decoder_input_ids=tgt[:, :1], use_cache=True)
         steps = [out.logits]
         for t in range(1, tgt.shape[1]):
-            out = model(src, decoder_input_ids=tgt[:, t : t + 1], cache=out.cache,
-                        decoder_position_ids=torch.full((tgt.shape[0], 1), t))
+            out = model(
+                src,
+                decoder_input_ids=tgt[:, t : t + 1],
+                cache=out.cache,
+                decoder_position_ids=torch.full((tgt.shape[0], 1), t),
+            )
             steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 
@@ -114,8 +130,9 @@ def test_kv_cached_decoding_of_a_left_padded_batch_equals_full_pass(name: str, a
         out = model(ids, attention_mask=mask, position_ids=pos, decoder_input_ids=tgt[:, :2], use_cache=True)
         steps = [out.logits]
         for t in range(2, tgt.shape[1]):
-            out = model(ids, decoder_input_ids=tgt[:, t : t + 1], cache=out.cache,
-                        decoder_position_ids=torch.full((2, 1), t))
+            out = model(
+                ids, decoder_input_ids=tgt[:, t : t + 1], cache=out.cache, decoder_position_ids=torch.full((2, 1), t)
+            )
             steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 
@@ -147,8 +164,7 @@ def test_sdpa_and_eager_paths_agree(name: str, arch: str) -> None:
 
 
 @pytest.mark.parametrize("name, arch", DECODING)
-def test_causal_attention_in_blocks_of_queries_changes_no_output_or_gradient(name: str, arch: str,
-                                                                            monkeypatch) -> None:
+def test_causal_attention_in_blocks_of_queries_changes_no_output_or_gradient(name: str, arch: str, monkeypatch) -> None:
     """Attention in blocks of 3 queries (`posformer.ops.causal_blocks`, whose default is 128) gives the logits and
     gradients of one call over all of them, in float64, for a causal stack of every encoding: through SDPA, or
     the eager path where the encoding adds a `values` term (Shaw)."""
@@ -203,8 +219,9 @@ def test_bfloat16_forward_runs(name: str, arch: str) -> None:
     assert logits.dtype == torch.bfloat16 and torch.isfinite(logits.float()).all()
 
 
-@pytest.mark.parametrize("name, arch", [(name, arch) for name in pf.positions.names() for arch in ARCHS
-                                        if (name, arch) not in CASES])
+@pytest.mark.parametrize(
+    "name, arch", [(name, arch) for name in pf.positions.names() for arch in ARCHS if (name, arch) not in CASES]
+)
 def test_an_encoding_of_causal_attention_only_is_refused_elsewhere_by_name(name: str, arch: str) -> None:
     with pytest.raises(ValueError, match=rf"Config.position='{name}' is invalid: .*arch='decoder' only"):
         config(name, arch)
@@ -289,8 +306,7 @@ def test_compiles_to_one_graph_exactly_when_it_says_so(name: str, arch: str, ret
     cfg = config(name, arch, n_layers=1)
     model = pf.Transformer(cfg)
     kwargs = {**inputs(cfg), "return_logits": return_logits}
-    compiled = torch.compile(lambda: model(**kwargs, labels=kwargs["input_ids"]).loss, fullgraph=True,
-                             backend="eager")
+    compiled = torch.compile(lambda: model(**kwargs, labels=kwargs["input_ids"]).loss, fullgraph=True, backend="eager")
     if pf.positions.get(name).compiles_whole:
         torch.testing.assert_close(compiled(), model(**kwargs, labels=kwargs["input_ids"]).loss)
     else:

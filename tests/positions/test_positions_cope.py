@@ -55,8 +55,9 @@ def test_the_term_interpolates_between_integer_positions() -> None:
     """At p = 2.25: 0.75 q.e[2] + 0.25 q.e[3]; at an integer p, q.e[p]; at the cap P - 1, q.e[P - 1]."""
     at_integers = torch.randn(1, 4, 3, 6)
     counts = torch.tensor([2.25, 4.0, 5.0]).expand(1, 4, 3, 3)
-    expected = torch.stack((0.75 * at_integers[..., 2] + 0.25 * at_integers[..., 3], at_integers[..., 4],
-                            at_integers[..., 5]), dim=-1)
+    expected = torch.stack(
+        (0.75 * at_integers[..., 2] + 0.25 * at_integers[..., 3], at_integers[..., 4], at_integers[..., 5]), dim=-1
+    )
     torch.testing.assert_close(interpolate(at_integers, counts), expected)
 
 

@@ -12,10 +12,13 @@ import pytest
 import torch
 
 import posformer as pf
-from posformer.positions.base import PositionEncoding
 from posformer.ops.masks import build_mask
+from posformer.positions.base import PositionEncoding
 from tests.positions.test_positions_conformance import (
-    TRAIN_LENGTH, assert_sdpa_equals_eager, cached_left_padded_steps, config,
+    TRAIN_LENGTH,
+    assert_sdpa_equals_eager,
+    cached_left_padded_steps,
+    config,
 )
 
 ARCHS = ["encoder", "decoder"]
@@ -31,12 +34,20 @@ def embeds(name: str) -> bool:
 def mixed(name: str, arch: str, **overrides) -> pf.Config:
     """Four layers: x, NoPE with a query temperature, x (a window of 3 in a decoder), and the stack's own
     encoding."""
-    own, layer = (name, {"position": "rope", "position_params": {"theta": 100.0}}) if embeds(name) \
+    own, layer = (
+        (name, {"position": "rope", "position_params": {"theta": 100.0}})
+        if embeds(name)
         else ("rope", {"position": name})
+    )
     local = {**layer, "sliding_window": WINDOW} if arch == "decoder" else layer
-    return config(own, arch, n_layers=4, layer_types=["x", "nope", "x_local", "own"],
-                  layer_settings={"x": layer, "nope": {"position": "none", "query_temperature": TEMPERATURE},
-                                  "x_local": local}, **overrides)
+    return config(
+        own,
+        arch,
+        n_layers=4,
+        layer_types=["x", "nope", "x_local", "own"],
+        layer_settings={"x": layer, "nope": {"position": "none", "query_temperature": TEMPERATURE}, "x_local": local},
+        **overrides,
+    )
 
 
 @pytest.mark.parametrize("name, arch", CASES)
@@ -89,8 +100,11 @@ def test_left_padding_with_position_ids_equals_each_row_alone(name: str, arch: s
 
 @pytest.mark.parametrize("name, arch", CASES)
 def test_sdpa_and_eager_paths_agree(name: str, arch: str) -> None:
-    assert_sdpa_equals_eager(mixed(name, arch), input_ids=torch.randint(1, 53, (2, 7)),
-                             attention_mask=torch.tensor([[1] * 7, [1] * 5 + [0] * 2]))
+    assert_sdpa_equals_eager(
+        mixed(name, arch),
+        input_ids=torch.randint(1, 53, (2, 7)),
+        attention_mask=torch.tensor([[1] * 7, [1] * 5 + [0] * 2]),
+    )
 
 
 @pytest.mark.parametrize("name, arch", CASES)
@@ -123,8 +137,9 @@ def test_a_nope_layer_is_permutation_equivariant(arch: str) -> None:
     """A layer without position information sees a set: without a mask, permuting its inputs permutes its
     outputs; under causal masking, permuting the tokens before the last leaves the last output unchanged.
     The RoPE layer of the same stack does neither (the check has teeth)."""
-    model = pf.Transformer(config("rope", arch, n_layers=2, layer_types=["nope", "rope"],
-                                  layer_settings={"nope": {"position": "none"}})).eval()
+    model = pf.Transformer(
+        config("rope", arch, n_layers=2, layer_types=["nope", "rope"], layer_settings={"nope": {"position": "none"}})
+    ).eval()
     nope, rope = getattr(model, arch).layers
     x = torch.randn(2, 8, 32)
     pos = torch.arange(8).expand(2, 8)

@@ -18,8 +18,13 @@ from posformer.positions.t5 import T5Bias
 
 LAYERS = 4
 # (encoding, the method that computes its per-forward value from positions)
-COMPUTES = [("alibi", ALiBi, "_bias"), ("t5", T5Bias, "buckets"), ("fire", FIRE, "normalized_distance"),
-            ("relative_key", RelativeKey, "_distance_span"), ("rope", Rotary, "_tables")]
+COMPUTES = [
+    ("alibi", ALiBi, "_bias"),
+    ("t5", T5Bias, "buckets"),
+    ("fire", FIRE, "normalized_distance"),
+    ("relative_key", RelativeKey, "_distance_span"),
+    ("rope", Rotary, "_tables"),
+]
 
 
 @pytest.mark.parametrize("name, cls, method", COMPUTES, ids=[c[0] for c in COMPUTES])
@@ -32,8 +37,9 @@ def test_a_forward_computes_the_shared_value_once(name, cls, method, monkeypatch
         return original(self, q_pos, k_pos, *rest)
 
     monkeypatch.setattr(cls, method, counted)
-    cfg = pf.Config(arch="decoder", vocab_size=31, d_model=32, n_layers=LAYERS, n_heads=4, d_ff=48, position=name,
-                    max_positions=16)
+    cfg = pf.Config(
+        arch="decoder", vocab_size=31, d_model=32, n_layers=LAYERS, n_heads=4, d_ff=48, position=name, max_positions=16
+    )
     model = pf.Transformer(cfg)
     model(torch.randint(0, 31, (3, 9)))
     assert seen == [(1, 9)]  # once for the four layers, from one row of the default positions

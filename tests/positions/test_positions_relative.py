@@ -63,17 +63,37 @@ def test_against_hf_bert_relative(kind: str) -> None:
     from transformers import BertConfig, BertModel
 
     hf_cfg = BertConfig(
-        vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
-        max_position_embeddings=24, type_vocab_size=2, position_embedding_type=kind, hidden_act="gelu",
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, layer_norm_eps=1e-12,
+        vocab_size=61,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        max_position_embeddings=24,
+        type_vocab_size=2,
+        position_embedding_type=kind,
+        hidden_act="gelu",
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        layer_norm_eps=1e-12,
         attn_implementation="eager",
     )
     hf = BertModel(hf_cfg, add_pooling_layer=False).eval()
     _randomize(hf)
     cfg = pf.Config(
-        arch="encoder", vocab_size=61, d_model=32, n_layers=2, n_heads=4, d_ff=48, max_positions=24,
-        position=kind, norm_placement="post", embed_norm=True, type_vocab_size=2, activation="gelu",
-        norm_eps=1e-12, head="none",
+        arch="encoder",
+        vocab_size=61,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_ff=48,
+        max_positions=24,
+        position=kind,
+        norm_placement="post",
+        embed_norm=True,
+        type_vocab_size=2,
+        activation="gelu",
+        norm_eps=1e-12,
+        head="none",
     )
     ours = pf.Transformer(cfg).eval()
     bert_to_posformer(hf, ours)
@@ -122,7 +142,7 @@ def test_shaw_value_term_follows_the_formula() -> None:
     pos = torch.tensor([[0, 1, 2, 3, 4, 5, 6], [3, 4, 5, 6, 7, 8, 9]])
     with torch.no_grad():
         out, probs = attn(x, AttentionMask(), pos, need_weights=True)
-        v = attn.qkv(x)[..., -attn.kv_dim:].unflatten(-1, (cfg.n_heads, cfg.head_dim)).transpose(1, 2)
+        v = attn.qkv(x)[..., -attn.kv_dim :].unflatten(-1, (cfg.n_heads, cfg.head_dim)).transpose(1, 2)
         a_v = shaw.value[0].weight
         z = torch.zeros(2, cfg.n_heads, 7, cfg.head_dim)
         for b in range(2):
@@ -153,13 +173,13 @@ def _xl_bias_by_hand(xl, q, k, q_pos, k_pos, layer):
         for i in range(tq):
             for j in range(k.shape[2]):
                 dist = float(q_pos[b, i] - k_pos[b, j])
-                r = torch.tensor([math.sin(dist / 10000 ** (2 * m / d)) for m in range(d // 2)]
-                                 + [math.cos(dist / 10000 ** (2 * m / d)) for m in range(d // 2)])
+                r = torch.tensor(
+                    [math.sin(dist / 10000 ** (2 * m / d)) for m in range(d // 2)]
+                    + [math.cos(dist / 10000 ** (2 * m / d)) for m in range(d // 2)]
+                )
                 wr = (w @ r).view(h_, dh)
                 for h in range(h_):
-                    out[b, h, i, j] = xl.scale * (
-                        q[b, h, i] @ wr[h] + u[h] @ k[b, h, j] + v[h] @ wr[h]
-                    )
+                    out[b, h, i, j] = xl.scale * (q[b, h, i] @ wr[h] + u[h] @ k[b, h, j] + v[h] @ wr[h])
     return out
 
 
@@ -267,20 +287,48 @@ def test_against_hf_deberta_v2(buckets: int, max_rel: int, norm_rel_ebd: str, ty
     from transformers import DebertaV2Config, DebertaV2Model
 
     hf_cfg = DebertaV2Config(
-        vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
-        max_position_embeddings=64, type_vocab_size=0, relative_attention=True, pos_att_type=types,
-        position_buckets=buckets, max_relative_positions=max_rel, share_att_key=False, norm_rel_ebd=norm_rel_ebd,
-        position_biased_input=False, hidden_act="gelu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        vocab_size=61,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        max_position_embeddings=64,
+        type_vocab_size=0,
+        relative_attention=True,
+        pos_att_type=types,
+        position_buckets=buckets,
+        max_relative_positions=max_rel,
+        share_att_key=False,
+        norm_rel_ebd=norm_rel_ebd,
+        position_biased_input=False,
+        hidden_act="gelu",
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
         layer_norm_eps=1e-7,
     )
     hf = DebertaV2Model(hf_cfg).eval()
     _randomize(hf)
     cfg = pf.Config(
-        arch="encoder", vocab_size=61, d_model=32, n_layers=2, n_heads=4, d_ff=48, max_positions=64,
-        position="deberta", norm_placement="post", embed_norm=True, activation="gelu", norm_eps=1e-7,
-        head="none", attn_scale=1 / math.sqrt(8 * (1 + len(types))),
-        position_params={"position_buckets": buckets, "max_relative_positions": max_rel,
-                         "norm_rel_ebd": norm_rel_ebd, "pos_att_type": types},
+        arch="encoder",
+        vocab_size=61,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_ff=48,
+        max_positions=64,
+        position="deberta",
+        norm_placement="post",
+        embed_norm=True,
+        activation="gelu",
+        norm_eps=1e-7,
+        head="none",
+        attn_scale=1 / math.sqrt(8 * (1 + len(types))),
+        position_params={
+            "position_buckets": buckets,
+            "max_relative_positions": max_rel,
+            "norm_rel_ebd": norm_rel_ebd,
+            "pos_att_type": types,
+        },
     )
     ours = pf.Transformer(cfg).eval()
     deberta_to_posformer(hf, ours)
@@ -364,7 +412,14 @@ def test_sdpa_equals_eager_in_an_encoder(position: str) -> None:
 @pytest.mark.parametrize("types", [["c2p", "p2c"], ["c2p"]])
 def test_deberta_default_scale_is_hugging_faces(types: list[str]) -> None:
     """HF DeBERTa-v2 divides every term by sqrt(head_dim * (1 + number of position terms))."""
-    cfg = pf.Config(arch="encoder", vocab_size=20, d_model=32, n_layers=1, n_heads=4, position="deberta",
-                    position_params={"pos_att_type": types})
+    cfg = pf.Config(
+        arch="encoder",
+        vocab_size=20,
+        d_model=32,
+        n_layers=1,
+        n_heads=4,
+        position="deberta",
+        position_params={"pos_att_type": types},
+    )
     assert cfg.scale == pytest.approx(1 / math.sqrt(8 * (1 + len(types))))
     assert cfg.replace(attn_scale=0.5).scale == 0.5

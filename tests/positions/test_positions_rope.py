@@ -24,8 +24,13 @@ STATIC_SCALINGS = [  # scalings whose frequencies do not depend on the length
     {"type": "linear", "factor": 4.0},
     {"type": "ntk", "factor": 4.0},
     {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32},
-    {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-     "original_max_position_embeddings": 16},
+    {
+        "type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+    },
 ]
 
 
@@ -43,21 +48,34 @@ def score(enc, q: torch.Tensor, k: torch.Tensor, m: int, n: int) -> torch.Tensor
 
 
 @settings(max_examples=60, **SETTINGS)
-@given(layout=st.sampled_from(LAYOUTS), scaling=st.sampled_from(STATIC_SCALINGS),
-       fraction=st.sampled_from([0.5, 1.0]), m=st.integers(0, 4000), n=st.integers(0, 4000),
-       shift=st.integers(0, 20000), seed=st.integers(0, 2**16))
+@given(
+    layout=st.sampled_from(LAYOUTS),
+    scaling=st.sampled_from(STATIC_SCALINGS),
+    fraction=st.sampled_from([0.5, 1.0]),
+    m=st.integers(0, 4000),
+    n=st.integers(0, 4000),
+    shift=st.integers(0, 20000),
+    seed=st.integers(0, 2**16),
+)
 def test_rope_score_depends_on_the_offset_only(layout, scaling, fraction, m, n, shift, seed) -> None:
     """score(q at m, k at n) == score(q at m+s, k at n+s), in float64 (the tables follow the buffers)."""
     enc = encoding(layout=layout, scaling=scaling, rotary_fraction=fraction).double()
     g = torch.Generator().manual_seed(seed)
-    q, k = torch.randn(2, 2, 1, 8, generator=g, dtype=torch.float64), torch.randn(2, 2, 1, 8, generator=g,
-                                                                                 dtype=torch.float64)
+    q, k = (
+        torch.randn(2, 2, 1, 8, generator=g, dtype=torch.float64),
+        torch.randn(2, 2, 1, 8, generator=g, dtype=torch.float64),
+    )
     torch.testing.assert_close(score(enc, q, k, m + shift, n + shift), score(enc, q, k, m, n), rtol=1e-8, atol=1e-8)
 
 
 @settings(max_examples=25, **SETTINGS)
-@given(layout=st.sampled_from(LAYOUTS), m=st.integers(0, 300), n=st.integers(0, 300), shift=st.integers(0, 300),
-       seed=st.integers(0, 2**16))
+@given(
+    layout=st.sampled_from(LAYOUTS),
+    m=st.integers(0, 300),
+    n=st.integers(0, 300),
+    shift=st.integers(0, 300),
+    seed=st.integers(0, 2**16),
+)
 def test_rope_score_depends_on_the_offset_only_in_float32(layout, m, n, shift, seed) -> None:
     enc = encoding(layout=layout)
     g = torch.Generator().manual_seed(seed)
@@ -66,13 +84,20 @@ def test_rope_score_depends_on_the_offset_only_in_float32(layout, m, n, shift, s
 
 
 @settings(max_examples=40, **SETTINGS)
-@given(layout=st.sampled_from(LAYOUTS), m=st.integers(0, 3000), n=st.integers(0, 3000),
-       shift=st.integers(0, 10000), seed=st.integers(0, 2**16))
+@given(
+    layout=st.sampled_from(LAYOUTS),
+    m=st.integers(0, 3000),
+    n=st.integers(0, 3000),
+    shift=st.integers(0, 10000),
+    seed=st.integers(0, 2**16),
+)
 def test_xpos_score_depends_on_the_offset_only(layout, m, n, shift, seed) -> None:
     enc = encoding("xpos", layout=layout).double()
     g = torch.Generator().manual_seed(seed)
-    q, k = torch.randn(1, 2, 1, 8, generator=g, dtype=torch.float64), torch.randn(1, 2, 1, 8, generator=g,
-                                                                                 dtype=torch.float64)
+    q, k = (
+        torch.randn(1, 2, 1, 8, generator=g, dtype=torch.float64),
+        torch.randn(1, 2, 1, 8, generator=g, dtype=torch.float64),
+    )
     torch.testing.assert_close(score(enc, q, k, m + shift, n + shift), score(enc, q, k, m, n), rtol=1e-8, atol=1e-12)
 
 
@@ -98,8 +123,9 @@ def test_efficient_form_equals_the_rotation_matrix(layout: str, fraction: float)
         matrix = rotation_matrix(enc.inv_freq, m, layout, 8)
         torch.testing.assert_close(rotated[0, :, t], q[0, :, t] @ matrix.T)
         # and R(m)^T R(n) = R(n - m): the relative property in matrix form
-        torch.testing.assert_close(matrix.T @ rotation_matrix(enc.inv_freq, m + 9, layout, 8),
-                                   rotation_matrix(enc.inv_freq, 9, layout, 8))
+        torch.testing.assert_close(
+            matrix.T @ rotation_matrix(enc.inv_freq, m + 9, layout, 8), rotation_matrix(enc.inv_freq, 9, layout, 8)
+        )
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -139,8 +165,9 @@ def test_layouts_agree_up_to_a_permutation(seed, positions) -> None:
     perm = interleaved_to_half(8)
     q = torch.randn(1, 2, len(positions), 8, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     pos = torch.tensor([positions])
-    torch.testing.assert_close(half.rotate(q[..., perm], q[..., perm], pos, pos, 0)[0],
-                               interleaved.rotate(q, q, pos, pos, 0)[0][..., perm])
+    torch.testing.assert_close(
+        half.rotate(q[..., perm], q[..., perm], pos, pos, 0)[0], interleaved.rotate(q, q, pos, pos, 0)[0][..., perm]
+    )
 
 
 def permute_qk_rows(state: dict, cfg: pf.Config, perm: torch.Tensor) -> dict:
@@ -158,8 +185,9 @@ def permute_qk_rows(state: dict, cfg: pf.Config, perm: torch.Tensor) -> dict:
 
 @pytest.mark.parametrize("fraction", [1.0, 0.5])
 def test_decoders_in_both_layouts_agree_once_qk_rows_are_permuted(fraction: float) -> None:
-    cfg = tiny("decoder", position="rope", n_kv_heads=2,
-               position_params={"layout": "interleaved", "rotary_fraction": fraction})
+    cfg = tiny(
+        "decoder", position="rope", n_kv_heads=2, position_params={"layout": "interleaved", "rotary_fraction": fraction}
+    )
     half_cfg = cfg.replace(position_params={"layout": "half", "rotary_fraction": fraction})
     interleaved, half = pf.Transformer(cfg).eval(), pf.Transformer(half_cfg).eval()
     r = int(cfg.head_dim * fraction)
@@ -167,14 +195,19 @@ def test_decoders_in_both_layouts_agree_once_qk_rows_are_permuted(fraction: floa
     half.load_state_dict(permute_qk_rows(interleaved.state_dict(), cfg, perm))
     ids = torch.randint(0, cfg.vocab_size, (2, 9))
     pos = torch.tensor([list(range(9)), list(range(100, 109))])
-    torch.testing.assert_close(half(ids, position_ids=pos).logits, interleaved(ids, position_ids=pos).logits,
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        half(ids, position_ids=pos).logits, interleaved(ids, position_ids=pos).logits, rtol=1e-5, atol=1e-5
+    )
     assert not torch.allclose(pf.Transformer(half_cfg).eval()(ids).logits, interleaved(ids).logits)
 
 
 @settings(max_examples=30, **SETTINGS)
-@given(layout=st.sampled_from(LAYOUTS), fraction=st.sampled_from([0.25, 0.5, 1.0]),
-       positions=st.lists(st.integers(0, 100000), min_size=1, max_size=6), seed=st.integers(0, 2**16))
+@given(
+    layout=st.sampled_from(LAYOUTS),
+    fraction=st.sampled_from([0.25, 0.5, 1.0]),
+    positions=st.lists(st.integers(0, 100000), min_size=1, max_size=6),
+    seed=st.integers(0, 2**16),
+)
 def test_rotation_keeps_the_norm(layout, fraction, positions, seed) -> None:
     enc = encoding(layout=layout, rotary_fraction=fraction)
     q = torch.randn(2, 2, len(positions), 8, generator=torch.Generator().manual_seed(seed))
@@ -233,8 +266,9 @@ def test_xpos_scores_match_the_torchscale_reference(scale_base: float) -> None:
     pos = torch.arange(11)[None]
     q_rot, k_rot = enc.rotate(q, k, pos, pos, 0)
     ref_q, ref_k = torchscale_xpos(q[0], False, scale_base), torchscale_xpos(k[0], True, scale_base)
-    torch.testing.assert_close(q_rot[0] @ k_rot[0].transpose(-1, -2), ref_q @ ref_k.transpose(-1, -2),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        q_rot[0] @ k_rot[0].transpose(-1, -2), ref_q @ ref_k.transpose(-1, -2), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_xpos_is_rope_times_a_relative_decay() -> None:
@@ -267,15 +301,19 @@ def cached_logits(model: pf.Transformer, ids: torch.Tensor, prompt: int) -> torc
     return torch.cat(steps, dim=1)
 
 
-@pytest.mark.parametrize("position, params", [
-    ("rope", {"scaling": {"type": "linear", "factor": 4.0}}),
-    ("rope", {"scaling": {"type": "ntk", "factor": 4.0}, "layout": "interleaved"}),
-    ("rope", {"scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4}}),
-    ("rope", {"scaling": {**LLAMA31, "original_max_position_embeddings": 8}, "rotary_fraction": 0.5}),
-    ("rope", {"scaling": {"type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 11}}),
-    ("xpos", {}),
-    ("xpos", {"layout": "half", "scale_base": 4.0}),
-], ids=["linear", "ntk", "yarn", "llama3", "dynamic", "xpos", "xpos-half"])
+@pytest.mark.parametrize(
+    "position, params",
+    [
+        ("rope", {"scaling": {"type": "linear", "factor": 4.0}}),
+        ("rope", {"scaling": {"type": "ntk", "factor": 4.0}, "layout": "interleaved"}),
+        ("rope", {"scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4}}),
+        ("rope", {"scaling": {**LLAMA31, "original_max_position_embeddings": 8}, "rotary_fraction": 0.5}),
+        ("rope", {"scaling": {"type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 11}}),
+        ("xpos", {}),
+        ("xpos", {"layout": "half", "scale_base": 4.0}),
+    ],
+    ids=["linear", "ntk", "yarn", "llama3", "dynamic", "xpos", "xpos-half"],
+)
 def test_kv_cache_equals_full_pass(position: str, params: dict) -> None:
     """For "dynamic" only while the whole sequence stays within original_max_position_embeddings (11 here)."""
     cfg = tiny("decoder", position=position, position_params=params, n_kv_heads=2, init_std=0.3)

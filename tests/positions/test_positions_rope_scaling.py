@@ -17,8 +17,13 @@ from posformer.positions import rope_inv_freq
 from posformer.positions.rope_scaling import SCALING_TYPES
 from tests.conftest import tiny
 
-LLAMA31 = {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-           "original_max_position_embeddings": 8192}
+LLAMA31 = {
+    "type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
 
 
 def hf_config(dim: int, theta: float, scaling: dict, max_positions: int) -> LlamaConfig:
@@ -26,8 +31,14 @@ def hf_config(dim: int, theta: float, scaling: dict, max_positions: int) -> Llam
     rope_scaling = {("rope_type" if k == "type" else k): v for k, v in scaling.items()}
     if scaling["type"] == "dynamic":  # HF's dynamic reads its original length from max_position_embeddings
         rope_scaling.pop("original_max_position_embeddings")
-    return LlamaConfig(hidden_size=2 * dim, num_attention_heads=2, head_dim=dim, rope_theta=theta,
-                       max_position_embeddings=max_positions, rope_scaling=rope_scaling)
+    return LlamaConfig(
+        hidden_size=2 * dim,
+        num_attention_heads=2,
+        head_dim=dim,
+        rope_theta=theta,
+        max_position_embeddings=max_positions,
+        rope_scaling=rope_scaling,
+    )
 
 
 def hf_inv_freq(dim: int, theta: float, scaling: dict, max_positions: int, seq_len=None):
@@ -153,13 +164,16 @@ def test_unknown_scaling_type_names_the_param_and_the_allowed_types() -> None:
     assert "position_params['scaling']" in config_error(scaling="linear")
 
 
-@pytest.mark.parametrize("scaling, key", [
-    ({"type": "linear"}, "factor"),
-    ({"type": "dynamic", "factor": 2.0}, "original_max_position_embeddings"),
-    ({"type": "yarn", "factor": 2.0}, "original_max_position_embeddings"),
-    ({**LLAMA31, "low_freq_factor": None}, "low_freq_factor"),
-    ({k: v for k, v in LLAMA31.items() if k != "high_freq_factor"}, "high_freq_factor"),
-])
+@pytest.mark.parametrize(
+    "scaling, key",
+    [
+        ({"type": "linear"}, "factor"),
+        ({"type": "dynamic", "factor": 2.0}, "original_max_position_embeddings"),
+        ({"type": "yarn", "factor": 2.0}, "original_max_position_embeddings"),
+        ({**LLAMA31, "low_freq_factor": None}, "low_freq_factor"),
+        ({k: v for k, v in LLAMA31.items() if k != "high_freq_factor"}, "high_freq_factor"),
+    ],
+)
 def test_missing_key_is_named(scaling: dict, key: str) -> None:
     message = config_error(scaling=scaling)
     assert "position_params['scaling']" in message and repr(key) in message
@@ -167,15 +181,18 @@ def test_missing_key_is_named(scaling: dict, key: str) -> None:
         rope_inv_freq(16, 10000.0, scaling)
 
 
-@pytest.mark.parametrize("scaling, key", [
-    ({"type": "linear", "factor": 0.5}, "factor"),
-    ({"type": "linear", "factor": True}, "factor"),
-    ({"type": "linear", "factor": 2.0, "beta_fast": 4.0}, "beta_fast"),
-    ({"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 0}, "original_max_position_embeddings"),
-    ({"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64, "beta_fast": 1.0}, "beta_fast"),
-    ({"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64, "truncate": 1}, "truncate"),
-    ({**LLAMA31, "high_freq_factor": 1.0}, "high_freq_factor"),
-])
+@pytest.mark.parametrize(
+    "scaling, key",
+    [
+        ({"type": "linear", "factor": 0.5}, "factor"),
+        ({"type": "linear", "factor": True}, "factor"),
+        ({"type": "linear", "factor": 2.0, "beta_fast": 4.0}, "beta_fast"),
+        ({"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 0}, "original_max_position_embeddings"),
+        ({"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64, "beta_fast": 1.0}, "beta_fast"),
+        ({"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64, "truncate": 1}, "truncate"),
+        ({**LLAMA31, "high_freq_factor": 1.0}, "high_freq_factor"),
+    ],
+)
 def test_bad_scaling_value_is_named(scaling: dict, key: str) -> None:
     message = config_error(scaling=scaling)
     assert "position_params['scaling']" in message and repr(key) in message
@@ -205,14 +222,23 @@ def test_scaling_round_trips_through_the_config() -> None:
 
 
 # ------------------------------------------------------------ the encoding against Hugging Face's Llama
-@pytest.mark.parametrize("scaling", [
-    {"type": "linear", "factor": 4.0},
-    {"type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 16},
-    {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
-    {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "mscale": 1.0, "mscale_all_dim": 0.5},
-    {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-     "original_max_position_embeddings": 16},
-], ids=lambda s: s["type"])
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        {"type": "linear", "factor": 4.0},
+        {"type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 16},
+        {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+        {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "mscale": 1.0, "mscale_all_dim": 0.5},
+        {
+            "type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16,
+        },
+    ],
+    ids=lambda s: s["type"],
+)
 def test_rotary_encoding_matches_hf_llama_rotary(scaling: dict) -> None:
     """Rotary (layout "half") rotates q and k as Llama's rotary embedding + apply_rotary_pos_emb,
     attention factor on cos and sin included; "dynamic" from this forward's positions (max 39 > 16)."""
@@ -233,8 +259,14 @@ def longrope(dim: int, original: int = 64, factor: float = 4.0, **extra) -> dict
     g = torch.Generator().manual_seed(dim)
     short = (1.0 + torch.rand(dim // 2, generator=g)).tolist()
     long = (1.0 + 30 * torch.rand(dim // 2, generator=g)).tolist()
-    return {"type": "longrope", "factor": factor, "short_factor": short, "long_factor": long,
-            "original_max_position_embeddings": original, **extra}
+    return {
+        "type": "longrope",
+        "factor": factor,
+        "short_factor": short,
+        "long_factor": long,
+        "original_max_position_embeddings": original,
+        **extra,
+    }
 
 
 def hf_longrope(dim: int, scaling: dict, seq_len=None):
@@ -246,14 +278,28 @@ def hf_longrope(dim: int, scaling: dict, seq_len=None):
     original = scaling["original_max_position_embeddings"]
     factors = {"short_factor": scaling["short_factor"], "long_factor": scaling["long_factor"]}
     if scaling.get("attention_factor") is None:
-        cfg = Phi3Config(hidden_size=2 * dim, num_attention_heads=2, rope_theta=10000.0,
-                         rope_scaling={"type": "longrope", **factors}, original_max_position_embeddings=original,
-                         max_position_embeddings=int(original * scaling["factor"]))
+        cfg = Phi3Config(
+            hidden_size=2 * dim,
+            num_attention_heads=2,
+            rope_theta=10000.0,
+            rope_scaling={"type": "longrope", **factors},
+            original_max_position_embeddings=original,
+            max_position_embeddings=int(original * scaling["factor"]),
+        )
     else:
-        cfg = LlamaConfig(hidden_size=2 * dim, num_attention_heads=2, head_dim=dim, rope_theta=10000.0,
-                          max_position_embeddings=original,
-                          rope_scaling={"rope_type": "longrope", "factor": scaling["factor"],
-                                        "attention_factor": scaling["attention_factor"], **factors})
+        cfg = LlamaConfig(
+            hidden_size=2 * dim,
+            num_attention_heads=2,
+            head_dim=dim,
+            rope_theta=10000.0,
+            max_position_embeddings=original,
+            rope_scaling={
+                "rope_type": "longrope",
+                "factor": scaling["factor"],
+                "attention_factor": scaling["attention_factor"],
+                **factors,
+            },
+        )
     return ROPE_INIT_FUNCTIONS["longrope"](cfg, torch.device("cpu"), seq_len=seq_len)
 
 
@@ -278,11 +324,17 @@ def test_longrope_switches_exactly_past_the_original_length() -> None:
         assert factor == pytest.approx(math.sqrt(1 + math.log(4.0) / math.log(64)))
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"short_factor": [1.0, 2.0]}, "short_factor'\\]=\\[1.0, 2.0\\] is invalid for type 'longrope': expected a list of 8"),
-    ({"long_factor": [1.0] * 7 + [0.0]}, "long_factor'\\].* expected a list of 8 numbers > 0"),
-    ({"attention_factor": -1.0}, "attention_factor'\\]=-1.0 is invalid"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"short_factor": [1.0, 2.0]},
+            "short_factor'\\]=\\[1.0, 2.0\\] is invalid for type 'longrope': expected a list of 8",
+        ),
+        ({"long_factor": [1.0] * 7 + [0.0]}, "long_factor'\\].* expected a list of 8 numbers > 0"),
+        ({"attention_factor": -1.0}, "attention_factor'\\]=-1.0 is invalid"),
+    ],
+)
 def test_longrope_bad_factors_are_named(change: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         rope_inv_freq(16, 10000.0, {**longrope(16), **change})

@@ -45,8 +45,15 @@ def test_a_shift_is_one_linear_map_for_every_position(base: float, shift: int) -
 
 
 def test_embed_hook_adds_the_table_at_the_given_positions() -> None:
-    cfg = pf.Config(arch="encoder", vocab_size=10, d_model=16, n_layers=1, n_heads=2, position="sinusoidal",
-                    position_params={"base": 500.0})
+    cfg = pf.Config(
+        arch="encoder",
+        vocab_size=10,
+        d_model=16,
+        n_layers=1,
+        n_heads=2,
+        position="sinusoidal",
+        position_params={"base": 500.0},
+    )
     encoding = pf.positions.build(cfg, causal=False, n_layers=1)
     pos = torch.tensor([[3, 4, 9], [0, 0, 1]])
     x = torch.randn(2, 3, 16)

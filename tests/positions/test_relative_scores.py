@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posformer.positions.relative_scores import (Diagonal, counts_up, key_position_scores, pair_rows,
-                                                 query_position_scores, relative_distance)
+from posformer.positions.relative_scores import (
+    Diagonal,
+    counts_up,
+    key_position_scores,
+    pair_rows,
+    query_position_scores,
+    relative_distance,
+)
 
 # (cached positions before the queries, queries, causal: distances below 0 read as 0)
 SHAPES = [(0, 6, False), (0, 6, True), (4, 3, True), (4, 3, False), (7, 1, True), (2, 1, False), (0, 1, False)]
@@ -33,8 +39,7 @@ def test_diagonal_scores_equal_the_gathered_ones(past: int, q_len: int, causal: 
     weights = torch.randn(2, 3, q_len, past + q_len) * attended[:, None]  # masked pairs get no gradient
 
     def scores_and_grads(index):
-        scores = (query_position_scores(q, table, index, k.shape[-2])
-                  + key_position_scores(k, table, index, q.shape[-2]))
+        scores = query_position_scores(q, table, index, k.shape[-2]) + key_position_scores(k, table, index, q.shape[-2])
         grads = torch.autograd.grad((scores * weights).sum(), (q, k, table))
         return scores, grads
 

@@ -16,11 +16,18 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import posformer as pf
-from posformer.cli import main
 from posformer.checkpoints.native import save_pretrained
+from posformer.cli import main
 
-LLAMA = dict(vocab_size=97, hidden_size=32, intermediate_size=40, num_hidden_layers=1, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=64)
+LLAMA = dict(
+    vocab_size=97,
+    hidden_size=32,
+    intermediate_size=40,
+    num_hidden_layers=1,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
 CHARS = list("abcdefghijklmnopqrstuvwxyz \n")
 PROMPT = "the cat"
 
@@ -33,8 +40,10 @@ def save_tokenizer(directory: Path):
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.train_from_iterator(["the cat sat on the mat", "a dog ran in the park"] * 5,
-                                  trainers.BpeTrainer(vocab_size=60, special_tokens=["<pad>", "<s>", "</s>"]))
+    tokenizer.train_from_iterator(
+        ["the cat sat on the mat", "a dog ran in the park"] * 5,
+        trainers.BpeTrainer(vocab_size=60, special_tokens=["<pad>", "<s>", "</s>"]),
+    )
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
     fast.save_pretrained(directory)
     return fast
@@ -51,8 +60,9 @@ def save_hf_llama(directory: Path, **save) -> Path:
 def save_posformer(directory: Path) -> Path:
     """A posformer checkpoint (a llama-family model, so `convert --to-hf` works) with a character tokenizer."""
     torch.manual_seed(0)
-    cfg = pf.Config.preset("llama", vocab_size=len(CHARS), d_model=16, n_layers=1, n_heads=2, d_ff=32,
-                           hf_model_type="llama")
+    cfg = pf.Config.preset(
+        "llama", vocab_size=len(CHARS), d_model=16, n_layers=1, n_heads=2, d_ff=32, hf_model_type="llama"
+    )
     tokenizer = json.dumps({"type": "char", "chars": CHARS})
     return save_pretrained(pf.Transformer(cfg), directory, {"tokenizer.json": tokenizer})
 
@@ -60,8 +70,6 @@ def save_posformer(directory: Path) -> Path:
 def copy(source: Path, target: Path) -> Path:
     shutil.copytree(source, target, symlinks=True)
     return target
-
-
 
 
 def rewrite_manifest(checkpoint: Path) -> None:
@@ -94,10 +102,9 @@ def generate(model: Path) -> list[str]:
 
 def train_tiny_run(root: Path) -> tuple[dict, Path]:
     """(run config, run dir) of a 20-step `posformer train` run with checkpoints at steps 10 and 20."""
-    from train_helpers import tiny_run, write_corpus
-
     from posformer.tasks.causal_lm import train_causal_lm
     from posformer.train.settings import RunSettings
+    from train_helpers import tiny_run, write_corpus
 
     root.mkdir(parents=True, exist_ok=True)
     config = tiny_run(write_corpus(root / "text.txt"), 20, keep_last=2)

@@ -12,5 +12,10 @@ EXPLORE = os.environ.get("POSFORMER_FUZZ") == "explore"
 
 def fuzz(examples: int) -> settings:
     """The settings of a fuzz test that tries `examples` inputs in CI."""
-    return settings(max_examples=examples * (10 if EXPLORE else 1), deadline=None, derandomize=not EXPLORE,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], database=None)
+    return settings(
+        max_examples=examples * (10 if EXPLORE else 1),
+        deadline=None,
+        derandomize=not EXPLORE,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        database=None,
+    )

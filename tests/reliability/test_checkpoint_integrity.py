@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from checkpoint_fixtures import copy, generate, refused, save_hf_llama, save_posformer, step_dir, train_tiny_run
 from safetensors.torch import save_file
-from train_helpers import flip_byte, truncate
-from tiny_bert import TOKENIZER_FILES, save_tiny_bert
 
 import posformer as pf
-from posformer.loading import load_model, load_text_tokenizer
 from posformer.checkpoints.manifest import CorruptCheckpoint
 from posformer.checkpoints.native import load_pretrained, save_pretrained
+from posformer.loading import load_model, load_text_tokenizer
+from tiny_bert import TOKENIZER_FILES, save_tiny_bert
+from train_helpers import flip_byte, truncate
 
 
 @pytest.fixture(scope="module")
@@ -31,18 +31,46 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     qa = save_pretrained(pf.from_hf(bert, head="span_qa"), root / "qa")
     for name in TOKENIZER_FILES:
         shutil.copyfile(bert / name, qa / name)
-    (root / "qa.jsonl").write_text(json.dumps({"id": "1", "context": "Paris is nice.", "question": "What is nice?",
-                                               "answers": {"text": ["Paris"], "answer_start": [0]}}) + "\n")
-    return {"posformer": save_posformer(root / "posformer"), "hf": save_hf_llama(root / "hf"),
-            "sharded": save_hf_llama(root / "sharded", max_shard_size="20KB"), "run": train_tiny_run(root)[1],
-            "qa": qa, "qa_data": root / "qa.jsonl"}
+    (root / "qa.jsonl").write_text(
+        json.dumps(
+            {
+                "id": "1",
+                "context": "Paris is nice.",
+                "question": "What is nice?",
+                "answers": {"text": ["Paris"], "answer_start": [0]},
+            }
+        )
+        + "\n"
+    )
+    return {
+        "posformer": save_posformer(root / "posformer"),
+        "hf": save_hf_llama(root / "hf"),
+        "sharded": save_hf_llama(root / "sharded", max_shard_size="20KB"),
+        "run": train_tiny_run(root)[1],
+        "qa": qa,
+        "qa_data": root / "qa.jsonl",
+    }
 
 
 def commands(models: dict[str, Path], model: Path, tmp_path: Path) -> dict[str, list[str]]:
-    return {"generate": generate(model),
-            "convert": ["convert", "--to-hf", str(model), "--out", str(tmp_path / "out")],
-            "qa eval": ["qa", "eval", "--model", str(model), "--eval-file", str(models["qa_data"]),
-                        "--output-dir", str(tmp_path / "eval"), "--max-seq-length", "64", "--doc-stride", "16"]}
+    return {
+        "generate": generate(model),
+        "convert": ["convert", "--to-hf", str(model), "--out", str(tmp_path / "out")],
+        "qa eval": [
+            "qa",
+            "eval",
+            "--model",
+            str(model),
+            "--eval-file",
+            str(models["qa_data"]),
+            "--output-dir",
+            str(tmp_path / "eval"),
+            "--max-seq-length",
+            "64",
+            "--doc-stride",
+            "16",
+        ],
+    }
 
 
 @pytest.mark.parametrize("command", ["generate", "convert", "qa eval"])
@@ -78,14 +106,16 @@ def test_truncated_hugging_face_weights_are_a_clean_error(models, tmp_path: Path
     weights = sorted(model.glob("*.safetensors"))[0]
     truncate(weights)
     assert f"{weights} is truncated or corrupt" in refused(*generate(model))
-    assert f"{weights} is truncated or corrupt" in refused("convert", "--from-hf", str(model), "--out",
-                                                          str(tmp_path / "out"))
+    assert f"{weights} is truncated or corrupt" in refused(
+        "convert", "--from-hf", str(model), "--out", str(tmp_path / "out")
+    )
 
 
 @pytest.mark.parametrize("file", ["model.safetensors", "config.json", "tokenizer.json", "trainer_state.pt"])
 @pytest.mark.parametrize("command", ["generate", "convert"])
-def test_a_flipped_byte_in_a_training_checkpoint_is_caught_outside_resume(models, tmp_path: Path, file: str,
-                                                                          command: str) -> None:
+def test_a_flipped_byte_in_a_training_checkpoint_is_caught_outside_resume(
+    models, tmp_path: Path, file: str, command: str
+) -> None:
     checkpoint = copy(step_dir(models["run"], 20), tmp_path / "checkpoint")
     flip_byte(checkpoint / file)
     err = refused(*commands(models, checkpoint, tmp_path)[command])
@@ -115,7 +145,8 @@ def test_a_run_directory_skips_a_damaged_checkpoint_with_a_warning(models, tmp_p
     run = copy(models["run"], tmp_path / "run")
     flip_byte(step_dir(run, 20) / "model.safetensors")
     assert load_model(run).cfg.d_model == 32
-    assert any(f"checkpoint {step_dir(run, 20)} is unusable" in r.message and "SHA-256" in r.message
-               for r in caplog.records)
+    assert any(
+        f"checkpoint {step_dir(run, 20)} is unusable" in r.message and "SHA-256" in r.message for r in caplog.records
+    )
     flip_byte(step_dir(run, 10) / "config.json")
     assert f"{run}/checkpoints holds no valid checkpoint" in refused(*generate(run))

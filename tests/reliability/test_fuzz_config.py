@@ -7,26 +7,63 @@ import dataclasses
 import math
 
 import torch
+from fuzz_profiles import fuzz
 from hypothesis import given
 from hypothesis import strategies as st
 
 import posformer as pf
 from posformer import positions
 from posformer.config import ACTIVATIONS, ARCHS, NORM_PLACEMENTS, NORMS
-from fuzz_profiles import fuzz
 
 BASE = dict(vocab_size=32, d_model=16, n_layers=1, n_heads=2, d_ff=24, max_positions=16)
-POISON = [math.nan, math.inf, -math.inf, -1, 0, 1, 2, 3, 0.5, -0.5, 1e-9, True, False, None, "", "x", "1", [], {},
-          [1], {"a": 1}]
+POISON = [
+    math.nan,
+    math.inf,
+    -math.inf,
+    -1,
+    0,
+    1,
+    2,
+    3,
+    0.5,
+    -0.5,
+    1e-9,
+    True,
+    False,
+    None,
+    "",
+    "x",
+    "1",
+    [],
+    {},
+    [1],
+    {"a": 1},
+]
 SENSIBLE = {  # values a field can really take, drawn as often as the poison
-    "arch": list(ARCHS), "norm": list(NORMS), "norm_placement": list(NORM_PLACEMENTS),
-    "activation": list(ACTIVATIONS), "position": positions.names(), "attn_impl": ["sdpa", "eager"],
-    "n_heads": [1, 2, 4], "n_kv_heads": [None, 1, 2], "d_head": [None, 4, 8], "n_layers": [1, 2],
-    "max_positions": [8, 16, 64], "sliding_window": [None, 2, 4], "type_vocab_size": [0, 2],
+    "arch": list(ARCHS),
+    "norm": list(NORMS),
+    "norm_placement": list(NORM_PLACEMENTS),
+    "activation": list(ACTIVATIONS),
+    "position": positions.names(),
+    "attn_impl": ["sdpa", "eager"],
+    "n_heads": [1, 2, 4],
+    "n_kv_heads": [None, 1, 2],
+    "d_head": [None, 4, 8],
+    "n_layers": [1, 2],
+    "max_positions": [8, 16, 64],
+    "sliding_window": [None, 2, 4],
+    "type_vocab_size": [0, 2],
     "head": [None, "classification", "span_qa", "causal_lm", "masked_lm", "none"],
-    "decoder_start_token_id": [None, 0, 1, 40], "pad_token_id": [None, 0, 40], "init": ["normal", "t5"],
-    "dropout": [0.0, 0.1], "attention_dropout": [0.0, 0.1], "norm_eps": [1e-6, 1e-5], "init_std": [0.02, 0.5],
-    "attn_scale": [None, 0.25, 2.0], "num_labels": [1, 3], "random_positions": [None, 32],
+    "decoder_start_token_id": [None, 0, 1, 40],
+    "pad_token_id": [None, 0, 40],
+    "init": ["normal", "t5"],
+    "dropout": [0.0, 0.1],
+    "attention_dropout": [0.0, 0.1],
+    "norm_eps": [1e-6, 1e-5],
+    "init_std": [0.02, 0.5],
+    "attn_scale": [None, 0.25, 2.0],
+    "num_labels": [1, 3],
+    "random_positions": [None, 32],
     "query_temperature": [None, {"scale": 0.1, "floor_size": 4}],
 }
 FIELDS = [f.name for f in dataclasses.fields(pf.Config)]

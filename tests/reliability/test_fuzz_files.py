@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from checkpoint_fixtures import save_hf_llama, save_posformer, step_dir, train_tiny_run
+from fuzz_profiles import fuzz
 from hypothesis import given
 from hypothesis import strategies as st
 
-from checkpoint_fixtures import save_hf_llama, save_posformer, step_dir, train_tiny_run
-from fuzz_profiles import fuzz
-from posformer.loading import load_model, load_text_tokenizer
 from posformer.config import Config
 from posformer.data.squad import load_qa_file, squad_sample
+from posformer.loading import load_model, load_text_tokenizer
 from posformer.train.settings import load_run_settings
 
 POISON = [None, True, 0, -1, 1.5, float("nan"), "", "x", [], {}, [None], {"a": None}, "../../etc/passwd", "/etc/passwd"]
@@ -37,8 +37,8 @@ def byte_damage(draw, data: bytes) -> bytes:
         return data + draw(st.binary(min_size=1, max_size=32))
     junk = draw(st.binary(min_size=1, max_size=16))
     if kind == "flip":
-        return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:]
-    return data[:at] + junk + data[at + len(junk):]
+        return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :]
+    return data[:at] + junk + data[at + len(junk) :]
 
 
 def swap_node(value, path: list[int], poison):
@@ -71,8 +71,12 @@ def assert_clean(read, *names: str) -> None:
 def sources(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("fuzz-sources")
     _, run = train_tiny_run(root / "train")
-    return {"posformer": save_posformer(root / "posformer"), "hf": save_hf_llama(root / "hf"),
-            "sharded": save_hf_llama(root / "sharded", max_shard_size="20KB"), "run_checkpoint": step_dir(run, 20)}
+    return {
+        "posformer": save_posformer(root / "posformer"),
+        "hf": save_hf_llama(root / "hf"),
+        "sharded": save_hf_llama(root / "sharded", max_shard_size="20KB"),
+        "run_checkpoint": step_dir(run, 20),
+    }
 
 
 def damaged_copy(source: Path, target: Path, name: str, content: bytes) -> Path:
@@ -83,11 +87,19 @@ def damaged_copy(source: Path, target: Path, name: str, content: bytes) -> Path:
     return target
 
 
-MODEL_FILES = [("posformer", "config.json"), ("posformer", "model.safetensors"), ("posformer", "tokenizer.json"),
-               ("hf", "config.json"), ("hf", "model.safetensors"), ("hf", "tokenizer.json"),
-               ("hf", "tokenizer_config.json"), ("sharded", "model.safetensors.index.json"),
-               ("run_checkpoint", "manifest.json"), ("run_checkpoint", "config.json"),
-               ("run_checkpoint", "model.safetensors")]
+MODEL_FILES = [
+    ("posformer", "config.json"),
+    ("posformer", "model.safetensors"),
+    ("posformer", "tokenizer.json"),
+    ("hf", "config.json"),
+    ("hf", "model.safetensors"),
+    ("hf", "tokenizer.json"),
+    ("hf", "tokenizer_config.json"),
+    ("sharded", "model.safetensors.index.json"),
+    ("run_checkpoint", "manifest.json"),
+    ("run_checkpoint", "config.json"),
+    ("run_checkpoint", "model.safetensors"),
+]
 
 
 @pytest.mark.parametrize("kind,name", MODEL_FILES, ids=[f"{k}-{n}" for k, n in MODEL_FILES])
@@ -106,8 +118,11 @@ def test_damaged_model_directory_files(sources, tmp_path_factory, kind: str, nam
     assert_clean(lambda: reader(target), str(target))
 
 
-RUN_CONFIG = {"model": {"preset": "llama", "d_model": 32, "n_layers": 1, "n_heads": 2},
-              "data": {"seq_len": 16}, "trainer": {"steps": 3, "lr": 1e-3, "betas": [0.9, 0.95]}}
+RUN_CONFIG = {
+    "model": {"preset": "llama", "d_model": 32, "n_layers": 1, "n_heads": 2},
+    "data": {"seq_len": 16},
+    "trainer": {"steps": 3, "lr": 1e-3, "betas": [0.9, 0.95]},
+}
 
 
 @fuzz(80)
@@ -129,8 +144,9 @@ def test_damaged_config_files(tmp_path_factory, data, suffix: str) -> None:
     fields = Config(vocab_size=32, d_model=16, n_layers=1, n_heads=2).to_dict()
     path = tmp_path_factory.mktemp("config") / f"config{suffix}"
     dump = (lambda v: json.dumps(v).encode()) if suffix == ".json" else (lambda v: yaml.safe_dump(v).encode())
-    content = dump(data.draw(structure_damage(fields))) if data.draw(st.booleans()) else \
-        data.draw(byte_damage(dump(fields)))
+    content = (
+        dump(data.draw(structure_damage(fields))) if data.draw(st.booleans()) else data.draw(byte_damage(dump(fields)))
+    )
     path.write_bytes(content)
     assert_clean(lambda: Config.load(path), str(path), "Config")
 
@@ -142,8 +158,11 @@ def test_damaged_squad_files(tmp_path_factory, data) -> None:
     squad["data"] = squad["data"][:1]
     squad["data"][0]["paragraphs"] = squad["data"][0]["paragraphs"][:2]
     path = tmp_path_factory.mktemp("squad") / "dev.json"
-    content = json.dumps(data.draw(structure_damage(squad))).encode() if data.draw(st.booleans()) else \
-        data.draw(byte_damage(json.dumps(squad).encode()))
+    content = (
+        json.dumps(data.draw(structure_damage(squad))).encode()
+        if data.draw(st.booleans())
+        else data.draw(byte_damage(json.dumps(squad).encode()))
+    )
     path.write_bytes(content)
     for training in (True, False):
         assert_clean(lambda: load_qa_file(path, for_training=training), str(path))

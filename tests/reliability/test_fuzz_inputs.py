@@ -8,11 +8,11 @@ import math
 
 import pytest
 import torch
+from fuzz_profiles import fuzz
 from hypothesis import given
 from hypothesis import strategies as st
 
 import posformer as pf
-from fuzz_profiles import fuzz
 from tests.conftest import tiny
 
 VOCAB = 61
@@ -44,8 +44,15 @@ def tensors(draw, batch: int, length: int, low: int, high: int):
         return None
     if choice == 1:
         return [[1, 2]]
-    shape = (batch, length) if choice < 6 else draw(st.sampled_from(
-        [(batch,), (batch, length + 1), (max(batch - 1, 0), length), (1, batch, length), (batch, 0), ()]))
+    shape = (
+        (batch, length)
+        if choice < 6
+        else draw(
+            st.sampled_from(
+                [(batch,), (batch, length + 1), (max(batch - 1, 0), length), (1, batch, length), (batch, 0), ()]
+            )
+        )
+    )
     values = torch.randint(low, high + 1, shape, generator=torch.Generator().manual_seed(draw(st.integers(0, 99))))
     return values.to(draw(st.sampled_from(DTYPES))) if draw(st.integers(0, 3)) == 0 else values
 
@@ -55,9 +62,11 @@ def forward_calls(draw):
     kind = draw(st.sampled_from(sorted(MODELS)))
     batch, length = draw(st.integers(0, 3)), draw(st.integers(0, 6))
     ids = draw(tensors(batch, length, -2, VOCAB + 2))
-    kwargs = {name: draw(tensors(batch, length, low, high)) for name, low, high in (
-        ("attention_mask", 0, 1), ("position_ids", -3, 70), ("token_type_ids", -1, 2))
-        if draw(st.booleans())}
+    kwargs = {
+        name: draw(tensors(batch, length, low, high))
+        for name, low, high in (("attention_mask", 0, 1), ("position_ids", -3, 70), ("token_type_ids", -1, 2))
+        if draw(st.booleans())
+    }
     if kind in ("decoder", "encoder", "encoder_decoder") and draw(st.booleans()):
         kwargs["labels"] = draw(tensors(batch, length, -101, VOCAB + 1))
     if kind == "classifier" and draw(st.booleans()):
@@ -92,9 +101,21 @@ def test_forward_refuses_by_name_or_gives_finite_outputs(call) -> None:
 
 
 GENERATE_VALUES = [None, -1, 0, 1, 2, 3, 0.5, 1.5, math.nan, math.inf, True, False, "1", "never", [2, 3], [-1]]
-GENERATE_ARGS = ["max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "eos_token_id", "pad_token_id",
-                 "num_beams", "length_penalty", "early_stopping", "num_return_sequences", "return_scores",
-                 "min_new_tokens"]
+GENERATE_ARGS = [
+    "max_new_tokens",
+    "do_sample",
+    "temperature",
+    "top_k",
+    "top_p",
+    "eos_token_id",
+    "pad_token_id",
+    "num_beams",
+    "length_penalty",
+    "early_stopping",
+    "num_return_sequences",
+    "return_scores",
+    "min_new_tokens",
+]
 
 
 @st.composite

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from fuzz_profiles import fuzz
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -16,22 +17,72 @@ from posformer.tasks.causal_lm import build_model
 from posformer.train.settings import DataSettings, TrainerSettings, load_run_settings
 from posformer.utils.user_files import parse_yaml
 from posformer.utils.validation import check_field_kinds
-from fuzz_profiles import fuzz
 
-KEYS = ([f"trainer.{f.name}" for f in dataclasses.fields(TrainerSettings)]
-        + [f"data.{f.name}" for f in dataclasses.fields(DataSettings) if f.name not in ("train", "valid")]
-        + [f"model.{name}" for name in ("preset", "position", "d_model", "n_heads", "n_layers", "max_positions",
-                                        "tie_embeddings", "dropout", "position_params", "norm", "vocab_size")]
-        + ["data.train", "data.valid", "trainer", "model", "nope.key", "trainer.", ".lr", "trainer.lr.x"])
-VALUES = ["0", "1", "-1", "2", "0.5", "1e-3", "1e3", ".nan", ".inf", "-.inf", "nan", "true", "false", "yes", "null",
-          "''", "x", "[", "]", "{", "[]", "{}", "[1, 2]", "[0.9, 0.95]", "{a: 1}", "{base: .nan}", "!!python/none ''",
-          "llama", "rope", "cosine", "1" * 30, "\x00", "'a: b'", "- 1", ": :", "&a [*a]"]
+KEYS = (
+    [f"trainer.{f.name}" for f in dataclasses.fields(TrainerSettings)]
+    + [f"data.{f.name}" for f in dataclasses.fields(DataSettings) if f.name not in ("train", "valid")]
+    + [
+        f"model.{name}"
+        for name in (
+            "preset",
+            "position",
+            "d_model",
+            "n_heads",
+            "n_layers",
+            "max_positions",
+            "tie_embeddings",
+            "dropout",
+            "position_params",
+            "norm",
+            "vocab_size",
+        )
+    ]
+    + ["data.train", "data.valid", "trainer", "model", "nope.key", "trainer.", ".lr", "trainer.lr.x"]
+)
+VALUES = [
+    "0",
+    "1",
+    "-1",
+    "2",
+    "0.5",
+    "1e-3",
+    "1e3",
+    ".nan",
+    ".inf",
+    "-.inf",
+    "nan",
+    "true",
+    "false",
+    "yes",
+    "null",
+    "''",
+    "x",
+    "[",
+    "]",
+    "{",
+    "[]",
+    "{}",
+    "[1, 2]",
+    "[0.9, 0.95]",
+    "{a: 1}",
+    "{base: .nan}",
+    "!!python/none ''",
+    "llama",
+    "rope",
+    "cosine",
+    "1" * 30,
+    "\x00",
+    "'a: b'",
+    "- 1",
+    ": :",
+    "&a [*a]",
+]
 
 
 @st.composite
 def overrides(draw) -> list[str]:
     items = draw(st.lists(st.tuples(st.sampled_from(KEYS), st.sampled_from(VALUES)), min_size=1, max_size=4))
-    small = ["model.d_model=32", "model.n_layers=1"][:draw(st.integers(0, 2))]
+    small = ["model.d_model=32", "model.n_layers=1"][: draw(st.integers(0, 2))]
     return [f"{key}={value}" for key, value in items] + small
 
 
@@ -43,8 +94,9 @@ def test_any_set_override_is_refused_by_name_or_builds(items: list[str]) -> None
         model = build_model(settings.model, 65, settings.data.seq_len)
     except (ValueError, FileNotFoundError) as err:
         message = str(err)
-        assert any(word in message for word in ("--set", "trainer", "data", "model", "Config", "preset", "mapping")), \
+        assert any(word in message for word in ("--set", "trainer", "data", "model", "Config", "preset", "mapping")), (
             message
+        )
         return
     check_field_kinds(settings.trainer, "trainer.")
     check_field_kinds(settings.data, "data.")
@@ -59,8 +111,11 @@ EXPERIMENTS = {"extrapolate": ExtrapolationSettings, "extrapolate --task": TaskS
 def experiment_overrides(draw):
     label = draw(st.sampled_from(sorted(EXPERIMENTS)))
     cls = EXPERIMENTS[label]
-    names = draw(st.lists(st.sampled_from([f.name for f in dataclasses.fields(cls)] + ["nope"]), min_size=1,
-                          max_size=3, unique=True))
+    names = draw(
+        st.lists(
+            st.sampled_from([f.name for f in dataclasses.fields(cls)] + ["nope"]), min_size=1, max_size=3, unique=True
+        )
+    )
     return label, {name: as_set_value(draw(st.sampled_from(VALUES))) for name in names}
 
 

@@ -9,16 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 from checkpoint_fixtures import PROMPT, cli, generate, save_hf_llama
-from hf_oracle import assert_same_outputs, padded_batch
 from transformers import LlamaForCausalLM
 
 import posformer as pf
+from hf_oracle import assert_same_outputs, padded_batch
 from posformer.checkpoints.model_dir import OutsideModelDir, model_file, read_json
 from posformer.checkpoints.native import load_pretrained
 
 
-@pytest.mark.parametrize("name", ["/etc/passwd", "../secret", "sub/../../secret", "..", "", "C:\\secret",
-                                  "..\\secret"])
+@pytest.mark.parametrize("name", ["/etc/passwd", "../secret", "sub/../../secret", "..", "", "C:\\secret", "..\\secret"])
 def test_absolute_names_and_dot_dot_are_refused(tmp_path: Path, name: str) -> None:
     with pytest.raises(OutsideModelDir, match="is refused"):
         model_file(tmp_path, name)

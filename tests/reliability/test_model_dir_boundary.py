@@ -23,9 +23,12 @@ SECRET = "TOP SECRET"
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("models")
-    return {"posformer": save_posformer(root / "posformer"), "hf": save_hf_llama(root / "hf"),
-            "sharded": save_hf_llama(root / "sharded", max_shard_size="20KB"),
-            "bin": save_hf_llama(root / "bin", max_shard_size="20KB", safe_serialization=False)}
+    return {
+        "posformer": save_posformer(root / "posformer"),
+        "hf": save_hf_llama(root / "hf"),
+        "sharded": save_hf_llama(root / "sharded", max_shard_size="20KB"),
+        "bin": save_hf_llama(root / "bin", max_shard_size="20KB", safe_serialization=False),
+    }
 
 
 @pytest.fixture
@@ -39,8 +42,9 @@ def no_secret_in(out: Path) -> bool:
     return not out.exists() or all(SECRET not in p.read_text(errors="ignore") for p in out.rglob("*") if p.is_file())
 
 
-@pytest.mark.parametrize("name", ["merges.txt", "tokenizer.json", "vocab.txt", "generation_config.json",
-                                  "special_tokens_map.json"])
+@pytest.mark.parametrize(
+    "name", ["merges.txt", "tokenizer.json", "vocab.txt", "generation_config.json", "special_tokens_map.json"]
+)
 @pytest.mark.parametrize("direction", ["--from-hf", "--to-hf"])
 def test_convert_refuses_a_tokenizer_file_linked_outside(models, tmp_path, secret, name: str, direction: str) -> None:
     model = copy(models["hf" if direction == "--from-hf" else "posformer"], tmp_path / "model")
@@ -70,23 +74,36 @@ def _move_first_shard(model: Path, index_name: str, rename) -> str:
     return first
 
 
-@pytest.mark.parametrize("kind,index_name", [("sharded", "model.safetensors.index.json"),
-                                             ("bin", "pytorch_model.bin.index.json")])
+@pytest.mark.parametrize(
+    "kind,index_name", [("sharded", "model.safetensors.index.json"), ("bin", "pytorch_model.bin.index.json")]
+)
 @pytest.mark.parametrize("how", ["absolute", "dot-dot", "symlinked folder"])
 def test_shards_outside_the_directory_are_refused(models, tmp_path, kind: str, index_name: str, how: str) -> None:
     model = copy(models[kind], tmp_path / "model")
     if how == "symlinked folder":
         (model / "shards").symlink_to(tmp_path)
-    rename = {"absolute": lambda m, v: str(m.parent / v), "dot-dot": lambda m, v: f"../{v}",
-              "symlinked folder": lambda m, v: f"shards/{v}"}[how]
+    rename = {
+        "absolute": lambda m, v: str(m.parent / v),
+        "dot-dot": lambda m, v: f"../{v}",
+        "symlinked folder": lambda m, v: f"shards/{v}",
+    }[how]
     first = _move_first_shard(model, index_name, rename)
     with pytest.raises(ValueError, match=f"named in {model / index_name}.* is refused"):
         pf.from_hf(model)
     assert first in refused("convert", "--from-hf", str(model), "--out", str(tmp_path / "out"))
 
 
-@pytest.mark.parametrize("index", ['{"weight_map": ["a.safetensors"]}', '{"weight_map": {"a": 3}}',
-                                  '{"weight_map": "model.safetensors"}', '{"metadata": {}}', "[1]", "{broken"])
+@pytest.mark.parametrize(
+    "index",
+    [
+        '{"weight_map": ["a.safetensors"]}',
+        '{"weight_map": {"a": 3}}',
+        '{"weight_map": "model.safetensors"}',
+        '{"metadata": {}}',
+        "[1]",
+        "{broken",
+    ],
+)
 def test_a_malformed_shard_index_names_the_file(models, tmp_path, index: str) -> None:
     model = copy(models["sharded"], tmp_path / "model")
     (model / "model.safetensors.index.json").write_text(index)
@@ -95,11 +112,16 @@ def test_a_malformed_shard_index_names_the_file(models, tmp_path, index: str) ->
     assert "model.safetensors.index.json" in refused(*generate(model))
 
 
-@pytest.mark.parametrize("config,message", [("[1, 2]", "must hold a JSON object, got list"),
-                                            ("{broken", "is not valid JSON"),
-                                            ('"text"', "must hold a JSON object, got str"),
-                                            ('{"posformer": 3}', "'posformer' must be a JSON object"),
-                                            ('{"posformer": {"d_model": "x"}}', "holds an invalid posformer config")])
+@pytest.mark.parametrize(
+    "config,message",
+    [
+        ("[1, 2]", "must hold a JSON object, got list"),
+        ("{broken", "is not valid JSON"),
+        ('"text"', "must hold a JSON object, got str"),
+        ('{"posformer": 3}', "'posformer' must be a JSON object"),
+        ('{"posformer": {"d_model": "x"}}', "holds an invalid posformer config"),
+    ],
+)
 def test_a_malformed_posformer_config_names_the_file(models, tmp_path, config: str, message: str) -> None:
     model = copy(models["posformer"], tmp_path / "model")
     (model / "config.json").write_text(config)
@@ -108,12 +130,15 @@ def test_a_malformed_posformer_config_names_the_file(models, tmp_path, config: s
         assert str(model / "config.json") in err and message in err
 
 
-@pytest.mark.parametrize("name,content,message", [
-    ("tokenizer.json", "{corrupt", "tokenizer.json is not a valid tokenizer file"),
-    ("tokenizer.json", '{"model": {"type": "BPE"}}', "tokenizer.json is not a valid tokenizer file"),
-    ("tokenizer_config.json", "[1]", "tokenizer_config.json must hold a JSON object"),
-    ("special_tokens_map.json", "{bad", "special_tokens_map.json is not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "name,content,message",
+    [
+        ("tokenizer.json", "{corrupt", "tokenizer.json is not a valid tokenizer file"),
+        ("tokenizer.json", '{"model": {"type": "BPE"}}', "tokenizer.json is not a valid tokenizer file"),
+        ("tokenizer_config.json", "[1]", "tokenizer_config.json must hold a JSON object"),
+        ("special_tokens_map.json", "{bad", "special_tokens_map.json is not valid JSON"),
+    ],
+)
 def test_a_corrupt_tokenizer_file_names_the_file(models, tmp_path, name: str, content: str, message: str) -> None:
     model = copy(models["hf"], tmp_path / "model")
     (model / name).write_text(content)

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from safetensors import SafetensorError
-from train_helpers import finished_run, losses
 
 from posformer.cli import main
 from posformer.train import metrics_log, training_checkpoint
 from posformer.train.metrics_log import MetricsLog
 from posformer.train.training_checkpoint import verify
+from train_helpers import finished_run, losses
 
 STEPS = 20  # checkpoints at 10 and 20
 
@@ -34,7 +34,8 @@ def _train(config: Path, out: Path, *extra: str) -> int:
 
 
 def test_a_garbage_line_mid_log_is_skipped_with_a_warning_not_a_truncation(
-        finished: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    finished: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     config, run = finished
     out = shutil.copytree(run, tmp_path / "run")
     lines = (out / "metrics.jsonl").read_text().splitlines()
@@ -47,14 +48,15 @@ def test_a_garbage_line_mid_log_is_skipped_with_a_warning_not_a_truncation(
     text = printed.out + printed.err
     assert f"{out / 'metrics.jsonl'}, line 4" in text and f"{out / 'metrics.jsonl'}, line 9" in text
     kept = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert kept[:len(valid)] == valid  # every record up to the resumed step (20) is still there
+    assert kept[: len(valid)] == valid  # every record up to the resumed step (20) is still there
     assert [s for s, _ in losses(out)] == list(range(1, STEPS + 6))
 
 
 def test_records_keeps_every_valid_line_around_garbage(tmp_path: Path) -> None:
     path = tmp_path / "metrics.jsonl"
-    path.write_bytes(b'{"step": 1, "loss": 2.0}\n[1, 2]\n\xff\xfe\n{"step": "x"}\n\n{"step": 2, "loss": 1.5}\n'
-                     b'{"step": 3, "lo')
+    path.write_bytes(
+        b'{"step": 1, "loss": 2.0}\n[1, 2]\n\xff\xfe\n{"step": "x"}\n\n{"step": 2, "loss": 1.5}\n{"step": 3, "lo'
+    )
     warnings: list[str] = []
     log = MetricsLog(path, warn=warnings.append)
     assert [r["step"] for r in log.records()] == [1, 2]
@@ -63,14 +65,24 @@ def test_records_keeps_every_valid_line_around_garbage(tmp_path: Path) -> None:
     assert path.read_text() == '{"step": 1, "loss": 2.0}\n'
 
 
-@pytest.mark.parametrize("error, reason", [
-    (lambda path: PermissionError(13, "Permission denied", path), "Permission denied"),
-    (lambda path: SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
-     "No space left on device"),
-])
+@pytest.mark.parametrize(
+    "error, reason",
+    [
+        (lambda path: PermissionError(13, "Permission denied", path), "Permission denied"),
+        (
+            lambda path: SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
+            "No space left on device",
+        ),
+    ],
+)
 def test_a_checkpoint_write_that_fails_names_the_path_and_keeps_the_previous_one(
-        tmp_path: Path, finished: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture, error, reason: str) -> None:
+    tmp_path: Path,
+    finished: tuple[Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    error,
+    reason: str,
+) -> None:
     config, _ = finished
     real, calls = training_checkpoint.save_model, []
 
@@ -94,7 +106,8 @@ def test_a_checkpoint_write_that_fails_names_the_path_and_keeps_the_previous_one
 
 @pytest.mark.parametrize("name, what", [("metrics.jsonl", "the metrics log"), ("run_config.yaml", "the run config")])
 def test_a_run_file_that_cannot_be_written_is_a_clean_error(
-        tmp_path: Path, finished: tuple[Path, Path], capsys: pytest.CaptureFixture, name: str, what: str) -> None:
+    tmp_path: Path, finished: tuple[Path, Path], capsys: pytest.CaptureFixture, name: str, what: str
+) -> None:
     config, _ = finished
     out = tmp_path / "run"
     (out / name).mkdir(parents=True)  # a folder where the file belongs: writing it fails, even as root
@@ -104,8 +117,8 @@ def test_a_run_file_that_cannot_be_written_is_a_clean_error(
 
 
 def test_a_metrics_append_that_fails_mid_run_stops_with_the_path(
-        tmp_path: Path, finished: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, finished: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     config, _ = finished
     appends = []
 
@@ -126,7 +139,8 @@ def test_a_metrics_append_that_fails_mid_run_stops_with_the_path(
 
 
 def test_a_loss_curve_that_cannot_be_written_is_a_warning(
-        tmp_path: Path, finished: tuple[Path, Path], capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, finished: tuple[Path, Path], capsys: pytest.CaptureFixture
+) -> None:
     pytest.importorskip("matplotlib")
     config, _ = finished
     out = tmp_path / "run"

@@ -13,9 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from train_helpers import tiny_run, write_config, write_corpus
-
 from posformer.data.stable_unigram import canonical_vocab
+from train_helpers import tiny_run, write_config, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 TOKENIZER = """
@@ -26,17 +25,54 @@ examples = load_qa_file(squad_sample()).examples[:80]
 sys.stdout.write(train_qa_tokenizer(qa_training_texts(examples), kind="unigram", vocab_size=500)
                  .backend_tokenizer.to_str())
 """
-QA = ["qa", "train", "--from-scratch", "--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "64",
-      "--vocab-size", "300", "--max-seq-length", "96", "--doc-stride", "32", "--max-train-samples", "16",
-      "--max-eval-samples", "2", "--max-steps", "3", "--save-steps", "3", "--seed", "7", "--device", "cpu",
-      "--no-progress"]
+QA = [
+    "qa",
+    "train",
+    "--from-scratch",
+    "--d-model",
+    "32",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--d-ff",
+    "64",
+    "--vocab-size",
+    "300",
+    "--max-seq-length",
+    "96",
+    "--doc-stride",
+    "32",
+    "--max-train-samples",
+    "16",
+    "--max-eval-samples",
+    "2",
+    "--max-steps",
+    "3",
+    "--save-steps",
+    "3",
+    "--seed",
+    "7",
+    "--device",
+    "cpu",
+    "--no-progress",
+]
 
 
 def _in_two_processes(args_of, cwd: Path = REPO) -> list[subprocess.CompletedProcess]:
     """Run `args_of(n)` for n = 0, 1 side by side, with PYTHONHASHSEED 1 and 2; both must succeed."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    procs = [subprocess.Popen(args_of(n), cwd=cwd, env={**env, "PYTHONHASHSEED": str(n + 1)}, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for n in range(2)]
+    procs = [
+        subprocess.Popen(
+            args_of(n),
+            cwd=cwd,
+            env={**env, "PYTHONHASHSEED": str(n + 1)},
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for n in range(2)
+    ]
     done = []
     for proc in procs:
         out, err = proc.communicate(timeout=300)
@@ -84,6 +120,19 @@ def test_qa_train_from_scratch_is_the_same_run_in_every_process(tmp_path: Path) 
 def test_posformer_train_is_the_same_run_in_every_process(tmp_path: Path) -> None:
     config = write_config(tmp_path / "run.yaml", tiny_run(write_corpus(tmp_path / "text.txt"), 6, eval_every=6))
     runs = [tmp_path / f"run{n}" for n in range(2)]
-    _in_two_processes(lambda n: [sys.executable, "-m", "posformer.cli", "train", "--config", str(config),
-                                 "--output-dir", str(runs[n]), "--seed", "5", "--no-progress"])
+    _in_two_processes(
+        lambda n: [
+            sys.executable,
+            "-m",
+            "posformer.cli",
+            "train",
+            "--config",
+            str(config),
+            "--output-dir",
+            str(runs[n]),
+            "--seed",
+            "5",
+            "--no-progress",
+        ]
+    )
     assert _losses(runs[0]) == _losses(runs[1]) and len(_losses(runs[0])) == 6

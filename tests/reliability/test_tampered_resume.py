@@ -15,9 +15,9 @@ import pytest
 import torch
 from checkpoint_fixtures import copy, refused, rewrite_manifest, step_dir, train_tiny_run
 from safetensors.torch import load_file, save_file
-from train_helpers import write_config
 
 from posformer.train.training_checkpoint import CheckpointManager
+from train_helpers import write_config
 
 
 class Payload:
@@ -39,6 +39,7 @@ def edit_state(change: Callable[[dict], object]) -> Callable[[Path], None]:
         loaded = state(checkpoint)
         change(loaded)
         torch.save(loaded, checkpoint / "trainer_state.pt")
+
     return tamper
 
 
@@ -68,11 +69,14 @@ TAMPERING = {  # how -> (the tampering, what the message names)
     "optimizer groups": (edit_state(lambda s: s["optimizer"].update(param_groups=3)), "'optimizer.param_groups'"),
     "scheduler": (edit_state(lambda s: s.update(scheduler=[1])), "field 'scheduler' is invalid"),
     "empty scheduler": (edit_state(lambda s: s.update(scheduler={})), "field 'scheduler.last_epoch' is missing"),
-    "moments of the wrong shape": (edit_state(lambda s: [m.update(exp_avg=torch.zeros(3))
-                                                         for m in s["optimizer"]["state"].values()]),
-                                   "a tensor of the parameter's shape"),
-    "unknown parameter": (edit_state(lambda s: s["optimizer"]["param_groups"][0].update(params=["nowhere"])),
-                          "the model's parameter names"),
+    "moments of the wrong shape": (
+        edit_state(lambda s: [m.update(exp_avg=torch.zeros(3)) for m in s["optimizer"]["state"].values()]),
+        "a tensor of the parameter's shape",
+    ),
+    "unknown parameter": (
+        edit_state(lambda s: s["optimizer"]["param_groups"][0].update(params=["nowhere"])),
+        "the model's parameter names",
+    ),
     "data position": (edit_state(lambda s: s["data"].update(index="7")), "field 'data.index' is invalid"),
     "step as text": (edit_state(lambda s: s.update(step="20")), "field 'step' is invalid: expected an integer"),
     "config not JSON": (write("config.json", b"{bad"), "config.json is not valid JSON"),
@@ -91,8 +95,9 @@ def resume(config: Path, run: Path) -> list[str]:
     return ["train", "--config", str(config), "--output-dir", str(run), "--no-progress", "--resume"]
 
 
-def tampered_copy(trained: tuple[Path, Path], tmp_path: Path, tamper: Callable[[Path], None],
-                  steps: tuple[int, ...] = (20,)) -> Path:
+def tampered_copy(
+    trained: tuple[Path, Path], tmp_path: Path, tamper: Callable[[Path], None], steps: tuple[int, ...] = (20,)
+) -> Path:
     run = copy(trained[1], tmp_path / "run")
     for step in steps:
         tamper(step_dir(run, step))
@@ -111,8 +116,7 @@ def test_a_consistently_tampered_checkpoint_falls_back_to_the_previous(trained, 
     assert "falling back to the previous one" in logs[0]
 
 
-def test_resume_over_a_malicious_pickle_runs_no_code_and_uses_the_previous(trained, tmp_path: Path,
-                                                                            capsys) -> None:
+def test_resume_over_a_malicious_pickle_runs_no_code_and_uses_the_previous(trained, tmp_path: Path, capsys) -> None:
     marker = tmp_path / "pwned"
     run = tampered_copy(trained, tmp_path, write("trainer_state.pt", pickle.dumps({"step": Payload(marker)})))
     from posformer.cli import main

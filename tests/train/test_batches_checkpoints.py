@@ -14,9 +14,9 @@ import torch
 from safetensors.torch import load_file
 
 import posformer as pf
-from posformer.loading import load_model
 from posformer.experiments.passkey import PasskeyMix
 from posformer.experiments.synthetic.dataset import TaskBatches
+from posformer.loading import load_model
 from posformer.train.batches import WindowBatches
 from posformer.train.settings import TrainerSettings
 from posformer.train.trainer import Trainer
@@ -41,10 +41,23 @@ KINDS = {
 
 def _train(run_dir, kind: str, resume: bool) -> None:
     torch.manual_seed(0)
-    model = pf.Transformer(pf.Config(arch="decoder", vocab_size=256, d_model=16, n_layers=1, n_heads=2,
-                                     position="rope", max_positions=SEQ_LEN))
-    settings = TrainerSettings(steps=4, batch_size=4, lr=1e-2, warmup=1, eval_every=2, save_every=2, keep_last=3,
-                               sample_prompt=None, sample_tokens=0, device="cpu")
+    model = pf.Transformer(
+        pf.Config(
+            arch="decoder", vocab_size=256, d_model=16, n_layers=1, n_heads=2, position="rope", max_positions=SEQ_LEN
+        )
+    )
+    settings = TrainerSettings(
+        steps=4,
+        batch_size=4,
+        lr=1e-2,
+        warmup=1,
+        eval_every=2,
+        save_every=2,
+        keep_last=3,
+        sample_prompt=None,
+        sample_tokens=0,
+        device="cpu",
+    )
     Trainer(model, KINDS[kind](), settings, run_dir, log=lambda _: None, progress=False).fit(resume=resume)
 
 

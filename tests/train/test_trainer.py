@@ -17,22 +17,13 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
 from torch import nn
-from train_helpers import (
-    final_weights,
-    losses,
-    records,
-    tiny_run,
-    write_config,
-    write_corpus,
-)
 
 import posformer as pf
-from posformer.loading import load_model
 from posformer.cli import main
+from posformer.loading import load_model
 from posformer.tasks import causal_lm
 from posformer.tasks.causal_lm import train_causal_lm
 from posformer.train.batches import WindowBatches
-from posformer.train.training_checkpoint import verify
 from posformer.train.optim import (
     build_optimizer,
     build_scheduler,
@@ -41,6 +32,15 @@ from posformer.train.optim import (
 )
 from posformer.train.settings import RunSettings, TrainerSettings, load_run_settings
 from posformer.train.trainer import Trainer, TrainingStopped
+from posformer.train.training_checkpoint import verify
+from train_helpers import (
+    final_weights,
+    losses,
+    records,
+    tiny_run,
+    write_config,
+    write_corpus,
+)
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +54,18 @@ POISON = 59  # the data uses ids 0..58; this id's embedding row is NaN, and only
 
 def poisoned_model() -> pf.Transformer:
     torch.manual_seed(0)
-    model = pf.Transformer(pf.Config(arch="decoder", vocab_size=POISON + 1, d_model=32, n_layers=1, n_heads=2,
-                                     d_ff=64, max_positions=32, tie_embeddings=False))
+    model = pf.Transformer(
+        pf.Config(
+            arch="decoder",
+            vocab_size=POISON + 1,
+            d_model=32,
+            n_layers=1,
+            n_heads=2,
+            d_ff=64,
+            max_positions=32,
+            tie_embeddings=False,
+        )
+    )
     with torch.no_grad():
         model.embed_tokens.weight[POISON] = float("nan")
     return model
@@ -84,9 +94,14 @@ class PoisonedBatches(WindowBatches):
 def fit_poisoned(out: Path, bad: set[int], drop: bool = False, **settings) -> tuple[Trainer, list[str]]:
     """A 12-step run, a checkpoint every 5 steps; raises what fit raises."""
     logs: list[str] = []
-    trainer = Trainer(poisoned_model(), PoisonedBatches(bad, drop),
-                      TrainerSettings(steps=12, batch_size=8, lr=1e-2, warmup=2, eval_every=5, device="cpu",
-                                      **settings), out, log=logs.append, progress=False)
+    trainer = Trainer(
+        poisoned_model(),
+        PoisonedBatches(bad, drop),
+        TrainerSettings(steps=12, batch_size=8, lr=1e-2, warmup=2, eval_every=5, device="cpu", **settings),
+        out,
+        log=logs.append,
+        progress=False,
+    )
     trainer.fit()
     return trainer, logs
 
@@ -142,8 +157,8 @@ BAD_INPUT = {  # name -> (--set overrides, words of the error, whether the data 
 
 @pytest.mark.parametrize("case", list(BAD_INPUT))
 def test_bad_config_or_path_fails_clearly_before_any_work(
-        corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
-        case: str) -> None:
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, case: str
+) -> None:
     overrides, message, reads_data = BAD_INPUT[case]
     work: list[str] = []
     read_text = causal_lm.read_text
@@ -169,13 +184,19 @@ def expected_factor(t: int, schedule: str, warmup: int, steps: int, floor: float
     if schedule == "constant":
         return 1.0
     progress = min(1.0, (t - warmup) / (steps - warmup))
-    return {"linear": 1 - (1 - floor) * progress,
-            "cosine": floor + (1 - floor) * (1 + math.cos(math.pi * progress)) / 2}[schedule]
+    return {
+        "linear": 1 - (1 - floor) * progress,
+        "cosine": floor + (1 - floor) * (1 + math.cos(math.pi * progress)) / 2,
+    }[schedule]
 
 
 @hsettings(max_examples=60, deadline=None)
-@given(schedule=st.sampled_from(["constant", "linear", "cosine"]), warmup=st.integers(0, 20),
-       extra=st.integers(1, 200), floor=st.floats(0, 1))
+@given(
+    schedule=st.sampled_from(["constant", "linear", "cosine"]),
+    warmup=st.integers(0, 20),
+    extra=st.integers(1, 200),
+    floor=st.floats(0, 1),
+)
 def test_lr_factor_follows_warmup_then_the_schedule(schedule: str, warmup: int, extra: int, floor: float) -> None:
     steps = warmup + extra
     s = TrainerSettings(steps=steps, warmup=warmup, schedule=schedule, min_lr_ratio=floor)
@@ -209,9 +230,18 @@ ARCHS = [("decoder", p) for p in pf.positions.names()] + [("encoder", "learned")
 
 @pytest.mark.parametrize("arch, position", ARCHS, ids=[f"{a}-{p}" for a, p in ARCHS])
 def test_parameter_groups_decay_only_linear_matrices_each_parameter_once(arch: str, position: str) -> None:
-    cfg = pf.Config(arch=arch, vocab_size=61, d_model=32, n_layers=1, n_heads=4, d_ff=48, max_positions=64,
-                    position=position, tie_embeddings=True,
-                    decoder_start_token_id=0 if arch == "encoder_decoder" else None)
+    cfg = pf.Config(
+        arch=arch,
+        vocab_size=61,
+        d_model=32,
+        n_layers=1,
+        n_heads=4,
+        d_ff=48,
+        max_positions=64,
+        position=position,
+        tie_embeddings=True,
+        decoder_start_token_id=0 if arch == "encoder_decoder" else None,
+    )
     model = pf.Transformer(cfg)
     frozen = next(p for n, p in model.named_parameters() if n.endswith("bias") or "norm" in n)
     frozen.requires_grad_(False)
@@ -228,8 +258,9 @@ def test_parameter_groups_decay_only_linear_matrices_each_parameter_once(arch: s
     names = {id(p): n for n, p in model.named_parameters()}
     kept_names = {names[i] for i in kept}
     assert "embed_tokens.weight" in kept_names  # the tied output head too: it is the embedding table
-    assert {n for n in kept_names if n.endswith("bias") or "norm" in n} == \
-        {n for n, p in model.named_parameters() if p.requires_grad and (n.endswith("bias") or "norm" in n)}
+    assert {n for n in kept_names if n.endswith("bias") or "norm" in n} == {
+        n for n, p in model.named_parameters() if p.requires_grad and (n.endswith("bias") or "norm" in n)
+    }
 
 
 # ------------------------------------------------------------------------ accumulation, seeds, run outputs
@@ -250,7 +281,8 @@ def test_grad_accum_equals_the_larger_batch(corpus: Path, tmp_path: Path) -> Non
 
 
 def test_one_seed_makes_runs_identical_and_the_run_writes_its_config_log_and_plot(
-        corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     config = write_config(tmp_path / "run.yaml", tiny_run(corpus, 20, eval_every=10))
     first, again, other = tmp_path / "first", tmp_path / "again", tmp_path / "other"
     assert main(["train", "--config", str(config), "--output-dir", str(first), "--seed", "3", "--no-progress"]) == 0
@@ -271,8 +303,10 @@ def test_one_seed_makes_runs_identical_and_the_run_writes_its_config_log_and_plo
         factor = expected_factor(r["step"] - 1, s.schedule, s.warmup, s.steps, s.min_lr_ratio)
         assert r["lr"] == pytest.approx(s.lr * factor, abs=1e-15)
         assert r["tokens_per_s"] > 0 and math.isfinite(r["loss"])
-    assert [(r["step"], sorted(r["eval"])) for r in log if "eval" in r] == [(10, ["val_loss", "val_ppl"]),
-                                                                          (20, ["val_loss", "val_ppl"])]
+    assert [(r["step"], sorted(r["eval"])) for r in log if "eval" in r] == [
+        (10, ["val_loss", "val_ppl"]),
+        (20, ["val_loss", "val_ppl"]),
+    ]
     assert (first / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -303,8 +337,9 @@ def test_compiled_training_equals_eager_training(corpus: Path, tmp_path: Path) -
         torch.testing.assert_close(weights[name], tensor, rtol=0, atol=1e-5)
 
 
-def test_training_steps_ask_a_token_head_for_the_loss_alone(corpus: Path, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_training_steps_ask_a_token_head_for_the_loss_alone(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The trainer's steps call the model with `return_logits=False`, so the (B, T, V) logits are never held."""
     calls, forward = [], pf.Transformer.forward
 

@@ -20,8 +20,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from posformer.cli import main
 from posformer.checkpoints.native import load_pretrained
+from posformer.cli import main
 from posformer.train.settings import RunSettings, load_run_settings
 from posformer.train.training_checkpoint import verify
 
@@ -30,9 +30,19 @@ STEPS, SAVE = 20, 10
 # constant schedule: the lr of a step does not depend on trainer.steps, so a run stopped at
 # step 10 (trainer.steps=10) and resumed with trainer.steps=20 follows the 20-step run; the
 # warm-up (15 steps) crosses the resume point, so the scheduler's state must come back too
-SETTINGS = {"data.seq_len": 32, "model.d_model": 32, "model.n_layers": 1, "model.n_heads": 2, "model.d_ff": 64,
-            "model.dropout": 0.0, "trainer.lr": 3e-3, "trainer.schedule": "constant", "trainer.warmup": 15,
-            "trainer.eval_every": SAVE, "trainer.sample_tokens": 8}
+SETTINGS = {
+    "data.seq_len": 32,
+    "model.d_model": 32,
+    "model.n_layers": 1,
+    "model.n_heads": 2,
+    "model.d_ff": 64,
+    "model.dropout": 0.0,
+    "trainer.lr": 3e-3,
+    "trainer.schedule": "constant",
+    "trainer.warmup": 15,
+    "trainer.eval_every": SAVE,
+    "trainer.sample_tokens": 8,
+}
 # The runs differ only in the order of float32 sums (one backward over 2b rows against two over
 # b rows and an all-reduce; FSDP's reduce-scatter against DDP's all-reduce). Observed after 20
 # steps: losses within 4.8e-7 (1.4e-7 relative), weights within 1.2e-7 (FSDP vs DDP: 2.4e-7 and
@@ -42,17 +52,35 @@ TOLERANCE = dict(rtol=1e-5, atol=1e-6)
 
 
 def _args(out: Path, batch: int, eval_batches: int, steps: int, extra: dict | None = None) -> list[str]:
-    settings = {**SETTINGS, "trainer.batch_size": batch, "trainer.eval_batches": eval_batches,
-                "trainer.steps": steps, **(extra or {})}
-    return ["train", "--output-dir", str(out), "--no-progress",
-            *[arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]]
+    settings = {
+        **SETTINGS,
+        "trainer.batch_size": batch,
+        "trainer.eval_batches": eval_batches,
+        "trainer.steps": steps,
+        **(extra or {}),
+    }
+    return [
+        "train",
+        "--output-dir",
+        str(out),
+        "--no-progress",
+        *[arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")],
+    ]
 
 
 def torchrun(out: Path, steps: int = STEPS, resume: bool = False, parallel: str = "ddp") -> str:
     """`torchrun --nproc_per_node 2 -m posformer.cli train ...` on the CPU; returns its stdout."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "-m", "posformer.cli", *_args(out, B, 2, steps, {"trainer.parallel": parallel,
-                                                                  "trainer.device": "cpu"})]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "posformer.cli",
+        *_args(out, B, 2, steps, {"trainer.parallel": parallel, "trainer.device": "cpu"}),
+    ]
     if resume:
         command.append("--resume")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -173,8 +201,9 @@ def test_fsdp_matches_ddp_and_resumes(ddp, fsdp_resumed) -> None:
     (out, _), (fsdp, _, stdout) = ddp, fsdp_resumed
     assert f"step-{SAVE:08d} (step {SAVE})" in stdout and stdout.count(f"sample after {STEPS} steps") == 1
     torch.testing.assert_close(losses(fsdp), losses(out), **TOLERANCE)
-    torch.testing.assert_close(torch.tensor([v for _, v in val_losses(fsdp)]),
-                               torch.tensor([v for _, v in val_losses(out)]), **TOLERANCE)
+    torch.testing.assert_close(
+        torch.tensor([v for _, v in val_losses(fsdp)]), torch.tensor([v for _, v in val_losses(out)]), **TOLERANCE
+    )
     assert_weights_close(weights(fsdp), weights(out))
     a, b = optimizer_state(fsdp), optimizer_state(out)  # one format: keyed by parameter name
     assert list(a["state"]) == list(b["state"]) and "embed_tokens.weight" in a["state"]
@@ -201,6 +230,23 @@ def test_example_run_config_is_the_demo_and_runs(tmp_path) -> None:
     """examples/run_causal_lm.yaml (the README's example) loads, spells out the demo's settings, and trains."""
     assert load_run_settings(str(EXAMPLE)).to_dict() == RunSettings().to_dict()
     out = tmp_path / "run"
-    assert main(["train", "--config", str(EXAMPLE), "--output-dir", str(out), "--no-progress", "--set",
-                 "trainer.steps=3", "--set", "trainer.eval_batches=1", "--set", "trainer.sample_tokens=0"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(EXAMPLE),
+                "--output-dir",
+                str(out),
+                "--no-progress",
+                "--set",
+                "trainer.steps=3",
+                "--set",
+                "trainer.eval_batches=1",
+                "--set",
+                "trainer.sample_tokens=0",
+            ]
+        )
+        == 0
+    )
     assert len(losses(out)) == 3 and verify(out / "checkpoints" / "step-00000003")["step"] == 3

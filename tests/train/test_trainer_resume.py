@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from train_helpers import assert_same_run, flip_byte, losses, tiny_run, truncate, write_config, write_corpus
 
 from posformer.cli import main
 from posformer.tasks import causal_lm
@@ -29,6 +28,7 @@ from posformer.train import training_checkpoint
 from posformer.train.batches import WindowBatches
 from posformer.train.settings import RunSettings
 from posformer.train.training_checkpoint import CheckpointManager, verify
+from train_helpers import assert_same_run, flip_byte, losses, tiny_run, truncate, write_config, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -45,8 +45,18 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # ------------------------------------------------------------------ real kills of a `posformer train` process
 def cli(config: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "posformer.cli", "train", "--config", str(config), "--output-dir", str(out),
-            "--no-progress", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "posformer.cli",
+        "train",
+        "--config",
+        str(config),
+        "--output-dir",
+        str(out),
+        "--no-progress",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +102,8 @@ def interrupt_at_random(config: Path, out: Path, rng: random.Random, sig: int, a
 
 
 def test_killed_then_interrupted_at_random_moments_then_resumed_equals_the_uninterrupted_run(
-        tmp_path: Path, long_reference: tuple[dict, Path]) -> None:
+    tmp_path: Path, long_reference: tuple[dict, Path]
+) -> None:
     config, reference = long_reference
     path = write_config(tmp_path / "run.yaml", config)
     out = tmp_path / "run"
@@ -163,8 +174,6 @@ def checkpoint(out: Path, step: int) -> Path:
     return out / "checkpoints" / f"step-{step:08d}"
 
 
-
-
 DAMAGE = {  # how a checkpoint is damaged -> what the fallback message says
     "truncated weights": (lambda c: truncate(c / "model.safetensors"), "truncated"),
     "truncated trainer state": (lambda c: truncate(c / "trainer_state.pt"), "truncated"),
@@ -172,17 +181,21 @@ DAMAGE = {  # how a checkpoint is damaged -> what the fallback message says
     "garbage manifest": (lambda c: (c / "manifest.json").write_bytes(b"\x89\xff{not json"), "unreadable"),
     "flipped byte in weights": (lambda c: flip_byte(c / "model.safetensors"), "SHA-256"),
     "config.json replaced": (lambda c: (c / "config.json").write_text("{}"), "the manifest says"),
-    "manifest listing nothing": (lambda c: (truncate(c / "model.safetensors"),
-                                            (c / "manifest.json").write_text('{"step": 30, "files": {}}')),
-                                 "does not list ['config.json', 'model.safetensors', 'trainer_state.pt']"),
-    "manifest of another layout": (lambda c: (c / "manifest.json").write_text('{"files": ["model.safetensors"]}'),
-                                   "unreadable"),
+    "manifest listing nothing": (
+        lambda c: (truncate(c / "model.safetensors"), (c / "manifest.json").write_text('{"step": 30, "files": {}}')),
+        "does not list ['config.json', 'model.safetensors', 'trainer_state.pt']",
+    ),
+    "manifest of another layout": (
+        lambda c: (c / "manifest.json").write_text('{"files": ["model.safetensors"]}'),
+        "unreadable",
+    ),
 }
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_damaged_newest_checkpoint_falls_back_to_the_previous_and_ends_identical(
-        runs: tuple[dict, Path, Path], tmp_path: Path, damage: str) -> None:
+    runs: tuple[dict, Path, Path], tmp_path: Path, damage: str
+) -> None:
     config, reference, _ = runs
     out = crashed_copy(runs, tmp_path)
     spoil, reason = DAMAGE[damage]
@@ -195,7 +208,8 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous_and_ends_identical
 
 
 def test_two_damaged_checkpoints_fall_back_two_and_partial_writes_are_removed(
-        runs: tuple[dict, Path, Path], tmp_path: Path) -> None:
+    runs: tuple[dict, Path, Path], tmp_path: Path
+) -> None:
     config, reference, _ = runs
     out = crashed_copy(runs, tmp_path)
     truncate(checkpoint(out, 30) / "model.safetensors")
@@ -210,7 +224,8 @@ def test_two_damaged_checkpoints_fall_back_two_and_partial_writes_are_removed(
 
 
 def test_every_checkpoint_unusable_is_an_error_that_touches_nothing(
-        runs: tuple[dict, Path, Path], tmp_path: Path) -> None:
+    runs: tuple[dict, Path, Path], tmp_path: Path
+) -> None:
     config, _, _ = runs
     out = crashed_copy(runs, tmp_path)
     for step in (10, 20, 30):
@@ -231,26 +246,32 @@ def test_resume_without_any_checkpoint_starts_at_step_zero(runs: tuple[dict, Pat
     assert_same_run(tmp_path / "fresh", reference, STEPS)
 
 
-@pytest.mark.parametrize("override, message", [
-    ("model.d_model=64", "different model (fields ['d_model'"),
-    ("model.position=alibi", "different model (fields ['position'"),
-    ("trainer.seed=7", "resume with the same trainer.seed"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("model.d_model=64", "different model (fields ['d_model'"),
+        ("model.position=alibi", "different model (fields ['position'"),
+        ("trainer.seed=7", "resume with the same trainer.seed"),
+    ],
+)
 def test_checkpoint_of_another_model_or_seed_is_a_clear_error(
-        runs: tuple[dict, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture, override: str,
-        message: str) -> None:
+    runs: tuple[dict, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture, override: str, message: str
+) -> None:
     config, _, _ = runs
     out = crashed_copy(runs, tmp_path)
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     path = write_config(tmp_path / "run.yaml", config)
-    assert main(["train", "--config", str(path), "--output-dir", str(out), "--resume", "--set", override,
-                 "--no-progress"]) == 2
+    assert (
+        main(["train", "--config", str(path), "--output-dir", str(out), "--resume", "--set", override, "--no-progress"])
+        == 2
+    )
     assert message in capsys.readouterr().err
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
 def test_existing_checkpoints_without_resume_is_a_clear_error(
-        runs: tuple[dict, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    runs: tuple[dict, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     config, _, _ = runs
     out = crashed_copy(runs, tmp_path)
     metrics = (out / "metrics.jsonl").read_bytes()

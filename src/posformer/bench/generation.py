@@ -26,43 +26,72 @@ from posformer.bench.speed import _transformers, measure_interleaved, torch_thre
 NAMES = ("posformer", "hf")
 
 
-def hf_gpt2(d_model: int = 768, layers: int = 12, heads: int = 12, vocab: int = 50257, positions: int = 1024,
-            seed: int = 0) -> Any:
+def hf_gpt2(
+    d_model: int = 768, layers: int = 12, heads: int = 12, vocab: int = 50257, positions: int = 1024, seed: int = 0
+) -> Any:
     """A random Hugging Face `GPT2LMHeadModel` (SDPA attention, no dropout) in eval mode."""
     transformers = _transformers()
     config = transformers.GPT2Config(
-        vocab_size=vocab, n_embd=d_model, n_layer=layers, n_head=heads, n_positions=positions,
-        bos_token_id=vocab - 1, eos_token_id=vocab - 1, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        vocab_size=vocab,
+        n_embd=d_model,
+        n_layer=layers,
+        n_head=heads,
+        n_positions=positions,
+        bos_token_id=vocab - 1,
+        eos_token_id=vocab - 1,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
         attn_implementation="sdpa",
     )
     torch.manual_seed(seed)
     return transformers.GPT2LMHeadModel(config).eval()
 
 
-def _steps(models: dict[str, Any], ids: torch.Tensor, new_tokens: int,
-           outputs: dict[str, torch.Tensor]) -> dict[str, Callable[[], None]]:
+def _steps(
+    models: dict[str, Any], ids: torch.Tensor, new_tokens: int, outputs: dict[str, torch.Tensor]
+) -> dict[str, Callable[[], None]]:
     """One greedy generation of `new_tokens` per model; the last output of each lands in `outputs`."""
+
     def ours() -> None:
         outputs["posformer"] = models["posformer"].generate(ids, max_new_tokens=new_tokens, eos_token_id=[])
 
     def theirs() -> None:
         with torch.no_grad():
             outputs["hf"] = models["hf"].generate(
-                ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, do_sample=False,
-                eos_token_id=None, pad_token_id=0,
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=new_tokens,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
             )
+
     return {"posformer": ours, "hf": theirs}
 
 
 def run(
-    batches: tuple[int, ...] = (1, 8), new_tokens: int = 128, prompt_length: int = 16, d_model: int = 768,
-    layers: int = 12, heads: int = 12, vocab: int = 50257, warmup: int = 1, iters: int = 3,
-    threads: int | None = None, progress: bool = True, seed: int = 0,
+    batches: tuple[int, ...] = (1, 8),
+    new_tokens: int = 128,
+    prompt_length: int = 16,
+    d_model: int = 768,
+    layers: int = 12,
+    heads: int = 12,
+    vocab: int = 50257,
+    warmup: int = 1,
+    iters: int = 3,
+    threads: int | None = None,
+    progress: bool = True,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Benchmark greedy generation per batch size; per batch: `posformer_tok_s`, `hf_tok_s`,
     `ratio` = posformer / HF, the timed seconds of each model and `same_tokens`."""
-    for name, value, low in (("new_tokens", new_tokens, 1), ("prompt_length", prompt_length, 1),
-                             ("iters", iters, 1), ("warmup", warmup, 0)):
+    for name, value, low in (
+        ("new_tokens", new_tokens, 1),
+        ("prompt_length", prompt_length, 1),
+        ("iters", iters, 1),
+        ("warmup", warmup, 0),
+    ):
         if value < low:
             raise ValueError(f"{name}={value} is invalid: expected an integer >= {low}")
     if not batches or min(batches) < 1:
@@ -76,9 +105,15 @@ def run(
             hf.save_pretrained(directory, safe_serialization=True)
             models = {"posformer": pf.from_hf(directory).eval(), "hf": hf}
         result: dict[str, Any] = {
-            "torch": torch.__version__, "transformers": transformers.__version__, "threads": threads,
-            "dtype": "float32", "new_tokens": new_tokens, "prompt_length": prompt_length, "warmup": warmup,
-            "iters": iters, "params": models["posformer"].num_parameters(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "threads": threads,
+            "dtype": "float32",
+            "new_tokens": new_tokens,
+            "prompt_length": prompt_length,
+            "warmup": warmup,
+            "iters": iters,
+            "params": models["posformer"].num_parameters(),
             "shape": {"d_model": d_model, "layers": layers, "heads": heads, "vocab": vocab},
             "attn": {"posformer": models["posformer"].cfg.attn_impl, "hf": hf.config._attn_implementation},
             "batches": {},
@@ -91,8 +126,11 @@ def run(
             times = measure_interleaved(steps, warmup, iters, f"batch {batch}", progress)
             ours, theirs = (batch * new_tokens / statistics.median(times[name]) for name in NAMES)
             result["batches"][batch] = {
-                "posformer_tok_s": ours, "hf_tok_s": theirs, "ratio": ours / theirs,
-                "posformer_s": times["posformer"], "hf_s": times["hf"],
+                "posformer_tok_s": ours,
+                "hf_tok_s": theirs,
+                "ratio": ours / theirs,
+                "posformer_s": times["posformer"],
+                "hf_s": times["hf"],
                 "same_tokens": torch.equal(outputs["posformer"], outputs["hf"]),
             }
         return result
@@ -112,8 +150,12 @@ def format_report(result: dict[str, Any]) -> str:
         f"{'batch':>5} {'posformer tok/s':>16} {'HF tok/s':>10} {'ratio':>7} {'same tokens':>12}",
     ]
     for batch, row in result["batches"].items():
-        lines.append(f"{batch:>5} {row['posformer_tok_s']:>16,.1f} {row['hf_tok_s']:>10,.1f} {row['ratio']:>7.3f} "
-                     f"{'yes' if row['same_tokens'] else 'NO':>12}")
-    lines.append("tok/s = batch * new tokens / median seconds per generate call; ratio = posformer / HF, "
-                 "> 1 means posformer is faster")
+        lines.append(
+            f"{batch:>5} {row['posformer_tok_s']:>16,.1f} {row['hf_tok_s']:>10,.1f} {row['ratio']:>7.3f} "
+            f"{'yes' if row['same_tokens'] else 'NO':>12}"
+        )
+    lines.append(
+        "tok/s = batch * new tokens / median seconds per generate call; ratio = posformer / HF, "
+        "> 1 means posformer is faster"
+    )
     return "\n".join(lines)

@@ -30,9 +30,16 @@ def hf_bert_model(d_model: int, layers: int, heads: int, d_ff: int, vocab: int, 
     """A freshly initialised HF `BertForMaskedLM` (SDPA attention, dropout off) of these sizes."""
     transformers = _transformers()
     config = transformers.BertConfig(
-        vocab_size=vocab, hidden_size=d_model, num_hidden_layers=layers, num_attention_heads=heads,
-        intermediate_size=d_ff, max_position_embeddings=max(length, 512), hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0, attn_implementation="sdpa")
+        vocab_size=vocab,
+        hidden_size=d_model,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=d_ff,
+        max_position_embeddings=max(length, 512),
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        attn_implementation="sdpa",
+    )
     return transformers.BertForMaskedLM(config)
 
 
@@ -42,10 +49,23 @@ def masked_labels(ids: torch.Tensor, mask_rate: float, generator: torch.Generato
     return ids.masked_fill(~keep, IGNORE_INDEX)
 
 
-def run(batch: int = 16, length: int = 256, d_model: int = 384, layers: int = 6, heads: int = 12,
-        d_ff: int = 1536, vocab: int = 30522, mask_rate: float = 0.15, warmup: int = 1, iters: int = 5,
-        threads: int | None = None, seed: int = 0, progress: bool = True, device: str = "cpu",
-        precision: str = "fp32") -> dict[str, Any]:
+def run(
+    batch: int = 16,
+    length: int = 256,
+    d_model: int = 384,
+    layers: int = 6,
+    heads: int = 12,
+    d_ff: int = 1536,
+    vocab: int = 30522,
+    mask_rate: float = 0.15,
+    warmup: int = 1,
+    iters: int = 5,
+    threads: int | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    device: str = "cpu",
+    precision: str = "fp32",
+) -> dict[str, Any]:
     """Time the training steps; return the setup, per run its tokens/s (`{key}_tok_s`) and step seconds
     (`{key}_s`), each run's first loss (`first_loss`: the same function, so equal up to float reordering) and the
     ratios to HF (`ratio`: the loss alone, `ratio_logits`: with logits)."""
@@ -74,11 +94,24 @@ def run(batch: int = 16, length: int = 256, d_model: int = 384, layers: int = 6,
         times = measure_interleaved(steps, warmup, iters, "train", progress)
     tokens = batch * length
     result: dict[str, Any] = {
-        "torch": torch.__version__, "transformers": _transformers().__version__, "threads": threads,
-        "device": runtime.name(), "precision": precision, "batch": batch, "length": length, "d_model": d_model,
-        "layers": layers, "heads": heads, "d_ff": d_ff, "vocab": vocab, "mask_rate": mask_rate,
-        "labelled_tokens": int((labels != IGNORE_INDEX).sum()), "warmup": warmup, "iters": iters,
-        "params": sum(p.numel() for p in ours.parameters()), "first_loss": first_loss,
+        "torch": torch.__version__,
+        "transformers": _transformers().__version__,
+        "threads": threads,
+        "device": runtime.name(),
+        "precision": precision,
+        "batch": batch,
+        "length": length,
+        "d_model": d_model,
+        "layers": layers,
+        "heads": heads,
+        "d_ff": d_ff,
+        "vocab": vocab,
+        "mask_rate": mask_rate,
+        "labelled_tokens": int((labels != IGNORE_INDEX).sum()),
+        "warmup": warmup,
+        "iters": iters,
+        "params": sum(p.numel() for p in ours.parameters()),
+        "first_loss": first_loss,
     }
     for name, seconds in times.items():
         result[f"{name}_s"] = seconds
@@ -104,7 +137,8 @@ def format_report(result: dict[str, Any]) -> str:
     ]
     ratios = {"posformer": result["ratio"], "posformer_logits": result["ratio_logits"], "hf": 1.0}
     for key, name in RUNS.items():
-        lines.append(f"{name:<24} {result[f'{key}_tok_s']:>12,.0f} {ratios[key]:>8.3f} "
-                     f"{result['first_loss'][key]:>12.6f}")
+        lines.append(
+            f"{name:<24} {result[f'{key}_tok_s']:>12,.0f} {ratios[key]:>8.3f} {result['first_loss'][key]:>12.6f}"
+        )
     lines.append("vs HF = tok/s / HF tok/s; > 1 means faster. The loss alone is how the Trainer calls the model.")
     return "\n".join(lines)

@@ -27,8 +27,15 @@ ATTENTION = ("sdpa", "flex")
 
 
 def positions_config(
-    position: str, arch: str = "decoder", d_model: int = 512, layers: int = 4, heads: int = 8, vocab: int = 8192,
-    d_ff: int = 1376, length: int = 512, attn: str = "sdpa",
+    position: str,
+    arch: str = "decoder",
+    d_model: int = 512,
+    layers: int = 4,
+    heads: int = 8,
+    vocab: int = 8192,
+    d_ff: int = 1376,
+    length: int = 512,
+    attn: str = "sdpa",
 ) -> pf.Config:
     """The benchmark model with encoding `position`: the `llama` preset's parts (RMSNorm pre-norm, SwiGLU,
     no biases) at the given size, no dropout, SDPA wherever the encoding allows it; with attn "flex",
@@ -37,9 +44,21 @@ def positions_config(
     if arch == "encoder_decoder":
         extra = dict(n_decoder_layers=layers, pad_token_id=0, decoder_start_token_id=0)
     return pf.Config.preset(
-        "llama", arch=arch, position=position, vocab_size=vocab, d_model=d_model, n_layers=layers, n_heads=heads,
-        n_kv_heads=heads, d_ff=d_ff, max_positions=max(length, 1024), dropout=0.0, attention_dropout=0.0,
-        activation_dropout=0.0, attn_impl=attention_of(position, attn), **extra,
+        "llama",
+        arch=arch,
+        position=position,
+        vocab_size=vocab,
+        d_model=d_model,
+        n_layers=layers,
+        n_heads=heads,
+        n_kv_heads=heads,
+        d_ff=d_ff,
+        max_positions=max(length, 1024),
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        attn_impl=attention_of(position, attn),
+        **extra,
     )
 
 
@@ -74,15 +93,35 @@ def _check(encodings: Sequence[str], arch: str, attn: str, sizes: dict[str, int]
 
 def _relative(times: dict[str, list[float]], tokens: int) -> dict[str, dict[str, Any]]:
     base = statistics.median(times[BASELINE])
-    return {name: {"relative": statistics.median(seconds) / base, "tok_s": tokens / statistics.median(seconds),
-                   "seconds": seconds} for name, seconds in times.items()}
+    return {
+        name: {
+            "relative": statistics.median(seconds) / base,
+            "tok_s": tokens / statistics.median(seconds),
+            "seconds": seconds,
+        }
+        for name, seconds in times.items()
+    }
 
 
 def run(
-    encodings: Sequence[str] | None = None, arch: str = "decoder", batch: int = 4, length: int = 512,
-    d_model: int = 512, layers: int = 4, heads: int = 8, vocab: int = 8192, d_ff: int = 1376, warmup: int = 1,
-    iters: int = 3, threads: int | None = None, train: bool = True, progress: bool = True, seed: int = 0,
-    device: str = "cpu", precision: str = "fp32", attn: str = "sdpa",
+    encodings: Sequence[str] | None = None,
+    arch: str = "decoder",
+    batch: int = 4,
+    length: int = 512,
+    d_model: int = 512,
+    layers: int = 4,
+    heads: int = 8,
+    vocab: int = 8192,
+    d_ff: int = 1376,
+    warmup: int = 1,
+    iters: int = 3,
+    threads: int | None = None,
+    train: bool = True,
+    progress: bool = True,
+    seed: int = 0,
+    device: str = "cpu",
+    precision: str = "fp32",
+    attn: str = "sdpa",
 ) -> dict[str, Any]:
     """Time each encoding's model (default: every registered encoding `arch` can use); return the setup and, per phase
     ("forward", "train"), for each encoding its `relative` time (median / median of `none`), `tok_s` and
@@ -90,13 +129,28 @@ def run(
 
     device, precision: as `posformer.bench.speed.run`. attn "flex": FlexAttention for every encoding that
     takes it (training it needs CUDA: PyTorch has no FlexAttention backward on the CPU)."""
-    names = _check(registry.usable(arch) if encodings is None else encodings, arch, attn,
-                   dict(batch=batch, length=length, d_model=d_model, layers=layers, heads=heads, vocab=vocab,
-                        d_ff=d_ff, iters=iters, warmup=warmup))
+    names = _check(
+        registry.usable(arch) if encodings is None else encodings,
+        arch,
+        attn,
+        dict(
+            batch=batch,
+            length=length,
+            d_model=d_model,
+            layers=layers,
+            heads=heads,
+            vocab=vocab,
+            d_ff=d_ff,
+            iters=iters,
+            warmup=warmup,
+        ),
+    )
     runtime = Runtime.of(device, precision)
     if attn == "flex" and train and runtime.device.type == "cpu":
-        raise ValueError("attn='flex' trains only on CUDA (PyTorch has no FlexAttention backward on the CPU): "
-                         "add --skip-train or --device cuda")
+        raise ValueError(
+            "attn='flex' trains only on CUDA (PyTorch has no FlexAttention backward on the CPU): "
+            "add --skip-train or --device cuda"
+        )
     with torch_threads(threads) as threads:
         models = {}
         for name in names:
@@ -107,10 +161,17 @@ def run(
         ids = ids.to(runtime.device)
         tokens = batch * length
         result: dict[str, Any] = {
-            "torch": torch.__version__, "threads": threads, "device": runtime.name(), "precision": precision,
-            "arch": arch, "batch": batch, "length": length, "tokens_per_iter": tokens, "warmup": warmup,
-            "iters": iters, "shape": {"d_model": d_model, "layers": layers, "heads": heads, "vocab": vocab,
-                                      "d_ff": d_ff},
+            "torch": torch.__version__,
+            "threads": threads,
+            "device": runtime.name(),
+            "precision": precision,
+            "arch": arch,
+            "batch": batch,
+            "length": length,
+            "tokens_per_iter": tokens,
+            "warmup": warmup,
+            "iters": iters,
+            "shape": {"d_model": d_model, "layers": layers, "heads": heads, "vocab": vocab, "d_ff": d_ff},
             "attn": {name: _runs_as(name, attn) for name in names},
         }
         inputs = {"input_ids": ids, **({"decoder_input_ids": ids} if arch == "encoder_decoder" else {})}

@@ -38,9 +38,20 @@ def bench_config(
 ) -> pf.Config:
     """The `llama` preset at benchmark size: RoPE theta 10000, RMSNorm eps 1e-5, no biases, untied, no dropout."""
     return pf.Config.preset(
-        "llama", vocab_size=vocab, d_model=d_model, n_layers=layers, n_heads=heads, n_kv_heads=heads, d_ff=d_ff,
-        max_positions=max(length, 4096), position_params={"theta": 10000.0}, norm_eps=1e-5,
-        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, attn_impl="sdpa",
+        "llama",
+        vocab_size=vocab,
+        d_model=d_model,
+        n_layers=layers,
+        n_heads=heads,
+        n_kv_heads=heads,
+        d_ff=d_ff,
+        max_positions=max(length, 4096),
+        position_params={"theta": 10000.0},
+        norm_eps=1e-5,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        attn_impl="sdpa",
     )
 
 
@@ -59,18 +70,31 @@ def hf_llama_config(cfg: pf.Config) -> Any:
     """The Hugging Face `LlamaConfig` describing the same model as `cfg` (a decoder with rope, rmsnorm, swiglu)."""
     transformers = _transformers()
     return transformers.LlamaConfig(
-        hidden_size=cfg.d_model, intermediate_size=cfg.ff_dim, num_hidden_layers=cfg.n_layers,
-        num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim,
-        vocab_size=cfg.vocab_size, rms_norm_eps=cfg.norm_eps, rope_theta=float(cfg.position_params["theta"]),
-        max_position_embeddings=cfg.max_positions, tie_word_embeddings=cfg.tie_embeddings,
-        attention_bias=cfg.qkv_bias, mlp_bias=cfg.ffn_bias, attention_dropout=cfg.attention_dropout,
-        hidden_act="silu", use_cache=False, bos_token_id=cfg.bos_token_id, eos_token_id=cfg.eos_token_id,
+        hidden_size=cfg.d_model,
+        intermediate_size=cfg.ff_dim,
+        num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.kv_heads,
+        head_dim=cfg.head_dim,
+        vocab_size=cfg.vocab_size,
+        rms_norm_eps=cfg.norm_eps,
+        rope_theta=float(cfg.position_params["theta"]),
+        max_position_embeddings=cfg.max_positions,
+        tie_word_embeddings=cfg.tie_embeddings,
+        attention_bias=cfg.qkv_bias,
+        mlp_bias=cfg.ffn_bias,
+        attention_dropout=cfg.attention_dropout,
+        hidden_act="silu",
+        use_cache=False,
+        bos_token_id=cfg.bos_token_id,
+        eos_token_id=cfg.eos_token_id,
         attn_implementation="sdpa",
     )
 
 
-def measure_interleaved(steps: dict[str, Callable[[], None]], warmup: int, iters: int, desc: str,
-                        progress: bool) -> dict[str, list[float]]:
+def measure_interleaved(
+    steps: dict[str, Callable[[], None]], warmup: int, iters: int, desc: str, progress: bool
+) -> dict[str, list[float]]:
     """Run the steps in turn (ABAB) warmup + iters times; the seconds of the timed iterations per step."""
     times: dict[str, list[float]] = {name: [] for name in steps}
     for i in tqdm(range(warmup + iters), desc=desc, unit="iter", disable=not progress):
@@ -98,9 +122,16 @@ def torch_threads(threads: int | None) -> Iterator[int]:
         torch.set_num_threads(previous)
 
 
-def time_phases(models: dict[str, nn.Module], inputs: dict[str, torch.Tensor], labels: torch.Tensor, warmup: int,
-                iters: int, train: bool, progress: bool,
-                runtime: Runtime | None = None) -> dict[str, dict[str, list[float]]]:
+def time_phases(
+    models: dict[str, nn.Module],
+    inputs: dict[str, torch.Tensor],
+    labels: torch.Tensor,
+    warmup: int,
+    iters: int,
+    train: bool,
+    progress: bool,
+    runtime: Runtime | None = None,
+) -> dict[str, dict[str, list[float]]]:
     """The timed seconds of each model, interleaved, per phase: "forward" (eval mode, no grad, `inputs`)
     and, with `train`, "train" (train mode, `inputs` with `labels`, backward and an AdamW step). The models
     and tensors are on `runtime`'s device (default: the CPU in fp32); each step runs in its precision and
@@ -118,8 +149,9 @@ def time_phases(models: dict[str, nn.Module], inputs: dict[str, torch.Tensor], l
     return times
 
 
-def compile_seconds(model: nn.Module, inputs: dict[str, torch.Tensor], labels: torch.Tensor, train: bool,
-                    runtime: Runtime) -> dict[str, float]:
+def compile_seconds(
+    model: nn.Module, inputs: dict[str, torch.Tensor], labels: torch.Tensor, train: bool, runtime: Runtime
+) -> dict[str, float]:
     """Compile a `torch.compile`d model for each phase by running it once: the seconds of that first call,
     "forward" (eval, no grad) and, with `train`, "train" (train mode, forward and backward)."""
     seconds = {}
@@ -144,8 +176,9 @@ def ratio_key(peer: str) -> str:
     return "ratio" if peer == "hf" else f"ratio_{peer}"
 
 
-def _summary(times: dict[str, list[float]], tokens: int, flops_per_token: float,
-             peak_tflops: float | None) -> dict[str, Any]:
+def _summary(
+    times: dict[str, list[float]], tokens: int, flops_per_token: float, peak_tflops: float | None
+) -> dict[str, Any]:
     """tok/s, timed seconds and model TFLOP/s per model (`{key}_tok_s`, `{key}_s`, `{key}_tflops`), with a
     known peak the model FLOPs utilisation (`{key}_mfu`, a fraction), and posformer's ratio to each peer:
     `ratio` against HF, `ratio_x_transformers` against x-transformers."""
@@ -163,10 +196,12 @@ def _summary(times: dict[str, list[float]], tokens: int, flops_per_token: float,
 
 def _forward_step(model: nn.Module, inputs: dict[str, torch.Tensor], runtime: Runtime) -> Callable[[], None]:
     """A no-grad forward of `model(**inputs)` in the runtime's precision, finished on its device."""
+
     def step() -> None:
         with torch.no_grad(), runtime.autocast():
             model(**inputs)
         runtime.synchronize()
+
     return step
 
 
@@ -182,13 +217,27 @@ def train_step(model: nn.Module, inputs: dict[str, Any], runtime: Runtime) -> Ca
         loss.backward()
         optimizer.step()
         runtime.synchronize()
+
     return step
 
 
 def run(
-    batch: int = 8, length: int = 512, d_model: int = 512, layers: int = 8, heads: int = 8, vocab: int = 8192,
-    d_ff: int = 1376, warmup: int = 1, iters: int = 3, threads: int | None = None, train: bool = True,
-    progress: bool = True, seed: int = 0, compile: bool = False, device: str = "cpu", precision: str = "fp32",
+    batch: int = 8,
+    length: int = 512,
+    d_model: int = 512,
+    layers: int = 8,
+    heads: int = 8,
+    vocab: int = 8192,
+    d_ff: int = 1376,
+    warmup: int = 1,
+    iters: int = 3,
+    threads: int | None = None,
+    train: bool = True,
+    progress: bool = True,
+    seed: int = 0,
+    compile: bool = False,
+    device: str = "cpu",
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     """Benchmark the models; return the setup and, per phase ("forward", "train"), the tokens/s of each
     model (`posformer_tok_s`, `hf_tok_s`, `x_transformers_tok_s`), their model TFLOP/s and, on a GPU of
@@ -208,8 +257,10 @@ def run(
     cfg = bench_config(d_model, layers, heads, vocab, d_ff, length)
     with torch_threads(threads) as threads:
         torch.manual_seed(seed)
-        models = {"posformer": pf.Transformer(cfg).float(),
-                  "hf": transformers.LlamaForCausalLM(hf_llama_config(cfg)).float()}
+        models = {
+            "posformer": pf.Transformer(cfg).float(),
+            "hf": transformers.LlamaForCausalLM(hf_llama_config(cfg)).float(),
+        }
         if x_transformers_available():
             models["x_transformers"] = XTransformersLM(cfg).float()
         params = {name: sum(p.numel() for p in model.parameters()) for name, model in models.items()}
@@ -222,13 +273,26 @@ def run(
         generator = torch.Generator().manual_seed(seed)
         ids = torch.randint(0, cfg.vocab_size, (batch, length), generator=generator).to(runtime.device)
         tokens = batch * length
-        flops = {"forward": forward_flops_per_token(cfg, models["posformer"], length),
-                 "train": train_flops_per_token(cfg, models["posformer"], length)}
+        flops = {
+            "forward": forward_flops_per_token(cfg, models["posformer"], length),
+            "train": train_flops_per_token(cfg, models["posformer"], length),
+        }
         result: dict[str, Any] = {
-            "torch": torch.__version__, "transformers": transformers.__version__, "threads": threads,
-            "device": runtime.name(), "precision": precision, "peak_tflops": runtime.peak_tflops(),
-            "batch": batch, "length": length, "tokens_per_iter": tokens, "warmup": warmup, "iters": iters,
-            "params": params["posformer"], "flops_per_token": flops, "config": cfg.to_dict(), "compile": compile,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "threads": threads,
+            "device": runtime.name(),
+            "precision": precision,
+            "peak_tflops": runtime.peak_tflops(),
+            "batch": batch,
+            "length": length,
+            "tokens_per_iter": tokens,
+            "warmup": warmup,
+            "iters": iters,
+            "params": params["posformer"],
+            "flops_per_token": flops,
+            "config": cfg.to_dict(),
+            "compile": compile,
             "peer_params": {key: params[key] for key in PEERS if key in params},
         }
         if compile:
@@ -254,26 +318,36 @@ def format_report(result: dict[str, Any]) -> str:
         f"warmup {result['warmup']}, median of {result['iters']} timed iterations (the models in turn)",
     ]
     if result["compile"]:
-        lines.append("posformer under torch.compile (HF eager); compilation took " + ", ".join(
-            f"{seconds:.1f} s ({phase})" for phase, seconds in result["compile_s"].items()) + ", not timed")
+        lines.append(
+            "posformer under torch.compile (HF eager); compilation took "
+            + ", ".join(f"{seconds:.1f} s ({phase})" for phase, seconds in result["compile_s"].items())
+            + ", not timed"
+        )
     lines += [
         "",
     ]
     peers = list(result["peer_params"])
     if "x_transformers" in peers:
-        lines.append(f"x-transformers: the same shape, {result['peer_params']['x_transformers']:,} parameters "
-                     f"(its SwiGLU projection keeps a bias)")
+        lines.append(
+            f"x-transformers: the same shape, {result['peer_params']['x_transformers']:,} parameters "
+            f"(its SwiGLU projection keeps a bias)"
+        )
     else:
         lines.append(f"x-transformers: not installed, not measured (pip install {X_TRANSFORMERS_REQUIREMENT})")
-    lines.append(f"{'phase':<8} {'posformer tok/s':>16}" + "".join(f" {PEERS[k] + ' tok/s':>20}" for k in peers)
-                 + "".join(f" {'vs ' + PEERS[k]:>18}" for k in peers))
+    lines.append(
+        f"{'phase':<8} {'posformer tok/s':>16}"
+        + "".join(f" {PEERS[k] + ' tok/s':>20}" for k in peers)
+        + "".join(f" {'vs ' + PEERS[k]:>18}" for k in peers)
+    )
     for phase in ("forward", "train"):
         if phase in result:
             row = result[phase]
             ratios = [row[ratio_key(k)] for k in peers]
-            lines.append(f"{phase:<8} {row['posformer_tok_s']:>16,.0f}"
-                         + "".join(f" {row[f'{k}_tok_s']:>20,.0f}" for k in peers)
-                         + "".join(f" {ratio:>18.3f}" for ratio in ratios))
+            lines.append(
+                f"{phase:<8} {row['posformer_tok_s']:>16,.0f}"
+                + "".join(f" {row[f'{k}_tok_s']:>20,.0f}" for k in peers)
+                + "".join(f" {ratio:>18.3f}" for ratio in ratios)
+            )
     lines.append("vs X = posformer tok/s / X tok/s; > 1 means posformer is faster")
     return "\n".join(lines + _flops_lines(result, ["posformer", *peers]))
 
@@ -282,12 +356,19 @@ def _flops_lines(result: dict[str, Any], keys: list[str]) -> list[str]:
     """The model TFLOP/s of each model per phase and, with a known peak, its MFU."""
     peak = result["peak_tflops"]
     names = {"posformer": "posformer", **PEERS}
-    lines = ["", "model TFLOP/s (PaLM's count: 6N + 12·L·H·dh·T per trained token, a third of it forward)"
-             + (f", MFU against the {peak:g} TFLOP/s dense bf16 peak" if peak else "")]
+    lines = [
+        "",
+        "model TFLOP/s (PaLM's count: 6N + 12·L·H·dh·T per trained token, a third of it forward)"
+        + (f", MFU against the {peak:g} TFLOP/s dense bf16 peak" if peak else ""),
+    ]
     for phase in ("forward", "train"):
         if phase in result:
             row = result[phase]
-            lines.append(f"{phase:<8}" + "".join(
-                f"  {names[k]} {row[f'{k}_tflops']:.2f}" + (f" ({row[f'{k}_mfu']:.1%})" if peak else "")
-                for k in keys))
+            lines.append(
+                f"{phase:<8}"
+                + "".join(
+                    f"  {names[k]} {row[f'{k}_tflops']:.2f}" + (f" ({row[f'{k}_mfu']:.1%})" if peak else "")
+                    for k in keys
+                )
+            )
     return lines

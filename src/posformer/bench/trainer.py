@@ -60,12 +60,16 @@ from posformer.train.trainer import Trainer
 
 NAMES = ("trainer", "plain")
 
-INCLUDED = ("timed, in both loops: drawing the batch, zero_grad, forward with the loss, backward, gradient "
-            "clipping, the AdamW step, the lr-schedule step and reading the loss as a Python float; in the "
-            "trainer also its per-step bookkeeping: the finite-loss checks, the metrics.jsonl line, the tqdm "
-            "bookkeeping (bar disabled) and the eval/checkpoint/time-limit tests")
-EXCLUDED = ("not timed: set-up (model copy, optimizer, output directory), the warm-up steps, and the last step, "
-            "which holds the trainer's checkpoint write (no evaluation function is given), then its loss plot")
+INCLUDED = (
+    "timed, in both loops: drawing the batch, zero_grad, forward with the loss, backward, gradient "
+    "clipping, the AdamW step, the lr-schedule step and reading the loss as a Python float; in the "
+    "trainer also its per-step bookkeeping: the finite-loss checks, the metrics.jsonl line, the tqdm "
+    "bookkeeping (bar disabled) and the eval/checkpoint/time-limit tests"
+)
+EXCLUDED = (
+    "not timed: set-up (model copy, optimizer, output directory), the warm-up steps, and the last step, "
+    "which holds the trainer's checkpoint write (no evaluation function is given), then its loss plot"
+)
 
 
 class StampedBatches:
@@ -119,10 +123,14 @@ def plain_loop(model: nn.Module, batches: StampedBatches, settings: TrainerSetti
     matrices = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)} - tables
     decay = [p for p in model.parameters() if id(p) in matrices]
     no_decay = [p for p in model.parameters() if id(p) not in matrices]
-    optimizer = adamw([{"params": decay, "weight_decay": settings.weight_decay},
-                       {"params": no_decay, "weight_decay": 0.0}], lr=settings.lr, betas=tuple(settings.betas))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: cosine_with_warmup(
-        step, settings.warmup, settings.steps, settings.min_lr_ratio))
+    optimizer = adamw(
+        [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=settings.lr,
+        betas=tuple(settings.betas),
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: cosine_with_warmup(step, settings.warmup, settings.steps, settings.min_lr_ratio)
+    )
     model.train()
     losses = []
     for _ in range(settings.steps):
@@ -144,38 +152,71 @@ def trainer_loop(model: pf.Transformer, batches: StampedBatches, settings: Train
         result = Trainer(model, batches, settings, out, log=notes.append, progress=False).fit()
         logged = sum(1 for line in (Path(out) / "metrics.jsonl").read_text().splitlines() if '"loss"' in line)
     if result.step != settings.steps or logged != settings.steps:
-        raise RuntimeError(f"the trainer stopped at step {result.step} with {logged} logged steps, "
-                           f"expected {settings.steps}")
+        raise RuntimeError(
+            f"the trainer stopped at step {result.step} with {logged} logged steps, expected {settings.steps}"
+        )
     return result.losses
 
 
 LOOPS: dict[str, Callable[[Any, StampedBatches, TrainerSettings], list[float]]] = {
-    "trainer": trainer_loop, "plain": plain_loop,
+    "trainer": trainer_loop,
+    "plain": plain_loop,
 }
 
 
 def bench_settings(batch: int, total_steps: int, lr: float, lr_warmup: int, seed: int) -> TrainerSettings:
     """Trainer settings of the benchmark: float32 on the CPU, evaluation and checkpoint at the last step only."""
     settings = TrainerSettings(
-        steps=total_steps, batch_size=batch, grad_accum=1, lr=lr, min_lr_ratio=0.1, schedule="cosine",
-        warmup=lr_warmup, weight_decay=0.1, betas=(0.9, 0.95), clip_grad=1.0, precision="fp32", device="cpu",
-        eval_every=total_steps, save_every=total_steps, keep_last=1, seed=seed,
+        steps=total_steps,
+        batch_size=batch,
+        grad_accum=1,
+        lr=lr,
+        min_lr_ratio=0.1,
+        schedule="cosine",
+        warmup=lr_warmup,
+        weight_decay=0.1,
+        betas=(0.9, 0.95),
+        clip_grad=1.0,
+        precision="fp32",
+        device="cpu",
+        eval_every=total_steps,
+        save_every=total_steps,
+        keep_last=1,
+        seed=seed,
     )
     settings.validate()
     return settings
 
 
 def run(
-    batch: int = 8, seq_len: int = 256, d_model: int = 256, layers: int = 4, heads: int = 4, d_ff: int = 688,
-    vocab: int | None = 8192, steps: int = 10, warmup_steps: int = 2, repeats: int = 5, threads: int | None = 2,
-    lr: float = 3e-3, lr_warmup: int = 5, seed: int = 0, progress: bool = True,
+    batch: int = 8,
+    seq_len: int = 256,
+    d_model: int = 256,
+    layers: int = 4,
+    heads: int = 4,
+    d_ff: int = 688,
+    vocab: int | None = 8192,
+    steps: int = 10,
+    warmup_steps: int = 2,
+    repeats: int = 5,
+    threads: int | None = 2,
+    lr: float = 3e-3,
+    lr_warmup: int = 5,
+    seed: int = 0,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Benchmark the trainer against the plain loop; return the setup, per loop its tokens/s per repeat,
     median `tok_s`, timed tokens and step losses, `ratio` = trainer / plain tok/s, `step_ratio` (the same from
     the median single-step times), `paired_ratio` (median of the per-repeat ratios), `max_loss_diff` (largest
     gap between the loops' step losses) and the load average at start and end."""
-    for name, value, low in (("batch", batch, 1), ("seq_len", seq_len, 2), ("steps", steps, 1),
-                             ("warmup_steps", warmup_steps, 0), ("repeats", repeats, 1), ("lr_warmup", lr_warmup, 0)):
+    for name, value, low in (
+        ("batch", batch, 1),
+        ("seq_len", seq_len, 2),
+        ("steps", steps, 1),
+        ("warmup_steps", warmup_steps, 0),
+        ("repeats", repeats, 1),
+        ("lr_warmup", lr_warmup, 0),
+    ):
         if value < low:
             raise ValueError(f"{name}={value} is invalid: expected an integer >= {low}")
     if not lr > 0:
@@ -206,34 +247,60 @@ def run(
                 losses = LOOPS[name](copy.deepcopy(initial), batches, settings)
                 whole = time.perf_counter() - start
                 step_s, tokens = batches.window(warmup_steps, steps)
-                runs[name].append({"tok_s": tokens / sum(step_s), "step_s": step_s, "timed_tokens": tokens,
-                                   "run_s": whole, "losses": losses})
+                runs[name].append(
+                    {
+                        "tok_s": tokens / sum(step_s),
+                        "step_s": step_s,
+                        "timed_tokens": tokens,
+                        "run_s": whole,
+                        "losses": losses,
+                    }
+                )
         result: dict[str, Any] = {
-            "torch": torch.__version__, "threads": threads, "dtype": "float32", "device": "cpu", "batch": batch,
-            "seq_len": seq_len, "tokens_per_step": batch * seq_len, "steps": steps, "warmup_steps": warmup_steps,
-            "total_steps": total_steps, "repeats": repeats, "lr": lr, "lr_warmup": lr_warmup, "seed": seed,
-            "params": initial.num_parameters(), "text_vocab": tokenizer.vocab_size, "config": cfg.to_dict(),
-            "included": INCLUDED, "excluded": EXCLUDED,
+            "torch": torch.__version__,
+            "threads": threads,
+            "dtype": "float32",
+            "device": "cpu",
+            "batch": batch,
+            "seq_len": seq_len,
+            "tokens_per_step": batch * seq_len,
+            "steps": steps,
+            "warmup_steps": warmup_steps,
+            "total_steps": total_steps,
+            "repeats": repeats,
+            "lr": lr,
+            "lr_warmup": lr_warmup,
+            "seed": seed,
+            "params": initial.num_parameters(),
+            "text_vocab": tokenizer.vocab_size,
+            "config": cfg.to_dict(),
+            "included": INCLUDED,
+            "excluded": EXCLUDED,
         }
         for name in NAMES:
             step_s = [s for r in runs[name] for s in r["step_s"]]
-            result[name] = {"tok_s": statistics.median(r["tok_s"] for r in runs[name]),
-                            "step_tok_s": batch * seq_len / statistics.median(step_s),
-                            "tok_s_runs": [r["tok_s"] for r in runs[name]],
-                            "step_s_runs": [r["step_s"] for r in runs[name]],
-                            "run_s_runs": [r["run_s"] for r in runs[name]],
-                            "timed_tokens": runs[name][0]["timed_tokens"],
-                            "final_loss": runs[name][-1]["losses"][-1], "losses": runs[name][-1]["losses"]}
+            result[name] = {
+                "tok_s": statistics.median(r["tok_s"] for r in runs[name]),
+                "step_tok_s": batch * seq_len / statistics.median(step_s),
+                "tok_s_runs": [r["tok_s"] for r in runs[name]],
+                "step_s_runs": [r["step_s"] for r in runs[name]],
+                "run_s_runs": [r["run_s"] for r in runs[name]],
+                "timed_tokens": runs[name][0]["timed_tokens"],
+                "final_loss": runs[name][-1]["losses"][-1],
+                "losses": runs[name][-1]["losses"],
+            }
         if len({r["timed_tokens"] for name in NAMES for r in runs[name]}) != 1:
             raise RuntimeError("the two loops timed different numbers of tokens: the comparison would not be fair")
         reference = runs["plain"][0]["losses"]
-        result["max_loss_diff"] = max(abs(a - b) for name in NAMES for r in runs[name]
-                                      for a, b in zip(r["losses"], reference, strict=True))
+        result["max_loss_diff"] = max(
+            abs(a - b) for name in NAMES for r in runs[name] for a, b in zip(r["losses"], reference, strict=True)
+        )
         result["ratio"] = result["trainer"]["tok_s"] / result["plain"]["tok_s"]
         result["overhead_pct"] = 100.0 * (1.0 / result["ratio"] - 1.0)
         result["step_ratio"] = result["trainer"]["step_tok_s"] / result["plain"]["step_tok_s"]
-        result["paired_ratio"] = statistics.median(ours["tok_s"] / theirs["tok_s"]
-                                                   for ours, theirs in zip(runs["trainer"], runs["plain"]))
+        result["paired_ratio"] = statistics.median(
+            ours["tok_s"] / theirs["tok_s"] for ours, theirs in zip(runs["trainer"], runs["plain"])
+        )
         result["load_average"] = [load_start, load_average()]
         return result
     finally:
@@ -262,15 +329,18 @@ def format_report(result: dict[str, Any]) -> str:
     ]
     for name in NAMES:
         row = result[name]
-        lines.append(f"{name:<8} {row['tok_s']:>10,.0f} {row['timed_tokens']:>13,} {row['final_loss']:>11.6f} "
-                     f"{row['step_tok_s']:>18,.0f}")
+        lines.append(
+            f"{name:<8} {row['tok_s']:>10,.0f} {row['timed_tokens']:>13,} {row['final_loss']:>11.6f} "
+            f"{row['step_tok_s']:>18,.0f}"
+        )
     lines += [
         f"ratio trainer/plain: {result['ratio']:.3f} (> 1 means the trainer is faster; trainer overhead "
         f"{result['overhead_pct']:+.1f}% time per step)",
         f"less disturbed by bursts of outside load: median of the per-repeat ratios {result['paired_ratio']:.3f}, "
         f"ratio of the median single-step times {result['step_ratio']:.3f}",
         "load average (1, 5, 15 min) at start {} and end {}".format(
-            *(", ".join(f"{x:.2f}" for x in loads) or "unknown" for loads in result["load_average"])),
+            *(", ".join(f"{x:.2f}" for x in loads) or "unknown" for loads in result["load_average"])
+        ),
         f"largest loss difference between the loops over all steps and repeats: {result['max_loss_diff']:.3g}",
     ]
     return "\n".join(lines)

@@ -36,12 +36,25 @@ class XTransformersLM(nn.Module):
             raise ValueError("x-transformers' rotary base is fixed at 10000: the benchmark config must use it")
         from x_transformers import AutoregressiveWrapper, Decoder, TransformerWrapper
 
-        layers = Decoder(dim=cfg.d_model, depth=cfg.n_layers, heads=cfg.n_heads, rotary_pos_emb=True,
-                         rotary_emb_dim=cfg.head_dim,
-                         use_rmsnorm=True, ff_glu=True, ff_swish=True, ff_mult=cfg.ff_dim / cfg.d_model,
-                         ff_no_bias=True, attn_flash=True)
-        self.net = TransformerWrapper(num_tokens=cfg.vocab_size, max_seq_len=cfg.max_positions,
-                                      attn_layers=layers, tie_embedding=cfg.tie_embeddings)
+        layers = Decoder(
+            dim=cfg.d_model,
+            depth=cfg.n_layers,
+            heads=cfg.n_heads,
+            rotary_pos_emb=True,
+            rotary_emb_dim=cfg.head_dim,
+            use_rmsnorm=True,
+            ff_glu=True,
+            ff_swish=True,
+            ff_mult=cfg.ff_dim / cfg.d_model,
+            ff_no_bias=True,
+            attn_flash=True,
+        )
+        self.net = TransformerWrapper(
+            num_tokens=cfg.vocab_size,
+            max_seq_len=cfg.max_positions,
+            attn_layers=layers,
+            tie_embedding=cfg.tie_embeddings,
+        )
         self.wrapper = AutoregressiveWrapper(self.net)
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> Any:

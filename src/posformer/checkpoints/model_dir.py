@@ -47,15 +47,24 @@ def model_file(directory: str | os.PathLike, name: str | os.PathLike, source: st
     directory, text = Path(directory), os.fspath(name)
     where = f" (named in {source})" if source is not None else ""
     parts = PurePosixPath(text.replace("\\", "/")).parts
-    if not text or PurePosixPath(text).is_absolute() or PureWindowsPath(text).is_absolute() \
-            or PureWindowsPath(text).drive or ".." in parts:
-        raise OutsideModelDir(f"{text!r}{where} is refused: expected a file name inside the model directory "
-                              f"{directory} (no absolute path, no '..')")
+    if (
+        not text
+        or PurePosixPath(text).is_absolute()
+        or PureWindowsPath(text).is_absolute()
+        or PureWindowsPath(text).drive
+        or ".." in parts
+    ):
+        raise OutsideModelDir(
+            f"{text!r}{where} is refused: expected a file name inside the model directory "
+            f"{directory} (no absolute path, no '..')"
+        )
     path = directory / text
     real = Path(os.path.realpath(path))
     if not any(_inside(real, root) for root in allowed_roots(directory)):
-        raise OutsideModelDir(f"{path}{where} is refused: it is a symlink to {real}, outside the model directory "
-                              f"{directory}; expected a file inside it")
+        raise OutsideModelDir(
+            f"{path}{where} is refused: it is a symlink to {real}, outside the model directory "
+            f"{directory}; expected a file inside it"
+        )
     return path
 
 

@@ -14,9 +14,9 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from posformer.checkpoints.manifest import verify_if_present
+from posformer.checkpoints.model_dir import model_file, read_json
 from posformer.config import Config
 from posformer.model import Transformer
-from posformer.checkpoints.model_dir import model_file, read_json
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -49,11 +49,14 @@ def read_config(model_dir: str | Path) -> Config:
     data = read_json(model_dir, CONFIG_FILE)
     path = Path(model_dir) / CONFIG_FILE
     if "posformer" not in data:
-        raise ValueError(f"{path} is not a posformer config (no 'posformer' key); "
-                         "a Hugging Face checkpoint is read with posformer.from_hf")
+        raise ValueError(
+            f"{path} is not a posformer config (no 'posformer' key); "
+            "a Hugging Face checkpoint is read with posformer.from_hf"
+        )
     if not isinstance(data["posformer"], dict):
-        raise ValueError(f"{path}: 'posformer' must be a JSON object of Config fields, "
-                         f"got {type(data['posformer']).__name__}")
+        raise ValueError(
+            f"{path}: 'posformer' must be a JSON object of Config fields, got {type(data['posformer']).__name__}"
+        )
     try:
         return Config.from_dict(data["posformer"])
     except (ValueError, TypeError) as err:
@@ -74,13 +77,20 @@ def check_weights(model: nn.Module, weights_path: Path) -> None:
         groups.setdefault(id(tensor), []).append(name)
     unknown = sorted(set(stored) - set(expected))
     missing = sorted(names[0] for names in groups.values() if not set(names) & set(stored))
-    shapes = sorted(f"{name} {stored[name]} (expected {tuple(expected[name].shape)})" for name in stored
-                    if name in expected and stored[name] != tuple(expected[name].shape))
+    shapes = sorted(
+        f"{name} {stored[name]} (expected {tuple(expected[name].shape)})"
+        for name in stored
+        if name in expected and stored[name] != tuple(expected[name].shape)
+    )
     if unknown or missing or shapes:
-        problems = [f"{label}: {', '.join(names[:10])}" for label, names in
-                    (("unknown tensors", unknown), ("missing tensors", missing), ("wrong shapes", shapes)) if names]
-        raise ValueError(f"{weights_path} does not hold the weights of the model its config.json describes; "
-                         + "; ".join(problems))
+        problems = [
+            f"{label}: {', '.join(names[:10])}"
+            for label, names in (("unknown tensors", unknown), ("missing tensors", missing), ("wrong shapes", shapes))
+            if names
+        ]
+        raise ValueError(
+            f"{weights_path} does not hold the weights of the model its config.json describes; " + "; ".join(problems)
+        )
 
 
 def check_checkpoint(model_dir: str | Path) -> dict[str, tuple[int, ...]]:

@@ -46,8 +46,12 @@ class Command:
 
     def parser_options(self) -> dict:
         """The keyword arguments of the command's `ArgumentParser` (or `add_parser`)."""
-        return dict(description=self.description, epilog=self.epilog, formatter_class=self.formatter_class,
-                    add_help=not self.passes_on)
+        return dict(
+            description=self.description,
+            epilog=self.epilog,
+            formatter_class=self.formatter_class,
+            add_help=not self.passes_on,
+        )
 
     def build(self, parser: argparse.ArgumentParser) -> None:
         """Give `parser` this command's arguments and what it runs (its sub-commands' too)."""

@@ -39,8 +39,10 @@ results.json (every number, per-block losses, the resolved settings), ppl.png, p
 skips recorded methods and resumes a half-done fine-tune; a different configuration is refused.
 """
 
-EPILOG = ("Example: posformer extend runs/lm-bytes/rows/rope --target-len 512 --preset cpu "
-          "--output-dir runs/extend --methods pi,yarn")
+EPILOG = (
+    "Example: posformer extend runs/lm-bytes/rows/rope --target-len 512 --preset cpu "
+    "--output-dir runs/extend --methods pi,yarn"
+)
 
 FLAGS = (  # (flag, settings key, type, help)
     ("--target-len", "target_len", int, "the length to extend to (required)"),
@@ -57,8 +59,8 @@ FLAGS = (  # (flag, settings key, type, help)
 
 
 def settings_from_args(args: argparse.Namespace):
-    from posformer.experiments.extension.settings import ExtendSettings
     from posformer.cli.extrapolate import _overrides
+    from posformer.experiments.extension.settings import ExtendSettings
 
     overrides = _overrides(args, tuple(dict.fromkeys(key for _, key, _, _ in FLAGS)), "steps=400 or passkey_trials=50")
     if isinstance(overrides.get("methods"), str):
@@ -73,8 +75,9 @@ def cmd_extend(args: argparse.Namespace) -> int:
     from posformer.experiments.extension.report import markdown
     from posformer.experiments.extrapolation.layout import ExperimentLayout
 
-    results = run_extend(settings_from_args(args), args.run_dir, args.output_dir, progress=not args.no_progress,
-                         data_dir=args.data_dir)
+    results = run_extend(
+        settings_from_args(args), args.run_dir, args.output_dir, progress=not args.no_progress, data_dir=args.data_dir
+    )
     print("\n" + markdown(results))
     root = ExperimentLayout(args.output_dir).root
     print(f"written: {root / 'results.md'}, {root / 'results.json'}, {root / 'ppl.png'}, {root / 'passkey.png'}")
@@ -86,27 +89,41 @@ def add_extend_arguments(parser: argparse.ArgumentParser) -> None:
 
     from posformer.experiments.extension.settings import PRESETS, ExtendSettings
 
-    parser.add_argument("run_dir", metavar="RUN",
-                        help="the trained run (a directory with checkpoints/, or a checkpoint folder)")
+    parser.add_argument(
+        "run_dir", metavar="RUN", help="the trained run (a directory with checkpoints/, or a checkpoint folder)"
+    )
     parser.add_argument("--preset", choices=tuple(PRESETS), default="cpu", help="size and budget (default: cpu)")
     parser.add_argument("--output-dir", dest="output_dir", required=True, help="results and the fine-tunes' runs")
     seen = set()
     for flag, key, kind, text in FLAGS:
-        parser.add_argument(flag, dest=key, type=kind, default=None if key not in seen else argparse.SUPPRESS,
-                            help=text)
+        parser.add_argument(
+            flag, dest=key, type=kind, default=None if key not in seen else argparse.SUPPRESS, help=text
+        )
         seen.add(key)
-    parser.add_argument("--data-dir", dest="data_dir", default=None,
-                        help="folder holding gutenberg/ and wikitext-2/ when the run did not record one (default: "
-                             "$POSFORMER_DATA_DIR or ../shared/data beside the repository)")
+    parser.add_argument(
+        "--data-dir",
+        dest="data_dir",
+        default=None,
+        help="folder holding gutenberg/ and wikitext-2/ when the run did not record one (default: "
+        "$POSFORMER_DATA_DIR or ../shared/data beside the repository)",
+    )
     knobs = ", ".join(f.name for f in fields(ExtendSettings))
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help=f"override any knob ({knobs}), e.g. passkey_trials=50, eval_lens=[64,512] "
-                             "(repeatable; values are YAML)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"override any knob ({knobs}), e.g. passkey_trials=50, eval_lens=[64,512] (repeatable; values are YAML)",
+    )
     parser.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bars")
 
 
 COMMAND = Command(
-    "extend", help="extend a trained RoPE model's context (PI, NTK, YaRN, LongRoPE): perplexity and passkey",
-    description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-    add_arguments=add_extend_arguments, run=cmd_extend,
+    "extend",
+    help="extend a trained RoPE model's context (PI, NTK, YaRN, LongRoPE): perplexity and passkey",
+    description=DESCRIPTION,
+    epilog=EPILOG,
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+    add_arguments=add_extend_arguments,
+    run=cmd_extend,
 )

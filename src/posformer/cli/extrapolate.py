@@ -57,14 +57,20 @@ row: re-running into the same dir (or --resume) skips recorded rows and resumes 
 half-trained one from its checkpoint; a different configuration is refused.
 """
 
-EPILOG = ("Example: posformer extrapolate --preset cpu --output-dir runs/extrapolate "
-          "--positions rope,alibi,learned --set eval_tokens=8192")
+EPILOG = (
+    "Example: posformer extrapolate --preset cpu --output-dir runs/extrapolate "
+    "--positions rope,alibi,learned --set eval_tokens=8192"
+)
 
 FLAGS = (  # (flag, settings key, type, help)
     ("--positions", "positions", str, "comma-separated rows (registered encodings)"),
     ("--train-len", "train_len", int, "training length L"),
-    ("--eval-lens", "eval_lens", str, "comma-separated eval lengths, L included (default: L, 2L, 4L, 8L, 16L; "
-                                      "--task: L, 1.25L, 1.5L, 2L, 3L, 4L)"),
+    (
+        "--eval-lens",
+        "eval_lens",
+        str,
+        "comma-separated eval lengths, L included (default: L, 2L, 4L, 8L, 16L; --task: L, 1.25L, 1.5L, 2L, 3L, 4L)",
+    ),
     ("--steps", "steps", int, "optimizer steps per row"),
     ("--batch-size", "batch_size", int, "sequences per step"),
     ("--lr", "lr", float, "peak learning rate (cosine schedule with warm-up)"),
@@ -78,8 +84,13 @@ FLAGS = (  # (flag, settings key, type, help)
     ("--seed", "seed", int, "the one seed: initial weights and data order"),
     ("--device", "device", str, "auto, cpu or cuda"),
     ("--corpus", "corpus", str, "gutenberg or shakespeare"),
-    ("--data-dir", "data_dir", str, "folder holding gutenberg/ and wikitext-2/ (default: $POSFORMER_DATA_DIR "
-                                    "or ../shared/data beside the repository)"),
+    (
+        "--data-dir",
+        "data_dir",
+        str,
+        "folder holding gutenberg/ and wikitext-2/ (default: $POSFORMER_DATA_DIR "
+        "or ../shared/data beside the repository)",
+    ),
     ("--tokenizer-chars", "tokenizer_chars", int, "characters used to train the tokenizer"),
 )
 
@@ -119,8 +130,19 @@ def settings_from_args(args: argparse.Namespace):
     return ExtrapolationSettings.preset(args.preset, **overrides)
 
 
-TASK_FLAGS = ("positions", "train_len", "eval_lens", "steps", "batch_size", "lr", "d_model", "layers", "heads",
-              "seed", "device")
+TASK_FLAGS = (
+    "positions",
+    "train_len",
+    "eval_lens",
+    "steps",
+    "batch_size",
+    "lr",
+    "d_model",
+    "layers",
+    "heads",
+    "seed",
+    "device",
+)
 
 
 def task_settings_from_args(args: argparse.Namespace):
@@ -165,29 +187,51 @@ def add_extrapolate_arguments(parser: argparse.ArgumentParser) -> None:
     from dataclasses import fields
 
     from posformer.experiments.extrapolation.settings import PRESETS, ExtrapolationSettings
-
     from posformer.experiments.synthetic.generators import TASKS
 
-    parser.add_argument("--preset", choices=tuple(PRESETS), default="quick",
-                        help="size and budget (default: quick; --task has quick and cpu)")
-    parser.add_argument("--task", choices=tuple(TASKS), default=None,
-                        help="a synthetic task instead of language modelling: exact-match accuracy by task length "
-                             "(train_len / eval_lens count the task's symbols, digits, bits or passkey prompt tokens)")
+    parser.add_argument(
+        "--preset",
+        choices=tuple(PRESETS),
+        default="quick",
+        help="size and budget (default: quick; --task has quick and cpu)",
+    )
+    parser.add_argument(
+        "--task",
+        choices=tuple(TASKS),
+        default=None,
+        help="a synthetic task instead of language modelling: exact-match accuracy by task length "
+        "(train_len / eval_lens count the task's symbols, digits, bits or passkey prompt tokens)",
+    )
     parser.add_argument("--output-dir", dest="output_dir", required=True, help="results and the rows' runs")
     for flag, key, kind, text in FLAGS:
-        parser.add_argument(flag, dest=key, type=kind, default=None,
-                            help=text if "default" in text else f"{text} (default: the preset's)")
+        parser.add_argument(
+            flag,
+            dest=key,
+            type=kind,
+            default=None,
+            help=text if "default" in text else f"{text} (default: the preset's)",
+        )
     knobs = ", ".join(f.name for f in fields(ExtrapolationSettings))
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help=f"override any knob ({knobs}), e.g. steps=200, held_out=[emma.txt], wikitext=false, "
-                             "position_params={fire: {init_L: 128}} (repeatable; values are YAML)")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the run in --output-dir (also what re-running into it does)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"override any knob ({knobs}), e.g. steps=200, held_out=[emma.txt], wikitext=false, "
+        "position_params={fire: {init_L: 128}} (repeatable; values are YAML)",
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the run in --output-dir (also what re-running into it does)"
+    )
     parser.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bars")
 
 
 COMMAND = Command(
-    "extrapolate", help="train short, test long: perplexity of each position encoding at 1-16x the training length",
-    description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-    add_arguments=add_extrapolate_arguments, run=cmd_extrapolate,
+    "extrapolate",
+    help="train short, test long: perplexity of each position encoding at 1-16x the training length",
+    description=DESCRIPTION,
+    epilog=EPILOG,
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+    add_arguments=add_extrapolate_arguments,
+    run=cmd_extrapolate,
 )

@@ -23,13 +23,16 @@ def cmd_info(args: argparse.Namespace) -> int:
 def add_info_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=preset_names(), help="a named configuration")
     parser.add_argument("--config", help="a config file (.json, .yaml) written by Config.save")
-    parser.add_argument("--context", type=positive_int,
-                        help="context length for the FLOPs count (default: max_positions)")
+    parser.add_argument(
+        "--context", type=positive_int, help="context length for the FLOPs count (default: max_positions)"
+    )
 
 
 COMMAND = Command(
-    "info", help="summarise a model: layers, parameters, position encoding, FLOPs/token",
+    "info",
+    help="summarise a model: layers, parameters, position encoding, FLOPs/token",
     description="Print a model's layers, parameters per component, position encoding and FLOPs per token. "
-                "Nothing is allocated, so large presets are fine.",
-    add_arguments=add_info_arguments, run=cmd_info,
+    "Nothing is allocated, so large presets are fine.",
+    add_arguments=add_info_arguments,
+    run=cmd_info,
 )

@@ -59,8 +59,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
     ):
         print(path)
     if not loaded:
-        print("note: no --checkpoint given; skipped the learned T5 bias (t5_learned_bias.png) and the attention "
-              "maps (attention_maps.png): pass --checkpoint DIR [DIR ...] to draw them")
+        print(
+            "note: no --checkpoint given; skipped the learned T5 bias (t5_learned_bias.png) and the attention "
+            "maps (attention_maps.png): pass --checkpoint DIR [DIR ...] to draw them"
+        )
         return 0
     if t5_panels:
         print(plots.draw_t5_learned(out / "t5_learned_bias.png", t5_panels))
@@ -79,33 +81,64 @@ def _attention(checkpoint, text: str, layer: int):
     except Exception as err:
         raise ValueError(f"--checkpoint {checkpoint.path}: no usable tokenizer: {type(err).__name__}: {err}") from err
     try:
-        return attention_map(checkpoint.model, tokenizer, text, layer,
-                             title=f"{checkpoint.model.cfg.position}\n{checkpoint.name}")
+        return attention_map(
+            checkpoint.model, tokenizer, text, layer, title=f"{checkpoint.model.cfg.position}\n{checkpoint.name}"
+        )
     except ValueError as err:
         raise ValueError(f"--checkpoint {checkpoint.path}: {err}") from err
 
 
 def add_plot_arguments(plot: argparse.ArgumentParser) -> None:
-    plot.add_argument("--output-dir", dest="output_dir", required=True, metavar="DIR",
-                      help="where the PNG files go (created if needed)")
-    plot.add_argument("--checkpoint", nargs="+", metavar="DIR",
-                      help="one or more model run directories, or experiment directories holding rows/<name>/ runs "
-                           "(as `posformer extrapolate` writes); enables t5_learned_bias.png and attention_maps.png")
-    plot.add_argument("--results", nargs="+", metavar="DIR",
-                      help="experiment output directories (of `posformer extrapolate`, `extrapolate --task` or "
-                           "`extend`): their figures are redrawn from results.json")
+    plot.add_argument(
+        "--output-dir",
+        dest="output_dir",
+        required=True,
+        metavar="DIR",
+        help="where the PNG files go (created if needed)",
+    )
+    plot.add_argument(
+        "--checkpoint",
+        nargs="+",
+        metavar="DIR",
+        help="one or more model run directories, or experiment directories holding rows/<name>/ runs "
+        "(as `posformer extrapolate` writes); enables t5_learned_bias.png and attention_maps.png",
+    )
+    plot.add_argument(
+        "--results",
+        nargs="+",
+        metavar="DIR",
+        help="experiment output directories (of `posformer extrapolate`, `extrapolate --task` or "
+        "`extend`): their figures are redrawn from results.json",
+    )
     plot.add_argument("--text", default=DEFAULT_TEXT, help=f"text for the attention maps (default: {DEFAULT_TEXT!r})")
-    plot.add_argument("--layer", type=int, default=-1,
-                      help="layer of the attention maps, 0-based; negative counts from the last (default: -1)")
-    plot.add_argument("--train-len", dest="train_len", type=positive_int, default=128,
-                      help="training length marked on rope_wavelengths.png (default: 128)")
-    plot.add_argument("--alibi-heads", dest="alibi_heads", type=positive_int, default=8,
-                      help="heads drawn in alibi_bias.png (default: 8)")
+    plot.add_argument(
+        "--layer",
+        type=int,
+        default=-1,
+        help="layer of the attention maps, 0-based; negative counts from the last (default: -1)",
+    )
+    plot.add_argument(
+        "--train-len",
+        dest="train_len",
+        type=positive_int,
+        default=128,
+        help="training length marked on rope_wavelengths.png (default: 128)",
+    )
+    plot.add_argument(
+        "--alibi-heads",
+        dest="alibi_heads",
+        type=positive_int,
+        default=8,
+        help="heads drawn in alibi_bias.png (default: 8)",
+    )
 
 
 COMMAND = Command(
-    "plot", help="the study notes' figures (position encodings, attention maps) as PNGs",
-    description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+    "plot",
+    help="the study notes' figures (position encodings, attention maps) as PNGs",
+    description=DESCRIPTION,
+    formatter_class=argparse.RawDescriptionHelpFormatter,
     epilog="Example: posformer plot --output-dir figs --checkpoint runs/t5 runs/rope",
-    add_arguments=add_plot_arguments, run=cmd_plot,
+    add_arguments=add_plot_arguments,
+    run=cmd_plot,
 )

@@ -9,14 +9,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from posformer.cli import bench, convert, generate, info, plot, qa, train
+from posformer.cli import bench, convert, extend, extrapolate, generate, info, plot, qa, train
 from posformer.cli.command import Command, add_commands
-from posformer.cli import extend
-from posformer.cli import extrapolate
 
-COMMANDS: tuple[Command, ...] = (info.COMMAND, train.COMMAND, generate.COMMAND, convert.COMMAND, bench.COMMAND,
-                                 qa.COMMAND, extrapolate.COMMAND, extend.COMMAND,
-                                 plot.COMMAND)
+COMMANDS: tuple[Command, ...] = (
+    info.COMMAND,
+    train.COMMAND,
+    generate.COMMAND,
+    convert.COMMAND,
+    bench.COMMAND,
+    qa.COMMAND,
+    extrapolate.COMMAND,
+    extend.COMMAND,
+    plot.COMMAND,
+)
 EPILOG = "Run `posformer COMMAND --help` for the options of each command."
 
 
@@ -31,9 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Build, train and study Transformers from interchangeable parts.",
         epilog=EPILOG,
     )
-    parser.add_argument(DEBUG_FLAG, action="store_true",
-                        help="show the Python traceback of an error (anywhere on the command line); without it an "
-                             "error is one line naming the field or file")
+    parser.add_argument(
+        DEBUG_FLAG,
+        action="store_true",
+        help="show the Python traceback of an error (anywhere on the command line); without it an "
+        "error is one line naming the field or file",
+    )
     add_commands(parser, COMMANDS, dest="command", metavar="COMMAND")
     return parser
 

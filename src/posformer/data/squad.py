@@ -79,9 +79,11 @@ class AnswerReport:
         if not self.bad_answers:
             return f"{self.source}: every answer occurs in its context at answer_start"
         ids = ", ".join(self.bad_ids[:n_ids]) + (", ..." if len(self.bad_ids) > n_ids else "")
-        return (f"{self.source}: {self.bad_answers} answer(s) not found in the context at answer_start "
-                f"(skipped) in {len(self.bad_ids)} question(s): {ids}; "
-                f"{self.dropped_questions} question(s) dropped")
+        return (
+            f"{self.source}: {self.bad_answers} answer(s) not found in the context at answer_start "
+            f"(skipped) in {len(self.bad_ids)} question(s): {ids}; "
+            f"{self.dropped_questions} question(s) dropped"
+        )
 
 
 @dataclass
@@ -139,8 +141,10 @@ def parse_answers(value: Any, where: str) -> tuple[list[str], list[int]]:
             raise QADataError(f"{where}: answers has {len(texts)} text(s) but {len(starts)} answer_start(s)")
         items = list(zip(texts, starts))
     elif isinstance(value, list):
-        items = [(_get(a, "text", str, f"{where}, answer {j}"), _get(a, "answer_start", object, f"{where}, answer {j}"))
-                 for j, a in enumerate(value)]
+        items = [
+            (_get(a, "text", str, f"{where}, answer {j}"), _get(a, "answer_start", object, f"{where}, answer {j}"))
+            for j, a in enumerate(value)
+        ]
     else:
         raise QADataError(f"{where}: answers must be a dict of lists or a list of dicts, got {type(value).__name__}")
     for j, (text, _) in enumerate(items):
@@ -154,7 +158,7 @@ def check_answers(examples: Iterable[QAExample], source: str, for_training: bool
     report = AnswerReport(source)
     kept: list[QAExample] = []
     for ex in examples:
-        good = [ex.context[s:s + len(t)] == t for t, s in zip(ex.answers, ex.answer_starts)]
+        good = [ex.context[s : s + len(t)] == t for t, s in zip(ex.answers, ex.answer_starts)]
         if all(good):
             kept.append(ex)
             continue
@@ -165,8 +169,9 @@ def check_answers(examples: Iterable[QAExample], source: str, for_training: bool
             kept.append(QAExample(ex.id, ex.title, ex.context, ex.question, list(ex.answers), starts))
         elif any(good):
             pairs = [(t, s) for t, s, ok in zip(ex.answers, ex.answer_starts, good) if ok]
-            kept.append(QAExample(ex.id, ex.title, ex.context, ex.question,
-                                  [t for t, _ in pairs], [s for _, s in pairs]))
+            kept.append(
+                QAExample(ex.id, ex.title, ex.context, ex.question, [t for t, _ in pairs], [s for _, s in pairs])
+            )
         else:
             report.dropped_questions += 1
     return QAData(kept, report)
@@ -193,8 +198,11 @@ def _read_json(path: Path) -> Any:
 
 def is_squad_schema(obj: Any) -> bool:
     """True for the official SQuAD layout: ``data`` is a list of articles that have ``paragraphs``."""
-    return (isinstance(obj, dict) and isinstance(obj.get("data"), list)
-            and any(isinstance(a, dict) and "paragraphs" in a for a in obj["data"]))
+    return (
+        isinstance(obj, dict)
+        and isinstance(obj.get("data"), list)
+        and any(isinstance(a, dict) and "paragraphs" in a for a in obj["data"])
+    )
 
 
 def parse_squad(obj: Any, source: str) -> list[QAExample]:
@@ -227,16 +235,24 @@ def load_squad_json(path: str | Path, for_training: bool = True) -> QAData:
     path = Path(path)
     obj = _read_json(path)
     if not is_squad_schema(obj):
-        raise QADataError(f"{path}: not in the SQuAD schema (expected an object whose 'data' is a list "
-                          f"of articles with 'title' and 'paragraphs')")
+        raise QADataError(
+            f"{path}: not in the SQuAD schema (expected an object whose 'data' is a list "
+            f"of articles with 'title' and 'paragraphs')"
+        )
     examples = parse_squad(obj, str(path))
     _unique_ids(examples, str(path))
     return check_answers(examples, str(path), for_training)
 
 
-def parse_record(rec: Any, index: int, source: str, context_column: str = "context",
-                 question_column: str = "question", answer_column: str = "answers",
-                 id_column: str = "id") -> QAExample:
+def parse_record(
+    rec: Any,
+    index: int,
+    source: str,
+    context_column: str = "context",
+    question_column: str = "question",
+    answer_column: str = "answers",
+    id_column: str = "id",
+) -> QAExample:
     """One flat record -> `QAExample`. The ``title`` column is used when present (else the title is "")."""
     qid = rec.get(id_column) if isinstance(rec, dict) else None
     where = _where(source, index, qid)
@@ -272,23 +288,38 @@ def _records(path: Path) -> list[Any]:
     raise QADataError(f"{path}: expected a list of records, an object with a 'data' list, or the SQuAD schema")
 
 
-def load_qa_file(path: str | Path, context_column: str = "context", question_column: str = "question",
-                 answer_column: str = "answers", id_column: str = "id", for_training: bool = True) -> QAData:
+def load_qa_file(
+    path: str | Path,
+    context_column: str = "context",
+    question_column: str = "question",
+    answer_column: str = "answers",
+    id_column: str = "id",
+    for_training: bool = True,
+) -> QAData:
     """Read a JSON/JSONL file of flat records with the named columns; a SQuAD-schema .json goes to `load_squad_json`."""
     path = Path(path)
     if path.suffix != ".jsonl" and is_squad_schema(_read_json(path)):
         return load_squad_json(path, for_training)
-    examples = [parse_record(rec, i, str(path), context_column, question_column, answer_column, id_column)
-                for i, rec in enumerate(_records(path))]
+    examples = [
+        parse_record(rec, i, str(path), context_column, question_column, answer_column, id_column)
+        for i, rec in enumerate(_records(path))
+    ]
     if not examples:
         raise QADataError(f"{path}: no records")
     _unique_ids(examples, str(path))
     return check_answers(examples, str(path), for_training)
 
 
-def load_hf_dataset(name: str, split: str, context_column: str = "context", question_column: str = "question",
-                    answer_column: str = "answers", id_column: str = "id", for_training: bool = True,
-                    config_name: str | None = None) -> QAData:
+def load_hf_dataset(
+    name: str,
+    split: str,
+    context_column: str = "context",
+    question_column: str = "question",
+    answer_column: str = "answers",
+    id_column: str = "id",
+    for_training: bool = True,
+    config_name: str | None = None,
+) -> QAData:
     """Load a hub dataset (e.g. ``squad_v2``) through the optional `datasets` library."""
     try:
         import datasets
@@ -296,15 +327,20 @@ def load_hf_dataset(name: str, split: str, context_column: str = "context", ques
         raise RuntimeError(
             f"--dataset-name {name} needs the Hugging Face `datasets` library, which is not installed "
             f"(pip install datasets; it also needs network access). Offline, pass --train-file/--eval-file "
-            f"with a SQuAD JSON or JSONL file; a sample ships at {squad_sample()}") from None
+            f"with a SQuAD JSON or JSONL file; a sample ships at {squad_sample()}"
+        ) from None
     try:
         rows = datasets.load_dataset(name, config_name, split=split)
     except Exception as err:
-        raise RuntimeError(f"could not load dataset {name!r} split {split!r} with `datasets` "
-                           f"(offline, or no such dataset/split?): {type(err).__name__}: {err}") from err
+        raise RuntimeError(
+            f"could not load dataset {name!r} split {split!r} with `datasets` "
+            f"(offline, or no such dataset/split?): {type(err).__name__}: {err}"
+        ) from err
     source = f"dataset {name} ({split})"
-    examples = [parse_record(dict(rec), i, source, context_column, question_column, answer_column, id_column)
-                for i, rec in enumerate(rows)]
+    examples = [
+        parse_record(dict(rec), i, source, context_column, question_column, answer_column, id_column)
+        for i, rec in enumerate(rows)
+    ]
     _unique_ids(examples, source)
     return check_answers(examples, source, for_training)
 
@@ -314,9 +350,12 @@ def article_key(ex: QAExample) -> str:
     return ex.title or ex.context
 
 
-def split_by_article(examples: Sequence[QAExample], eval_fraction: float | None = None,
-                     eval_articles: Iterable[str] | None = None,
-                     seed: int = 0) -> tuple[list[QAExample], list[QAExample]]:
+def split_by_article(
+    examples: Sequence[QAExample],
+    eval_fraction: float | None = None,
+    eval_articles: Iterable[str] | None = None,
+    seed: int = 0,
+) -> tuple[list[QAExample], list[QAExample]]:
     """Split into (train, eval) so that no article is in both; example order is kept within each part.
 
     Give either ``eval_fraction`` (the share of articles, at least one each side, drawn with ``seed``

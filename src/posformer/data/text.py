@@ -68,10 +68,16 @@ class CharTokenizer:
 
         data = read_json_file(path, "tokenizer file")
         chars = data.get("chars") if isinstance(data, dict) else None
-        if not isinstance(chars, list) or data.get("type") != "char" \
-                or not all(isinstance(c, str) and len(c) == 1 for c in chars) or len(set(chars)) != len(chars):
-            raise ValueError(f"{path} is not a posformer character tokenizer file: expected {{\"type\": \"char\", "
-                             "\"chars\": [distinct single characters]}")
+        if (
+            not isinstance(chars, list)
+            or data.get("type") != "char"
+            or not all(isinstance(c, str) and len(c) == 1 for c in chars)
+            or len(set(chars)) != len(chars)
+        ):
+            raise ValueError(
+                f'{path} is not a posformer character tokenizer file: expected {{"type": "char", '
+                '"chars": [distinct single characters]}'
+            )
         return cls(chars)
 
 

@@ -103,10 +103,10 @@ def retrieval(model: Transformer, prompts: list[PasskeyPrompt], batch_size: int 
     exact, tokens, right = 0, 0, 0
     try:
         for start in range(0, len(prompts), batch_size):
-            batch = prompts[start:start + batch_size]
+            batch = prompts[start : start + batch_size]
             ids = torch.stack([p.ids for p in batch]).to(device)
             begin = batch[0].answer_start
-            predicted = model(ids[:, :-1]).logits[:, begin - 1:].argmax(-1)  # predicts ids[:, begin:]
+            predicted = model(ids[:, :-1]).logits[:, begin - 1 :].argmax(-1)  # predicts ids[:, begin:]
             agree = predicted == ids[:, begin:]
             exact += int(agree.all(-1).sum())
             right, tokens = right + int(agree.sum()), tokens + agree.numel()
@@ -115,8 +115,15 @@ def retrieval(model: Transformer, prompts: list[PasskeyPrompt], batch_size: int 
     return exact / len(prompts), right / tokens
 
 
-def passkey_grid(model: Transformer, encode, lengths: list[int], depths: list[float], trials: int, seed: int = 0,
-                 batch_size: int = 16) -> dict[str, dict[str, dict[str, float] | None]]:
+def passkey_grid(
+    model: Transformer,
+    encode,
+    lengths: list[int],
+    depths: list[float],
+    trials: int,
+    seed: int = 0,
+    batch_size: int = 16,
+) -> dict[str, dict[str, dict[str, float] | None]]:
     """{str(length): {str(depth): {"exact": ..., "digits": ...} or None when the prompt cannot fit}}.
 
     The same `trials` keys at every cell. Keys whose answer tokenizes to a different number of tokens than the

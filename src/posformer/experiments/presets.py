@@ -12,8 +12,9 @@ from posformer.utils.validation import check_choice, check_int, check_number
 T = TypeVar("T")
 
 
-def from_preset(cls: type[T], presets: dict[str, dict[str, Any]], name: str, overrides: dict[str, Any],
-                label: str) -> T:
+def from_preset(
+    cls: type[T], presets: dict[str, dict[str, Any]], name: str, overrides: dict[str, Any], label: str
+) -> T:
     """cls(**{**presets[name], **overrides}); ValueError prefixed by `label` for an unknown preset or knob."""
     if name not in presets:
         raise ValueError(f"{label}: unknown preset {name!r}; expected one of {', '.join(presets)}")

@@ -65,9 +65,17 @@ class Finished:
         self.lengths = _gather(torch.cat((self.lengths, torch.full_like(scores, n, dtype=torch.long)), dim=1), best)
 
 
-def beam_search(state: Decoding, max_new_tokens: int, num_beams: int, eos: list[int], pad: int | None,
-                length_penalty: float, early_stopping: bool | str,
-                num_return_sequences: int, min_new_tokens: int = 0) -> tuple[Tensor, Tensor]:
+def beam_search(
+    state: Decoding,
+    max_new_tokens: int,
+    num_beams: int,
+    eos: list[int],
+    pad: int | None,
+    length_penalty: float,
+    early_stopping: bool | str,
+    num_return_sequences: int,
+    min_new_tokens: int = 0,
+) -> tuple[Tensor, Tensor]:
     """Beam search from `state` (the prefix not run yet); max_new_tokens >= 1.
 
     While fewer than `min_new_tokens` tokens are generated, the eos ids get log-prob
@@ -103,7 +111,7 @@ def beam_search(state: Decoding, max_new_tokens: int, num_beams: int, eos: list[
 
         top_beam, top_token = cand_beam[:, :num_beams], cand_token[:, :num_beams]
         joins = ends[:, :num_beams] & ~done[:, None]
-        penalized = (cand_scores[:, :num_beams] / (length ** length_penalty)).masked_fill(~joins, float("-inf"))
+        penalized = (cand_scores[:, :num_beams] / (length**length_penalty)).masked_fill(~joins, float("-inf"))
         finished.add(torch.cat((_gather(running, top_beam), top_token[:, :, None]), dim=2), penalized)
         if last:
             break
@@ -117,7 +125,7 @@ def beam_search(state: Decoding, max_new_tokens: int, num_beams: int, eos: list[
             done |= full
         else:
             hypothetical = max_new_tokens if early_stopping == "never" and length_penalty > 0 else length
-            best_possible = scores[:, 0] / (hypothetical ** length_penalty)
+            best_possible = scores[:, 0] / (hypothetical**length_penalty)
             done |= full & (best_possible <= finished.scores.min(dim=1).values)
         if bool(done.all()):
             break

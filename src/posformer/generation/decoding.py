@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from posformer.modules.cache import Cache
 from posformer.config import check_token_in_vocabulary
+from posformer.modules.cache import Cache
 
 
 class Decoding:
@@ -33,8 +33,12 @@ class Decoding:
             self.tokens = self.sequence = input_ids
             self.stale_beyond = model.decoder.stale_beyond()
         else:
-            check_token_in_vocabulary("Config.decoder_start_token_id", cfg.decoder_start_token_id, cfg.vocab_size,
-                                      "encoder-decoder generation starts every output with it")
+            check_token_in_vocabulary(
+                "Config.decoder_start_token_id",
+                cfg.decoder_start_token_id,
+                cfg.vocab_size,
+                "encoder-decoder generation starts every output with it",
+            )
             self.source_mask = attention_mask
             self.tokens = input_ids.new_full((batch, 1), cfg.decoder_start_token_id)
             self.length = 1
@@ -44,11 +48,13 @@ class Decoding:
     def start(self) -> Tensor:
         """Run the prefix; the next-token logits (B, V) in float32."""
         if self.cfg.arch == "decoder":
-            out = self.model(self.tokens, attention_mask=self.mask, position_ids=self.pos, cache=self.cache,
-                             logits_to_keep=1)
+            out = self.model(
+                self.tokens, attention_mask=self.mask, position_ids=self.pos, cache=self.cache, logits_to_keep=1
+            )
         else:
-            out = self.model(self.source, attention_mask=self.source_mask, decoder_input_ids=self.tokens,
-                             cache=self.cache)
+            out = self.model(
+                self.source, attention_mask=self.source_mask, decoder_input_ids=self.tokens, cache=self.cache
+            )
         return out.logits[:, -1].float()
 
     def step(self, new: Tensor) -> Tensor:
@@ -62,13 +68,18 @@ class Decoding:
             if self.stale_beyond is not None and int(self.pos.max()) == self.stale_beyond:  # L just passed it
                 self.cache = Cache(len(self.model.decoder.layers), capacity=self.capacity)
                 every = (self.mask.cumsum(-1) - 1).clamp(min=0)
-                out = self.model(self.sequence, attention_mask=self.mask, position_ids=every, cache=self.cache,
-                                 logits_to_keep=1)
+                out = self.model(
+                    self.sequence, attention_mask=self.mask, position_ids=every, cache=self.cache, logits_to_keep=1
+                )
             else:
                 out = self.model(new, attention_mask=self.mask, position_ids=self.pos, cache=self.cache)
         else:
-            out = self.model(self.source, decoder_input_ids=new, cache=self.cache,
-                             decoder_position_ids=torch.full_like(new, self.length))
+            out = self.model(
+                self.source,
+                decoder_input_ids=new,
+                cache=self.cache,
+                decoder_position_ids=torch.full_like(new, self.length),
+            )
             self.length += 1
         return out.logits[:, -1].float()
 

@@ -22,10 +22,10 @@ from typing import Sequence, Union
 import torch
 from torch import Tensor
 
+from posformer.config import Config, check_token_in_vocabulary
 from posformer.generation.beam_search import beam_search
 from posformer.generation.decoding import Decoding
 from posformer.generation.sampling import next_token
-from posformer.config import Config, check_token_in_vocabulary
 from posformer.utils.validation import check_int, check_number, fail, is_int
 
 EosIds = Union[int, Sequence[int], None]
@@ -50,17 +50,28 @@ def _pad_id(pad_token_id: int | None, cfg: Config, eos: list[int]) -> int | None
     """
     if pad_token_id is None and cfg.pad_token_id is None:
         return eos[0] if eos else None
-    name, pad = ("pad_token_id", pad_token_id) if pad_token_id is not None else \
-        ("Config.pad_token_id", cfg.pad_token_id)
+    name, pad = (
+        ("pad_token_id", pad_token_id) if pad_token_id is not None else ("Config.pad_token_id", cfg.pad_token_id)
+    )
     if eos:
         check_token_in_vocabulary(name, pad, cfg.vocab_size, "it fills the rows that ended at an eos id")
     return pad
 
 
-def _check_options(max_new_tokens: int, do_sample: bool, temperature: float, top_k: int | None,
-                   top_p: float | None, num_beams: int, num_return_sequences: int, length_penalty: float,
-                   early_stopping: bool | str, min_new_tokens: int, return_scores: bool,
-                   generator: torch.Generator | None) -> None:
+def _check_options(
+    max_new_tokens: int,
+    do_sample: bool,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    num_beams: int,
+    num_return_sequences: int,
+    length_penalty: float,
+    early_stopping: bool | str,
+    min_new_tokens: int,
+    return_scores: bool,
+    generator: torch.Generator | None,
+) -> None:
     """Raise ValueError naming the first invalid generation argument."""
     check_int("max_new_tokens", max_new_tokens, minimum=0)
     check_int("min_new_tokens", min_new_tokens, minimum=0)
@@ -76,13 +87,17 @@ def _check_options(max_new_tokens: int, do_sample: bool, temperature: float, top
         fail("generator", generator, "None or a torch.Generator")
     if num_beams > 1:
         if do_sample:
-            raise ValueError("do_sample=True with num_beams > 1 (beam sampling) is not supported: "
-                             "use num_beams=1 to sample or do_sample=False for beam search")
+            raise ValueError(
+                "do_sample=True with num_beams > 1 (beam sampling) is not supported: "
+                "use num_beams=1 to sample or do_sample=False for beam search"
+            )
         if num_return_sequences > num_beams:
             raise ValueError(f"num_return_sequences={num_return_sequences} must be <= num_beams={num_beams}")
     elif not do_sample and num_return_sequences != 1:
-        raise ValueError(f"greedy decoding returns one sequence per prompt, got num_return_sequences="
-                         f"{num_return_sequences}: use num_beams >= num_return_sequences or do_sample=True")
+        raise ValueError(
+            f"greedy decoding returns one sequence per prompt, got num_return_sequences="
+            f"{num_return_sequences}: use num_beams >= num_return_sequences or do_sample=True"
+        )
     if do_sample:
         check_number("temperature", temperature, low=0, low_open=True)
         if top_k is not None:
@@ -98,8 +113,12 @@ def _check_prompt(input_ids: Tensor, attention_mask: Tensor | None) -> None:
         shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
         fail("input_ids", shape, "a tensor of token ids of shape (batch, length)")
     if 0 in input_ids.shape:
-        fail("input_ids", tuple(input_ids.shape), "a shape (batch, length) with at least one prompt of at least one "
-             "token (a decoder continues its prompt: start it with the bos token)")
+        fail(
+            "input_ids",
+            tuple(input_ids.shape),
+            "a shape (batch, length) with at least one prompt of at least one "
+            "token (a decoder continues its prompt: start it with the bos token)",
+        )
     if attention_mask is None:
         return
     if not isinstance(attention_mask, Tensor) or tuple(attention_mask.shape) != tuple(input_ids.shape):
@@ -159,8 +178,20 @@ def generate(
         raise ValueError("generate() needs a decoder: Config.arch is 'encoder'")
     if cfg.head_kind not in ("causal_lm", "seq2seq_lm"):
         raise ValueError(f"generate() needs a language-model head: Config.head is {cfg.head_kind!r}")
-    _check_options(max_new_tokens, do_sample, temperature, top_k, top_p, num_beams, num_return_sequences,
-                   length_penalty, early_stopping, min_new_tokens, return_scores, generator)
+    _check_options(
+        max_new_tokens,
+        do_sample,
+        temperature,
+        top_k,
+        top_p,
+        num_beams,
+        num_return_sequences,
+        length_penalty,
+        early_stopping,
+        min_new_tokens,
+        return_scores,
+        generator,
+    )
     _check_prompt(input_ids, attention_mask)
     eos = _eos_ids(eos_token_id, cfg.eos_token_id, cfg.vocab_size)
     pad = _pad_id(pad_token_id, cfg, eos)
@@ -176,19 +207,38 @@ def generate(
             tokens = state.tokens.repeat_interleave(num_return_sequences if num_beams > 1 else 1, dim=0)
             scores = torch.zeros(tokens.shape[0], device=tokens.device)
         elif num_beams > 1:
-            tokens, scores = beam_search(state, max_new_tokens, num_beams, eos, pad, length_penalty,
-                                         early_stopping, num_return_sequences, min_new_tokens)
+            tokens, scores = beam_search(
+                state,
+                max_new_tokens,
+                num_beams,
+                eos,
+                pad,
+                length_penalty,
+                early_stopping,
+                num_return_sequences,
+                min_new_tokens,
+            )
         else:
-            tokens, scores = _greedy_or_sample(state, max_new_tokens, eos, pad, do_sample, temperature, top_k,
-                                               top_p, generator, min_new_tokens)
+            tokens, scores = _greedy_or_sample(
+                state, max_new_tokens, eos, pad, do_sample, temperature, top_k, top_p, generator, min_new_tokens
+            )
         return (tokens, scores) if return_scores else tokens
     finally:
         model.train(was_training)
 
 
-def _greedy_or_sample(state: Decoding, max_new_tokens: int, eos: list[int], pad: int | None, do_sample: bool,
-                      temperature: float, top_k: int | None, top_p: float | None,
-                      generator: torch.Generator | None, min_new_tokens: int = 0) -> tuple[Tensor, Tensor]:
+def _greedy_or_sample(
+    state: Decoding,
+    max_new_tokens: int,
+    eos: list[int],
+    pad: int | None,
+    do_sample: bool,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    generator: torch.Generator | None,
+    min_new_tokens: int = 0,
+) -> tuple[Tensor, Tensor]:
     """One token per row and step; a row that emitted an eos id gets `pad` afterwards.
 
     Before `min_new_tokens` tokens the eos ids cannot be chosen; the score of a chosen

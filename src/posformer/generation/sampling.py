@@ -23,8 +23,14 @@ def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None 
     return logits
 
 
-def next_token(logits: Tensor, do_sample: bool, temperature: float, top_k: int | None, top_p: float | None,
-               generator: torch.Generator | None) -> Tensor:
+def next_token(
+    logits: Tensor,
+    do_sample: bool,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    generator: torch.Generator | None,
+) -> Tensor:
     """Pick one token per row. logits: (B, V) -> (B,)."""
     if not do_sample:
         return logits.argmax(-1)

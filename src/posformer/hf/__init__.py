@@ -19,5 +19,13 @@ from posformer.hf.mapping import WeightMapError
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["from_hf", "to_hf", "load_tokenizer", "bert2bert_from_pretrained", "supported", "UnsupportedCheckpoint",
-           "CheckpointError", "WeightMapError"]
+__all__ = [
+    "from_hf",
+    "to_hf",
+    "load_tokenizer",
+    "bert2bert_from_pretrained",
+    "supported",
+    "UnsupportedCheckpoint",
+    "CheckpointError",
+    "WeightMapError",
+]

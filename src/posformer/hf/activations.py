@@ -31,6 +31,7 @@ def activation_from_hf(model_type: str, name: str) -> str:
 def activation_to_hf(model_type: str, ours: str) -> str:
     """The HF activation name for posformer's `ours` (tanh-GELU is written as "gelu_new")."""
     if ours not in TO_HF:
-        raise UnsupportedCheckpoint(f"to_hf: {model_type} has no activation for Config.activation={ours!r} "
-                                    f"(exportable: {', '.join(TO_HF)})")
+        raise UnsupportedCheckpoint(
+            f"to_hf: {model_type} has no activation for Config.activation={ours!r} (exportable: {', '.join(TO_HF)})"
+        )
     return TO_HF[ours]

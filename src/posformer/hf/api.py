@@ -12,7 +12,6 @@ import torch
 
 from posformer.checkpoints.manifest import verify_if_present
 from posformer.config import Config
-from posformer.modules.heads import build_head
 from posformer.hf.config_kinds import check_hf_config_kinds
 from posformer.hf.family import Family, UnsupportedCheckpoint, family_for, supported
 from posformer.hf.hf_checkpoint import CONFIG, CheckpointError, read_config, read_state, resolve, write_checkpoint
@@ -20,6 +19,7 @@ from posformer.hf.mapping import export_state, import_state
 from posformer.hf.rope import v5_rope_parameters
 from posformer.hf.tokenizer_files import check_tokenizer_dir
 from posformer.model import Transformer
+from posformer.modules.heads import build_head
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +75,17 @@ def config_from_hf_file(hf_config: dict, path: str) -> tuple[Config, Family]:
     except UnsupportedCheckpoint as err:
         raise UnsupportedCheckpoint(f"{path}: {err}") from None
     except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
-        raise CheckpointError(f"{path} cannot be read as a {hf_config.get('model_type')} config: "
-                              f"{type(err).__name__}: {err}") from err
+        raise CheckpointError(
+            f"{path} cannot be read as a {hf_config.get('model_type')} config: {type(err).__name__}: {err}"
+        ) from err
 
 
-def from_hf(path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None,
-            device: str | torch.device | None = None, head: str | None = None) -> Transformer:
+def from_hf(
+    path_or_hub_id: str | os.PathLike,
+    dtype: torch.dtype | None = None,
+    device: str | torch.device | None = None,
+    head: str | None = None,
+) -> Transformer:
     """Load a Hugging Face checkpoint (a local directory, or a Hub id when online) as a `Transformer`.
 
     The config is mapped to a `posformer.Config` and the weights onto posformer's modules.
@@ -116,12 +121,22 @@ def from_hf(path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None,
         dropped = _hf_names(family, model)
         fresh = replace_head(model, head)
         if dropped:
-            log.warning("%s: the checkpoint's %r head was dropped for a new %r head; unused tensors: %s",
-                        directory, cfg.head_kind, head, ", ".join(dropped))
+            log.warning(
+                "%s: the checkpoint's %r head was dropped for a new %r head; unused tensors: %s",
+                directory,
+                cfg.head_kind,
+                head,
+                ", ".join(dropped),
+            )
         if fresh:
-            log.warning("%s: these tensors of the %r head were not in the checkpoint and are newly "
-                        "initialised: %s. Train the model on a %s task before using it.",
-                        directory, head, ", ".join(fresh), head)
+            log.warning(
+                "%s: these tensors of the %r head were not in the checkpoint and are newly "
+                "initialised: %s. Train the model on a %s task before using it.",
+                directory,
+                head,
+                ", ".join(fresh),
+                head,
+            )
     return model.to(device=device).eval()
 
 
@@ -143,8 +158,10 @@ def to_hf(model: Transformer, out_dir: str | os.PathLike, rope_parameters: bool 
     hf_config = family.config_to_hf(cfg)
     if rope_parameters:
         if "rope_theta" not in hf_config:
-            raise UnsupportedCheckpoint(f"to_hf(rope_parameters=True): {cfg.hf_model_type} has no RoPE settings "
-                                        f"to write (position={cfg.position!r})")
+            raise UnsupportedCheckpoint(
+                f"to_hf(rope_parameters=True): {cfg.hf_model_type} has no RoPE settings "
+                f"to write (position={cfg.position!r})"
+            )
         hf_config = v5_rope_parameters(hf_config)
     hf_config.setdefault("torch_dtype", str(next(model.parameters()).dtype).removeprefix("torch."))
     state = export_state(model, family.rules(cfg))

@@ -41,13 +41,30 @@ from posformer.hf.mapping import Rule, fused_linear, linear, norm, same
 
 POSITIONS = {"absolute": "learned", "relative_key": "relative_key", "relative_key_query": "relative_key_query"}
 HF_POSITIONS = {ours: theirs for theirs, ours in POSITIONS.items()}
-HIDDEN_ACT = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-              "gelu_fast": "gelu_tanh", "relu": "relu", "silu": "silu", "swish": "swish"}
+HIDDEN_ACT = {
+    "gelu": "gelu",
+    "gelu_python": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "swish",
+}
 HF_ACT = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu", "swish": "swish"}
-HEADS = {"ForMaskedLM": "masked_lm", "ForPreTraining": "masked_lm", "ForQuestionAnswering": "span_qa",
-         "ForSequenceClassification": "classification", "Model": "none"}  # suffixes of the class names
-HEAD_CLASSES = {"masked_lm": "ForMaskedLM", "span_qa": "ForQuestionAnswering",
-                "classification": "ForSequenceClassification", "none": "Model"}
+HEADS = {
+    "ForMaskedLM": "masked_lm",
+    "ForPreTraining": "masked_lm",
+    "ForQuestionAnswering": "span_qa",
+    "ForSequenceClassification": "classification",
+    "Model": "none",
+}  # suffixes of the class names
+HEAD_CLASSES = {
+    "masked_lm": "ForMaskedLM",
+    "span_qa": "ForQuestionAnswering",
+    "classification": "ForSequenceClassification",
+    "none": "Model",
+}
 
 
 def num_labels(hf: dict) -> int:
@@ -76,16 +93,30 @@ def encoder_config(hf: dict, arch_name: str, **changes) -> Config:
     if head == "span_qa" and num_labels(hf) != 2:
         raise unsupported(model_type, f"a question-answering head with num_labels={num_labels(hf)} (expected 2)")
     fields = dict(
-        arch="encoder", vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_layers=hf["num_hidden_layers"],
-        n_heads=hf["num_attention_heads"], d_ff=hf.get("intermediate_size", 3072), position=POSITIONS[kind],
-        max_positions=hf.get("max_position_embeddings", 512), norm="layernorm",
-        norm_eps=hf.get("layer_norm_eps", 1e-12), norm_placement="post", embed_norm=True,
-        activation=HIDDEN_ACT[act], dropout=hf.get("hidden_dropout_prob", 0.1),
+        arch="encoder",
+        vocab_size=hf["vocab_size"],
+        d_model=hf["hidden_size"],
+        n_layers=hf["num_hidden_layers"],
+        n_heads=hf["num_attention_heads"],
+        d_ff=hf.get("intermediate_size", 3072),
+        position=POSITIONS[kind],
+        max_positions=hf.get("max_position_embeddings", 512),
+        norm="layernorm",
+        norm_eps=hf.get("layer_norm_eps", 1e-12),
+        norm_placement="post",
+        embed_norm=True,
+        activation=HIDDEN_ACT[act],
+        dropout=hf.get("hidden_dropout_prob", 0.1),
         attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
-        tie_embeddings=bool(hf.get("tie_word_embeddings", True)), type_vocab_size=hf.get("type_vocab_size", 2),
-        head=head, num_labels=num_labels(hf) if head == "classification" else 2,
-        pad_token_id=hf.get("pad_token_id", 0), bos_token_id=hf.get("bos_token_id"),
-        eos_token_id=hf.get("eos_token_id"), init_std=hf.get("initializer_range", 0.02), hf_model_type=model_type,
+        tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
+        type_vocab_size=hf.get("type_vocab_size", 2),
+        head=head,
+        num_labels=num_labels(hf) if head == "classification" else 2,
+        pad_token_id=hf.get("pad_token_id", 0),
+        bos_token_id=hf.get("bos_token_id"),
+        eos_token_id=hf.get("eos_token_id"),
+        init_std=hf.get("initializer_range", 0.02),
+        hf_model_type=model_type,
     )
     return Config(**{**fields, **changes})
 
@@ -97,16 +128,32 @@ def config_from_hf(hf: dict) -> Config:
 def encoder_config_to_hf(cfg: Config, arch_name: str) -> dict:
     """The HF config of a BERT-layout encoder; raises `UnsupportedCheckpoint` for what that layout cannot hold."""
     model_type = cfg.hf_model_type
-    layout = (cfg.arch == "encoder" and cfg.norm == "layernorm" and cfg.norm_bias and cfg.norm_placement == "post"
-              and cfg.embed_norm and not cfg.use_final_norm and not cfg.parallel_residual
-              and cfg.qkv_bias and cfg.attn_out_bias and cfg.ffn_bias and cfg.kv_heads == cfg.n_heads
-              and cfg.head_dim * cfg.n_heads == cfg.d_model and cfg.attn_scale is None and not cfg.scale_embeddings)
+    layout = (
+        cfg.arch == "encoder"
+        and cfg.norm == "layernorm"
+        and cfg.norm_bias
+        and cfg.norm_placement == "post"
+        and cfg.embed_norm
+        and not cfg.use_final_norm
+        and not cfg.parallel_residual
+        and cfg.qkv_bias
+        and cfg.attn_out_bias
+        and cfg.ffn_bias
+        and cfg.kv_heads == cfg.n_heads
+        and cfg.head_dim * cfg.n_heads == cfg.d_model
+        and cfg.attn_scale is None
+        and not cfg.scale_embeddings
+    )
     if not layout:
-        raise unsupported(model_type, "a layout other than BERT's (post-LayerNorm encoder, biases, embedding "
-                                      "LayerNorm, multi-head attention with d_head = d_model / n_heads) (to_hf)")
+        raise unsupported(
+            model_type,
+            "a layout other than BERT's (post-LayerNorm encoder, biases, embedding "
+            "LayerNorm, multi-head attention with d_head = d_model / n_heads) (to_hf)",
+        )
     if cfg.position not in HF_POSITIONS:
-        raise unsupported(model_type, f"position={cfg.position!r} (Hugging Face has: {', '.join(HF_POSITIONS)}) "
-                                      "(to_hf)")
+        raise unsupported(
+            model_type, f"position={cfg.position!r} (Hugging Face has: {', '.join(HF_POSITIONS)}) (to_hf)"
+        )
     if cfg.activation not in HF_ACT:
         raise unsupported(model_type, f"activation={cfg.activation!r} (supported: {', '.join(HF_ACT)}) (to_hf)")
     if cfg.type_vocab_size < 1:
@@ -114,15 +161,27 @@ def encoder_config_to_hf(cfg: Config, arch_name: str) -> dict:
     if cfg.head_kind not in HEAD_CLASSES:
         raise unsupported(model_type, f"head={cfg.head_kind!r} (supported: {', '.join(HEAD_CLASSES)}) (to_hf)")
     out = {
-        "model_type": model_type, "architectures": [arch_name + HEAD_CLASSES[cfg.head_kind]],
-        "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads, "intermediate_size": cfg.ff_dim, "hidden_act": HF_ACT[cfg.activation],
-        "hidden_dropout_prob": cfg.dropout, "attention_probs_dropout_prob": cfg.attention_dropout,
-        "max_position_embeddings": cfg.max_positions, "type_vocab_size": cfg.type_vocab_size,
-        "layer_norm_eps": cfg.norm_eps, "position_embedding_type": HF_POSITIONS[cfg.position],
-        "tie_word_embeddings": cfg.tie_embeddings, "initializer_range": cfg.init_std,
-        "pad_token_id": cfg.pad_token_id, "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id,
-        "is_decoder": False, "add_cross_attention": False,
+        "model_type": model_type,
+        "architectures": [arch_name + HEAD_CLASSES[cfg.head_kind]],
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "intermediate_size": cfg.ff_dim,
+        "hidden_act": HF_ACT[cfg.activation],
+        "hidden_dropout_prob": cfg.dropout,
+        "attention_probs_dropout_prob": cfg.attention_dropout,
+        "max_position_embeddings": cfg.max_positions,
+        "type_vocab_size": cfg.type_vocab_size,
+        "layer_norm_eps": cfg.norm_eps,
+        "position_embedding_type": HF_POSITIONS[cfg.position],
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "initializer_range": cfg.init_std,
+        "pad_token_id": cfg.pad_token_id,
+        "bos_token_id": cfg.bos_token_id,
+        "eos_token_id": cfg.eos_token_id,
+        "is_decoder": False,
+        "add_cross_attention": False,
     }
     if cfg.head_kind == "classification":
         out["id2label"] = {str(i): f"LABEL_{i}" for i in range(cfg.num_labels)}
@@ -139,12 +198,21 @@ def config_to_hf(cfg: Config) -> dict:
 def _with_unused_table(rule: Rule, key: str, shape: tuple[int, int]) -> Rule:
     """`rule`, plus HF's absolute position table `key` that relative encodings leave unused:
     read and dropped on load, written as zeros of `shape` (max_positions, d_model) by `to_hf`."""
-    return Rule(rule.ours, rule.theirs + (key,), lambda ts: rule.to_ours(ts[:-1]),
-                lambda t: rule.to_theirs(t) + [t.new_zeros(shape)])
+    return Rule(
+        rule.ours,
+        rule.theirs + (key,),
+        lambda ts: rule.to_ours(ts[:-1]),
+        lambda t: rule.to_theirs(t) + [t.new_zeros(shape)],
+    )
 
 
-def stack_rules(cfg: Config, base: str, stack: str = "encoder", n_layers: int | None = None,
-                embeddings: tuple[str, str] = ("embed_tokens", "token_types")) -> list[Rule]:
+def stack_rules(
+    cfg: Config,
+    base: str,
+    stack: str = "encoder",
+    n_layers: int | None = None,
+    embeddings: tuple[str, str] = ("embed_tokens", "token_types"),
+) -> list[Rule]:
     """Embeddings and layers of one BERT-layout stack whose HF keys start with `base` ("", "bert.",
     "decoder.bert."): posformer's `stack` ("encoder" or "decoder"), its `n_layers` blocks (default
     `cfg.n_layers`) and the token / token-type embeddings named `embeddings`. Self-attention, FFN and
@@ -166,8 +234,9 @@ def stack_rules(cfg: Config, base: str, stack: str = "encoder", n_layers: int | 
         attn = f"{theirs}.attention"
         if cfg.position != "learned":
             out.append(same(f"{stack}.position.distance.{i}.weight", f"{attn}.self.distance_embedding.weight"))
-        out += fused_linear(f"{ours}.attn.qkv", (f"{attn}.self.query", f"{attn}.self.key", f"{attn}.self.value"),
-                            (d, d, d), bias=True)
+        out += fused_linear(
+            f"{ours}.attn.qkv", (f"{attn}.self.query", f"{attn}.self.key", f"{attn}.self.value"), (d, d, d), bias=True
+        )
         out += linear(f"{ours}.attn.out", f"{attn}.output.dense")
         out += norm(f"{ours}.attn_res.norm", f"{attn}.output.LayerNorm")
         out += linear(f"{ours}.ffn.up", f"{theirs}.intermediate.dense")
@@ -189,8 +258,14 @@ class HeadKeys:
     classifier: str
 
 
-BERT_HEADS = HeadKeys("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias",
-                      "cls.predictions.decoder.weight", "bert.pooler.dense", "classifier")
+BERT_HEADS = HeadKeys(
+    "cls.predictions.transform.dense",
+    "cls.predictions.transform.LayerNorm",
+    "cls.predictions.bias",
+    "cls.predictions.decoder.weight",
+    "bert.pooler.dense",
+    "classifier",
+)
 
 
 def encoder_with_head_rules(cfg: Config, base: str, keys: HeadKeys) -> list[Rule]:
@@ -236,8 +311,11 @@ def prepare_state(cfg: Config, hf: dict, state: dict[str, Tensor]) -> dict[str, 
 
 def ignore(cfg: Config) -> tuple[str, ...]:
     """Id buffers of old checkpoints, an unused pooler, the next-sentence head, a stored copy of the tied decoder."""
-    patterns = [r"(bert\.)?embeddings\.(position_ids|token_type_ids)", r"cls\.seq_relationship\.(weight|bias)",
-                r"cls\.predictions\.decoder\.bias"]
+    patterns = [
+        r"(bert\.)?embeddings\.(position_ids|token_type_ids)",
+        r"cls\.seq_relationship\.(weight|bias)",
+        r"cls\.predictions\.decoder\.bias",
+    ]
     if cfg.head_kind != "classification":
         patterns.append(r"(bert\.)?pooler\.dense\.(weight|bias)")
     if cfg.tie_embeddings:

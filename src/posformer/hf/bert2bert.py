@@ -30,27 +30,46 @@ from posformer.hf.family import UnsupportedCheckpoint
 from posformer.model import Transformer
 
 # posformer names of the BERT body -> the BERT2BERT tensors they start (the stack prefix is swapped)
-EMBEDDINGS = {"embed_tokens.weight": ("embed_tokens.weight", "decoder_embed_tokens.weight"),
-              "token_types.weight": ("token_types.weight", "decoder_token_types.weight")}
+EMBEDDINGS = {
+    "embed_tokens.weight": ("embed_tokens.weight", "decoder_embed_tokens.weight"),
+    "token_types.weight": ("token_types.weight", "decoder_token_types.weight"),
+}
 MASKED_LM_HEAD = ("head.dense.weight", "head.dense.bias", "head.norm.weight", "head.norm.bias", "head.proj.bias")
 
 
-def bert2bert_config(bert: Config, decoder_start_token_id: int | None = None, eos_token_id: int | None = None,
-                     pad_token_id: int | None = None) -> Config:
+def bert2bert_config(
+    bert: Config,
+    decoder_start_token_id: int | None = None,
+    eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
+) -> Config:
     """The BERT2BERT `Config` of a BERT `Config` (arch "encoder"): two stacks of its size, the decoder with its
     own embeddings and BERT's LM head. Special ids left None keep BERT's (decoder start: none)."""
     if bert.arch != "encoder" or bert.hf_model_type != "bert":
-        raise UnsupportedCheckpoint(f"a BERT2BERT model is warm-started from a BERT checkpoint (model_type 'bert'); "
-                                    f"this one is a {bert.arch} of model_type {bert.hf_model_type!r}")
+        raise UnsupportedCheckpoint(
+            f"a BERT2BERT model is warm-started from a BERT checkpoint (model_type 'bert'); "
+            f"this one is a {bert.arch} of model_type {bert.hf_model_type!r}"
+        )
     ids = {"eos_token_id": eos_token_id, "pad_token_id": pad_token_id}
-    return bert.replace(arch="encoder_decoder", n_decoder_layers=bert.n_layers, head="seq2seq_lm",
-                        separate_decoder_embeddings=True, head_transform=True, head_bias=True,
-                        decoder_start_token_id=decoder_start_token_id, hf_model_type=MODEL_TYPE,
-                        **{k: v for k, v in ids.items() if v is not None})
+    return bert.replace(
+        arch="encoder_decoder",
+        n_decoder_layers=bert.n_layers,
+        head="seq2seq_lm",
+        separate_decoder_embeddings=True,
+        head_transform=True,
+        head_bias=True,
+        decoder_start_token_id=decoder_start_token_id,
+        hf_model_type=MODEL_TYPE,
+        **{k: v for k, v in ids.items() if v is not None},
+    )
 
 
-def bert2bert_from_pretrained(path_or_hub_id: str | os.PathLike, decoder_start_token_id: int | None = None,
-                              eos_token_id: int | None = None, pad_token_id: int | None = None) -> Transformer:
+def bert2bert_from_pretrained(
+    path_or_hub_id: str | os.PathLike,
+    decoder_start_token_id: int | None = None,
+    eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
+) -> Transformer:
     """A BERT2BERT `Transformer` warm-started from the BERT checkpoint at `path_or_hub_id` (see the module doc).
 
     decoder_start_token_id, eos_token_id, pad_token_id: the special ids of the new model (None: BERT's

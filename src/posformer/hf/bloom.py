@@ -32,41 +32,87 @@ def config_from_hf(hf: dict) -> Config:
     slices without their biases: a different function, refused.
     """
     if hf.get("apply_residual_connection_post_layernorm", False):
-        raise unsupported(MODEL_TYPE, "apply_residual_connection_post_layernorm=True "
-                                      "(the residual taken after the LayerNorm)")
+        raise unsupported(
+            MODEL_TYPE, "apply_residual_connection_post_layernorm=True (the residual taken after the LayerNorm)"
+        )
     if hf.get("slow_but_exact", False) and hf.get("pretraining_tp", 1) > 1:
-        raise unsupported(MODEL_TYPE, f"slow_but_exact=True with pretraining_tp={hf['pretraining_tp']} "
-                                      "(sliced output projections that drop their biases)")
+        raise unsupported(
+            MODEL_TYPE,
+            f"slow_but_exact=True with pretraining_tp={hf['pretraining_tp']} "
+            "(sliced output projections that drop their biases)",
+        )
     d_model = hf.get("n_embed") or hf.get("hidden_size", 64)
     return Config(
-        arch="decoder", vocab_size=hf.get("vocab_size", 250880), d_model=d_model,
+        arch="decoder",
+        vocab_size=hf.get("vocab_size", 250880),
+        d_model=d_model,
         n_layers=hf.get("n_layer", hf.get("num_hidden_layers", 2)),
-        n_heads=hf.get("n_head", hf.get("num_attention_heads", 8)), d_ff=4 * d_model, position="alibi",
-        max_positions=hf.get("seq_length") or DEFAULT_MAX_POSITIONS, norm="layernorm",
-        norm_eps=hf.get("layer_norm_epsilon", 1e-5), norm_placement="pre", embed_norm=True, activation="gelu_tanh",
-        dropout=hf.get("hidden_dropout", 0.0), attention_dropout=hf.get("attention_dropout", 0.0),
-        tie_embeddings=bool(hf.get("tie_word_embeddings", True)), head=architecture(hf, HEADS, "causal_lm"),
-        pad_token_id=hf.get("pad_token_id"), bos_token_id=hf.get("bos_token_id", 1),
-        eos_token_id=hf.get("eos_token_id", 2), init_std=hf.get("initializer_range", 0.02),
+        n_heads=hf.get("n_head", hf.get("num_attention_heads", 8)),
+        d_ff=4 * d_model,
+        position="alibi",
+        max_positions=hf.get("seq_length") or DEFAULT_MAX_POSITIONS,
+        norm="layernorm",
+        norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+        norm_placement="pre",
+        embed_norm=True,
+        activation="gelu_tanh",
+        dropout=hf.get("hidden_dropout", 0.0),
+        attention_dropout=hf.get("attention_dropout", 0.0),
+        tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
+        head=architecture(hf, HEADS, "causal_lm"),
+        pad_token_id=hf.get("pad_token_id"),
+        bos_token_id=hf.get("bos_token_id", 1),
+        eos_token_id=hf.get("eos_token_id", 2),
+        init_std=hf.get("initializer_range", 0.02),
         hf_model_type=MODEL_TYPE,
     )
 
 
 def config_to_hf(cfg: Config) -> dict:
     require_head(cfg, MODEL_TYPE)
-    require_fields(cfg, MODEL_TYPE, arch="decoder", position="alibi", norm="layernorm", norm_bias=True,
-                   norm_placement="pre", use_final_norm=True, embed_norm=True, parallel_residual=False,
-                   activation="gelu_tanh", ff_dim=4 * cfg.d_model, kv_heads=cfg.n_heads,
-                   head_dim=cfg.d_model // cfg.n_heads, qkv_bias=True, attn_out_bias=True, ffn_bias=True,
-                   attn_scale=None, scale_embeddings=False, type_vocab_size=0, head_bias=False,
-                   scale_tied_head=False)
+    require_fields(
+        cfg,
+        MODEL_TYPE,
+        arch="decoder",
+        position="alibi",
+        norm="layernorm",
+        norm_bias=True,
+        norm_placement="pre",
+        use_final_norm=True,
+        embed_norm=True,
+        parallel_residual=False,
+        activation="gelu_tanh",
+        ff_dim=4 * cfg.d_model,
+        kv_heads=cfg.n_heads,
+        head_dim=cfg.d_model // cfg.n_heads,
+        qkv_bias=True,
+        attn_out_bias=True,
+        ffn_bias=True,
+        attn_scale=None,
+        scale_embeddings=False,
+        type_vocab_size=0,
+        head_bias=False,
+        scale_tied_head=False,
+    )
     return {
-        "model_type": MODEL_TYPE, "architectures": [ARCHITECTURES[cfg.head_kind]],
-        "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model, "n_layer": cfg.n_layers, "n_head": cfg.n_heads,
-        "layer_norm_epsilon": cfg.norm_eps, "hidden_dropout": cfg.dropout, "attention_dropout": cfg.attention_dropout,
-        "apply_residual_connection_post_layernorm": False, "pretraining_tp": 1, "slow_but_exact": False,
-        "tie_word_embeddings": cfg.tie_embeddings, "initializer_range": cfg.init_std, "seq_length": cfg.max_positions,
-        "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id, "pad_token_id": cfg.pad_token_id,
+        "model_type": MODEL_TYPE,
+        "architectures": [ARCHITECTURES[cfg.head_kind]],
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "n_layer": cfg.n_layers,
+        "n_head": cfg.n_heads,
+        "layer_norm_epsilon": cfg.norm_eps,
+        "hidden_dropout": cfg.dropout,
+        "attention_dropout": cfg.attention_dropout,
+        "apply_residual_connection_post_layernorm": False,
+        "pretraining_tp": 1,
+        "slow_but_exact": False,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "initializer_range": cfg.init_std,
+        "seq_length": cfg.max_positions,
+        "bos_token_id": cfg.bos_token_id,
+        "eos_token_id": cfg.eos_token_id,
+        "pad_token_id": cfg.pad_token_id,
     }
 
 
@@ -77,8 +123,9 @@ def rules(cfg: Config) -> list[Rule]:
     for i in range(cfg.n_layers):
         ours, theirs = f"decoder.layers.{i}", f"{base}h.{i}"
         out += norm(f"{ours}.attn_res.norm", f"{theirs}.input_layernorm")
-        out += per_head_qkv(f"{ours}.attn.qkv", f"{theirs}.self_attention.query_key_value", cfg.n_heads,
-                            cfg.head_dim, bias=True)
+        out += per_head_qkv(
+            f"{ours}.attn.qkv", f"{theirs}.self_attention.query_key_value", cfg.n_heads, cfg.head_dim, bias=True
+        )
         out += linear(f"{ours}.attn.out", f"{theirs}.self_attention.dense")
         out += norm(f"{ours}.ffn_res.norm", f"{theirs}.post_attention_layernorm")
         out += linear(f"{ours}.ffn.up", f"{theirs}.mlp.dense_h_to_4h")

@@ -12,29 +12,101 @@ from typing import Any
 from posformer.utils.validation import fail, is_int, is_number
 
 INTEGER_KEYS = (
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
-    "max_position_embeddings", "type_vocab_size", "head_dim", "sliding_window", "pad_token_id", "bos_token_id",
-    "decoder_start_token_id", "num_labels", "n_positions", "n_layer", "n_head", "n_inner", "n_embd", "n_embed",
-    "num_layers", "num_decoder_layers", "num_heads", "d_model", "d_kv", "d_ff", "relative_attention_num_buckets",
-    "relative_attention_max_distance", "position_buckets", "max_relative_positions", "encoder_layers",
-    "decoder_layers", "encoder_ffn_dim", "encoder_attention_heads", "decoder_vocab_size", "embedding_size",
-    "original_max_position_embeddings", "max_window_layers", "query_pre_attn_scalar", "sliding_window_pattern",
-    "no_rope_layer_interval", "pretraining_tp", "seq_length", "attention_head_size", "conv_kernel_size",
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "head_dim",
+    "sliding_window",
+    "pad_token_id",
+    "bos_token_id",
+    "decoder_start_token_id",
+    "num_labels",
+    "n_positions",
+    "n_layer",
+    "n_head",
+    "n_inner",
+    "n_embd",
+    "n_embed",
+    "num_layers",
+    "num_decoder_layers",
+    "num_heads",
+    "d_model",
+    "d_kv",
+    "d_ff",
+    "relative_attention_num_buckets",
+    "relative_attention_max_distance",
+    "position_buckets",
+    "max_relative_positions",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_ffn_dim",
+    "encoder_attention_heads",
+    "decoder_vocab_size",
+    "embedding_size",
+    "original_max_position_embeddings",
+    "max_window_layers",
+    "query_pre_attn_scalar",
+    "sliding_window_pattern",
+    "no_rope_layer_interval",
+    "pretraining_tp",
+    "seq_length",
+    "attention_head_size",
+    "conv_kernel_size",
 )
 NUMBER_KEYS = (
-    "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "initializer_range", "init_std", "initializer_factor",
-    "attention_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob", "hidden_dropout", "dropout",
-    "dropout_rate", "resid_pdrop", "attn_pdrop", "activation_dropout", "rope_theta", "rope_local_base_freq",
+    "rms_norm_eps",
+    "layer_norm_eps",
+    "layer_norm_epsilon",
+    "initializer_range",
+    "init_std",
+    "initializer_factor",
+    "attention_dropout",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "hidden_dropout",
+    "dropout",
+    "dropout_rate",
+    "resid_pdrop",
+    "attn_pdrop",
+    "activation_dropout",
+    "rope_theta",
+    "rope_local_base_freq",
     "partial_rotary_factor",
 )
 BOOL_KEYS = (
-    "tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "tie_encoder_decoder", "share_att_key",
-    "relative_attention", "position_biased_input", "add_cross_attention", "use_parallel_residual",
-    "use_bidirectional_attention", "scale_embedding", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
-    "is_decoder", "apply_residual_connection_post_layernorm", "share_encoder_decoder_embeddings", "legacy",
+    "tie_word_embeddings",
+    "attention_bias",
+    "mlp_bias",
+    "use_sliding_window",
+    "tie_encoder_decoder",
+    "share_att_key",
+    "relative_attention",
+    "position_biased_input",
+    "add_cross_attention",
+    "use_parallel_residual",
+    "use_bidirectional_attention",
+    "scale_embedding",
+    "scale_attn_weights",
+    "scale_attn_by_inverse_layer_idx",
+    "is_decoder",
+    "apply_residual_connection_post_layernorm",
+    "share_encoder_decoder_embeddings",
+    "legacy",
 )
-STRING_KEYS = ("model_type", "hidden_act", "hidden_activation", "activation_function", "position_embedding_type",
-               "feed_forward_proj", "norm_rel_ebd")
+STRING_KEYS = (
+    "model_type",
+    "hidden_act",
+    "hidden_activation",
+    "activation_function",
+    "position_embedding_type",
+    "feed_forward_proj",
+    "norm_rel_ebd",
+)
 MAPPING_KEYS = ("rope_scaling", "rope_parameters")
 LIST_KEYS = ("layer_types", "no_rope_layers", "architectures")
 
@@ -42,11 +114,14 @@ LIST_KEYS = ("layer_types", "no_rope_layers", "architectures")
 def check_hf_config_kinds(hf: dict[str, Any], path: str) -> None:
     """Raise `ValueError` naming `path` and the key when a known key of config.json has a value of the wrong kind
     (`eos_token_id` may be an id or a list of ids; `pos_att_type` a string or a list)."""
-    checks = [(INTEGER_KEYS, is_int, "an integer"), (NUMBER_KEYS, is_number, "a finite number"),
-              (BOOL_KEYS, lambda v: isinstance(v, bool), "true or false"),
-              (STRING_KEYS, lambda v: isinstance(v, str), "a string"),
-              (MAPPING_KEYS, lambda v: isinstance(v, dict), "an object"),
-              (LIST_KEYS, lambda v: isinstance(v, list), "a list")]
+    checks = [
+        (INTEGER_KEYS, is_int, "an integer"),
+        (NUMBER_KEYS, is_number, "a finite number"),
+        (BOOL_KEYS, lambda v: isinstance(v, bool), "true or false"),
+        (STRING_KEYS, lambda v: isinstance(v, str), "a string"),
+        (MAPPING_KEYS, lambda v: isinstance(v, dict), "an object"),
+        (LIST_KEYS, lambda v: isinstance(v, list), "a list"),
+    ]
     for keys, ok, expected in checks:
         for key in keys:
             value = hf.get(key)
@@ -56,6 +131,7 @@ def check_hf_config_kinds(hf: dict[str, Any], path: str) -> None:
     if eos is not None and not (is_int(eos) or isinstance(eos, list) and all(is_int(i) for i in eos)):
         fail(f"{path}: eos_token_id", eos, "a token id or a list of token ids (or null)")
     pos_att = hf.get("pos_att_type")
-    if pos_att is not None and not (isinstance(pos_att, str) or isinstance(pos_att, list)
-                                    and all(isinstance(p, str) for p in pos_att)):
+    if pos_att is not None and not (
+        isinstance(pos_att, str) or isinstance(pos_att, list) and all(isinstance(p, str) for p in pos_att)
+    ):
         fail(f"{path}: pos_att_type", pos_att, "a string or a list of strings (or null)")

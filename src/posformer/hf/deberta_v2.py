@@ -64,16 +64,23 @@ from posformer.positions.deberta import NORM_REL_EBD, POS_ATT_TYPES
 
 MODEL_TYPE = "deberta-v2"
 HEADS = {"ForMaskedLM": "masked_lm", "ForQuestionAnswering": "span_qa", "Model": "none"}
-ARCHITECTURES = {"masked_lm": "DebertaV2ForMaskedLM", "span_qa": "DebertaV2ForQuestionAnswering",
-                 "none": "DebertaV2Model"}
+ARCHITECTURES = {
+    "masked_lm": "DebertaV2ForMaskedLM",
+    "span_qa": "DebertaV2ForQuestionAnswering",
+    "none": "DebertaV2Model",
+}
 BASE_PREFIX = "deberta."
 # kind of position term -> (our per-layer projection, HF's separate projection, HF's shared projection)
-POSITION_PROJECTIONS = {"c2p": ("pos_key_proj", "pos_key_proj", "key_proj"),
-                        "p2c": ("pos_query_proj", "pos_query_proj", "query_proj")}
+POSITION_PROJECTIONS = {
+    "c2p": ("pos_key_proj", "pos_key_proj", "key_proj"),
+    "p2c": ("pos_query_proj", "pos_query_proj", "query_proj"),
+}
 # Hugging Face's non-legacy MLM head names -> the legacy names `rules` uses.
-NON_LEGACY_HEAD = {"lm_predictions.lm_head.dense.": "cls.predictions.transform.dense.",
-                   "lm_predictions.lm_head.LayerNorm.": "cls.predictions.transform.LayerNorm.",
-                   "lm_predictions.lm_head.bias": "cls.predictions.bias"}
+NON_LEGACY_HEAD = {
+    "lm_predictions.lm_head.dense.": "cls.predictions.transform.dense.",
+    "lm_predictions.lm_head.LayerNorm.": "cls.predictions.transform.LayerNorm.",
+    "lm_predictions.lm_head.bias": "cls.predictions.bias",
+}
 
 
 def _listed_kinds(hf: dict) -> list[str]:
@@ -107,21 +114,32 @@ def _norm_rel_ebd(hf: dict) -> str:
 def _check_features(hf: dict, head: str) -> None:
     hidden, heads = hf["hidden_size"], hf["num_attention_heads"]
     if hf.get("relative_attention", False) and hf.get("position_biased_input", True):
-        raise unsupported(MODEL_TYPE, "position_biased_input=True with relative_attention=True (learned absolute "
-                                      "positions added to the embeddings on top of the relative attention)")
+        raise unsupported(
+            MODEL_TYPE,
+            "position_biased_input=True with relative_attention=True (learned absolute "
+            "positions added to the embeddings on top of the relative attention)",
+        )
     if (hf.get("conv_kernel_size") or 0) > 0:
-        raise unsupported(MODEL_TYPE, f"conv_kernel_size={hf['conv_kernel_size']} (the convolution layer after "
-                                      "the first layer of DeBERTa-v2 xlarge/xxlarge)")
+        raise unsupported(
+            MODEL_TYPE,
+            f"conv_kernel_size={hf['conv_kernel_size']} (the convolution layer after "
+            "the first layer of DeBERTa-v2 xlarge/xxlarge)",
+        )
     if hf.get("embedding_size", hidden) != hidden:
-        raise unsupported(MODEL_TYPE, f"embedding_size={hf['embedding_size']} != hidden_size={hidden} "
-                                      "(the embed_proj projection)")
+        raise unsupported(
+            MODEL_TYPE, f"embedding_size={hf['embedding_size']} != hidden_size={hidden} (the embed_proj projection)"
+        )
     if hf.get("attention_head_size", hidden // heads) * heads != hidden:
-        raise unsupported(MODEL_TYPE, f"attention_head_size={hf['attention_head_size']} with "
-                                      f"{heads} heads != hidden_size={hidden}")
+        raise unsupported(
+            MODEL_TYPE, f"attention_head_size={hf['attention_head_size']} with {heads} heads != hidden_size={hidden}"
+        )
     if head == "masked_lm" and not hf.get("legacy", True) and hf.get("tie_word_embeddings", True):
-        raise unsupported(MODEL_TYPE, "a non-legacy MLM head (legacy=False) with tie_word_embeddings=True "
-                                      "(transformers then ties the head's dense layer to the word embeddings "
-                                      "and cannot load it either; set tie_word_embeddings to false)")
+        raise unsupported(
+            MODEL_TYPE,
+            "a non-legacy MLM head (legacy=False) with tie_word_embeddings=True "
+            "(transformers then ties the head's dense layer to the word embeddings "
+            "and cannot load it either; set tie_word_embeddings to false)",
+        )
     labels = len(hf.get("id2label") or {}) or hf.get("num_labels", 2)
     if head == "span_qa" and labels != 2:
         raise unsupported(MODEL_TYPE, f"a question-answering head with num_labels={labels} (start and end: 2)")
@@ -137,12 +155,19 @@ def _absolute_attn_scale(hf: dict) -> float | None:
 def _positions(hf: dict) -> dict:
     """The `Config` fields of the position encoding: relative `deberta`, else `learned` or `none`."""
     if not hf.get("relative_attention", False):
-        return {"position": "learned" if hf.get("position_biased_input", True) else "none",
-                "attn_scale": _absolute_attn_scale(hf)}
-    return {"position": "deberta",
-            "position_params": {"position_buckets": hf.get("position_buckets", -1),
-                                "max_relative_positions": hf.get("max_relative_positions", -1),
-                                "norm_rel_ebd": _norm_rel_ebd(hf), "pos_att_type": _pos_att_type(hf)}}
+        return {
+            "position": "learned" if hf.get("position_biased_input", True) else "none",
+            "attn_scale": _absolute_attn_scale(hf),
+        }
+    return {
+        "position": "deberta",
+        "position_params": {
+            "position_buckets": hf.get("position_buckets", -1),
+            "max_relative_positions": hf.get("max_relative_positions", -1),
+            "norm_rel_ebd": _norm_rel_ebd(hf),
+            "pos_att_type": _pos_att_type(hf),
+        },
+    }
 
 
 def config_from_hf(hf: dict) -> Config:
@@ -150,63 +175,118 @@ def config_from_hf(hf: dict) -> Config:
     _check_features(hf, head)
     legacy = hf.get("legacy", True)
     return Config(
-        arch="encoder", vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_layers=hf["num_hidden_layers"],
-        n_heads=hf["num_attention_heads"], d_ff=hf["intermediate_size"], **_positions(hf),
-        max_positions=hf.get("max_position_embeddings", 512), norm="layernorm",
-        norm_eps=hf.get("layer_norm_eps", 1e-7), norm_placement="post", final_norm=False, embed_norm=True,
+        arch="encoder",
+        vocab_size=hf["vocab_size"],
+        d_model=hf["hidden_size"],
+        n_layers=hf["num_hidden_layers"],
+        n_heads=hf["num_attention_heads"],
+        d_ff=hf["intermediate_size"],
+        **_positions(hf),
+        max_positions=hf.get("max_position_embeddings", 512),
+        norm="layernorm",
+        norm_eps=hf.get("layer_norm_eps", 1e-7),
+        norm_placement="post",
+        final_norm=False,
+        embed_norm=True,
         activation=activation_from_hf(MODEL_TYPE, hf.get("hidden_act", "gelu")),
-        dropout=hf.get("hidden_dropout_prob", 0.1), attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
+        dropout=hf.get("hidden_dropout_prob", 0.1),
+        attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
         type_vocab_size=hf.get("type_vocab_size", 0),
         tie_embeddings=bool(hf.get("tie_word_embeddings", True)) if legacy or head != "masked_lm" else True,
-        head=head, pad_token_id=hf.get("pad_token_id", 0), bos_token_id=hf.get("bos_token_id"),
-        eos_token_id=hf.get("eos_token_id"), init_std=hf.get("initializer_range", 0.02), hf_model_type=MODEL_TYPE,
+        head=head,
+        pad_token_id=hf.get("pad_token_id", 0),
+        bos_token_id=hf.get("bos_token_id"),
+        eos_token_id=hf.get("eos_token_id"),
+        init_std=hf.get("initializer_range", 0.02),
+        hf_model_type=MODEL_TYPE,
     )
 
 
 def config_to_hf(cfg: Config) -> dict:
     require_head(cfg, MODEL_TYPE, tuple(ARCHITECTURES))
-    require_fields(cfg, MODEL_TYPE, arch="encoder", norm="layernorm", norm_bias=True,
-                   norm_placement="post", use_final_norm=False, embed_norm=True, qkv_bias=True, attn_out_bias=True,
-                   ffn_bias=True, kv_heads=cfg.n_heads, scale_embeddings=False,
-                   parallel_residual=False, activation_dropout=0.0)
+    require_fields(
+        cfg,
+        MODEL_TYPE,
+        arch="encoder",
+        norm="layernorm",
+        norm_bias=True,
+        norm_placement="post",
+        use_final_norm=False,
+        embed_norm=True,
+        qkv_bias=True,
+        attn_out_bias=True,
+        ffn_bias=True,
+        kv_heads=cfg.n_heads,
+        scale_embeddings=False,
+        parallel_residual=False,
+        activation_dropout=0.0,
+    )
     if cfg.n_heads * cfg.head_dim != cfg.d_model:
-        raise UnsupportedCheckpoint(f"to_hf: a {MODEL_TYPE} checkpoint needs n_heads * head_dim == d_model, got "
-                                    f"{cfg.n_heads} * {cfg.head_dim} != {cfg.d_model}")
+        raise UnsupportedCheckpoint(
+            f"to_hf: a {MODEL_TYPE} checkpoint needs n_heads * head_dim == d_model, got "
+            f"{cfg.n_heads} * {cfg.head_dim} != {cfg.d_model}"
+        )
     out = {
-        "model_type": MODEL_TYPE, "architectures": [ARCHITECTURES[cfg.head_kind]],
-        "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads, "intermediate_size": cfg.ff_dim,
-        "hidden_act": activation_to_hf(MODEL_TYPE, cfg.activation), "hidden_dropout_prob": cfg.dropout,
-        "attention_probs_dropout_prob": cfg.attention_dropout, "max_position_embeddings": cfg.max_positions,
-        "type_vocab_size": cfg.type_vocab_size, "initializer_range": cfg.init_std, "layer_norm_eps": cfg.norm_eps,
-        "legacy": True, "tie_word_embeddings": cfg.tie_embeddings, "pad_token_id": cfg.pad_token_id,
-        "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id,
+        "model_type": MODEL_TYPE,
+        "architectures": [ARCHITECTURES[cfg.head_kind]],
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "intermediate_size": cfg.ff_dim,
+        "hidden_act": activation_to_hf(MODEL_TYPE, cfg.activation),
+        "hidden_dropout_prob": cfg.dropout,
+        "attention_probs_dropout_prob": cfg.attention_dropout,
+        "max_position_embeddings": cfg.max_positions,
+        "type_vocab_size": cfg.type_vocab_size,
+        "initializer_range": cfg.init_std,
+        "layer_norm_eps": cfg.norm_eps,
+        "legacy": True,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "pad_token_id": cfg.pad_token_id,
+        "bos_token_id": cfg.bos_token_id,
+        "eos_token_id": cfg.eos_token_id,
     }
     if cfg.position != "deberta":
         return {**out, **_absolute_positions_to_hf(cfg)}
     require_fields(cfg, MODEL_TYPE, attn_scale=None)
     p = cfg.position_params
     return {
-        **out, "relative_attention": True, "position_biased_input": False, "share_att_key": False,
-        "position_buckets": p["position_buckets"], "max_relative_positions": p["max_relative_positions"],
-        "norm_rel_ebd": p["norm_rel_ebd"], "pos_att_type": list(p["pos_att_type"]),
+        **out,
+        "relative_attention": True,
+        "position_biased_input": False,
+        "share_att_key": False,
+        "position_buckets": p["position_buckets"],
+        "max_relative_positions": p["max_relative_positions"],
+        "norm_rel_ebd": p["norm_rel_ebd"],
+        "pos_att_type": list(p["pos_att_type"]),
     }
 
 
 def _absolute_positions_to_hf(cfg: Config) -> dict:
     """`learned` or `none` positions: no relative attention, the attention scale told by `pos_att_type`'s length."""
     if cfg.position not in ("learned", "none"):
-        raise UnsupportedCheckpoint(f"to_hf: a {MODEL_TYPE} checkpoint has 'deberta', 'learned' or 'none' "
-                                    f"positions, got Config.position={cfg.position!r}")
+        raise UnsupportedCheckpoint(
+            f"to_hf: a {MODEL_TYPE} checkpoint has 'deberta', 'learned' or 'none' "
+            f"positions, got Config.position={cfg.position!r}"
+        )
     if cfg.position == "learned" and cfg.position_params["offset"] != 0:
-        raise UnsupportedCheckpoint(f"to_hf: {MODEL_TYPE} reads position p from row p; Config.position_params "
-                                    f"has offset={cfg.position_params['offset']!r}")
+        raise UnsupportedCheckpoint(
+            f"to_hf: {MODEL_TYPE} reads position p from row p; Config.position_params "
+            f"has offset={cfg.position_params['offset']!r}"
+        )
     for kinds in ([], ["c2p"], ["p2c", "c2p"]):
         if math.isclose(cfg.scale, (cfg.head_dim * (1 + len(kinds))) ** -0.5, rel_tol=1e-9):
-            return {"relative_attention": False, "position_biased_input": cfg.position == "learned",
-                    "pos_att_type": kinds, "norm_rel_ebd": "none"}
-    raise UnsupportedCheckpoint(f"to_hf: {MODEL_TYPE} scales attention by 1/sqrt(head_dim * k), k in 1, 2, 3; "
-                                f"Config.attn_scale={cfg.attn_scale!r} is none of them")
+            return {
+                "relative_attention": False,
+                "position_biased_input": cfg.position == "learned",
+                "pos_att_type": kinds,
+                "norm_rel_ebd": "none",
+            }
+    raise UnsupportedCheckpoint(
+        f"to_hf: {MODEL_TYPE} scales attention by 1/sqrt(head_dim * k), k in 1, 2, 3; "
+        f"Config.attn_scale={cfg.attn_scale!r} is none of them"
+    )
 
 
 def _prefix(cfg: Config) -> str:
@@ -236,8 +316,9 @@ def rules(cfg: Config) -> list[Rule]:
     for i in range(cfg.n_layers):
         ours, theirs = f"encoder.layers.{i}", f"{base}encoder.layer.{i}"
         attn = f"{theirs}.attention.self"
-        out += fused_linear(f"{ours}.attn.qkv", (f"{attn}.query_proj", f"{attn}.key_proj", f"{attn}.value_proj"),
-                            (d, d, d), bias=True)
+        out += fused_linear(
+            f"{ours}.attn.qkv", (f"{attn}.query_proj", f"{attn}.key_proj", f"{attn}.value_proj"), (d, d, d), bias=True
+        )
         for kind in _kinds(cfg):
             proj, separate, _ = POSITION_PROJECTIONS[kind]
             out += linear(f"encoder.position.{proj}.{i}", f"{attn}.{separate}")
@@ -289,8 +370,11 @@ def _shared_pairs(cfg: Config) -> list[tuple[str, str]]:
 def prepare_state(cfg: Config, hf: dict, state: dict[str, Tensor]) -> dict[str, Tensor]:
     """The checkpoint in the layout of `rules`: unprefixed base model, legacy head, separate projections."""
     state = dict(state)
-    if cfg.head_kind == "none" and f"{BASE_PREFIX}embeddings.word_embeddings.weight" in state \
-            and "embeddings.word_embeddings.weight" not in state:
+    if (
+        cfg.head_kind == "none"
+        and f"{BASE_PREFIX}embeddings.word_embeddings.weight" in state
+        and "embeddings.word_embeddings.weight" not in state
+    ):
         state = {k.removeprefix(BASE_PREFIX): v for k, v in state.items()}
     if cfg.head_kind == "masked_lm" and not hf.get("legacy", True):
         for theirs, ours in NON_LEGACY_HEAD.items():

@@ -40,11 +40,20 @@ SUB_MODEL_TYPES = ("bert",)
 DECODER_EMBEDDINGS = ("decoder_embed_tokens", "decoder_token_types")
 HEAD = "decoder.cls.predictions"
 # Config fields both BERT configs must agree on -> their Hugging Face names (for the messages)
-SHARED = {"vocab_size": "vocab_size", "d_model": "hidden_size", "n_heads": "num_attention_heads",
-          "d_ff": "intermediate_size", "activation": "hidden_act", "dropout": "hidden_dropout_prob",
-          "attention_dropout": "attention_probs_dropout_prob", "max_positions": "max_position_embeddings",
-          "type_vocab_size": "type_vocab_size", "norm_eps": "layer_norm_eps",
-          "position": "position_embedding_type", "init_std": "initializer_range"}
+SHARED = {
+    "vocab_size": "vocab_size",
+    "d_model": "hidden_size",
+    "n_heads": "num_attention_heads",
+    "d_ff": "intermediate_size",
+    "activation": "hidden_act",
+    "dropout": "hidden_dropout_prob",
+    "attention_dropout": "attention_probs_dropout_prob",
+    "max_positions": "max_position_embeddings",
+    "type_vocab_size": "type_vocab_size",
+    "norm_eps": "layer_norm_eps",
+    "position": "position_embedding_type",
+    "init_std": "initializer_range",
+}
 SPECIAL_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
 
 
@@ -53,16 +62,18 @@ def _sub_config(hf: dict, name: str) -> dict:
     if not isinstance(sub, dict):
         raise UnsupportedCheckpoint(f"{MODEL_TYPE} config without an {name!r} sub-config (a dict) is not readable")
     if sub.get("model_type") not in SUB_MODEL_TYPES:
-        raise unsupported(MODEL_TYPE, f"{name}.model_type={sub.get('model_type')!r} (supported: "
-                                      f"{', '.join(SUB_MODEL_TYPES)})")
+        raise unsupported(
+            MODEL_TYPE, f"{name}.model_type={sub.get('model_type')!r} (supported: {', '.join(SUB_MODEL_TYPES)})"
+        )
     return sub
 
 
 def _bert_config(sub: dict, name: str) -> Config:
     """The BERT encoder `Config` of one sub-config, as a stack (no head, not causal); errors name `name`."""
     try:
-        return bert.encoder_config({**sub, "architectures": None, "is_decoder": False, "add_cross_attention": False},
-                                   "Bert")
+        return bert.encoder_config(
+            {**sub, "architectures": None, "is_decoder": False, "add_cross_attention": False}, "Bert"
+        )
     except UnsupportedCheckpoint as err:
         raise UnsupportedCheckpoint(f"{name}: {err}") from None
 
@@ -71,12 +82,16 @@ def _check_features(hf: dict, enc: dict, dec: dict) -> None:
     if hf.get("tie_encoder_decoder"):
         raise unsupported(MODEL_TYPE, "encoder and decoder weights tied to each other (tie_encoder_decoder=True)")
     if not (dec.get("is_decoder") and dec.get("add_cross_attention")):
-        raise unsupported(MODEL_TYPE, f"a decoder with decoder.is_decoder={bool(dec.get('is_decoder'))}, "
-                                      f"decoder.add_cross_attention={bool(dec.get('add_cross_attention'))} "
-                                      "(both must be true)")
+        raise unsupported(
+            MODEL_TYPE,
+            f"a decoder with decoder.is_decoder={bool(dec.get('is_decoder'))}, "
+            f"decoder.add_cross_attention={bool(dec.get('add_cross_attention'))} "
+            "(both must be true)",
+        )
     if enc.get("is_decoder") or enc.get("add_cross_attention"):
-        raise unsupported(MODEL_TYPE, "a causal or cross-attending encoder (encoder.is_decoder / "
-                                      "encoder.add_cross_attention)")
+        raise unsupported(
+            MODEL_TYPE, "a causal or cross-attending encoder (encoder.is_decoder / encoder.add_cross_attention)"
+        )
     if dec.get("cross_attention_hidden_size") is not None:
         raise unsupported(MODEL_TYPE, f"decoder.cross_attention_hidden_size={dec['cross_attention_hidden_size']}")
 
@@ -99,33 +114,68 @@ def config_from_hf(hf: dict) -> Config:
         ours, theirs = getattr(decoder, field), getattr(encoder, field)
         if ours != theirs or (field == "position" and decoder.position_params != encoder.position_params):
             extra = " (transformers projects with enc_to_dec_proj)" if field == "d_model" else ""
-            raise unsupported(MODEL_TYPE, f"decoder.{name}={dec.get(name, ours)!r} different from encoder.{name}="
-                                          f"{enc.get(name, theirs)!r}{extra}")
+            raise unsupported(
+                MODEL_TYPE,
+                f"decoder.{name}={dec.get(name, ours)!r} different from encoder.{name}="
+                f"{enc.get(name, theirs)!r}{extra}",
+            )
     ids = {name: _special_id(hf, dec, name) for name in SPECIAL_IDS}
     return encoder.replace(
-        arch="encoder_decoder", n_decoder_layers=decoder.n_layers, head="seq2seq_lm", separate_decoder_embeddings=True,
-        head_transform=True, head_bias=True, tie_embeddings=bool(dec.get("tie_word_embeddings", True)),
-        hf_model_type=MODEL_TYPE, **ids,
+        arch="encoder_decoder",
+        n_decoder_layers=decoder.n_layers,
+        head="seq2seq_lm",
+        separate_decoder_embeddings=True,
+        head_transform=True,
+        head_bias=True,
+        tie_embeddings=bool(dec.get("tie_word_embeddings", True)),
+        hf_model_type=MODEL_TYPE,
+        **ids,
     )
 
 
 def config_to_hf(cfg: Config) -> dict:
-    wanted = {"arch": "encoder_decoder", "separate_decoder_embeddings": True, "head_kind": "seq2seq_lm",
-              "head_transform": True, "head_bias": True}
+    wanted = {
+        "arch": "encoder_decoder",
+        "separate_decoder_embeddings": True,
+        "head_kind": "seq2seq_lm",
+        "head_transform": True,
+        "head_bias": True,
+    }
     problems = [f"{k}={getattr(cfg, k)!r}" for k, v in wanted.items() if getattr(cfg, k) != v]
     if cfg.scale_tied_head and cfg.tie_embeddings:
         problems.append("scale_tied_head=True")
     if problems:
-        raise unsupported(MODEL_TYPE, f"a layout BERT2BERT cannot express ({'; '.join(problems)}; it needs "
-                                      f"{', '.join(f'{k}={v!r}' for k, v in wanted.items())}) (to_hf)")
-    stack = cfg.replace(arch="encoder", head="none", separate_decoder_embeddings=False, head_transform=False,
-                        head_bias=False, decoder_start_token_id=None, hf_model_type="bert")
+        raise unsupported(
+            MODEL_TYPE,
+            f"a layout BERT2BERT cannot express ({'; '.join(problems)}; it needs "
+            f"{', '.join(f'{k}={v!r}' for k, v in wanted.items())}) (to_hf)",
+        )
+    stack = cfg.replace(
+        arch="encoder",
+        head="none",
+        separate_decoder_embeddings=False,
+        head_transform=False,
+        head_bias=False,
+        decoder_start_token_id=None,
+        hf_model_type="bert",
+    )
     encoder = bert.config_to_hf(stack)
-    decoder = {**bert.config_to_hf(stack.replace(n_layers=cfg.decoder_layers)), "architectures": ["BertLMHeadModel"],
-               "is_decoder": True, "add_cross_attention": True, "tie_word_embeddings": cfg.tie_embeddings}
-    return {"model_type": MODEL_TYPE, "architectures": ["EncoderDecoderModel"], "encoder": encoder,
-            "decoder": decoder, "is_encoder_decoder": True, "tie_encoder_decoder": False,
-            **{name: getattr(cfg, name) for name in SPECIAL_IDS}}
+    decoder = {
+        **bert.config_to_hf(stack.replace(n_layers=cfg.decoder_layers)),
+        "architectures": ["BertLMHeadModel"],
+        "is_decoder": True,
+        "add_cross_attention": True,
+        "tie_word_embeddings": cfg.tie_embeddings,
+    }
+    return {
+        "model_type": MODEL_TYPE,
+        "architectures": ["EncoderDecoderModel"],
+        "encoder": encoder,
+        "decoder": decoder,
+        "is_encoder_decoder": True,
+        "tie_encoder_decoder": False,
+        **{name: getattr(cfg, name) for name in SPECIAL_IDS},
+    }
 
 
 def _cross_attention(cfg: Config, i: int) -> list[Rule]:
@@ -152,9 +202,11 @@ def rules(cfg: Config) -> list[Rule]:
 
 def ignore(cfg: Config) -> tuple[str, ...]:
     """The encoder's pooler, id buffers of old checkpoints, the LM head's copy of its bias and of a tied weight."""
-    patterns = [r"encoder\.pooler\.dense\.(weight|bias)",
-                r"(encoder|decoder\.bert)\.embeddings\.(position_ids|token_type_ids)",
-                r"decoder\.cls\.predictions\.decoder\.bias"]
+    patterns = [
+        r"encoder\.pooler\.dense\.(weight|bias)",
+        r"(encoder|decoder\.bert)\.embeddings\.(position_ids|token_type_ids)",
+        r"decoder\.cls\.predictions\.decoder\.bias",
+    ]
     if cfg.tie_embeddings:
         patterns.append(r"decoder\.cls\.predictions\.decoder\.weight")
     return tuple(patterns)

@@ -29,8 +29,9 @@ def _layer_types(hf: dict) -> list[str]:
     pattern = hf.get("sliding_window_pattern", 6)
     types = hf.get("layer_types") or [LOCAL if (i + 1) % pattern else GLOBAL for i in range(hf["num_hidden_layers"])]
     if len(types) != hf["num_hidden_layers"] or set(types) - {LOCAL, GLOBAL}:
-        raise unsupported(MODEL_TYPE, f"layer_types={types} (expected {hf['num_hidden_layers']} of {LOCAL!r} and "
-                                      f"{GLOBAL!r})")
+        raise unsupported(
+            MODEL_TYPE, f"layer_types={types} (expected {hf['num_hidden_layers']} of {LOCAL!r} and {GLOBAL!r})"
+        )
     return types
 
 
@@ -44,23 +45,44 @@ def config_from_hf(hf: dict) -> Config:
     if activation not in ACTIVATIONS:
         raise unsupported(MODEL_TYPE, f"hidden_activation={activation!r} (supported: {', '.join(ACTIVATIONS)})")
     types = _layer_types(hf)
-    local_rope = rope_params(hf, layer_type=LOCAL) if has_v5_layer_params(hf, LOCAL) else \
-        {"theta": float(hf.get("rope_local_base_freq", 10000.0)), "layout": "half"}
+    local_rope = (
+        rope_params(hf, layer_type=LOCAL)
+        if has_v5_layer_params(hf, LOCAL)
+        else {"theta": float(hf.get("rope_local_base_freq", 10000.0)), "layout": "half"}
+    )
     local = {"sliding_window": hf.get("sliding_window", 4096), "position_params": local_rope}
     bias = bool(hf.get("attention_bias", False))
     return Config(
-        arch="decoder", vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_layers=hf["num_hidden_layers"],
-        n_heads=hf["num_attention_heads"], n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
-        d_head=hf.get("head_dim", 256), d_ff=hf["intermediate_size"], position="rope",
-        position_params=rope_params(hf, default_theta=1e6, layer_type=GLOBAL), layer_types=types,
+        arch="decoder",
+        vocab_size=hf["vocab_size"],
+        d_model=hf["hidden_size"],
+        n_layers=hf["num_hidden_layers"],
+        n_heads=hf["num_attention_heads"],
+        n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
+        d_head=hf.get("head_dim", 256),
+        d_ff=hf["intermediate_size"],
+        position="rope",
+        position_params=rope_params(hf, default_theta=1e6, layer_type=GLOBAL),
+        layer_types=types,
         layer_settings={LOCAL: local} if LOCAL in types else {},
-        max_positions=hf.get("max_position_embeddings", 131072), norm="rmsnorm_unit_offset",
-        norm_eps=hf.get("rms_norm_eps", 1e-6), norm_placement="sandwich", activation=ACTIVATIONS[activation],
-        attention_dropout=hf.get("attention_dropout", 0.0), qkv_bias=bias, attn_out_bias=bias, ffn_bias=False,
-        attn_scale=float(hf.get("query_pre_attn_scalar", 256)) ** -0.5, qk_norm=True, scale_embeddings=True,
-        tie_embeddings=bool(hf.get("tie_word_embeddings", True)), head=architecture(hf, HEADS, "causal_lm"),
-        pad_token_id=hf.get("pad_token_id", 0), bos_token_id=hf.get("bos_token_id", 2),
-        eos_token_id=first_token_id(hf.get("eos_token_id", 1)), init_std=hf.get("initializer_range", 0.02),
+        max_positions=hf.get("max_position_embeddings", 131072),
+        norm="rmsnorm_unit_offset",
+        norm_eps=hf.get("rms_norm_eps", 1e-6),
+        norm_placement="sandwich",
+        activation=ACTIVATIONS[activation],
+        attention_dropout=hf.get("attention_dropout", 0.0),
+        qkv_bias=bias,
+        attn_out_bias=bias,
+        ffn_bias=False,
+        attn_scale=float(hf.get("query_pre_attn_scalar", 256)) ** -0.5,
+        qk_norm=True,
+        scale_embeddings=True,
+        tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
+        head=architecture(hf, HEADS, "causal_lm"),
+        pad_token_id=hf.get("pad_token_id", 0),
+        bos_token_id=hf.get("bos_token_id", 2),
+        eos_token_id=first_token_id(hf.get("eos_token_id", 1)),
+        init_std=hf.get("initializer_range", 0.02),
         hf_model_type=MODEL_TYPE,
     )
 
@@ -80,11 +102,17 @@ def _local_layers_to_hf(cfg: Config) -> dict:
             continue
         params = layer.position_params
         own = (layer.sliding_window, params.get("theta"))
-        plain = params.get("scaling") is None and params.get("layout") == "half" \
+        plain = (
+            params.get("scaling") is None
+            and params.get("layout") == "half"
             and params.get("rotary_fraction") == params.get("frequency_fraction") == 1.0
+        )
         if layer.sliding_window is None or layer.position != "rope" or not plain or local not in (None, own):
-            raise unsupported(MODEL_TYPE, "layers other than global ones (the config's RoPE, no window) and local "
-                                          "ones (one window, one unscaled RoPE base) (to_hf)")
+            raise unsupported(
+                MODEL_TYPE,
+                "layers other than global ones (the config's RoPE, no window) and local "
+                "ones (one window, one unscaled RoPE base) (to_hf)",
+            )
         local = own
         types.append(LOCAL)
     out = {"layer_types": types}
@@ -94,31 +122,53 @@ def _local_layers_to_hf(cfg: Config) -> dict:
 
 
 def config_to_hf(cfg: Config) -> dict:
-    if cfg.position != "rope" or cfg.norm != "rmsnorm_unit_offset" or cfg.norm_placement != "sandwich" \
-            or not cfg.qk_norm or not cfg.scale_embeddings or cfg.activation not in ACTIVATIONS.values():
-        raise unsupported(MODEL_TYPE, "a layout other than RoPE + unit-offset RMSNorm (sandwich, QK-norm) + GeGLU "
-                                      "with scaled embeddings (to_hf)")
+    if (
+        cfg.position != "rope"
+        or cfg.norm != "rmsnorm_unit_offset"
+        or cfg.norm_placement != "sandwich"
+        or not cfg.qk_norm
+        or not cfg.scale_embeddings
+        or cfg.activation not in ACTIVATIONS.values()
+    ):
+        raise unsupported(
+            MODEL_TYPE,
+            "a layout other than RoPE + unit-offset RMSNorm (sandwich, QK-norm) + GeGLU with scaled embeddings (to_hf)",
+        )
     if cfg.qkv_bias != cfg.attn_out_bias or cfg.ffn_bias:
         raise unsupported(MODEL_TYPE, "attention biases on some projections only, or FFN biases (to_hf)")
     activation = {ours: theirs for theirs, ours in ACTIVATIONS.items()}[cfg.activation]
     return {
         "model_type": MODEL_TYPE,
         "architectures": ["Gemma3ForCausalLM" if cfg.head_kind == "causal_lm" else "Gemma3TextModel"],
-        "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model, "intermediate_size": cfg.ff_dim,
-        "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.kv_heads,
-        "head_dim": cfg.head_dim, "hidden_activation": activation, "rms_norm_eps": cfg.norm_eps,
-        "attention_bias": cfg.qkv_bias, "attention_dropout": cfg.attention_dropout,
-        "query_pre_attn_scalar": _whole(cfg.scale ** -2), "tie_word_embeddings": cfg.tie_embeddings,
-        "initializer_range": cfg.init_std, "pad_token_id": cfg.pad_token_id, "bos_token_id": cfg.bos_token_id,
-        "eos_token_id": cfg.eos_token_id, **rope_to_hf(cfg), **_local_layers_to_hf(cfg),
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "intermediate_size": cfg.ff_dim,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.kv_heads,
+        "head_dim": cfg.head_dim,
+        "hidden_activation": activation,
+        "rms_norm_eps": cfg.norm_eps,
+        "attention_bias": cfg.qkv_bias,
+        "attention_dropout": cfg.attention_dropout,
+        "query_pre_attn_scalar": _whole(cfg.scale**-2),
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "initializer_range": cfg.init_std,
+        "pad_token_id": cfg.pad_token_id,
+        "bos_token_id": cfg.bos_token_id,
+        "eos_token_id": cfg.eos_token_id,
+        **rope_to_hf(cfg),
+        **_local_layers_to_hf(cfg),
     }
 
 
 def _sandwich_norms(ours: str, theirs: str) -> list[Rule]:
-    return [*norm(f"{ours}.attn_res.norm", f"{theirs}.input_layernorm", bias=False),
-            *norm(f"{ours}.attn_res.post_norm", f"{theirs}.post_attention_layernorm", bias=False),
-            *norm(f"{ours}.ffn_res.norm", f"{theirs}.pre_feedforward_layernorm", bias=False),
-            *norm(f"{ours}.ffn_res.post_norm", f"{theirs}.post_feedforward_layernorm", bias=False)]
+    return [
+        *norm(f"{ours}.attn_res.norm", f"{theirs}.input_layernorm", bias=False),
+        *norm(f"{ours}.attn_res.post_norm", f"{theirs}.post_attention_layernorm", bias=False),
+        *norm(f"{ours}.ffn_res.norm", f"{theirs}.pre_feedforward_layernorm", bias=False),
+        *norm(f"{ours}.ffn_res.post_norm", f"{theirs}.post_feedforward_layernorm", bias=False),
+    ]
 
 
 def rules(cfg: Config) -> list[Rule]:

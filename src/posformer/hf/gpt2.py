@@ -35,15 +35,27 @@ def config_from_hf(hf: dict) -> Config:
     _check_features(hf)
     d_model = hf.get("n_embd", 768)
     return Config(
-        arch="decoder", vocab_size=hf.get("vocab_size", 50257), d_model=d_model, n_layers=hf.get("n_layer", 12),
-        n_heads=hf.get("n_head", 12), d_ff=hf.get("n_inner") or 4 * d_model, position="learned",
-        max_positions=hf.get("n_positions", 1024), norm="layernorm", norm_eps=hf.get("layer_norm_epsilon", 1e-5),
-        norm_placement="pre", activation=activation_from_hf(MODEL_TYPE, hf.get("activation_function", "gelu_new")),
-        dropout=hf.get("resid_pdrop", 0.1), attention_dropout=hf.get("attn_pdrop", 0.1),
+        arch="decoder",
+        vocab_size=hf.get("vocab_size", 50257),
+        d_model=d_model,
+        n_layers=hf.get("n_layer", 12),
+        n_heads=hf.get("n_head", 12),
+        d_ff=hf.get("n_inner") or 4 * d_model,
+        position="learned",
+        max_positions=hf.get("n_positions", 1024),
+        norm="layernorm",
+        norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+        norm_placement="pre",
+        activation=activation_from_hf(MODEL_TYPE, hf.get("activation_function", "gelu_new")),
+        dropout=hf.get("resid_pdrop", 0.1),
+        attention_dropout=hf.get("attn_pdrop", 0.1),
         attn_scale=None if hf.get("scale_attn_weights", True) else 1.0,
-        tie_embeddings=bool(hf.get("tie_word_embeddings", True)), head=architecture(hf, HEADS, "causal_lm"),
-        pad_token_id=hf.get("pad_token_id"), bos_token_id=hf.get("bos_token_id", 50256),
-        eos_token_id=hf.get("eos_token_id", 50256), init_std=hf.get("initializer_range", 0.02),
+        tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
+        head=architecture(hf, HEADS, "causal_lm"),
+        pad_token_id=hf.get("pad_token_id"),
+        bos_token_id=hf.get("bos_token_id", 50256),
+        eos_token_id=hf.get("eos_token_id", 50256),
+        init_std=hf.get("initializer_range", 0.02),
         hf_model_type=MODEL_TYPE,
     )
 
@@ -54,29 +66,62 @@ def _scale_attn_weights(cfg: Config) -> bool:
         return True
     if cfg.attn_scale == 1.0:
         return False
-    raise UnsupportedCheckpoint(f"to_hf: gpt2 scales attention by 1/sqrt(head_dim) or 1; "
-                                f"Config.attn_scale={cfg.attn_scale!r} is neither")
+    raise UnsupportedCheckpoint(
+        f"to_hf: gpt2 scales attention by 1/sqrt(head_dim) or 1; Config.attn_scale={cfg.attn_scale!r} is neither"
+    )
 
 
 def config_to_hf(cfg: Config) -> dict:
     require_head(cfg, MODEL_TYPE)
-    require_fields(cfg, MODEL_TYPE, arch="decoder", position="learned", norm="layernorm", norm_bias=True,
-                   norm_placement="pre", use_final_norm=True, embed_norm=False, parallel_residual=False,
-                   kv_heads=cfg.n_heads, head_dim=cfg.d_model // cfg.n_heads, qkv_bias=True, attn_out_bias=True,
-                   ffn_bias=True, scale_embeddings=False, type_vocab_size=0, head_bias=False, scale_tied_head=False)
+    require_fields(
+        cfg,
+        MODEL_TYPE,
+        arch="decoder",
+        position="learned",
+        norm="layernorm",
+        norm_bias=True,
+        norm_placement="pre",
+        use_final_norm=True,
+        embed_norm=False,
+        parallel_residual=False,
+        kv_heads=cfg.n_heads,
+        head_dim=cfg.d_model // cfg.n_heads,
+        qkv_bias=True,
+        attn_out_bias=True,
+        ffn_bias=True,
+        scale_embeddings=False,
+        type_vocab_size=0,
+        head_bias=False,
+        scale_tied_head=False,
+    )
     if cfg.position_params["offset"] != 0:
-        raise UnsupportedCheckpoint(f"to_hf: gpt2 reads position p from row p; Config.position_params has "
-                                    f"offset={cfg.position_params['offset']!r}")
+        raise UnsupportedCheckpoint(
+            f"to_hf: gpt2 reads position p from row p; Config.position_params has "
+            f"offset={cfg.position_params['offset']!r}"
+        )
     return {
-        "model_type": MODEL_TYPE, "architectures": [ARCHITECTURES[cfg.head_kind]],
-        "vocab_size": cfg.vocab_size, "n_embd": cfg.d_model, "n_layer": cfg.n_layers, "n_head": cfg.n_heads,
-        "n_inner": cfg.ff_dim, "n_positions": cfg.max_positions,
+        "model_type": MODEL_TYPE,
+        "architectures": [ARCHITECTURES[cfg.head_kind]],
+        "vocab_size": cfg.vocab_size,
+        "n_embd": cfg.d_model,
+        "n_layer": cfg.n_layers,
+        "n_head": cfg.n_heads,
+        "n_inner": cfg.ff_dim,
+        "n_positions": cfg.max_positions,
         "activation_function": activation_to_hf(MODEL_TYPE, cfg.activation),
-        "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": cfg.attention_dropout,
-        "layer_norm_epsilon": cfg.norm_eps, "initializer_range": cfg.init_std,
-        "scale_attn_weights": _scale_attn_weights(cfg), "scale_attn_by_inverse_layer_idx": False,
-        "reorder_and_upcast_attn": False, "add_cross_attention": False, "tie_word_embeddings": cfg.tie_embeddings,
-        "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id, "pad_token_id": cfg.pad_token_id,
+        "resid_pdrop": cfg.dropout,
+        "embd_pdrop": cfg.dropout,
+        "attn_pdrop": cfg.attention_dropout,
+        "layer_norm_epsilon": cfg.norm_eps,
+        "initializer_range": cfg.init_std,
+        "scale_attn_weights": _scale_attn_weights(cfg),
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
+        "add_cross_attention": False,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "bos_token_id": cfg.bos_token_id,
+        "eos_token_id": cfg.eos_token_id,
+        "pad_token_id": cfg.pad_token_id,
     }
 
 

@@ -90,10 +90,13 @@ def _weight_map(directory: Path, index_name: str) -> dict[str, str]:
     """The `weight_map` of a shard index: tensor name -> shard file name."""
     index_path = directory / index_name
     weight_map = read_json(directory, index_name, error=CheckpointError).get("weight_map")
-    if not isinstance(weight_map, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                   for k, v in weight_map.items()):
-        raise CheckpointError(f"{index_path} is not a valid shard index: expected a 'weight_map' object mapping "
-                              f"tensor names to shard file names, got {type(weight_map).__name__}")
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+    ):
+        raise CheckpointError(
+            f"{index_path} is not a valid shard index: expected a 'weight_map' object mapping "
+            f"tensor names to shard file names, got {type(weight_map).__name__}"
+        )
     return weight_map
 
 

@@ -40,16 +40,20 @@ def _layer_kinds(hf: dict) -> list[tuple[bool, int | None]]:
     if model_type == "smollm3":
         interval = hf.get("no_rope_layer_interval", 4)
         rotates = hf.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]
-        default = ["sliding_attention" if hf.get("use_sliding_window") and window is not None and not r
-                   else "full_attention" for r in rotates]
+        default = [
+            "sliding_attention" if hf.get("use_sliding_window") and window is not None and not r else "full_attention"
+            for r in rotates
+        ]
     else:
         window = window if hf.get("use_sliding_window") else None
         first = hf.get("max_window_layers", 28)
         default = ["sliding_attention" if window is not None and i >= first else "full_attention" for i in range(n)]
     types = hf.get("layer_types") or default
     if len(types) != n or len(rotates) != n:
-        raise unsupported(model_type, f"layer_types / no_rope_layers of {len(types)} / {len(rotates)} entries for "
-                                      f"num_hidden_layers={n}")
+        raise unsupported(
+            model_type,
+            f"layer_types / no_rope_layers of {len(types)} / {len(rotates)} entries for num_hidden_layers={n}",
+        )
     return [(bool(r), window if kind == "sliding_attention" else None) for r, kind in zip(rotates, types)]
 
 
@@ -58,26 +62,32 @@ def _layers(hf: dict) -> dict:
     kinds = _layer_kinds(hf)
     if len(set(kinds)) == 1 and kinds[0][0]:
         return {"sliding_window": kinds[0][1]}
-    labels = [("sliding_attention" if window else "full_attention") + ("" if rotates else "_nope")
-              for rotates, window in kinds]
-    settings = {label: {**({"sliding_window": window} if window else {}),
-                        **({} if rotates else {"position": "none"})}
-                for label, (rotates, window) in zip(labels, kinds)}
+    labels = [
+        ("sliding_attention" if window else "full_attention") + ("" if rotates else "_nope")
+        for rotates, window in kinds
+    ]
+    settings = {
+        label: {**({"sliding_window": window} if window else {}), **({} if rotates else {"position": "none"})}
+        for label, (rotates, window) in zip(labels, kinds)
+    }
     return {"layer_types": labels, "layer_settings": {label: s for label, s in settings.items() if s}}
 
 
 def _layers_to_hf(cfg: Config) -> dict:
     """The HF fields of `cfg`'s layer kinds (RoPE or NoPE layers, one sliding window or none), per family."""
     model_type, layers = cfg.hf_model_type, cfg.layer_configs(cfg.n_layers)
-    if any(c.position not in ("rope", "none") or (c.position == "rope" and c.position_params != cfg.position_params)
-           for c in layers):
+    if any(
+        c.position not in ("rope", "none") or (c.position == "rope" and c.position_params != cfg.position_params)
+        for c in layers
+    ):
         raise unsupported(model_type, "per-layer position settings other than NoPE layers (to_hf)")
     rotates = [int(c.position == "rope") for c in layers]
     windows = [c.sliding_window for c in layers]
     sizes = set(windows) - {None}
     if len(sizes) > 1 or (0 in rotates and model_type != "smollm3"):
-        raise unsupported(model_type, f"sliding windows of {len(sizes)} sizes, or NoPE layers (only smollm3 has them) "
-                                      "(to_hf)")
+        raise unsupported(
+            model_type, f"sliding windows of {len(sizes)} sizes, or NoPE layers (only smollm3 has them) (to_hf)"
+        )
     window = sizes.pop() if sizes else None
     types = ["sliding_attention" if w else "full_attention" for w in windows]
     if model_type == "llama" and window is not None:
@@ -107,18 +117,33 @@ def config_from_hf(hf: dict) -> Config:
     model_type = hf["model_type"]
     qkv_bias = hf.get("attention_bias", model_type == "qwen2")
     return Config(
-        arch="decoder", vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], n_layers=hf["num_hidden_layers"],
-        n_heads=hf["num_attention_heads"], n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
-        d_head=hf.get("head_dim"), d_ff=hf["intermediate_size"], position="rope", position_params=rope_params(hf),
-        max_positions=hf.get("max_position_embeddings", 2048), norm="rmsnorm", norm_eps=hf.get("rms_norm_eps", 1e-6),
-        norm_placement="pre", activation=GATED[hf.get("hidden_act", "silu")],
-        attention_dropout=hf.get("attention_dropout", 0.0), qkv_bias=bool(qkv_bias), qk_norm=model_type == "qwen3",
+        arch="decoder",
+        vocab_size=hf["vocab_size"],
+        d_model=hf["hidden_size"],
+        n_layers=hf["num_hidden_layers"],
+        n_heads=hf["num_attention_heads"],
+        n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
+        d_head=hf.get("head_dim"),
+        d_ff=hf["intermediate_size"],
+        position="rope",
+        position_params=rope_params(hf),
+        max_positions=hf.get("max_position_embeddings", 2048),
+        norm="rmsnorm",
+        norm_eps=hf.get("rms_norm_eps", 1e-6),
+        norm_placement="pre",
+        activation=GATED[hf.get("hidden_act", "silu")],
+        attention_dropout=hf.get("attention_dropout", 0.0),
+        qkv_bias=bool(qkv_bias),
+        qk_norm=model_type == "qwen3",
         **_layers(hf),
-        attn_out_bias=bool(hf.get("attention_bias", False)), ffn_bias=bool(hf.get("mlp_bias", False)),
+        attn_out_bias=bool(hf.get("attention_bias", False)),
+        ffn_bias=bool(hf.get("mlp_bias", False)),
         tie_embeddings=bool(hf.get("tie_word_embeddings", model_type in TIED_BY_DEFAULT)),
         head=architecture(hf, HEADS, "causal_lm"),
-        pad_token_id=hf.get("pad_token_id"), bos_token_id=hf.get("bos_token_id"),
-        eos_token_id=first_token_id(hf.get("eos_token_id")), init_std=hf.get("initializer_range", 0.02),
+        pad_token_id=hf.get("pad_token_id"),
+        bos_token_id=hf.get("bos_token_id"),
+        eos_token_id=first_token_id(hf.get("eos_token_id")),
+        init_std=hf.get("initializer_range", 0.02),
         hf_model_type=model_type,
     )
 
@@ -142,12 +167,22 @@ def config_to_hf(cfg: Config) -> dict:
     out = {
         "model_type": model_type,
         "architectures": [f"{name}ForCausalLM" if cfg.head_kind == "causal_lm" else f"{name}Model"],
-        "vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model, "intermediate_size": cfg.ff_dim,
-        "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.kv_heads,
-        "head_dim": cfg.head_dim, "hidden_act": HIDDEN_ACT[cfg.activation], "rms_norm_eps": cfg.norm_eps,
-        "attention_dropout": cfg.attention_dropout, "tie_word_embeddings": cfg.tie_embeddings,
-        "initializer_range": cfg.init_std, "pad_token_id": cfg.pad_token_id, "bos_token_id": cfg.bos_token_id,
-        "eos_token_id": cfg.eos_token_id, **rope_to_hf(cfg),
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "intermediate_size": cfg.ff_dim,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.kv_heads,
+        "head_dim": cfg.head_dim,
+        "hidden_act": HIDDEN_ACT[cfg.activation],
+        "rms_norm_eps": cfg.norm_eps,
+        "attention_dropout": cfg.attention_dropout,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "initializer_range": cfg.init_std,
+        "pad_token_id": cfg.pad_token_id,
+        "bos_token_id": cfg.bos_token_id,
+        "eos_token_id": cfg.eos_token_id,
+        **rope_to_hf(cfg),
     }
     if model_type == "qwen3":
         out["attention_bias"] = cfg.qkv_bias
@@ -161,12 +196,15 @@ def config_to_hf(cfg: Config) -> dict:
 
 def layer_norms(ours: str, theirs: str) -> list[Rule]:
     """A pre-norm LLaMA layer's two RMSNorms: before attention and before the FFN."""
-    return [*norm(f"{ours}.attn_res.norm", f"{theirs}.input_layernorm", bias=False),
-            *norm(f"{ours}.ffn_res.norm", f"{theirs}.post_attention_layernorm", bias=False)]
+    return [
+        *norm(f"{ours}.attn_res.norm", f"{theirs}.input_layernorm", bias=False),
+        *norm(f"{ours}.ffn_res.norm", f"{theirs}.post_attention_layernorm", bias=False),
+    ]
 
 
-def decoder_rules(cfg: Config, projections: Callable[[str, str], list[Rule]],
-                  norms: Callable[[str, str], list[Rule]] = layer_norms) -> list[Rule]:
+def decoder_rules(
+    cfg: Config, projections: Callable[[str, str], list[Rule]], norms: Callable[[str, str], list[Rule]] = layer_norms
+) -> list[Rule]:
     """The weight rules of a LLaMA-layout decoder; `projections(ours, theirs)` gives one layer's input
     projections (q/k/v with any QK-norm, and the gated FFN's gate/up), the part the families lay out apart, and
     `norms(ours, theirs)` its norms."""
@@ -190,13 +228,16 @@ def separate_projections(cfg: Config) -> Callable[[str, str], list[Rule]]:
 
     def projections(ours: str, theirs: str) -> list[Rule]:
         attn, mlp = f"{theirs}.self_attn", f"{theirs}.mlp"
-        out = fused_linear(f"{ours}.attn.qkv", (f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"),
-                           (q, kv, kv), cfg.qkv_bias)
+        out = fused_linear(
+            f"{ours}.attn.qkv", (f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"), (q, kv, kv), cfg.qkv_bias
+        )
         if cfg.qk_norm:
             out += norm(f"{ours}.attn.q_norm", f"{attn}.q_norm", bias=False)
             out += norm(f"{ours}.attn.k_norm", f"{attn}.k_norm", bias=False)
-        return out + fused_linear(f"{ours}.ffn.up", (f"{mlp}.gate_proj", f"{mlp}.up_proj"),
-                                  (cfg.ff_dim, cfg.ff_dim), cfg.ffn_bias)
+        return out + fused_linear(
+            f"{ours}.ffn.up", (f"{mlp}.gate_proj", f"{mlp}.up_proj"), (cfg.ff_dim, cfg.ff_dim), cfg.ffn_bias
+        )
+
     return projections
 
 

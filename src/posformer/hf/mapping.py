@@ -82,8 +82,9 @@ def _listing(title: str, items: list[str], limit: int = 25) -> str:
     return f"  {title} ({len(items)}):\n" + "\n".join(f"    {s}" for s in shown) + more
 
 
-def import_state(model: nn.Module, rules: list[Rule], state: dict[str, Tensor], source: str,
-                 ignore: Iterable[str] = ()) -> None:
+def import_state(
+    model: nn.Module, rules: list[Rule], state: dict[str, Tensor], source: str, ignore: Iterable[str] = ()
+) -> None:
     """Load the HF `state` into `model` through `rules`.
 
     `ignore`: regular expressions of HF keys that are read and deliberately
@@ -114,8 +115,11 @@ def import_state(model: nn.Module, rules: list[Rule], state: dict[str, Tensor], 
         if missing:
             parts.append(_listing("missing from the checkpoint", missing))
         if unknown:
-            parts.append(_listing("unknown to the mapping (checkpoint key, shape)",
-                                  [f"{k} {tuple(state[k].shape)}" for k in unknown]))
+            parts.append(
+                _listing(
+                    "unknown to the mapping (checkpoint key, shape)", [f"{k} {tuple(state[k].shape)}" for k in unknown]
+                )
+            )
         if wrong:
             parts.append(_listing("wrong shape", wrong))
         if uncovered:

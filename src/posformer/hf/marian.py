@@ -28,11 +28,15 @@ POSITIONS = {"base": 10000.0, "layout": "half"}
 def _check_features(hf: dict) -> None:
     vocab = hf["vocab_size"]
     if not hf.get("share_encoder_decoder_embeddings", True):
-        raise unsupported(MODEL_TYPE, "separate encoder and decoder embeddings "
-                                      "(share_encoder_decoder_embeddings=False)")
+        raise unsupported(
+            MODEL_TYPE, "separate encoder and decoder embeddings (share_encoder_decoder_embeddings=False)"
+        )
     if hf.get("decoder_vocab_size") not in (None, vocab):
-        raise unsupported(MODEL_TYPE, f"a decoder vocabulary of {hf['decoder_vocab_size']} tokens different from "
-                                      f"the encoder's {vocab} (decoder_vocab_size)")
+        raise unsupported(
+            MODEL_TYPE,
+            f"a decoder vocabulary of {hf['decoder_vocab_size']} tokens different from "
+            f"the encoder's {vocab} (decoder_vocab_size)",
+        )
     for name in ("ffn_dim", "attention_heads"):
         enc, dec = hf.get(f"encoder_{name}"), hf.get(f"decoder_{name}")
         if enc != dec:
@@ -47,25 +51,50 @@ def config_from_hf(hf: dict) -> Config:
     pad = hf.get("pad_token_id")
     eos = hf.get("eos_token_id")
     return Config(
-        arch="encoder_decoder", vocab_size=hf["vocab_size"], d_model=hf["d_model"], n_layers=hf["encoder_layers"],
-        n_decoder_layers=hf["decoder_layers"], n_heads=hf["encoder_attention_heads"], d_ff=hf["encoder_ffn_dim"],
-        position="sinusoidal", position_params=dict(POSITIONS), max_positions=hf.get("max_position_embeddings", 1024),
-        norm="layernorm", norm_eps=1e-5, norm_placement="post",
+        arch="encoder_decoder",
+        vocab_size=hf["vocab_size"],
+        d_model=hf["d_model"],
+        n_layers=hf["encoder_layers"],
+        n_decoder_layers=hf["decoder_layers"],
+        n_heads=hf["encoder_attention_heads"],
+        d_ff=hf["encoder_ffn_dim"],
+        position="sinusoidal",
+        position_params=dict(POSITIONS),
+        max_positions=hf.get("max_position_embeddings", 1024),
+        norm="layernorm",
+        norm_eps=1e-5,
+        norm_placement="post",
         activation=activation_from_hf(MODEL_TYPE, hf.get("activation_function", "gelu")),
-        dropout=hf.get("dropout", 0.1), attention_dropout=hf.get("attention_dropout", 0.0),
-        activation_dropout=hf.get("activation_dropout", 0.0), scale_embeddings=bool(hf.get("scale_embedding", False)),
-        tie_embeddings=bool(hf.get("tie_word_embeddings", True)), head_bias=head == "seq2seq_lm", head=head,
-        pad_token_id=pad, bos_token_id=hf.get("bos_token_id"), eos_token_id=eos[0] if isinstance(eos, list) else eos,
-        decoder_start_token_id=hf.get("decoder_start_token_id", pad), init_std=hf.get("init_std", 0.02),
+        dropout=hf.get("dropout", 0.1),
+        attention_dropout=hf.get("attention_dropout", 0.0),
+        activation_dropout=hf.get("activation_dropout", 0.0),
+        scale_embeddings=bool(hf.get("scale_embedding", False)),
+        tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
+        head_bias=head == "seq2seq_lm",
+        head=head,
+        pad_token_id=pad,
+        bos_token_id=hf.get("bos_token_id"),
+        eos_token_id=eos[0] if isinstance(eos, list) else eos,
+        decoder_start_token_id=hf.get("decoder_start_token_id", pad),
+        init_std=hf.get("init_std", 0.02),
         hf_model_type=MODEL_TYPE,
     )
 
 
 def _layout_problems(cfg: Config) -> list[str]:
     """Every way `cfg` differs from what a Marian checkpoint can express."""
-    wanted = {"arch": "encoder_decoder", "position": "sinusoidal", "norm": "layernorm", "norm_bias": True,
-              "norm_placement": "post", "qkv_bias": True, "attn_out_bias": True, "ffn_bias": True,
-              "embed_norm": False, "type_vocab_size": 0}
+    wanted = {
+        "arch": "encoder_decoder",
+        "position": "sinusoidal",
+        "norm": "layernorm",
+        "norm_bias": True,
+        "norm_placement": "post",
+        "qkv_bias": True,
+        "attn_out_bias": True,
+        "ffn_bias": True,
+        "embed_norm": False,
+        "type_vocab_size": 0,
+    }
     problems = [f"{k}={getattr(cfg, k)!r}" for k, v in wanted.items() if getattr(cfg, k) != v]
     if cfg.use_final_norm:
         problems.append("a final norm after each stack (Marian has none)")
@@ -90,15 +119,28 @@ def config_to_hf(cfg: Config) -> dict:
     return {
         "model_type": MODEL_TYPE,
         "architectures": ["MarianMTModel" if cfg.head_kind == "seq2seq_lm" else "MarianModel"],
-        "vocab_size": cfg.vocab_size, "decoder_vocab_size": cfg.vocab_size, "share_encoder_decoder_embeddings": True,
-        "d_model": cfg.d_model, "encoder_layers": cfg.n_layers, "decoder_layers": cfg.decoder_layers,
-        "encoder_attention_heads": cfg.n_heads, "decoder_attention_heads": cfg.n_heads,
-        "encoder_ffn_dim": cfg.ff_dim, "decoder_ffn_dim": cfg.ff_dim,
-        "activation_function": activation_to_hf(MODEL_TYPE, cfg.activation), "dropout": cfg.dropout,
-        "attention_dropout": cfg.attention_dropout, "activation_dropout": cfg.activation_dropout,
-        "max_position_embeddings": cfg.max_positions, "scale_embedding": cfg.scale_embeddings,
-        "tie_word_embeddings": cfg.tie_embeddings, "init_std": cfg.init_std, "is_encoder_decoder": True,
-        "pad_token_id": cfg.pad_token_id, "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id,
+        "vocab_size": cfg.vocab_size,
+        "decoder_vocab_size": cfg.vocab_size,
+        "share_encoder_decoder_embeddings": True,
+        "d_model": cfg.d_model,
+        "encoder_layers": cfg.n_layers,
+        "decoder_layers": cfg.decoder_layers,
+        "encoder_attention_heads": cfg.n_heads,
+        "decoder_attention_heads": cfg.n_heads,
+        "encoder_ffn_dim": cfg.ff_dim,
+        "decoder_ffn_dim": cfg.ff_dim,
+        "activation_function": activation_to_hf(MODEL_TYPE, cfg.activation),
+        "dropout": cfg.dropout,
+        "attention_dropout": cfg.attention_dropout,
+        "activation_dropout": cfg.activation_dropout,
+        "max_position_embeddings": cfg.max_positions,
+        "scale_embedding": cfg.scale_embeddings,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "init_std": cfg.init_std,
+        "is_encoder_decoder": True,
+        "pad_token_id": cfg.pad_token_id,
+        "bos_token_id": cfg.bos_token_id,
+        "eos_token_id": cfg.eos_token_id,
         "decoder_start_token_id": cfg.decoder_start_token_id,
     }
 
@@ -147,8 +189,10 @@ def rules(cfg: Config) -> list[Rule]:
 
 def ignore(cfg: Config) -> tuple[str, ...]:
     """The fixed sinusoidal tables, the stacks' copies of the shared embedding, a tied head."""
-    patterns = [r"(model\.)?(encoder|decoder)\.embed_positions\.weight",
-                r"(model\.)?(encoder|decoder)\.embed_tokens\.weight"]
+    patterns = [
+        r"(model\.)?(encoder|decoder)\.embed_positions\.weight",
+        r"(model\.)?(encoder|decoder)\.embed_tokens\.weight",
+    ]
     if cfg.tie_embeddings:
         patterns.append(r"lm_head\.weight")
     return tuple(patterns)

@@ -27,8 +27,11 @@ def per_head_qkv(ours: str, theirs: str, n_heads: int, head_dim: int, bias: bool
     """Rules for `ours.weight` (and `.bias`) <- the per-head fused `theirs.weight` (and `.bias`)."""
     suffixes = ("weight", "bias") if bias else ("weight",)
     return [
-        Rule(f"{ours}.{s}", (f"{theirs}.{s}",),
-             lambda ts: per_head_to_ours(ts[0], n_heads, head_dim),
-             lambda t: [ours_to_per_head(t, n_heads, head_dim)])
+        Rule(
+            f"{ours}.{s}",
+            (f"{theirs}.{s}",),
+            lambda ts: per_head_to_ours(ts[0], n_heads, head_dim),
+            lambda t: [ours_to_per_head(t, n_heads, head_dim)],
+        )
         for s in suffixes
     ]

@@ -38,9 +38,12 @@ def config_from_hf(hf: dict) -> Config:
         changes["position_params"] = {"offset": pad + 1}
     cfg = encoder_config(hf, "Roberta", **changes)
     if cfg.head_kind == "masked_lm" and cfg.activation != "gelu":
-        raise unsupported(hf["model_type"], f"a masked-LM head with hidden_act={hf.get('hidden_act')!r} "
-                                            "(RoBERTa's LM head applies exact gelu, posformer's uses the "
-                                            "model's activation)")
+        raise unsupported(
+            hf["model_type"],
+            f"a masked-LM head with hidden_act={hf.get('hidden_act')!r} "
+            "(RoBERTa's LM head applies exact gelu, posformer's uses the "
+            "model's activation)",
+        )
     return cfg
 
 
@@ -49,16 +52,27 @@ def config_to_hf(cfg: Config) -> dict:
     if cfg.pad_token_id is None:
         raise unsupported(model_type, "no pad_token_id (RoBERTa's positions start at pad_token_id + 1) (to_hf)")
     if cfg.position == "learned" and cfg.position_params["offset"] != cfg.pad_token_id + 1:
-        raise unsupported(model_type, f"learned positions with offset {cfg.position_params['offset']} "
-                                      f"(Hugging Face uses pad_token_id + 1 = {cfg.pad_token_id + 1}) (to_hf)")
+        raise unsupported(
+            model_type,
+            f"learned positions with offset {cfg.position_params['offset']} "
+            f"(Hugging Face uses pad_token_id + 1 = {cfg.pad_token_id + 1}) (to_hf)",
+        )
     if cfg.head_kind == "masked_lm" and cfg.activation != "gelu":
-        raise unsupported(model_type, f"a masked-LM head with activation={cfg.activation!r} (RoBERTa's LM head "
-                                      "applies exact gelu) (to_hf)")
+        raise unsupported(
+            model_type,
+            f"a masked-LM head with activation={cfg.activation!r} (RoBERTa's LM head applies exact gelu) (to_hf)",
+        )
     return encoder_config_to_hf(cfg, "Roberta")
 
 
-ROBERTA_HEADS = HeadKeys("lm_head.dense", "lm_head.layer_norm", "lm_head.bias", "lm_head.decoder.weight",
-                         "classifier.dense", "classifier.out_proj")
+ROBERTA_HEADS = HeadKeys(
+    "lm_head.dense",
+    "lm_head.layer_norm",
+    "lm_head.bias",
+    "lm_head.decoder.weight",
+    "classifier.dense",
+    "classifier.out_proj",
+)
 
 
 def rules(cfg: Config) -> list[Rule]:
@@ -72,8 +86,11 @@ def prepare_state(cfg: Config, hf: dict, state: dict[str, Tensor]) -> dict[str, 
 
 def ignore(cfg: Config) -> tuple[str, ...]:
     """Id buffers of old checkpoints, the pooler (no posformer head uses it), a stored copy of the tied decoder."""
-    patterns = [r"(roberta\.)?embeddings\.(position_ids|token_type_ids)", r"(roberta\.)?pooler\.dense\.(weight|bias)",
-                r"lm_head\.decoder\.bias"]
+    patterns = [
+        r"(roberta\.)?embeddings\.(position_ids|token_type_ids)",
+        r"(roberta\.)?pooler\.dense\.(weight|bias)",
+        r"lm_head\.decoder\.bias",
+    ]
     if cfg.tie_embeddings:
         patterns.append(r"lm_head\.decoder\.weight")
     return tuple(patterns)

@@ -19,8 +19,16 @@ from posformer.hf.family import UnsupportedCheckpoint, unsupported
 SCALING_KEYS = {
     "linear": ("factor",),
     "dynamic": ("factor",),
-    "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
-             "attention_factor", "truncate"),
+    "yarn": (
+        "factor",
+        "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "mscale",
+        "mscale_all_dim",
+        "attention_factor",
+        "truncate",
+    ),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
     "longrope": ("short_factor", "long_factor", "attention_factor"),
 }
@@ -35,8 +43,9 @@ def _v5_params(hf: dict, layer_type: str | None) -> dict | None:
     if params and all(isinstance(value, dict) for value in params.values()):  # nested by layer type
         key = layer_type or "full_attention"
         if key not in params:
-            raise unsupported(hf.get("model_type", "?"), f"rope_parameters without an entry for {key!r} "
-                                                         f"(it has {', '.join(params)})")
+            raise unsupported(
+                hf.get("model_type", "?"), f"rope_parameters without an entry for {key!r} (it has {', '.join(params)})"
+            )
         return params[key]
     return params
 
@@ -90,8 +99,9 @@ def rope_params(hf: dict, default_theta: float = 10000.0, layer_type: str | None
 def _longrope_lengths(hf: dict, scaling: dict, v5: bool) -> dict:
     """LongRoPE's factor and original length as transformers 4.57.6 reads them (v5 may keep the original length
     inside `rope_parameters`)."""
-    original = hf.get("original_max_position_embeddings") or (scaling.get("original_max_position_embeddings")
-                                                              if v5 else None)
+    original = hf.get("original_max_position_embeddings") or (
+        scaling.get("original_max_position_embeddings") if v5 else None
+    )
     if original:
         return {"factor": hf["max_position_embeddings"] / original, "original_max_position_embeddings": original}
     return {"factor": scaling.get("factor") or 1.0, "original_max_position_embeddings": hf["max_position_embeddings"]}
@@ -102,13 +112,19 @@ def rope_to_hf(cfg: Config, partial: bool = False) -> dict:
     v4 HF config. `partial`: the family rotates part of each head (transformers 4.57.6's others fail on it)."""
     params = cfg.position_params
     if params.get("rotary_fraction", 1.0) != 1.0 and not partial:
-        raise UnsupportedCheckpoint(f"to_hf: {cfg.hf_model_type} rotates every dimension of a head in transformers "
-                                    f"4.57.6 (rotary_fraction={params['rotary_fraction']})")
+        raise UnsupportedCheckpoint(
+            f"to_hf: {cfg.hf_model_type} rotates every dimension of a head in transformers "
+            f"4.57.6 (rotary_fraction={params['rotary_fraction']})"
+        )
     if params.get("frequency_fraction", 1.0) != 1.0:
-        raise UnsupportedCheckpoint(f"to_hf: p-RoPE (frequency_fraction={params['frequency_fraction']}) has no "
-                                    f"Hugging Face equivalent")
-    out = {"rope_theta": float(params.get("theta", 10000.0)), "rope_scaling": None,
-           "max_position_embeddings": cfg.max_positions}
+        raise UnsupportedCheckpoint(
+            f"to_hf: p-RoPE (frequency_fraction={params['frequency_fraction']}) has no Hugging Face equivalent"
+        )
+    out = {
+        "rope_theta": float(params.get("theta", 10000.0)),
+        "rope_scaling": None,
+        "max_position_embeddings": cfg.max_positions,
+    }
     if params.get("rotary_fraction", 1.0) != 1.0:
         out["partial_rotary_factor"] = float(params["rotary_fraction"])
     scaling = params.get("scaling")
@@ -116,8 +132,9 @@ def rope_to_hf(cfg: Config, partial: bool = False) -> dict:
         return out
     kind = scaling["type"]
     if kind not in SCALING_KEYS:
-        raise UnsupportedCheckpoint(f"to_hf: RoPE scaling {kind!r} has no Hugging Face equivalent "
-                                    f"(Hugging Face has: {', '.join(SCALING_KEYS)})")
+        raise UnsupportedCheckpoint(
+            f"to_hf: RoPE scaling {kind!r} has no Hugging Face equivalent (Hugging Face has: {', '.join(SCALING_KEYS)})"
+        )
     hf_scaling = {"rope_type": kind, **{k: v for k, v in scaling.items() if k != "type"}}
     if kind == "dynamic":
         out["max_position_embeddings"] = hf_scaling.pop("original_max_position_embeddings")
@@ -128,8 +145,10 @@ def rope_to_hf(cfg: Config, partial: bool = False) -> dict:
     if kind == "longrope":  # Phi-3's form: the original length at the top, the factor their ratio
         original = hf_scaling.pop("original_max_position_embeddings")
         if abs(cfg.max_positions / original - hf_scaling.pop("factor")) > 1e-9:
-            raise UnsupportedCheckpoint(f"to_hf: a longrope factor other than max_positions / "
-                                        f"original_max_position_embeddings = {cfg.max_positions} / {original}")
+            raise UnsupportedCheckpoint(
+                f"to_hf: a longrope factor other than max_positions / "
+                f"original_max_position_embeddings = {cfg.max_positions} / {original}"
+            )
         hf_scaling = {"type": hf_scaling.pop("rope_type"), **hf_scaling}
         out["original_max_position_embeddings"] = original
     out["rope_scaling"] = hf_scaling
@@ -143,8 +162,11 @@ def v5_rope_parameters(hf_config: dict) -> dict:
     out = dict(hf_config)
     scaling = out.pop("rope_scaling", None) or {}
     kind = scaling.get("rope_type", scaling.get("type", "default"))
-    params = {"rope_type": kind, "rope_theta": out.pop("rope_theta"),
-              **{key: value for key, value in scaling.items() if key not in ("type", "rope_type")}}
+    params = {
+        "rope_type": kind,
+        "rope_theta": out.pop("rope_theta"),
+        **{key: value for key, value in scaling.items() if key not in ("type", "rope_type")},
+    }
     if "partial_rotary_factor" in out:
         params["partial_rotary_factor"] = out.pop("partial_rotary_factor")
     if kind == "longrope" and "original_max_position_embeddings" in out:

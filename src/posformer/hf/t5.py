@@ -16,24 +16,39 @@ from __future__ import annotations
 import math
 
 from posformer.config import Config
-from posformer.modules.feedforward import GATED as GATED_FFN
 from posformer.hf.activations import TO_HF, activation_from_hf, activation_to_hf
 from posformer.hf.family import Family, architecture, register, unsupported
 from posformer.hf.mapping import Rule, fused_linear, linear, norm, same
+from posformer.modules.feedforward import GATED as GATED_FFN
 
 MODEL_TYPES = ("t5", "mt5")
 PREFIX = {"t5": "T5", "mt5": "MT5"}
 # checked in this order: "EncoderModel" also ends with "Model"
 HEADS = {"ForConditionalGeneration": "seq2seq_lm", "EncoderModel": "encoder", "Model": "none"}
 # the activation of a "gated-<act>" feed_forward_proj -> posformer's gated unit
-GATED_FROM_HF = {"relu": "reglu", "gelu": "geglu", "gelu_python": "geglu", "gelu_new": "geglu_tanh",
-                 "gelu_fast": "geglu_tanh", "gelu_pytorch_tanh": "geglu_tanh", "silu": "swiglu",
-                 "swish": "swiglu", "sigmoid": "glu"}
+GATED_FROM_HF = {
+    "relu": "reglu",
+    "gelu": "geglu",
+    "gelu_python": "geglu",
+    "gelu_new": "geglu_tanh",
+    "gelu_fast": "geglu_tanh",
+    "gelu_pytorch_tanh": "geglu_tanh",
+    "silu": "swiglu",
+    "swish": "swiglu",
+    "sigmoid": "glu",
+}
 # "gated-gelu" means the tanh GELU in HF (a v1.1 legacy), so the exact one is written "gated-gelu_python"
-GATED_TO_HF = {"reglu": "gated-relu", "geglu": "gated-gelu_python", "geglu_tanh": "gated-gelu",
-               "swiglu": "gated-silu", "glu": "gated-sigmoid"}
-DEFAULTS = {"t5": {"feed_forward_proj": "relu", "tie_word_embeddings": True},
-            "mt5": {"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False}}
+GATED_TO_HF = {
+    "reglu": "gated-relu",
+    "geglu": "gated-gelu_python",
+    "geglu_tanh": "gated-gelu",
+    "swiglu": "gated-silu",
+    "glu": "gated-sigmoid",
+}
+DEFAULTS = {
+    "t5": {"feed_forward_proj": "relu", "tie_word_embeddings": True},
+    "mt5": {"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False},
+}
 
 
 def _activation(model_type: str, proj: str) -> str:
@@ -43,8 +58,10 @@ def _activation(model_type: str, proj: str) -> str:
         return activation_from_hf(model_type, parts[0])
     act = "gelu_new" if proj == "gated-gelu" else parts[1]
     if len(parts) != 2 or parts[0] != "gated" or act not in GATED_FROM_HF:
-        raise unsupported(model_type, f"feed_forward_proj={proj!r} (supported: an activation, or gated-<one of "
-                                      f"{', '.join(GATED_FROM_HF)}>)")
+        raise unsupported(
+            model_type,
+            f"feed_forward_proj={proj!r} (supported: an activation, or gated-<one of {', '.join(GATED_FROM_HF)}>)",
+        )
     return GATED_FROM_HF[act]
 
 
@@ -63,26 +80,57 @@ def config_from_hf(hf: dict) -> Config:
     eos = hf.get("eos_token_id", 1)
     dropout = hf.get("dropout_rate", 0.1)
     return Config(
-        arch=arch, vocab_size=hf["vocab_size"], d_model=hf["d_model"], n_layers=hf["num_layers"],
-        n_decoder_layers=hf.get("num_decoder_layers") or hf["num_layers"], n_heads=hf["num_heads"],
-        d_head=hf["d_kv"], d_ff=hf["d_ff"], position="t5",
-        position_params={"num_buckets": hf.get("relative_attention_num_buckets", 32),
-                         "max_distance": hf.get("relative_attention_max_distance", 128)},
-        max_positions=hf.get("n_positions") or 512, norm="rmsnorm", norm_eps=hf.get("layer_norm_epsilon", 1e-6),
-        norm_placement="pre", activation=_activation(model_type, hf["feed_forward_proj"]), dropout=dropout,
-        attention_dropout=dropout, activation_dropout=dropout, qkv_bias=False, attn_out_bias=False,
-        ffn_bias=False, attn_scale=1.0, tie_embeddings=bool(hf["tie_word_embeddings"]), scale_tied_head=True,
-        head=head, pad_token_id=pad, eos_token_id=eos[0] if isinstance(eos, list) else eos,
+        arch=arch,
+        vocab_size=hf["vocab_size"],
+        d_model=hf["d_model"],
+        n_layers=hf["num_layers"],
+        n_decoder_layers=hf.get("num_decoder_layers") or hf["num_layers"],
+        n_heads=hf["num_heads"],
+        d_head=hf["d_kv"],
+        d_ff=hf["d_ff"],
+        position="t5",
+        position_params={
+            "num_buckets": hf.get("relative_attention_num_buckets", 32),
+            "max_distance": hf.get("relative_attention_max_distance", 128),
+        },
+        max_positions=hf.get("n_positions") or 512,
+        norm="rmsnorm",
+        norm_eps=hf.get("layer_norm_epsilon", 1e-6),
+        norm_placement="pre",
+        activation=_activation(model_type, hf["feed_forward_proj"]),
+        dropout=dropout,
+        attention_dropout=dropout,
+        activation_dropout=dropout,
+        qkv_bias=False,
+        attn_out_bias=False,
+        ffn_bias=False,
+        attn_scale=1.0,
+        tie_embeddings=bool(hf["tie_word_embeddings"]),
+        scale_tied_head=True,
+        head=head,
+        pad_token_id=pad,
+        eos_token_id=eos[0] if isinstance(eos, list) else eos,
         decoder_start_token_id=hf.get("decoder_start_token_id"),
-        init_std=hf.get("initializer_factor", 1.0) * hf["d_model"] ** -0.5, hf_model_type=model_type,
+        init_std=hf.get("initializer_factor", 1.0) * hf["d_model"] ** -0.5,
+        hf_model_type=model_type,
     )
 
 
 def _layout_problems(cfg: Config) -> list[str]:
     """Every way `cfg` differs from what a T5 checkpoint can express."""
-    wanted = {"position": "t5", "norm": "rmsnorm", "norm_placement": "pre", "qkv_bias": False,
-              "attn_out_bias": False, "ffn_bias": False, "scale_embeddings": False, "embed_norm": False,
-              "head_bias": False, "type_vocab_size": 0, "parallel_residual": False}
+    wanted = {
+        "position": "t5",
+        "norm": "rmsnorm",
+        "norm_placement": "pre",
+        "qkv_bias": False,
+        "attn_out_bias": False,
+        "ffn_bias": False,
+        "scale_embeddings": False,
+        "embed_norm": False,
+        "head_bias": False,
+        "type_vocab_size": 0,
+        "parallel_residual": False,
+    }
     problems = [f"{k}={getattr(cfg, k)!r}" for k, v in wanted.items() if getattr(cfg, k) != v]
     if cfg.arch == "decoder" or cfg.head_kind not in ("seq2seq_lm", "none"):
         problems.append(f"arch={cfg.arch!r} with head={cfg.head_kind!r}")
@@ -109,15 +157,26 @@ def config_to_hf(cfg: Config) -> dict:
     kind = "encoder" if cfg.arch == "encoder" else cfg.head_kind
     proj = GATED_TO_HF.get(cfg.activation) or activation_to_hf(model_type, cfg.activation)
     return {
-        "model_type": model_type, "architectures": [PREFIX[model_type] + suffix[kind]],
-        "vocab_size": cfg.vocab_size, "d_model": cfg.d_model, "d_kv": cfg.head_dim, "d_ff": cfg.ff_dim,
-        "num_layers": cfg.n_layers, "num_decoder_layers": cfg.decoder_layers, "num_heads": cfg.n_heads,
+        "model_type": model_type,
+        "architectures": [PREFIX[model_type] + suffix[kind]],
+        "vocab_size": cfg.vocab_size,
+        "d_model": cfg.d_model,
+        "d_kv": cfg.head_dim,
+        "d_ff": cfg.ff_dim,
+        "num_layers": cfg.n_layers,
+        "num_decoder_layers": cfg.decoder_layers,
+        "num_heads": cfg.n_heads,
         "relative_attention_num_buckets": params["num_buckets"],
-        "relative_attention_max_distance": params["max_distance"], "n_positions": cfg.max_positions,
-        "dropout_rate": cfg.dropout, "layer_norm_epsilon": cfg.norm_eps,
-        "initializer_factor": cfg.init_std * cfg.d_model**0.5, "feed_forward_proj": proj,
-        "tie_word_embeddings": cfg.tie_embeddings, "is_encoder_decoder": True,
-        "pad_token_id": cfg.pad_token_id, "eos_token_id": cfg.eos_token_id,
+        "relative_attention_max_distance": params["max_distance"],
+        "n_positions": cfg.max_positions,
+        "dropout_rate": cfg.dropout,
+        "layer_norm_epsilon": cfg.norm_eps,
+        "initializer_factor": cfg.init_std * cfg.d_model**0.5,
+        "feed_forward_proj": proj,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "is_encoder_decoder": True,
+        "pad_token_id": cfg.pad_token_id,
+        "eos_token_id": cfg.eos_token_id,
         "decoder_start_token_id": cfg.decoder_start_token_id,
     }
 
@@ -169,8 +228,10 @@ def ignore(cfg: Config) -> tuple[str, ...]:
 
     An encoder-only model also drops a full checkpoint's decoder and head (as HF's T5EncoderModel does).
     """
-    patterns = [r"(encoder|decoder)\.embed_tokens\.weight",
-                r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight"]
+    patterns = [
+        r"(encoder|decoder)\.embed_tokens\.weight",
+        r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight",
+    ]
     if cfg.arch == "encoder":
         patterns += [r"decoder\..*", r"lm_head\.weight"]
     elif cfg.tie_embeddings or cfg.head_kind == "none":

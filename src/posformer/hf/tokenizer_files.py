@@ -47,8 +47,10 @@ def _file_overrides(directory: Path, config: dict) -> dict[str, str]:
         name = value.replace("\\", "/").rsplit("/", 1)[-1]
         path = model_file(directory, name, source=directory / TOKENIZER_CONFIG) if name else None
         if path is None or not path.is_file():
-            raise ValueError(f"{directory / TOKENIZER_CONFIG}: {key}={value!r} is invalid: expected the name of a "
-                             f"file inside {directory}")
+            raise ValueError(
+                f"{directory / TOKENIZER_CONFIG}: {key}={value!r} is invalid: expected the name of a "
+                f"file inside {directory}"
+            )
         overrides[key] = str(path)
     return overrides
 

@@ -13,13 +13,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posformer.modules.cache import LayerCache, MemoryCache
-from posformer.ops.causal_blocks import causal_blocks_attention, query_blocks, use_causal_blocks
 from posformer.config import Config
+from posformer.modules.cache import LayerCache, MemoryCache
+from posformer.modules.norms import make_norm
+from posformer.ops.causal_blocks import causal_blocks_attention, query_blocks, use_causal_blocks
 from posformer.ops.flex import ScoreMod, flex_attend
 from posformer.ops.linear import Linear
 from posformer.ops.masks import AttentionMask, causal_additive
-from posformer.modules.norms import make_norm
 from posformer.ops.packing import TokenPacking
 from posformer.positions.base import PositionEncoding
 from posformer.positions.query_temperature import query_temperature
@@ -30,8 +30,16 @@ ValuesTerm = Callable[[Tensor, slice], "Tensor | None"]
 
 
 def attend(
-    q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, bias: Tensor | None, scale: float,
-    dropout: float = 0.0, kernel: str = "sdpa", values: ValuesTerm | None = None, score_mod: ScoreMod | None = None,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: AttentionMask,
+    bias: Tensor | None,
+    scale: float,
+    dropout: float = 0.0,
+    kernel: str = "sdpa",
+    values: ValuesTerm | None = None,
+    score_mod: ScoreMod | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """softmax(scale * q.k + bias + mask) v, plus the `values` term of the probabilities when given.
 
@@ -56,38 +64,77 @@ def attend(
     return out, probs
 
 
-def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, bias: Tensor | None, scale: float,
-          dropout: float) -> Tensor:
+def _sdpa(
+    q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, bias: Tensor | None, scale: float, dropout: float
+) -> Tensor:
     if use_causal_blocks(q, bias, mask.is_causal):
         return causal_blocks_attention(q, k, v, bias, scale, dropout)
     additive = mask.additive if bias is None else _combine(bias, mask, q, k)
     return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=additive, is_causal=mask.is_causal and bias is None, scale=scale, dropout_p=dropout,
+        q,
+        k,
+        v,
+        attn_mask=additive,
+        is_causal=mask.is_causal and bias is None,
+        scale=scale,
+        dropout_p=dropout,
         enable_gqa=k.shape[1] != q.shape[1],
     )
 
 
-def _eager(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, bias: Tensor | None, scale: float,
-           dropout: float, values: ValuesTerm | None) -> tuple[Tensor, Tensor]:
-    return _softmax_attention(q, k, v, _combine(bias, mask, q, k), mask.query_keep, scale, dropout,
-                              None if values is None else partial(values, rows=slice(None)))
+def _eager(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: AttentionMask,
+    bias: Tensor | None,
+    scale: float,
+    dropout: float,
+    values: ValuesTerm | None,
+) -> tuple[Tensor, Tensor]:
+    return _softmax_attention(
+        q,
+        k,
+        v,
+        _combine(bias, mask, q, k),
+        mask.query_keep,
+        scale,
+        dropout,
+        None if values is None else partial(values, rows=slice(None)),
+    )
 
 
-def _eager_in_blocks(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: float, dropout: float,
-                     values: ValuesTerm) -> Tensor:
+def _eager_in_blocks(
+    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: float, dropout: float, values: ValuesTerm
+) -> Tensor:
     """The eager path under a plain causal mask, one block of queries at a time against the keys up to its last."""
     outputs = []
     for start, end, block_mask in query_blocks(q.shape[-2], bias, q.dtype, q.device):
         additive = block_mask if bias is not None else causal_additive(end - start, end, q.dtype, q.device)
-        out, _ = _softmax_attention(q[:, :, start:end], k[:, :, :end], v[:, :, :end], additive, None, scale,
-                                    dropout, partial(values, rows=slice(start, end)))
+        out, _ = _softmax_attention(
+            q[:, :, start:end],
+            k[:, :, :end],
+            v[:, :, :end],
+            additive,
+            None,
+            scale,
+            dropout,
+            partial(values, rows=slice(start, end)),
+        )
         outputs.append(out)
     return torch.cat(outputs, dim=-2)
 
 
-def _softmax_attention(q: Tensor, k: Tensor, v: Tensor, additive: Tensor | None, query_keep: Tensor | None,
-                       scale: float, dropout: float, values: Callable[[Tensor], Tensor | None] | None
-                       ) -> tuple[Tensor, Tensor]:
+def _softmax_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    additive: Tensor | None,
+    query_keep: Tensor | None,
+    scale: float,
+    dropout: float,
+    values: Callable[[Tensor], Tensor | None] | None,
+) -> tuple[Tensor, Tensor]:
     """softmax(scale * q.k + additive) v + values(probs), and probs: (B, H, T, dh), (B, H, T, S)."""
     repeat = q.shape[1] // k.shape[1]
     if repeat > 1:
@@ -95,7 +142,9 @@ def _softmax_attention(q: Tensor, k: Tensor, v: Tensor, additive: Tensor | None,
     scores = torch.matmul(q * scale, k.transpose(-1, -2))  # (B, H, T, S); the scale on the (T, dh) operand
     if additive is not None:
         scores = scores + additive
-    probs = torch.softmax(scores, dim=-1, dtype=torch.promote_types(q.dtype, torch.float32)).to(q.dtype)  # float32 or wider
+    probs = torch.softmax(scores, dim=-1, dtype=torch.promote_types(q.dtype, torch.float32)).to(
+        q.dtype
+    )  # float32 or wider
     if query_keep is not None:
         probs = probs * query_keep[:, None, :, None].to(probs.dtype)
     dropped = F.dropout(probs, dropout, training=dropout > 0)
@@ -144,13 +193,32 @@ class Attention(nn.Module):
         """A projection of packed tokens (N, n) back to the batch layout (B, T, n); unpacked x passes."""
         return x if packing is None else packing.unpack(x)
 
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, bias: Tensor | None,
-                need_weights: bool, values: ValuesTerm | None = None, packing: TokenPacking | None = None,
-                score_mod: ScoreMod | None = None) -> tuple[Tensor, Tensor | None]:
+    def _attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: AttentionMask,
+        bias: Tensor | None,
+        need_weights: bool,
+        values: ValuesTerm | None = None,
+        packing: TokenPacking | None = None,
+        score_mod: ScoreMod | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
         """The kernel (eager when the probabilities are asked for), then the output projection: (B, T, d_model),
         or (N, d_model) for the real tokens of a `packing`, and the probabilities asked for."""
-        out, probs = attend(q, k, v, mask, bias, self.scale, self.dropout if self.training else 0.0,
-                            kernel="eager" if need_weights else self.kernel, values=values, score_mod=score_mod)
+        out, probs = attend(
+            q,
+            k,
+            v,
+            mask,
+            bias,
+            self.scale,
+            self.dropout if self.training else 0.0,
+            kernel="eager" if need_weights else self.kernel,
+            values=values,
+            score_mod=score_mod,
+        )
         out = out.transpose(1, 2)  # (B, T, H, dh)
         out = out.flatten(2) if packing is None else packing.pack(out).flatten(1)
         return self.out(out), probs
@@ -173,8 +241,15 @@ class SelfAttention(Attention):
         self.layer = layer
         self.temperature = cfg.query_temperature
 
-    def forward(self, x: Tensor, mask: AttentionMask, pos: Tensor, cache: LayerCache | None = None,
-                need_weights: bool = False, packing: TokenPacking | None = None) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self,
+        x: Tensor,
+        mask: AttentionMask,
+        pos: Tensor,
+        cache: LayerCache | None = None,
+        need_weights: bool = False,
+        packing: TokenPacking | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
         """x: (B, T, d_model) at positions pos: (B, T), after the `cache`d keys (mask covers both);
         with a `packing`, x holds its real tokens only: (N, d_model).
 
@@ -192,8 +267,17 @@ class SelfAttention(Attention):
             k, v, k_pos = cache.append(k, v, pos)
         values = partial(self._values, q_pos=pos, k_pos=k_pos) if self.position.uses_values else None
         if self.kernel == "flex" and not need_weights:
-            return self._attend(q, k, v, mask, None, need_weights, values, packing,
-                                score_mod=self.position.score_mod(pos, k_pos, self.layer))
+            return self._attend(
+                q,
+                k,
+                v,
+                mask,
+                None,
+                need_weights,
+                values,
+                packing,
+                score_mod=self.position.score_mod(pos, k_pos, self.layer),
+            )
         bias = self.position.bias(q, k, pos, k_pos, self.layer)
         return self._attend(q, k, v, mask, bias, need_weights, values, packing)
 
@@ -219,8 +303,15 @@ class CrossAttention(Attention):
         self._head_norms(cfg)
         self.out = self._output_projection(cfg)
 
-    def forward(self, x: Tensor, memory: Tensor, mask: AttentionMask, cache: MemoryCache | None = None,
-                need_weights: bool = False, packing: TokenPacking | None = None) -> tuple[Tensor, Tensor | None]:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        mask: AttentionMask,
+        cache: MemoryCache | None = None,
+        need_weights: bool = False,
+        packing: TokenPacking | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
         """x: (B, T, d_model), or its real tokens (N, d_model) with a `packing`; memory: (B, S, d_model).
 
         Returns the output, shaped as x, and the probabilities (B, H, T, S).

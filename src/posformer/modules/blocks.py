@@ -7,12 +7,12 @@ from typing import Callable
 
 from torch import Tensor, nn
 
+from posformer.config import Config
 from posformer.modules.attention import CrossAttention, SelfAttention
 from posformer.modules.cache import LayerCache, MemoryCache
-from posformer.config import Config
 from posformer.modules.feedforward import FeedForward
-from posformer.ops.masks import AttentionMask
 from posformer.modules.norms import make_norm
+from posformer.ops.masks import AttentionMask
 from posformer.ops.packing import TokenPacking
 from posformer.positions.base import PositionEncoding
 
@@ -20,9 +20,9 @@ from posformer.positions.base import PositionEncoding
 class Residual(nn.Module):
     """One residual sub-layer around f, with its norm(s).
 
-      pre:      x + f(norm(x))
-      post:     norm(alpha * x + f(x))          (alpha = 1, or DeepNorm's alpha)
-      sandwich: x + post_norm(f(norm(x)))       (Ding et al. 2021, CogView)
+    pre:      x + f(norm(x))
+    post:     norm(alpha * x + f(x))          (alpha = 1, or DeepNorm's alpha)
+    sandwich: x + post_norm(f(norm(x)))       (Ding et al. 2021, CogView)
     """
 
     def __init__(self, cfg: Config, alpha: float = 1.0) -> None:
@@ -50,8 +50,9 @@ class Block(nn.Module):
     The stack hands the block its layer's config, position encoding and index once, here.
     """
 
-    def __init__(self, cfg: Config, position: PositionEncoding, layer: int, cross: bool = False,
-                 alpha: float = 1.0) -> None:
+    def __init__(
+        self, cfg: Config, position: PositionEncoding, layer: int, cross: bool = False, alpha: float = 1.0
+    ) -> None:
         super().__init__()
         self.attn_res = Residual(cfg, alpha)
         self.attn = SelfAttention(cfg, position, layer)

@@ -22,7 +22,11 @@ ACTIVATION_FNS: dict[str, Callable[[Tensor], Tensor]] = {
 # ("geglu_tanh": the tanh approximation of GELU, T5 v1.1's "gated-gelu"):
 GATED = {"glu": "sigmoid", "swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh", "reglu": "relu"}
 GATE_FNS: dict[str, Callable[[Tensor], Tensor]] = {
-    "sigmoid": F.sigmoid, "silu": F.silu, "gelu": F.gelu, "gelu_tanh": ACTIVATION_FNS["gelu_tanh"], "relu": F.relu,
+    "sigmoid": F.sigmoid,
+    "silu": F.silu,
+    "gelu": F.gelu,
+    "gelu_tanh": ACTIVATION_FNS["gelu_tanh"],
+    "relu": F.relu,
 }
 
 

@@ -7,8 +7,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posformer.config import Config
-from posformer.ops.cross_entropy import token_cross_entropy
 from posformer.modules.feedforward import ACTIVATION_FNS
+from posformer.ops.cross_entropy import token_cross_entropy
 from posformer.ops.linear import Linear
 from posformer.ops.linear_cross_entropy import linear_token_cross_entropy
 from posformer.utils.tensor_checks import check_in_range
@@ -52,8 +52,9 @@ class LMHead(nn.Module):
         """
         targets = token_targets(labels, shift)
         features = self.features(h)
-        total = linear_token_cross_entropy(features.reshape(-1, features.shape[-1]), self.proj.weight,
-                                           self.proj.bias, targets, IGNORE_INDEX)
+        total = linear_token_cross_entropy(
+            features.reshape(-1, features.shape[-1]), self.proj.weight, self.proj.bias, targets, IGNORE_INDEX
+        )
         return mean_over_labels(total, targets)
 
 

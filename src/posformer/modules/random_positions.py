@@ -14,12 +14,19 @@ import torch
 from torch import Tensor
 
 
-def sample_positions(batch: int, length: int, max_position: int, device: torch.device | None = None,
-                     generator: torch.Generator | None = None) -> Tensor:
+def sample_positions(
+    batch: int,
+    length: int,
+    max_position: int,
+    device: torch.device | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """(batch, length) int64: for each row, `length` distinct positions drawn uniformly from [0, max_position),
     in increasing order. Raises `ValueError` when length > max_position."""
     if length > max_position:
-        raise ValueError(f"cannot draw {length} distinct positions from [0, Config.random_positions="
-                         f"{max_position}): the input is longer than the range (raise random_positions)")
+        raise ValueError(
+            f"cannot draw {length} distinct positions from [0, Config.random_positions="
+            f"{max_position}): the input is longer than the range (raise random_positions)"
+        )
     keys = torch.rand(batch, max_position, device=device, generator=generator)
     return keys.topk(length, dim=-1).indices.sort(dim=-1).values

@@ -12,11 +12,11 @@ from contextlib import ExitStack
 from torch import Tensor, nn
 
 from posformer import positions
+from posformer.config import Config
 from posformer.modules.blocks import Block
 from posformer.modules.cache import Cache
-from posformer.config import Config
-from posformer.ops.masks import AttentionMask
 from posformer.modules.norms import make_norm
+from posformer.ops.masks import AttentionMask
 from posformer.ops.packing import TokenPacking
 from posformer.positions.base import PositionEncoding
 
@@ -38,14 +38,23 @@ class Stack(nn.Module):
         owners = self._owners(cfg, labels, layer_configs)
         served = {owner: [i for i, o in enumerate(owners) if o == owner] for owner in dict.fromkeys([None, *owners])}
         self.position = positions.build(cfg, causal=causal, n_layers=len(served[None]))
-        self.layer_positions = nn.ModuleDict({owner: positions.build(layer_configs[layers[0]], causal=causal,
-                                                                     n_layers=len(layers))
-                                              for owner, layers in served.items() if owner is not None})
+        self.layer_positions = nn.ModuleDict(
+            {
+                owner: positions.build(layer_configs[layers[0]], causal=causal, n_layers=len(layers))
+                for owner, layers in served.items()
+                if owner is not None
+            }
+        )
         self.embed_norm = make_norm(cfg) if cfg.embed_norm else None
         self.dropout = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(
-            Block(c, position=self.position if owner is None else self.layer_positions[owner],
-                  layer=served[owner].index(i), cross=cross, alpha=alpha)
+            Block(
+                c,
+                position=self.position if owner is None else self.layer_positions[owner],
+                layer=served[owner].index(i),
+                cross=cross,
+                alpha=alpha,
+            )
             for i, (c, owner) in enumerate(zip(layer_configs, owners))
         )
         self.windows = list(dict.fromkeys(block.window for block in self.layers))  # each distinct one, None: none
@@ -55,6 +64,7 @@ class Stack(nn.Module):
     def _owners(cfg: Config, labels: list, layer_configs: list[Config]) -> list[str | None]:
         """For each layer, whose encoding it uses: None for the config's own position settings, else the first
         label that gives its settings."""
+
         def setting(c: Config) -> tuple[str, str]:
             return c.position, json.dumps(dict(c.position_params), sort_keys=True, default=str)
 
@@ -102,11 +112,15 @@ class Stack(nn.Module):
                 scopes.enter_context(encoding.forward_scope())
             for i, block in enumerate(self.layers):
                 x, w = block(
-                    x, masks[block.window], pos,
+                    x,
+                    masks[block.window],
+                    pos,
                     cache=None if cache is None else cache.self_attn[i],
-                    memory=memory, memory_mask=memory_mask,
+                    memory=memory,
+                    memory_mask=memory_mask,
                     memory_cache=None if cache is None else cache.cross_attn[i],
-                    need_weights=need_weights, packing=packing,
+                    need_weights=need_weights,
+                    packing=packing,
                 )
                 weights.extend(w)
         if self.norm is not None:

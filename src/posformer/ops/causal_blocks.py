@@ -46,8 +46,9 @@ def use_causal_blocks(q: Tensor, bias: Tensor | None, is_causal: bool) -> bool:
     return bias is not None or length <= NO_BIAS_MAX_LENGTH
 
 
-def query_blocks(length: int, bias: Tensor | None, dtype: torch.dtype,
-                 device: torch.device) -> Iterator[tuple[int, int, Tensor]]:
+def query_blocks(
+    length: int, bias: Tensor | None, dtype: torch.dtype, device: torch.device
+) -> Iterator[tuple[int, int, Tensor]]:
     """Each block of BLOCK_ROWS queries, [start, end), with its mask over the keys [0, end): the bias rows with
     every masked pair at `dtype`'s most negative value, (B or 1, H, rows, end) in `dtype` and contiguous; or,
     without a bias, True where a pair is allowed, (rows, end) bool."""
@@ -58,12 +59,16 @@ def query_blocks(length: int, bias: Tensor | None, dtype: torch.dtype,
         if bias_rows is None:
             yield start, end, allowed
         else:
-            yield start, end, torch.where(allowed, bias_rows[block][..., :end].to(dtype), torch.finfo(dtype).min
-                                          ).contiguous()
+            yield (
+                start,
+                end,
+                torch.where(allowed, bias_rows[block][..., :end].to(dtype), torch.finfo(dtype).min).contiguous(),
+            )
 
 
-def causal_blocks_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: float,
-                            dropout: float) -> Tensor:
+def causal_blocks_attention(
+    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: float, dropout: float
+) -> Tensor:
     """softmax(scale * q.k + bias, keys j <= i) v through SDPA, BLOCK_ROWS queries at a time.
 
     q: (B, H, T, dh); k, v: (B, Hkv, T, dh); bias: (B or 1, H, T, T), the value at masked pairs unused,
@@ -71,7 +76,12 @@ def causal_blocks_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None
     """
     outputs = [
         F.scaled_dot_product_attention(
-            q[:, :, start:end], k[:, :, :end], v[:, :, :end], attn_mask=mask, scale=scale, dropout_p=dropout,
+            q[:, :, start:end],
+            k[:, :, :end],
+            v[:, :, :end],
+            attn_mask=mask,
+            scale=scale,
+            dropout_p=dropout,
             enable_gqa=k.shape[1] != q.shape[1],
         )
         for start, end, mask in query_blocks(q.shape[-2], bias, q.dtype, q.device)

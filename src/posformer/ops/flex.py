@@ -8,8 +8,8 @@ CPU template fails to build with dynamic ones in torch 2.13); past
 `torch._dynamo.config.recompile_limit` shapes PyTorch runs its unfused version and warns. A decoding step (one
 query) instead adds its (H, S) bias, read from the same score_mod, in SDPA. On the
 CPU PyTorch gives FlexAttention a forward only: training there needs attn_impl
-"sdpa" (the same model and weights). On a GPU, heads narrower than 16 are padded with zero columns. Shapes: B batch, H query heads, Hkv key/value heads, T query length,
-S key length, dh head dim.
+"sdpa" (the same model and weights). On a GPU, heads narrower than 16 are padded with zero columns.
+Shapes: B batch, H query heads, Hkv key/value heads, T query length, S key length, dh head dim.
 """
 
 from __future__ import annotations
@@ -53,11 +53,13 @@ def _with_mask(score_mod: ScoreMod | None, additive: Tensor | None, q_len: int, 
     def masked(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         score = score if score_mod is None else score_mod(score, b, h, q_idx, kv_idx)
         return score + additive[0 if one_row else b, 0, q_idx, kv_idx].to(score.dtype)
+
     return masked
 
 
-def flex_attend(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, score_mod: ScoreMod | None,
-                scale: float) -> Tensor:
+def flex_attend(
+    q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, score_mod: ScoreMod | None, scale: float
+) -> Tensor:
     """softmax(scale * q.k + score_mod + mask) v through FlexAttention.
 
     q: (B, H, T, dh); k, v: (B, Hkv, S, dh) -> (B, H, T, dh). RuntimeError on the CPU when a gradient
@@ -66,7 +68,8 @@ def flex_attend(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, score_mod:
     if q.device.type == "cpu" and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise RuntimeError(
             "attn_impl='flex' runs forward only on the CPU (PyTorch's FlexAttention has no CPU backward): run "
-            "inference under torch.no_grad(), or train with attn_impl='sdpa' (the same weights) or on a GPU")
+            "inference under torch.no_grad(), or train with attn_impl='sdpa' (the same weights) or on a GPU"
+        )
     gqa = k.shape[1] != q.shape[1]
     scores = _with_mask(score_mod, mask.additive, q.shape[2], k.shape[2])
     if q.shape[2] == 1:  # a decoding step: one query, S bias values a head, and a kernel compiled per key length
@@ -82,6 +85,8 @@ def flex_attend(q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, score_mod:
 
 def _evaluated(score_mod: ScoreMod, batch: int, heads: int, k_len: int, device: torch.device) -> Tensor:
     """What score_mod adds for one query, on the whole grid by ordinary indexing: (B or 1, H, 1, S)."""
-    b, h, q_idx, kv_idx = (torch.arange(n, device=device).view([-1 if d == i else 1 for d in range(4)])
-                           for i, n in enumerate((batch, heads, 1, k_len)))
+    b, h, q_idx, kv_idx = (
+        torch.arange(n, device=device).view([-1 if d == i else 1 for d in range(4)])
+        for i, n in enumerate((batch, heads, 1, k_len))
+    )
     return score_mod(torch.zeros((), device=device), b, h, q_idx, kv_idx)

@@ -32,8 +32,9 @@ def chunk_rows(vocab: int) -> int:
     return max(MIN_CHUNK_ROWS, CHUNK_ELEMENTS // vocab)
 
 
-def linear_token_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor,
-                               ignore_index: int) -> Tensor:
+def linear_token_cross_entropy(
+    hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor, ignore_index: int
+) -> Tensor:
     """sum over rows i with labels[i] != ignore_index of logsumexp(z[i]) - z[i, labels[i]], z = hidden @ weight.T
     + bias, with z never held whole.
 
@@ -58,8 +59,9 @@ class LinearTokenCrossEntropy(torch.autograd.Function):
     (False: 0), `targets` (N,) hold a valid class in every row. The gradients are computed in the forward."""
 
     @staticmethod
-    def forward(ctx: FunctionCtx, hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor,
-                keep: Tensor) -> Tensor:
+    def forward(
+        ctx: FunctionCtx, hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, keep: Tensor
+    ) -> Tensor:
         loss, grads = _chunked(hidden, weight, bias, targets, keep, gradients=True)
         ctx.save_for_backward(*grads)
         ctx.has_bias = bias is not None
@@ -79,8 +81,9 @@ def _compute_dtype(hidden: Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
 
 
-def _chunked(hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, keep: Tensor,
-             gradients: bool) -> tuple[Tensor, list[Tensor]]:
+def _chunked(
+    hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, keep: Tensor, gradients: bool
+) -> tuple[Tensor, list[Tensor]]:
     """(summed loss, [grad hidden (N, d), grad weight (V, d), grad bias (V,) if any]) chunk by chunk; the
     gradients are those of the loss itself (scale 1), and empty without `gradients`."""
     dtype = _compute_dtype(hidden)

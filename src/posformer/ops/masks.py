@@ -60,8 +60,9 @@ def causal_allowed(q_len: int, k_len: int, device: torch.device, window: int | N
     return allowed if window is None else allowed & (keys > rows - window)
 
 
-def causal_additive(q_len: int, k_len: int, dtype: torch.dtype, device: torch.device,
-                    window: int | None = None) -> Tensor:
+def causal_additive(
+    q_len: int, k_len: int, dtype: torch.dtype, device: torch.device, window: int | None = None
+) -> Tensor:
     """(1, 1, Tq, Tk) additive causal mask (within a sliding `window` when one is given)."""
     allowed = causal_allowed(q_len, k_len, device, window)
     return torch.zeros((), dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]

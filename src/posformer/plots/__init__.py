@@ -4,7 +4,7 @@
 |---|---|---|---|
 | sinusoidal | sinusoidal tables for bases N | `sinusoidal_tables` | `draw_sinusoidal` |
 | t5_buckets | T5 bucket map | `t5_bucket_map` | `draw_t5_buckets` |
-| rope | RoPE long-range decay; wavelengths | `rope_decay`, `rope_wavelengths` | `draw_rope_decay`, `draw_rope_wavelengths` |
+| rope | RoPE decay, wavelengths | `rope_decay`, `rope_wavelengths` | `draw_rope_decay`, `draw_rope_wavelengths` |
 | alibi | ALiBi bias per head | `alibi_bias_maps` | `draw_alibi` |
 | t5_learned | a trained model's T5 bias | `t5_learned_bias` | `draw_t5_learned` |
 | attention | a trained model's attention map | `attention_map` | `draw_attention` |
@@ -19,11 +19,23 @@ from posformer.plots.t5_buckets import draw_t5_buckets, t5_bucket_map
 from posformer.plots.t5_learned import StackBias, draw_t5_learned, t5_learned_bias
 
 __all__ = [
-    "alibi_bias_maps", "draw_alibi",
-    "AttentionMap", "attention_map", "draw_attention",
-    "LoadedCheckpoint", "expand_checkpoints", "load_checkpoints",
-    "draw_rope_decay", "draw_rope_wavelengths", "rope_decay", "rope_wavelengths",
-    "draw_sinusoidal", "sinusoidal_tables",
-    "draw_t5_buckets", "t5_bucket_map",
-    "StackBias", "draw_t5_learned", "t5_learned_bias",
+    "alibi_bias_maps",
+    "draw_alibi",
+    "AttentionMap",
+    "attention_map",
+    "draw_attention",
+    "LoadedCheckpoint",
+    "expand_checkpoints",
+    "load_checkpoints",
+    "draw_rope_decay",
+    "draw_rope_wavelengths",
+    "rope_decay",
+    "rope_wavelengths",
+    "draw_sinusoidal",
+    "sinusoidal_tables",
+    "draw_t5_buckets",
+    "t5_bucket_map",
+    "StackBias",
+    "draw_t5_learned",
+    "t5_learned_bias",
 ]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from posformer.utils.figure import pyplot, save_png
 from posformer.positions import alibi_slopes
+from posformer.utils.figure import pyplot, save_png
 
 
 def alibi_bias_maps(n_heads: int = 8, seq_len: int = 32) -> tuple[np.ndarray, np.ndarray]:

@@ -30,8 +30,9 @@ class AttentionMap:
 
 
 @torch.no_grad()
-def attention_map(model: Transformer, tokenizer: "TextTokenizer", text: str, layer: int = -1,
-                  title: str = "") -> AttentionMap:
+def attention_map(
+    model: Transformer, tokenizer: "TextTokenizer", text: str, layer: int = -1, title: str = ""
+) -> AttentionMap:
     """Self-attention of `layer` (negative counts from the last) of the model's first stack, averaged over heads.
 
     The text is cut to `cfg.max_positions` tokens. An encoder-decoder model shows its encoder.

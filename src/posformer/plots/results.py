@@ -20,8 +20,10 @@ def read_results(directory: str | Path) -> dict:
     directory = Path(directory)
     path = directory / "results.json"
     if not path.is_file():
-        raise FileNotFoundError(f"--results {directory}: no results.json (give the --output-dir of `posformer "
-                                "extrapolate` or `posformer extend`)")
+        raise FileNotFoundError(
+            f"--results {directory}: no results.json (give the --output-dir of `posformer "
+            "extrapolate` or `posformer extend`)"
+        )
     results = read_mapping_file(path, "--results")
     if not results.get("rows"):
         raise ValueError(f"--results {path}: no row recorded yet")
@@ -43,8 +45,10 @@ def draw_results(directory: str | Path, out_dir: str | Path) -> list[Path]:
     if kind == "tasks":
         return [task_report.plot(results, out_dir / f"{name}-accuracy.png")]
     if kind == "extend":
-        return [extend_report.plot_ppl(results, out_dir / f"{name}-ppl.png"),
-                extend_report.plot_passkey(results, out_dir / f"{name}-passkey.png")]
+        return [
+            extend_report.plot_ppl(results, out_dir / f"{name}-ppl.png"),
+            extend_report.plot_passkey(results, out_dir / f"{name}-passkey.png"),
+        ]
     raise ValueError(f"--results {path}: unknown benchmark {kind!r}; expected extrapolation, tasks or extend")
 
 

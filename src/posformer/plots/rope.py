@@ -35,8 +35,9 @@ def rope_wavelengths(head_dim: int = 128, bases: tuple[float, ...] = WAVELENGTH_
     return {base: 2.0 * np.pi * base**exponents for base in bases}
 
 
-def draw_rope_decay(path: str | Path, dim: int = 128, bases: tuple[float, ...] = DECAY_BASES,
-                    max_distance: int = 256) -> Path:
+def draw_rope_decay(
+    path: str | Path, dim: int = 128, bases: tuple[float, ...] = DECAY_BASES, max_distance: int = 256
+) -> Path:
     """The decay curve against relative distance, one line per base."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -51,16 +52,22 @@ def draw_rope_decay(path: str | Path, dim: int = 128, bases: tuple[float, ...] =
     return save_png(fig, path)
 
 
-def draw_rope_wavelengths(path: str | Path, head_dim: int = 128, bases: tuple[float, ...] = WAVELENGTH_BASES,
-                          train_len: int = 128) -> Path:
+def draw_rope_wavelengths(
+    path: str | Path, head_dim: int = 128, bases: tuple[float, ...] = WAVELENGTH_BASES, train_len: int = 128
+) -> Path:
     """Wavelength per rotary pair on a log scale, one line per base, the training length as a horizontal line."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     pairs = np.arange(1, head_dim // 2 + 1)
     for base, wavelengths in rope_wavelengths(head_dim, bases).items():
         ax.plot(pairs, wavelengths, marker=".", markersize=3, linewidth=1, label=f"base {base:g}")
-    ax.axhline(train_len, color="black", linestyle="--", linewidth=1,
-               label=f"training length {train_len}: pairs above never complete a rotation")
+    ax.axhline(
+        train_len,
+        color="black",
+        linestyle="--",
+        linewidth=1,
+        label=f"training length {train_len}: pairs above never complete a rotation",
+    )
     ax.set_yscale("log")
     ax.set_xlabel(f"rotary pair i (head dim {head_dim})")
     ax.set_ylabel("wavelength 2*pi*b^(2(i-1)/H)  (positions)")

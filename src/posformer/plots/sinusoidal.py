@@ -10,14 +10,15 @@ from pathlib import Path
 
 import numpy as np
 
-from posformer.utils.figure import pyplot, save_png
 from posformer.positions import sinusoidal_table
+from posformer.utils.figure import pyplot, save_png
 
 BASES = (100.0, 1000.0, 10000.0)
 
 
-def sinusoidal_tables(bases: tuple[float, ...] = BASES, n_positions: int = 1000,
-                      dim: int = 500) -> dict[float, np.ndarray]:
+def sinusoidal_tables(
+    bases: tuple[float, ...] = BASES, n_positions: int = 1000, dim: int = 500
+) -> dict[float, np.ndarray]:
     """base N -> its table PE (n_positions, dim): PE[p, 2i] = sin(p / N^(2i/dim)), PE[p, 2i+1] = cos(...)."""
     return {base: sinusoidal_table(n_positions, dim, base).numpy() for base in bases}
 

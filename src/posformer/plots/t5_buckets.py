@@ -7,12 +7,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from posformer.utils.figure import pyplot, save_png
 from posformer.positions import t5_bucket
+from posformer.utils.figure import pyplot, save_png
 
 
-def t5_bucket_map(distance: int = 200, num_buckets: int = 32,
-                  max_distance: int = 128) -> dict[str, np.ndarray]:
+def t5_bucket_map(distance: int = 200, num_buckets: int = 32, max_distance: int = 128) -> dict[str, np.ndarray]:
     """The buckets of rel = key_pos - query_pos for rel in [-distance, distance].
 
     Returns {"rel": (R,), "bidirectional": (R,), "causal": (R,)} integer arrays, R = 2 * distance + 1.
@@ -33,8 +32,13 @@ def draw_t5_buckets(path: str | Path, distance: int = 200, num_buckets: int = 32
     ax.step(data["rel"], data["bidirectional"], where="mid", label="bidirectional (encoder)")
     ax.step(data["rel"], data["causal"], where="mid", label="causal / unidirectional (decoder)")
     for edge in (-max_distance, max_distance):
-        ax.axvline(edge, color="grey", linestyle=":", linewidth=1,
-                   label=f"|distance| = max_distance = {max_distance}" if edge > 0 else None)
+        ax.axvline(
+            edge,
+            color="grey",
+            linestyle=":",
+            linewidth=1,
+            label=f"|distance| = max_distance = {max_distance}" if edge > 0 else None,
+        )
     ax.set_xlabel("relative position  key - query")
     ax.set_ylabel("bucket")
     ax.set_title(f"T5 relative-position buckets ({num_buckets} buckets, max_distance {max_distance})")

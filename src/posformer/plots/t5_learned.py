@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from posformer.model import Transformer
-from posformer.utils.figure import pyplot, save_png
 from posformer.positions import PositionEncoding
+from posformer.utils.figure import pyplot, save_png
 
 
 @dataclass

@@ -1,26 +1,47 @@
 """Position encodings behind one contract (see `base.PositionEncoding`)."""
 
-from posformer.positions.base import PositionEncoding, PositionParams
-from posformer.positions.registry import build, get, names, register, usable
 from posformer.positions.absolute import Learned, NoPosition, Sinusoidal, sinusoidal_table
-from posformer.positions.rotary import Rotary, apply_rotary, rope_inv_freq
-from posformer.positions.xpos import XPos
-from posformer.positions.t5 import T5Bias, t5_bucket
 from posformer.positions.alibi import ALiBi, alibi_slopes
-from posformer.positions.kerple import KerpleLog
-from posformer.positions.fire import FIRE
-from posformer.positions.relative_bert import RelativeKey, RelativeKeyQuery
-from posformer.positions.shaw import Shaw
-from posformer.positions.transformer_xl import TransformerXL
-from posformer.positions.deberta import DeBERTa, log_bucket_position
+from posformer.positions.base import PositionEncoding, PositionParams
 from posformer.positions.cope import ContextualPosition
+from posformer.positions.deberta import DeBERTa, log_bucket_position
+from posformer.positions.fire import FIRE
+from posformer.positions.kerple import KerpleLog
+from posformer.positions.registry import build, get, names, register, usable
+from posformer.positions.relative_bert import RelativeKey, RelativeKeyQuery
+from posformer.positions.rotary import Rotary, apply_rotary, rope_inv_freq
+from posformer.positions.shaw import Shaw
+from posformer.positions.t5 import T5Bias, t5_bucket
+from posformer.positions.transformer_xl import TransformerXL
+from posformer.positions.xpos import XPos
 
 __all__ = [
-    "PositionEncoding", "PositionParams", "build", "get", "names", "register", "usable",
-    "NoPosition", "Sinusoidal", "Learned", "sinusoidal_table",
-    "Rotary", "apply_rotary", "rope_inv_freq",
+    "PositionEncoding",
+    "PositionParams",
+    "build",
+    "get",
+    "names",
+    "register",
+    "usable",
+    "NoPosition",
+    "Sinusoidal",
+    "Learned",
+    "sinusoidal_table",
+    "Rotary",
+    "apply_rotary",
+    "rope_inv_freq",
     "XPos",
-    "T5Bias", "t5_bucket", "ALiBi", "alibi_slopes", "KerpleLog", "FIRE",
-    "RelativeKey", "RelativeKeyQuery", "Shaw", "TransformerXL", "DeBERTa", "log_bucket_position",
+    "T5Bias",
+    "t5_bucket",
+    "ALiBi",
+    "alibi_slopes",
+    "KerpleLog",
+    "FIRE",
+    "RelativeKey",
+    "RelativeKeyQuery",
+    "Shaw",
+    "TransformerXL",
+    "DeBERTa",
+    "log_bucket_position",
     "ContextualPosition",
 ]

@@ -92,10 +92,14 @@ class Learned(PositionEncoding):
     def check_positions(self, pos: Tensor) -> None:
         super().check_positions(pos)
         usable = self.table.num_embeddings - self.offset  # = max_length(cfg)
-        check_values((pos < usable).all(), f"position_ids reach beyond the learned position table of {usable} "
-                     f"positions (Config.max_positions={self.table.num_embeddings}, offset {self.offset}); "
-                     f"'learned' cannot extrapolate: shorten the input or use an encoding such as 'rope' or "
-                     f"'sinusoidal'", lambda: f"position {int(pos.max())}")
+        check_values(
+            (pos < usable).all(),
+            f"position_ids reach beyond the learned position table of {usable} "
+            f"positions (Config.max_positions={self.table.num_embeddings}, offset {self.offset}); "
+            f"'learned' cannot extrapolate: shorten the input or use an encoding such as 'rope' or "
+            f"'sinusoidal'",
+            lambda: f"position {int(pos.max())}",
+        )
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         return x + self.table(pos + self.offset if self.offset else pos)

@@ -207,8 +207,9 @@ class PositionEncoding(nn.Module):
     def flex_compatible(cls) -> bool:
         """Whether FlexAttention can take the whole encoding: no attention bias at all, or one that depends on
         the distance alone (`distance_bias`); and no values term (`sdpa_compatible`)."""
-        return cls.sdpa_compatible and (cls.bias is PositionEncoding.bias
-                                        or cls.distance_bias is not PositionEncoding.distance_bias)
+        return cls.sdpa_compatible and (
+            cls.bias is PositionEncoding.bias or cls.distance_bias is not PositionEncoding.distance_bias
+        )
 
     def score_mod(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> ScoreMod | None:
         """This encoding's bias as a FlexAttention `score_mod` (score, b, h, q_idx, kv_idx) -> score + bias, or
@@ -216,14 +217,16 @@ class PositionEncoding(nn.Module):
         built once per forward and layer; q_pos (B or 1, Tq), k_pos (B or 1, Tk)."""
         if type(self).distance_bias is PositionEncoding.distance_bias:
             return None
-        low, table = self.per_forward(("score_table", layer), q_pos, k_pos,
-                                      lambda q_rows, k_rows: self._score_table(q_rows, k_rows, layer))
+        low, table = self.per_forward(
+            ("score_table", layer), q_pos, k_pos, lambda q_rows, k_rows: self._score_table(q_rows, k_rows, layer)
+        )
         q_rows, k_rows = batch_rows(q_pos), batch_rows(k_pos)
         q_one, k_one = q_rows.shape[0] == 1, k_rows.shape[0] == 1
 
         def add_bias(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
             rel = k_rows[0 if k_one else b, kv_idx] - q_rows[0 if q_one else b, q_idx]
             return score + table[h, rel - low].to(score.dtype)
+
         return add_bias
 
     def _score_table(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> tuple[int, Tensor]:
@@ -260,8 +263,9 @@ class PositionEncoding(nn.Module):
         finally:
             self._per_forward = outer
 
-    def per_forward(self, key: Hashable, q_pos: Tensor, k_pos: Tensor,
-                    compute: Callable[[Tensor, Tensor], Result]) -> Result:
+    def per_forward(
+        self, key: Hashable, q_pos: Tensor, k_pos: Tensor, compute: Callable[[Tensor, Tensor], Result]
+    ) -> Result:
         """compute(q_pos, k_pos), once per stack forward for each `key` (say, a table shared by the layers).
 
         Inside `forward_scope`, a later call with the same key and the same position tensors (the stack

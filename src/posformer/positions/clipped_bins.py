@@ -65,7 +65,7 @@ def range_sums(x: Tensor, k: int, shift: int) -> Tensor:
     rows, cols = x.shape[-2:]
     lead = x.shape[:-2]
     wide = torch.promote_types(x.dtype, torch.float32)
-    at = (torch.arange(rows, device=x.device)[:, None] + torch.arange(-k, k + 1, device=x.device) - shift)
+    at = torch.arange(rows, device=x.device)[:, None] + torch.arange(-k, k + 1, device=x.device) - shift
     exact = x.gather(-1, at.clamp(0, cols - 1).expand(*lead, rows, 2 * k + 1)).to(wide) * ((at >= 0) & (at < cols))
     ends = torch.cat([at[:, :1], at[:, -1:] + 1, torch.full_like(at[:, :1], cols)], dim=-1).clamp(0, cols)
     before, up_to_last, total = prefix_sums(x, ends, wide).split(1, dim=-1)

@@ -73,9 +73,7 @@ def log_bucket_position(rel: Tensor, bucket_size: int, max_position: int) -> Ten
     mid = bucket_size // 2
     small = (rel < mid) & (rel > -mid)
     abs_pos = torch.where(small, torch.tensor(mid - 1).type_as(rel), rel.abs())
-    log_pos = torch.ceil(
-        torch.log(abs_pos / mid) / torch.log(torch.tensor((max_position - 1) / mid)) * (mid - 1)
-    ) + mid
+    log_pos = torch.ceil(torch.log(abs_pos / mid) / torch.log(torch.tensor((max_position - 1) / mid)) * (mid - 1)) + mid
     return torch.where(abs_pos <= mid, rel.type_as(log_pos), log_pos * sign).long()
 
 
@@ -83,8 +81,12 @@ def log_bucket_position(rel: Tensor, bucket_size: int, max_position: int) -> Ten
 class DeBERTa(PositionEncoding):
     """Disentangled content/position attention with a shared, log-bucketed relative table. Any length."""
 
-    defaults = {"position_buckets": 256, "max_relative_positions": -1, "norm_rel_ebd": "none",
-                "pos_att_type": ["c2p", "p2c"]}
+    defaults = {
+        "position_buckets": 256,
+        "max_relative_positions": -1,
+        "norm_rel_ebd": "none",
+        "pos_att_type": ["c2p", "p2c"],
+    }
 
     @classmethod
     def default_attn_scale(cls, cfg) -> float:
@@ -102,8 +104,12 @@ class DeBERTa(PositionEncoding):
         if p["norm_rel_ebd"] not in NORM_REL_EBD:
             raise cls.param_error(cls.name, "norm_rel_ebd", p["norm_rel_ebd"], f"one of {NORM_REL_EBD}")
         kinds = p["pos_att_type"]
-        if not isinstance(kinds, (list, tuple)) or not kinds or any(t not in POS_ATT_TYPES for t in kinds) \
-                or len(set(kinds)) != len(kinds):
+        if (
+            not isinstance(kinds, (list, tuple))
+            or not kinds
+            or any(t not in POS_ATT_TYPES for t in kinds)
+            or len(set(kinds)) != len(kinds)
+        ):
             raise cls.param_error(cls.name, "pos_att_type", kinds, f"a non-empty list of distinct {POS_ATT_TYPES}")
         if p["position_buckets"] == 1:
             raise cls.param_error(cls.name, "position_buckets", 1, "<= 0 (no buckets) or an integer >= 2")
@@ -116,8 +122,7 @@ class DeBERTa(PositionEncoding):
         self.span = self.position_buckets if self.position_buckets > 0 else self.max_relative_positions
         self.kinds = tuple(self.params["pos_att_type"])
         self.rel_embeddings = nn.Embedding(2 * self.span, cfg.d_model)
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if self.params["norm_rel_ebd"] == "layer_norm" \
-            else None
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if self.params["norm_rel_ebd"] == "layer_norm" else None
         self.dropout = nn.Dropout(cfg.dropout)
         inner = cfg.n_heads * cfg.head_dim
         if "c2p" in self.kinds:
@@ -168,10 +173,14 @@ class DeBERTa(PositionEncoding):
         table = self.relative_embeddings()
         terms = []  # the scale multiplies the (T, dh) operands, not the (T, T) scores
         if "c2p" in self.kinds:
-            terms.append(query_position_scores(q * self.scale, self._heads(self.pos_key_proj[layer], table, rows),
-                                               index, k.shape[-2]))
+            terms.append(
+                query_position_scores(
+                    q * self.scale, self._heads(self.pos_key_proj[layer], table, rows), index, k.shape[-2]
+                )
+            )
         if "p2c" in self.kinds:
             k = expand_heads(k, q.shape[1]) * self.scale
-            terms.append(key_position_scores(k, self._heads(self.pos_query_proj[layer], table, rows), index,
-                                             q.shape[-2]))
+            terms.append(
+                key_position_scores(k, self._heads(self.pos_query_proj[layer], table, rows), index, q.shape[-2])
+            )
         return sum(terms[1:], terms[0])

@@ -97,5 +97,9 @@ class FIRE(PositionEncoding):
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         """-> f_theta(normalized distance): (B or 1, H, Tq, Tk); computed once per forward for each group of
         layers that shares one FIRE (all of them by default)."""
-        return self.per_forward(("bias", self.group(layer)), q_pos, k_pos, lambda q_rows, k_rows: self.mlp(
-            self.normalized_distance(q_rows, k_rows, layer), layer).permute(0, 3, 1, 2))
+        return self.per_forward(
+            ("bias", self.group(layer)),
+            q_pos,
+            k_pos,
+            lambda q_rows, k_rows: self.mlp(self.normalized_distance(q_rows, k_rows, layer), layer).permute(0, 3, 1, 2),
+        )

@@ -53,8 +53,12 @@ class KerpleLog(PositionEncoding):
         once per forward."""
         r1, r2 = self.kernel()
         r1, r2 = r1[layer][None, :, None, None], r2[layer][None, :, None, None]
-        distance = self.per_forward("distance", q_pos, k_pos, lambda q_rows, k_rows: (
-            q_rows[:, None, :, None] - k_rows[:, None, None, :]).abs().to(torch.float32))
+        distance = self.per_forward(
+            "distance",
+            q_pos,
+            k_pos,
+            lambda q_rows, k_rows: (q_rows[:, None, :, None] - k_rows[:, None, None, :]).abs().to(torch.float32),
+        )
         return -r1 * torch.log1p(r2 * distance)
 
     def distance_bias(self, rel: Tensor, layer: int = 0) -> Tensor:

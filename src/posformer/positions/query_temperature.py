@@ -26,8 +26,14 @@ def check_query_temperature(name: str, value: Any) -> None:
     """None, or {"scale": a number > 0, "floor_size": an integer >= 1}; else a `ValueError` naming `name`."""
     if value is None:
         return
-    if not isinstance(value, dict) or set(value) != set(KEYS) or not is_number(value["scale"]) \
-            or value["scale"] <= 0 or not is_int(value["floor_size"]) or value["floor_size"] < 1:
+    if (
+        not isinstance(value, dict)
+        or set(value) != set(KEYS)
+        or not is_number(value["scale"])
+        or value["scale"] <= 0
+        or not is_int(value["floor_size"])
+        or value["floor_size"] < 1
+    ):
         fail(name, value, 'None or {"scale": a number > 0, "floor_size": an integer >= 1} (Llama 4: 0.1, 8192)')
 
 

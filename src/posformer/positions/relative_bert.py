@@ -25,7 +25,6 @@ from torch import Tensor, nn
 
 from posformer.positions.base import PositionEncoding
 from posformer.positions.registry import register
-from posformer.utils.tensor_checks import check_values
 from posformer.positions.relative_scores import (
     Diagonal,
     expand_heads,
@@ -34,6 +33,7 @@ from posformer.positions.relative_scores import (
     query_position_scores,
     relative_distance,
 )
+from posformer.utils.tensor_checks import check_values
 
 
 @register("relative_key")
@@ -47,17 +47,18 @@ class RelativeKey(PositionEncoding):
     def __init__(self, cfg, causal: bool, n_layers: int) -> None:
         super().__init__(cfg, causal, n_layers)
         self.max_positions = cfg.max_positions
-        self.distance = nn.ModuleList(
-            nn.Embedding(2 * cfg.max_positions - 1, cfg.head_dim) for _ in range(n_layers)
-        )
+        self.distance = nn.ModuleList(nn.Embedding(2 * cfg.max_positions - 1, cfg.head_dim) for _ in range(n_layers))
 
     def check_positions(self, pos: Tensor) -> None:
         super().check_positions(pos)
-        check_values((pos < self.max_positions).all(), f"position_ids reach beyond the relative distance table "
-                     f"of position={self.name!r}, which covers distances up to {self.max_positions - 1} "
-                     f"(Config.max_positions={self.max_positions}, so positions in [0, {self.max_positions})); "
-                     f"shorten the input or use an encoding that extrapolates such as 'shaw', 't5' or 'rope'",
-                     lambda: f"position {int(pos.max())}")
+        check_values(
+            (pos < self.max_positions).all(),
+            f"position_ids reach beyond the relative distance table "
+            f"of position={self.name!r}, which covers distances up to {self.max_positions - 1} "
+            f"(Config.max_positions={self.max_positions}, so positions in [0, {self.max_positions})); "
+            f"shorten the input or use an encoding that extrapolates such as 'shaw', 't5' or 'rope'",
+            lambda: f"position {int(pos.max())}",
+        )
 
     def table_and_index(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> tuple[Tensor, Tensor | Diagonal]:
         """The rows of E_l that these positions use, (R, head_dim), and the row of each pair, (B or 1, Tq, Tk)

@@ -52,21 +52,25 @@ def check_scaling(scaling: Any, dim: int, label: str = "scaling") -> None:
     if scaling is None:
         return
     if not isinstance(scaling, dict):
-        raise ValueError(f"{label}={scaling!r} is invalid: expected None or a dict such as "
-                         f"{{'type': 'linear', 'factor': 2.0}}")
+        raise ValueError(
+            f"{label}={scaling!r} is invalid: expected None or a dict such as {{'type': 'linear', 'factor': 2.0}}"
+        )
     kind = scaling.get("type")
     if kind not in SCALING_TYPES:
         hint = " (write the Hugging Face key 'rope_type' as 'type')" if "rope_type" in scaling else ""
-        raise ValueError(f"{label}={scaling!r} is invalid: unknown type {kind!r}; "
-                         f"expected one of {', '.join(SCALING_TYPES)}{hint}")
+        raise ValueError(
+            f"{label}={scaling!r} is invalid: unknown type {kind!r}; expected one of {', '.join(SCALING_TYPES)}{hint}"
+        )
     required, optional = REQUIRED_KEYS[kind], OPTIONAL_KEYS.get(kind, ())
     for key in required:
         if scaling.get(key) is None:
             raise ValueError(f"{label}={scaling!r} is invalid: type {kind!r} requires the key {key!r}")
     unknown = sorted(set(scaling) - {"type", *required, *optional})
     if unknown:
-        raise ValueError(f"{label} has unknown key(s) {unknown} for type {kind!r}: "
-                         f"allowed keys are {', '.join(('type', *required, *optional))}")
+        raise ValueError(
+            f"{label} has unknown key(s) {unknown} for type {kind!r}: "
+            f"allowed keys are {', '.join(('type', *required, *optional))}"
+        )
 
     def bad(key: str, expected: str) -> ValueError:
         return ValueError(f"{label}[{key!r}]={scaling[key]!r} is invalid for type {kind!r}: expected {expected}")
@@ -77,8 +81,10 @@ def check_scaling(scaling: Any, dim: int, label: str = "scaling") -> None:
     if original is not None and (not isinstance(original, int) or isinstance(original, bool) or original <= 0):
         raise bad("original_max_position_embeddings", "a positive integer")
     if kind in ("ntk", "dynamic") and dim <= 2:
-        raise ValueError(f"{label}={scaling!r} is invalid: type {kind!r} needs a rotary dimension > 2, "
-                         f"got {dim} (the exponent is d/(d-2))")
+        raise ValueError(
+            f"{label}={scaling!r} is invalid: type {kind!r} needs a rotary dimension > 2, "
+            f"got {dim} (the exponent is d/(d-2))"
+        )
     if kind == "llama3":
         for key in ("low_freq_factor", "high_freq_factor"):
             if not is_number(scaling[key]) or scaling[key] <= 0:
@@ -99,11 +105,15 @@ def check_scaling(scaling: Any, dim: int, label: str = "scaling") -> None:
     if kind == "longrope":
         for key in ("short_factor", "long_factor"):
             values = scaling[key]
-            if not isinstance(values, (list, tuple)) or len(values) != dim // 2 or \
-                    not all(is_number(v) and v > 0 for v in values):
+            if (
+                not isinstance(values, (list, tuple))
+                or len(values) != dim // 2
+                or not all(is_number(v) and v > 0 for v in values)
+            ):
                 raise bad(key, f"a list of {dim // 2} numbers > 0 (one per rotated pair of the rotary dim {dim})")
-        if scaling.get("attention_factor") is not None and (not is_number(scaling["attention_factor"])
-                                                            or scaling["attention_factor"] <= 0):
+        if scaling.get("attention_factor") is not None and (
+            not is_number(scaling["attention_factor"]) or scaling["attention_factor"] <= 0
+        ):
             raise bad("attention_factor", "a number > 0 (or None for the default)")
 
 

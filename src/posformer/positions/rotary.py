@@ -17,8 +17,8 @@ from torch import Tensor
 
 from posformer.positions.base import PositionEncoding, PositionParams
 from posformer.positions.registry import register
-from posformer.positions.rotation import Rotation
 from posformer.positions.rope_scaling import LENGTH_DEPENDENT, check_scaling, scaled_inv_freq
+from posformer.positions.rotation import Rotation
 
 ROPE_LAYOUTS = ("half", "interleaved")
 
@@ -64,7 +64,9 @@ def check_rotary_params(cls: type[PositionEncoding], cfg, params: dict) -> int:
     dim = rotary_dim(cfg.head_dim, fraction)
     if dim == 0 or dim % 2:
         raise cls.param_error(
-            cls.name, "rotary_fraction", fraction,
+            cls.name,
+            "rotary_fraction",
+            fraction,
             f"a fraction giving an even, non-zero rotary dimension (head_dim={cfg.head_dim} "
             f"* {fraction} = {cfg.head_dim * fraction:g})",
         )
@@ -137,8 +139,7 @@ class Rotary(PositionEncoding):
     the original length (its `max_seq_len_cached`); here each forward depends on its own L only.
     """
 
-    defaults = {"theta": 10000.0, "layout": "half", "rotary_fraction": 1.0, "scaling": None,
-                "frequency_fraction": 1.0}
+    defaults = {"theta": 10000.0, "layout": "half", "rotary_fraction": 1.0, "scaling": None, "frequency_fraction": 1.0}
     scalings = ("linear", "ntk", "dynamic", "yarn", "llama3")
 
     @classmethod
@@ -211,4 +212,3 @@ class Rotary(PositionEncoding):
         q = apply_rotary(q, cos_q.to(q.dtype), sin_q.to(q.dtype), layout)
         k = apply_rotary(k, cos_k.to(k.dtype), sin_k.to(k.dtype), layout)
         return q, k
-

@@ -67,8 +67,12 @@ class T5Bias(PositionEncoding):
         buckets = cls.require_int(cfg, "num_buckets", 4, expected="an integer >= 4")
         # the widest exact range of the stacks this arch builds: num_buckets // 2 causal, // 4 bidirectional
         max_exact = buckets // 4 if cfg.arch == "encoder" else buckets // 2
-        cls.require_int(cfg, "max_distance", max_exact + 1,
-                        expected=f"an integer > {max_exact} (the exact-distance buckets of num_buckets={buckets})")
+        cls.require_int(
+            cfg,
+            "max_distance",
+            max_exact + 1,
+            expected=f"an integer > {max_exact} (the exact-distance buckets of num_buckets={buckets})",
+        )
 
     def __init__(self, cfg, causal: bool, n_layers: int) -> None:
         super().__init__(cfg, causal, n_layers)
@@ -98,5 +102,6 @@ class T5Bias(PositionEncoding):
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         """-> table[bucket(k_pos - q_pos)]: (B or 1, H, Tq, Tk), the same for every layer: computed once per
         forward, as T5 computes it in its first layer and hands it on."""
-        return self.per_forward("bias", q_pos, k_pos, lambda q_rows, k_rows: self.table(
-            self.buckets(q_rows, k_rows)).permute(0, 3, 1, 2))
+        return self.per_forward(
+            "bias", q_pos, k_pos, lambda q_rows, k_rows: self.table(self.buckets(q_rows, k_rows)).permute(0, 3, 1, 2)
+        )

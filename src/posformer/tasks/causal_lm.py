@@ -13,11 +13,11 @@ from pathlib import Path
 
 import torch
 
-from posformer.loading import HFTextTokenizer
 from posformer.config import Config
-from posformer.presets import preset_fields
 from posformer.data.text import CharTokenizer, TokenStream, read_text
+from posformer.loading import HFTextTokenizer
 from posformer.model import Transformer
+from posformer.presets import preset_fields
 from posformer.train import distributed
 from posformer.train.batches import WindowBatches
 from posformer.train.resume_check import trainer_policy
@@ -43,13 +43,18 @@ def build_tokenizer(data: DataSettings, train_text: str):
     """(tokenizer, vocab_size, files to save beside the model) for `data.tokenizer`."""
     if data.tokenizer == "char":
         tokenizer = CharTokenizer.from_text(train_text)
-        return tokenizer, tokenizer.vocab_size, {"tokenizer.json": json.dumps({"type": "char",
-                                                                                "chars": tokenizer.chars})}
+        return (
+            tokenizer,
+            tokenizer.vocab_size,
+            {"tokenizer.json": json.dumps({"type": "char", "chars": tokenizer.chars})},
+        )
     if data.tokenizer == "bytes":
         return ByteTokenizer(), 256, {}
     if not Path(data.tokenizer).is_dir():
-        raise ValueError(f"data.tokenizer={data.tokenizer!r}: expected 'char', 'bytes' or a directory holding a "
-                         "Hugging Face tokenizer")
+        raise ValueError(
+            f"data.tokenizer={data.tokenizer!r}: expected 'char', 'bytes' or a directory holding a "
+            "Hugging Face tokenizer"
+        )
     from posformer.hf import load_tokenizer
 
     hf = load_tokenizer(data.tokenizer)
@@ -80,8 +85,10 @@ def perplexity_evaluator(windows: torch.Tensor, batch_size: int):
 
     def evaluate(model) -> dict[str, float]:
         device = next(model.parameters()).device
-        total = sum(float(model(chunk.to(device), labels=chunk.to(device), return_logits=False).loss) * len(chunk)
-                    for chunk in windows.split(batch_size))
+        total = sum(
+            float(model(chunk.to(device), labels=chunk.to(device), return_logits=False).loss) * len(chunk)
+            for chunk in windows.split(batch_size)
+        )
         loss = total / len(windows)
         return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}
 
@@ -92,8 +99,9 @@ def _quiet(message: str) -> None:
     """The log of ranks other than 0."""
 
 
-def train_causal_lm(settings: RunSettings, output_dir: str, resume: bool = False, log=print,
-                    progress: bool = True) -> FitResult:
+def train_causal_lm(
+    settings: RunSettings, output_dir: str, resume: bool = False, log=print, progress: bool = True
+) -> FitResult:
     """Train the causal LM `settings` describes into `output_dir`; print a sample at the end.
 
     Under torchrun only rank 0 logs.
@@ -112,19 +120,31 @@ def train_causal_lm(settings: RunSettings, output_dir: str, resume: bool = False
     else:
         split = int((1 - data.valid_fraction) * len(ids))
         ids, valid_ids = ids[:split], ids[split:]
-    windows = TokenStream(valid_ids).windows(data.seq_len)[: trainer_settings.eval_batches * trainer_settings.batch_size]
+    windows = TokenStream(valid_ids).windows(data.seq_len)[
+        : trainer_settings.eval_batches * trainer_settings.batch_size
+    ]
     if len(windows) == 0:
         raise ValueError(f"the validation text has {len(valid_ids)} tokens, fewer than data.seq_len={data.seq_len}")
     seed_everything(trainer_settings.seed)  # the initial weights are a function of the seed
     model = build_model(settings.model, vocab_size, data.seq_len)
     log(f"data: {len(ids):,} training and {len(valid_ids):,} validation tokens, vocabulary {vocab_size}")
-    log(f"model: {model.num_parameters():,} parameters, position={model.cfg.position}, d_model={model.cfg.d_model}, "
-        f"{model.cfg.n_layers} layers; writing to {output_dir}")
+    log(
+        f"model: {model.num_parameters():,} parameters, position={model.cfg.position}, d_model={model.cfg.d_model}, "
+        f"{model.cfg.n_layers} layers; writing to {output_dir}"
+    )
     resolved = {**settings.to_dict(), "model": model.cfg.to_dict()}  # every Config field, as built
-    trainer = Trainer(model, WindowBatches(ids, data.seq_len, trainer_settings.seed), trainer_settings, output_dir,
-                      evaluate=perplexity_evaluator(windows, trainer_settings.batch_size),
-                      run_config=resolved, extra_files=files, log=log, progress=progress,
-                      resume_policy=trainer_policy())
+    trainer = Trainer(
+        model,
+        WindowBatches(ids, data.seq_len, trainer_settings.seed),
+        trainer_settings,
+        output_dir,
+        evaluate=perplexity_evaluator(windows, trainer_settings.batch_size),
+        run_config=resolved,
+        extra_files=files,
+        log=log,
+        progress=progress,
+        resume_policy=trainer_policy(),
+    )
     result = trainer.fit(resume=resume)
     prompt = trainer_settings.sample_prompt
     sharded = distributed.is_sharded(model)  # FSDP: every rank must take part in each forward pass
@@ -136,8 +156,14 @@ def train_causal_lm(settings: RunSettings, output_dir: str, resume: bool = False
             return result
         model.eval()
         start = torch.tensor([prompt_ids], device=next(model.parameters()).device)
-        out = model.generate(start, max_new_tokens=trainer_settings.sample_tokens, do_sample=True, temperature=0.8,
-                             top_k=20, generator=torch.Generator(start.device).manual_seed(trainer_settings.seed))
+        out = model.generate(
+            start,
+            max_new_tokens=trainer_settings.sample_tokens,
+            do_sample=True,
+            temperature=0.8,
+            top_k=20,
+            generator=torch.Generator(start.device).manual_seed(trainer_settings.seed),
+        )
         if trainer.ctx.is_main:
             log(f"\nsample after {result.step} steps:\n{tokenizer.decode(out[0].tolist())}\n")
     return result

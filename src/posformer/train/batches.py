@@ -19,8 +19,10 @@ class WindowBatches:
 
     def __init__(self, ids: Tensor, seq_len: int, seed: int) -> None:
         if ids.numel() < 2 * seq_len:
-            raise ValueError(f"the training text has {ids.numel()} tokens: too few for windows of "
-                             f"data.seq_len={seq_len} (need at least {2 * seq_len})")
+            raise ValueError(
+                f"the training text has {ids.numel()} tokens: too few for windows of "
+                f"data.seq_len={seq_len} (need at least {2 * seq_len})"
+            )
         self.ids, self.seq_len, self.seed = ids, seq_len, seed
         self.epoch, self.index = 0, 0
         self._order: tuple[int, Tensor, int] | None = None
@@ -54,6 +56,8 @@ class WindowBatches:
 
     def load_state_dict(self, state: dict) -> None:
         if state["seed"] != self.seed:
-            raise ValueError(f"the checkpoint's data order has seed {state['seed']}, this run {self.seed}: "
-                             "resume with the same trainer.seed")
+            raise ValueError(
+                f"the checkpoint's data order has seed {state['seed']}, this run {self.seed}: "
+                "resume with the same trainer.seed"
+            )
         self.epoch, self.index = int(state["epoch"]), int(state["index"])

@@ -38,7 +38,7 @@ def launched_as_main() -> bool:
 
 
 def resolve_device(setting: str, local_rank: int = 0) -> torch.device:
-    """"auto": CUDA when available, else the CPU; "cuda" without a GPU is an error."""
+    """ "auto": CUDA when available, else the CPU; "cuda" without a GPU is an error."""
     if setting == "cuda" and not torch.cuda.is_available():
         raise ValueError("trainer.device='cuda' but no CUDA device is available (use 'auto' or 'cpu')")
     if setting == "cuda" or (setting == "auto" and torch.cuda.is_available()):
@@ -65,8 +65,10 @@ def wrap(model: nn.Module, ctx: Context, parallel: str) -> nn.Module:
     if parallel == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
-        for block in [*getattr(getattr(model, "encoder", None), "layers", []),
-                      *getattr(getattr(model, "decoder", None), "layers", [])]:
+        for block in [
+            *getattr(getattr(model, "encoder", None), "layers", []),
+            *getattr(getattr(model, "decoder", None), "layers", []),
+        ]:
             fully_shard(block)
         return fully_shard(model)
     return nn.parallel.DistributedDataParallel(model, device_ids=[ctx.device] if ctx.device.type == "cuda" else None)
@@ -164,8 +166,7 @@ def full_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.M
     can be resumed under another parallel mode. Processes other than rank 0 get empty
     dicts under FSDP.
     """
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                         get_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
     _reshard(model)
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -179,11 +180,11 @@ def full_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.M
     return weights, optimizer_state
 
 
-def load_full_state(model: nn.Module, optimizer: torch.optim.Optimizer, weights: dict[str, torch.Tensor],
-                    optimizer_state: dict) -> None:
+def load_full_state(
+    model: nn.Module, optimizer: torch.optim.Optimizer, weights: dict[str, torch.Tensor], optimizer_state: dict
+) -> None:
     """Load whole (unsharded) weights and optimizer state into a plain, DDP or FSDP model; every process calls this."""
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                         set_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
     weights = dict(weights)
     for names in tied_names(model):  # safetensors stored one name of each tied group

@@ -16,11 +16,28 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-RESUMABLE_TRAINER_FIELDS = frozenset({
-    "steps", "eval_every", "eval_batches", "save_every", "keep_last", "log_every", "max_minutes", "sample_prompt",
-    "sample_tokens", "nan_policy", "max_skipped_batches", "clip_grad", "precision", "device", "parallel", "compile",
-    "batch_size", "grad_accum",  # may trade against each other and the process count: the step's batch is checked
-})
+RESUMABLE_TRAINER_FIELDS = frozenset(
+    {
+        "steps",
+        "eval_every",
+        "eval_batches",
+        "save_every",
+        "keep_last",
+        "log_every",
+        "max_minutes",
+        "sample_prompt",
+        "sample_tokens",
+        "nan_policy",
+        "max_skipped_batches",
+        "clip_grad",
+        "precision",
+        "device",
+        "parallel",
+        "compile",
+        "batch_size",
+        "grad_accum",  # may trade against each other and the process count: the step's batch is checked
+    }
+)
 
 
 class ResumeConflict(ValueError):
@@ -89,16 +106,20 @@ def compare(old: dict, new: dict, policy: ResumePolicy) -> ResumeCheck:
     return check
 
 
-def check_resume(old: dict, new: dict, policy: ResumePolicy, checkpoint: str,
-                 log: Callable[[str], None] = print) -> None:
+def check_resume(
+    old: dict, new: dict, policy: ResumePolicy, checkpoint: str, log: Callable[[str], None] = print
+) -> None:
     """Raise `ResumeConflict` for every refused difference of `new` from `old` (the checkpoint's); log the applied."""
     check = compare(old, new, policy)
     if check.refused:
         names = [policy.name(k) for k, _, _ in check.refused]
-        changes = "; ".join(f"{name}: {_show(a)} in the checkpoint, {_show(b)} now"
-                            for name, (_, a, b) in zip(names, check.refused))
-        raise ResumeConflict(f"--resume: {checkpoint} was trained with other values of settings its state fixes "
-                             f"({changes}); resume with the same {' and '.join(names)}, {policy.advice}")
+        changes = "; ".join(
+            f"{name}: {_show(a)} in the checkpoint, {_show(b)} now" for name, (_, a, b) in zip(names, check.refused)
+        )
+        raise ResumeConflict(
+            f"--resume: {checkpoint} was trained with other values of settings its state fixes "
+            f"({changes}); resume with the same {' and '.join(names)}, {policy.advice}"
+        )
     for key, before, after in check.applied:
         log(f"resume: {policy.name(key)} changed from {_show(before)} to {_show(after)} (applied)")
 

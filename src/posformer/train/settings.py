@@ -83,8 +83,13 @@ class TrainerSettings:
             fail("trainer.compile", self.compile, "true or false")
         if self.max_minutes is not None and not (is_number(self.max_minutes) and self.max_minutes > 0):
             fail("trainer.max_minutes", self.max_minutes, "a number > 0, or null")
-        for name, allowed in (("schedule", SCHEDULES), ("precision", PRECISIONS), ("device", DEVICES),
-                              ("nan_policy", NAN_POLICIES), ("parallel", PARALLEL)):
+        for name, allowed in (
+            ("schedule", SCHEDULES),
+            ("precision", PRECISIONS),
+            ("device", DEVICES),
+            ("nan_policy", NAN_POLICIES),
+            ("parallel", PARALLEL),
+        ):
             check_choice(f"trainer.{name}", getattr(self, name), allowed)
         check_field_kinds(self, "trainer.")
 
@@ -124,9 +129,21 @@ class DataSettings:
         check_int("data.seq_len", self.seq_len, minimum=2)
 
 
-DEMO_MODEL = dict(arch="decoder", d_model=128, n_layers=4, n_heads=4, d_ff=352, position="rope", norm="rmsnorm",
-                  norm_placement="pre", activation="swiglu", qkv_bias=False, attn_out_bias=False, ffn_bias=False,
-                  tie_embeddings=True)
+DEMO_MODEL = dict(
+    arch="decoder",
+    d_model=128,
+    n_layers=4,
+    n_heads=4,
+    d_ff=352,
+    position="rope",
+    norm="rmsnorm",
+    norm_placement="pre",
+    activation="swiglu",
+    qkv_bias=False,
+    attn_out_bias=False,
+    ffn_bias=False,
+    tie_embeddings=True,
+)
 
 
 @dataclass
@@ -153,9 +170,11 @@ class RunSettings:
             raise ValueError(f"run config has unknown section(s) {unknown}: expected model, data, trainer")
         if not isinstance(data.get("model") or {}, dict):
             fail("model", data["model"], "a mapping of Config fields (optionally with 'preset')")
-        return cls(model=dict(data.get("model") or DEMO_MODEL),
-                   data=_section(DataSettings, data.get("data") or {}, "data"),
-                   trainer=_section(TrainerSettings, data.get("trainer") or {}, "trainer"))
+        return cls(
+            model=dict(data.get("model") or DEMO_MODEL),
+            data=_section(DataSettings, data.get("data") or {}, "data"),
+            trainer=_section(TrainerSettings, data.get("trainer") or {}, "trainer"),
+        )
 
 
 def _section(cls, values: dict, name: str):
@@ -177,8 +196,10 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         key, sep, raw = item.partition("=")
         parts = key.strip().split(".")
         if not sep or len(parts) != 2 or parts[0] not in ("model", "data", "trainer") or not parts[1]:
-            raise ValueError(f"--set {item!r}: expected SECTION.KEY=VALUE with SECTION one of model, data, trainer "
-                             "(e.g. trainer.lr=1e-3 or model.position=alibi)")
+            raise ValueError(
+                f"--set {item!r}: expected SECTION.KEY=VALUE with SECTION one of model, data, trainer "
+                "(e.g. trainer.lr=1e-3 or model.position=alibi)"
+            )
         data.setdefault(parts[0], {})
         if data[parts[0]] is None:
             data[parts[0]] = {}

@@ -37,13 +37,20 @@ from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from posformer.checkpoints.atomic import write_text_atomic
-from posformer.modules.heads import loss_only
 from posformer.model import Transformer
+from posformer.modules.heads import loss_only
 from posformer.train import distributed
 from posformer.train.metrics_log import MetricsLog, plot_losses
 from posformer.train.optim import build_optimizer, build_scheduler
-from posformer.train.resume_check import (RESUMABLE_TRAINER_FIELDS, ResumeConflict, ResumePolicy, check_resume,
-                                          differences, plain, settings_dict)
+from posformer.train.resume_check import (
+    RESUMABLE_TRAINER_FIELDS,
+    ResumeConflict,
+    ResumePolicy,
+    check_resume,
+    differences,
+    plain,
+    settings_dict,
+)
 from posformer.train.rng import rng_state, seed_everything, set_rng_state
 from posformer.train.settings import TrainerSettings
 from posformer.train.training_checkpoint import CheckpointManager
@@ -93,12 +100,17 @@ class _HeldInterrupt:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        print("\nCtrl-C: stopping after this step, with a checkpoint (press again to stop at once)",
-              file=sys.stderr, flush=True)
+        print(
+            "\nCtrl-C: stopping after this step, with a checkpoint (press again to stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def install(self) -> None:
-        if threading.current_thread() is threading.main_thread() and \
-                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
             self.previous = signal.signal(signal.SIGINT, self._hold)
 
     def restore(self) -> None:
@@ -127,11 +139,20 @@ def check_output_dir(output_dir: Path) -> None:
 
 
 class Trainer:
-    def __init__(self, model: Transformer, batches, settings: TrainerSettings, output_dir: str | os.PathLike, *,
-                 evaluate: Callable[[torch.nn.Module], dict[str, float]] | None = None,
-                 run_config: dict | None = None, extra_files: dict[str, str] | None = None,
-                 log: Callable[[str], None] = print, progress: bool = True,
-                 resume_policy: ResumePolicy | None = None) -> None:
+    def __init__(
+        self,
+        model: Transformer,
+        batches,
+        settings: TrainerSettings,
+        output_dir: str | os.PathLike,
+        *,
+        evaluate: Callable[[torch.nn.Module], dict[str, float]] | None = None,
+        run_config: dict | None = None,
+        extra_files: dict[str, str] | None = None,
+        log: Callable[[str], None] = print,
+        progress: bool = True,
+        resume_policy: ResumePolicy | None = None,
+    ) -> None:
         settings.validate()
         if settings.precision == "fp16" and distributed.resolve_device(settings.device).type != "cuda":
             raise ValueError("trainer.precision='fp16' needs a CUDA device (its grad scaler); use bf16 or fp32 on CPU")
@@ -148,8 +169,9 @@ class Trainer:
         seed_everything(s.seed)
         self.model.to(ctx.device)
         self.wrapped = distributed.wrap(self.model, ctx, s.parallel)
-        self.no_sync = self.wrapped.no_sync if isinstance(self.wrapped, torch.nn.parallel.DistributedDataParallel) \
-            else None
+        self.no_sync = (
+            self.wrapped.no_sync if isinstance(self.wrapped, torch.nn.parallel.DistributedDataParallel) else None
+        )
         if s.compile:
             self.wrapped = torch.compile(self.wrapped)
         self.optimizer = build_optimizer(self.model, s)
@@ -159,8 +181,10 @@ class Trainer:
         self.skipped = 0
         if not resume and self.checkpoints.checkpoints():
             newest = self.checkpoints.checkpoints()[0]
-            raise ValueError(f"{self.output_dir} already holds checkpoints (newest: step {newest.step}); pass "
-                             "--resume (resume=True) to continue it, or choose another output dir")
+            raise ValueError(
+                f"{self.output_dir} already holds checkpoints (newest: step {newest.step}); pass "
+                "--resume (resume=True) to continue it, or choose another output dir"
+            )
         start = self._resume() if resume else 0
         if start == 0 and ctx.is_main:
             self.metrics.truncate_after(0)
@@ -178,23 +202,28 @@ class Trainer:
         if found is None:
             unusable = self.checkpoints.checkpoints()
             if unusable:  # starting over would truncate the log and overwrite them: let the user decide
-                raise ValueError(f"--resume: none of the {len(unusable)} checkpoints in {self.checkpoints.root} is "
-                                 "usable (see the reasons above); move them away to start again from step 0, or "
-                                 "choose another output dir")
+                raise ValueError(
+                    f"--resume: none of the {len(unusable)} checkpoints in {self.checkpoints.root} is "
+                    "usable (see the reasons above); move them away to start again from step 0, or "
+                    "choose another output dir"
+                )
             self.log(f"no checkpoint in {self.checkpoints.root}: starting from step 0")
             return 0
         checkpoint, state = found
         self._check_settings(checkpoint.path, state)
-        distributed.load_full_state(self.model, self.optimizer, load_file(checkpoint.path / "model.safetensors"),
-                                    state["optimizer"])
+        distributed.load_full_state(
+            self.model, self.optimizer, load_file(checkpoint.path / "model.safetensors"), state["optimizer"]
+        )
         self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         try:
             self.batches.load_state_dict(state["data"])
         except KeyError as missing:
-            raise ValueError(f"--resume: {checkpoint.path}/trainer_state.pt has no data field {missing}: it was "
-                             "written by another kind of run") from None
+            raise ValueError(
+                f"--resume: {checkpoint.path}/trainer_state.pt has no data field {missing}: it was "
+                "written by another kind of run"
+            ) from None
         set_rng_state(state["rng"])
         self.skipped = state.get("skipped", 0)
         if self.ctx.is_main:
@@ -209,9 +238,11 @@ class Trainer:
         differ = [(k, a, b) for k, a, b in differences(plain(saved), ours) if k in ours]
         if differ:
             values = ", ".join(f"{k}={a!r} in the checkpoint, {b!r} now" for k, a, b in differ)
-            raise ResumeConflict(f"checkpoint {checkpoint} was written by a different model (fields "
-                                 f"{[k for k, _, _ in differ]}: {values}); resume with the same model settings, "
-                                 "or start a fresh run in another output dir")
+            raise ResumeConflict(
+                f"checkpoint {checkpoint} was written by a different model (fields "
+                f"{[k for k, _, _ in differ]}: {values}); resume with the same model settings, "
+                "or start a fresh run in another output dir"
+            )
 
     def _saved_run_config(self, state: dict) -> dict | None:
         """The run config the checkpoint was trained with: its own copy, else the run dir's run_config.yaml."""
@@ -239,8 +270,10 @@ class Trainer:
         saved_settings, ours = _json_dict(state.get("trainer_settings")), self._trainer_settings()
         if saved_settings is not None:
             saved_settings.setdefault(GLOBAL_BATCH, ours[GLOBAL_BATCH])
-            names = {GLOBAL_BATCH: GLOBAL_BATCH_NAME, **(self.resume_policy.trainer_names if self.resume_policy
-                                                       else {})}
+            names = {
+                GLOBAL_BATCH: GLOBAL_BATCH_NAME,
+                **(self.resume_policy.trainer_names if self.resume_policy else {}),
+            }
             policy = dataclasses.replace(TRAINER_POLICY, name=lambda key: names.get(key, f"trainer.{key}"))
             quiet = self.resume_policy is not None  # the run config's check says what it applies
             check_resume(saved_settings, ours, policy, str(checkpoint), _silent if quiet else self.log)
@@ -255,10 +288,16 @@ class Trainer:
         path, failure = None, None
         weights, optimizer_state = distributed.full_state(self.model, self.optimizer)  # every rank: FSDP gathers
         if self.ctx.is_main:
-            state = {"step": step, "optimizer": optimizer_state, "scheduler": self.scheduler.state_dict(),
-                     "scaler": self.scaler.state_dict() if self.scaler else None, "data": self.batches.state_dict(),
-                     "rng": rng_state(), "skipped": self.skipped,
-                     "trainer_settings": json.dumps(self._trainer_settings())}
+            state = {
+                "step": step,
+                "optimizer": optimizer_state,
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict() if self.scaler else None,
+                "data": self.batches.state_dict(),
+                "rng": rng_state(),
+                "skipped": self.skipped,
+                "trainer_settings": json.dumps(self._trainer_settings()),
+            }
             if self.run_config is not None:
                 state["run_config"] = json.dumps(plain(self.run_config))
             config_json = json.dumps({"posformer": self.model.cfg.to_dict()}, indent=2) + "\n"
@@ -271,8 +310,10 @@ class Trainer:
         if not distributed.all_true(failure is None, self.ctx):  # every rank stops together
             where = self.checkpoints.root / f"step-{step:08d}"
             why = describe(failure, where) if failure is not None else f"{where}: failed on rank 0"
-            raise CheckpointWriteError(f"could not write checkpoint {why}; stopped at step {step}. The last good "
-                                       f"checkpoint, intact: {self._last_good()}")
+            raise CheckpointWriteError(
+                f"could not write checkpoint {why}; stopped at step {step}. The last good "
+                f"checkpoint, intact: {self._last_good()}"
+            )
         distributed.barrier(self.ctx)
         return path
 
@@ -300,7 +341,7 @@ class Trainer:
             mask = batch.get("attention_mask")
             tokens += (batch["input_ids"].numel() if mask is None else int(mask.sum())) * ctx.world_size
             sync = micro == s.grad_accum - 1 or self.no_sync is None
-            with (contextlib.nullcontext() if sync else self.no_sync()), self._autocast():
+            with contextlib.nullcontext() if sync else self.no_sync(), self._autocast():
                 loss = self.wrapped(**batch, **loss_only_arguments).loss / s.grad_accum
             finite = finite and distributed.all_true(bool(torch.isfinite(loss)), ctx)
             if finite:
@@ -328,8 +369,9 @@ class Trainer:
         self.skipped += 1
         if s.nan_policy == "stop" or self.skipped > s.max_skipped_batches:
             why = "" if s.nan_policy == "stop" else f" ({self.skipped} bad batches, over max_skipped_batches)"
-            raise TrainingStopped(f"non-finite loss at step {step}{why}; stopped. The last good checkpoint, "
-                                  f"intact: {self._last_good()}")
+            raise TrainingStopped(
+                f"non-finite loss at step {step}{why}; stopped. The last good checkpoint, intact: {self._last_good()}"
+            )
         self.log(f"non-finite loss at step {step}: batch skipped ({self.skipped}/{s.max_skipped_batches})")
 
     def _evaluate(self, step: int, bar) -> dict:
@@ -352,8 +394,14 @@ class Trainer:
         step = self._setup(resume)
         result = FitResult(step)
         self.model.train()
-        bar = tqdm(total=s.steps, initial=step, desc="training", unit="step", dynamic_ncols=True,
-                   disable=not (self.progress and self.ctx.is_main))
+        bar = tqdm(
+            total=s.steps,
+            initial=step,
+            desc="training",
+            unit="step",
+            dynamic_ncols=True,
+            disable=not (self.progress and self.ctx.is_main),
+        )
         started, saved_at = time.monotonic(), step
         ctrl_c = _HeldInterrupt()
         try:

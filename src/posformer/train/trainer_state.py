@@ -86,8 +86,9 @@ def _check_optimizer(c: _Checker, state: dict, shapes: dict[str, tuple[int, ...]
     groups = c.get(optimizer, "param_groups", "optimizer.param_groups")
     if not isinstance(groups, list) or not groups:
         c.fail("optimizer.param_groups", groups, "a non-empty list")
-    listed = {p for i, group in enumerate(groups) for p in _check_group(c, group, f"optimizer.param_groups[{i}]",
-                                                                         shapes)}
+    listed = {
+        p for i, group in enumerate(groups) for p in _check_group(c, group, f"optimizer.param_groups[{i}]", shapes)
+    }
     for name, entry in moments.items():
         field = f"optimizer.state[{name!r}]"
         if name not in listed or not isinstance(entry, dict):
@@ -112,17 +113,26 @@ def _check_scheduler(c: _Checker, state: dict, groups: int) -> None:
     if "_step_count" in scheduler:
         c.int(scheduler, "_step_count", "scheduler._step_count", low=0)
     lambdas = c.get(scheduler, "lr_lambdas", "scheduler.lr_lambdas")
-    if not isinstance(lambdas, list) or len(lambdas) != groups or not all(f is None or isinstance(f, dict)
-                                                                         for f in lambdas):
+    if (
+        not isinstance(lambdas, list)
+        or len(lambdas) != groups
+        or not all(f is None or isinstance(f, dict) for f in lambdas)
+    ):
         c.fail("scheduler.lr_lambdas", lambdas, f"a list of {groups} entries (None or a dict)")
 
 
 def _check_rng(c: _Checker, state: dict) -> None:
     rng = c.dict(state, "rng", "rng")
     python = c.get(rng, "python", "rng.python")
-    if not (isinstance(python, (tuple, list)) and len(python) == 3 and python[0] == random.getstate()[0]
-            and isinstance(python[1], (tuple, list)) and len(python[1]) == MT19937_WORDS + 1
-            and all(is_int(word) for word in python[1]) and (python[2] is None or isinstance(python[2], float))):
+    if not (
+        isinstance(python, (tuple, list))
+        and len(python) == 3
+        and python[0] == random.getstate()[0]
+        and isinstance(python[1], (tuple, list))
+        and len(python[1]) == MT19937_WORDS + 1
+        and all(is_int(word) for word in python[1])
+        and (python[2] is None or isinstance(python[2], float))
+    ):
         c.fail("rng.python", python, "random.getstate()'s (version, 625 integers, gauss) triple")
     numpy = c.dict(rng, "numpy", "rng.numpy")
     if c.get(numpy, "kind", "rng.numpy.kind") != "MT19937":

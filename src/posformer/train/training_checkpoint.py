@@ -81,8 +81,10 @@ def load_state(checkpoint: Checkpoint) -> dict:
             warnings.simplefilter("ignore", UserWarning)
             state = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as err:  # unpickling, zip and EOF errors have many types; weights_only refuses any code
-        raise CorruptCheckpoint(f"{file} cannot be read with torch.load(weights_only=True), which refuses anything "
-                                f"but tensors and plain containers (tampered or truncated?): {_reason(err)}") from err
+        raise CorruptCheckpoint(
+            f"{file} cannot be read with torch.load(weights_only=True), which refuses anything "
+            f"but tensors and plain containers (tampered or truncated?): {_reason(err)}"
+        ) from err
     return check_trainer_state(state, file, checkpoint.step, shapes)
 
 
@@ -110,12 +112,18 @@ class CheckpointManager:
             return []
         found = []
         for path in self.root.iterdir():
-            if path.is_dir() and path.name.startswith(PREFIX) and path.name[len(PREFIX):].isdigit():
-                found.append(Checkpoint(int(path.name[len(PREFIX):]), path))
+            if path.is_dir() and path.name.startswith(PREFIX) and path.name[len(PREFIX) :].isdigit():
+                found.append(Checkpoint(int(path.name[len(PREFIX) :]), path))
         return sorted(found, key=lambda c: c.step, reverse=True)
 
-    def save(self, step: int, model: nn.Module | dict[str, torch.Tensor], config_json: str, state: dict,
-             extra_files: dict[str, str] | None = None) -> Path:
+    def save(
+        self,
+        step: int,
+        model: nn.Module | dict[str, torch.Tensor],
+        config_json: str,
+        state: dict,
+        extra_files: dict[str, str] | None = None,
+    ) -> Path:
         """Write checkpoint `step` atomically and prune to the newest `keep_last`. Returns its path.
 
         `model` is the module, or its full state dict (gathered from FSDP shards) with
@@ -149,7 +157,7 @@ class CheckpointManager:
         return final
 
     def prune(self) -> None:
-        for old in self.checkpoints()[self.keep_last:]:
+        for old in self.checkpoints()[self.keep_last :]:
             doomed = self.root / f".tmp-delete-{old.path.name}"  # a kill mid-delete leaves a .tmp-* folder only
             shutil.rmtree(doomed, ignore_errors=True)
             os.replace(old.path, doomed)

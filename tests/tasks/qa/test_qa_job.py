@@ -6,13 +6,19 @@ import pytest
 import yaml
 
 import posformer as pf
-from posformer.tasks.qa.job import (PREDICTION_OPTIONS, PRETRAINED_DEFAULTS, QAJobOptions, prediction_options,
-                                    print_report)
+from posformer.tasks.qa.job import (
+    PREDICTION_OPTIONS,
+    PRETRAINED_DEFAULTS,
+    QAJobOptions,
+    prediction_options,
+    print_report,
+)
 from posformer.tasks.qa.models import model_head
 from tests.conftest import tiny
 
-STORED = dict(max_seq_length=96, doc_stride=24, max_answer_length=12, num_beams=3, null_score_diff_threshold=-1.5,
-              n_best_size=7)
+STORED = dict(
+    max_seq_length=96, doc_stride=24, max_answer_length=12, num_beams=3, null_score_diff_threshold=-1.5, n_best_size=7
+)
 
 
 def test_unset_prediction_options_take_the_training_runs(tmp_path):
@@ -27,8 +33,9 @@ def test_unset_prediction_options_take_the_training_runs(tmp_path):
 
 def test_without_a_run_the_pretrained_defaults_apply(tmp_path):
     resolved = prediction_options(QAJobOptions(), tmp_path, "span")
-    assert {k: getattr(resolved, k) for k in PREDICTION_OPTIONS} == {k: PRETRAINED_DEFAULTS[k]
-                                                                       for k in PREDICTION_OPTIONS}
+    assert {k: getattr(resolved, k) for k in PREDICTION_OPTIONS} == {
+        k: PRETRAINED_DEFAULTS[k] for k in PREDICTION_OPTIONS
+    }
     assert (resolved.max_seq_length, resolved.doc_stride, resolved.max_answer_length) == (384, 128, 30)
     with pytest.raises(ValueError, match=r"^--n-best-size=0 is invalid: expected a positive integer$"):
         prediction_options(QAJobOptions(n_best_size=0), tmp_path, "span")
@@ -37,9 +44,12 @@ def test_without_a_run_the_pretrained_defaults_apply(tmp_path):
 def test_model_head_is_the_models_own_qa_head(tmp_path):
     assert model_head(pf.Transformer(tiny("encoder", head="span_qa")), tmp_path) == "span"
     assert model_head(pf.Transformer(tiny("encoder_decoder")), tmp_path) == "seq2seq"
-    with pytest.raises(ValueError, match=r"is not a question-answering model \(arch decoder, head 'causal_lm'\): "
-                                         r"expected a `qa train` run or checkpoint, or a model with a 'seq2seq_lm' "
-                                         r"or 'span_qa' head$"):
+    with pytest.raises(
+        ValueError,
+        match=r"is not a question-answering model \(arch decoder, head 'causal_lm'\): "
+        r"expected a `qa train` run or checkpoint, or a model with a 'seq2seq_lm' "
+        r"or 'span_qa' head$",
+    ):
         model_head(pf.Transformer(tiny("decoder")), tmp_path)
 
 
@@ -50,7 +60,11 @@ def test_with_dropout_keeps_the_weights_and_sets_every_probability():
 
     model = pf.Transformer(tiny("encoder", head="span_qa", dropout=0.1, attention_dropout=0.1)).train()
     plain = with_dropout(model, 0.0)
-    assert plain.training and (plain.cfg.dropout, plain.cfg.attention_dropout, plain.cfg.activation_dropout) == (0, 0, 0)
+    assert plain.training and (plain.cfg.dropout, plain.cfg.attention_dropout, plain.cfg.activation_dropout) == (
+        0,
+        0,
+        0,
+    )
     assert all(m.p == 0.0 for m in plain.modules() if isinstance(m, torch.nn.Dropout))
     for (name, ours), (_, theirs) in zip(plain.state_dict().items(), model.state_dict().items()):
         assert torch.equal(ours, theirs), name
@@ -69,7 +83,19 @@ def test_a_dropout_outside_0_to_1_is_refused():
 def test_the_report_ends_with_f1_beside_answering_nothing() -> None:
     """Three of eight questions unanswerable: answering nothing scores 37.5."""
     lines: list[str] = []
-    print_report({"exact": 40.0, "f1": 45.5, "total": 8, "HasAns_f1": 30.0, "HasAns_total": 5, "NoAns_f1": 71.25,
-                  "NoAns_total": 3}, lines.append)
-    assert lines[-1] == ("F1 45.50 against 37.50 for answering nothing (3 of 8 questions have no answer); "
-                         "HasAns F1 30.00, NoAns F1 71.25")
+    print_report(
+        {
+            "exact": 40.0,
+            "f1": 45.5,
+            "total": 8,
+            "HasAns_f1": 30.0,
+            "HasAns_total": 5,
+            "NoAns_f1": 71.25,
+            "NoAns_total": 3,
+        },
+        lines.append,
+    )
+    assert lines[-1] == (
+        "F1 45.50 against 37.50 for answering nothing (3 of 8 questions have no answer); "
+        "HasAns F1 30.00, NoAns F1 71.25"
+    )

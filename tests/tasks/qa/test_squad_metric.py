@@ -8,12 +8,18 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from shared_data import squad_dev_file
-from squad_oracle import assert_same, hf_evaluate
 
 from posformer.data.squad import load_squad_json, squad_sample
-from posformer.tasks.qa.squad_metric import (exact_score, f1_score, normalize_answer, read_json_mapping,
-                                          squad_v2_evaluate, write_predictions)
+from posformer.tasks.qa.squad_metric import (
+    exact_score,
+    f1_score,
+    normalize_answer,
+    read_json_mapping,
+    squad_v2_evaluate,
+    write_predictions,
+)
+from shared_data import squad_dev_file
+from squad_oracle import assert_same, hf_evaluate
 
 
 def test_normalize_answer_by_hand():
@@ -49,9 +55,17 @@ CRAFTED_PREDS = {"q1": "denver broncos!", "q2": "Santa Clara", "q3": "", "q4": "
 def test_crafted_set_by_hand():
     # per question (exact, f1): q1 (1, 1); q2 (0, 0.8: P = 2/2, R = 2/3); q3 (1, 1); q4 (0, 0); q5 missing (0, 0)
     report = squad_v2_evaluate(CRAFTED_GOLD, CRAFTED_PREDS)
-    expected = {"exact": 40.0, "f1": 56.0, "total": 5,  # 2/5 and 2.8/5
-                "HasAns_exact": 100 / 3, "HasAns_f1": 60.0, "HasAns_total": 3,  # 1/3 and 1.8/3
-                "NoAns_exact": 50.0, "NoAns_f1": 50.0, "NoAns_total": 2}
+    expected = {
+        "exact": 40.0,
+        "f1": 56.0,
+        "total": 5,  # 2/5 and 2.8/5
+        "HasAns_exact": 100 / 3,
+        "HasAns_f1": 60.0,
+        "HasAns_total": 3,  # 1/3 and 1.8/3
+        "NoAns_exact": 50.0,
+        "NoAns_f1": 50.0,
+        "NoAns_total": 2,
+    }
     assert_same(report, expected)
 
 
@@ -62,10 +76,21 @@ def test_crafted_set_with_no_answer_probabilities_by_hand():
     # exact = f1 = (1 + 0 + 1 + 1 + 0) / 5; HasAns 1/3; NoAns 2/2
     # best: start at 2 (q3, q4 as no-answer); q1 +1 -> 3 @0.1; q3 +0; q2 +0.8 (f1) / +0 (exact); q4 -1
     # best_f1 = 3.8/5 at 0.9, best_exact = 3/5 at 0.1
-    expected = {"exact": 60.0, "f1": 60.0, "total": 5,
-                "HasAns_exact": 100 / 3, "HasAns_f1": 100 / 3, "HasAns_total": 3,
-                "NoAns_exact": 100.0, "NoAns_f1": 100.0, "NoAns_total": 2,
-                "best_exact": 60.0, "best_exact_thresh": 0.1, "best_f1": 76.0, "best_f1_thresh": 0.9}
+    expected = {
+        "exact": 60.0,
+        "f1": 60.0,
+        "total": 5,
+        "HasAns_exact": 100 / 3,
+        "HasAns_f1": 100 / 3,
+        "HasAns_total": 3,
+        "NoAns_exact": 100.0,
+        "NoAns_f1": 100.0,
+        "NoAns_total": 2,
+        "best_exact": 60.0,
+        "best_exact_thresh": 0.1,
+        "best_f1": 76.0,
+        "best_f1_thresh": 0.9,
+    }
     assert_same(report, expected)
 
 
@@ -97,7 +122,7 @@ def synthetic_predictions(examples, seed: int) -> tuple[dict[str, str], dict[str
             preds[ex.id] = " ".join(gold[1:] + [rng.choice(words)])
         elif kind in (3, 4):
             i = rng.randrange(len(words))
-            preds[ex.id] = " ".join(words[i:i + rng.randint(1, 6)])
+            preds[ex.id] = " ".join(words[i : i + rng.randint(1, 6)])
         else:
             preds[ex.id] = ""
         probs[ex.id] = round(rng.random() * (0.6 if kind < 2 else 1.0), 2)

@@ -22,8 +22,8 @@ from tqdm.auto import tqdm
 
 from posformer.bench.qa.setup import draw_batches, load_questions, resolve_data, summary
 from posformer.bench.trainer import load_average
-from posformer.modules.heads import loss_only
 from posformer.model import Transformer
+from posformer.modules.heads import loss_only
 from posformer.tasks.qa.evaluation import QAEvaluator
 from posformer.tasks.qa.predictor import QAPredictor
 from posformer.train.optim import adamw, parameter_groups
@@ -56,8 +56,16 @@ class Sides:
 class Run:
     """One model's training: its AdamW, linear schedule, step losses and timed steps."""
 
-    def __init__(self, model: nn.Module, steps: int, lr: float, betas: tuple[float, float], eps: float,
-                 weight_decay: float, warmup_steps: int = 0) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        steps: int,
+        lr: float,
+        betas: tuple[float, float],
+        eps: float,
+        weight_decay: float,
+        warmup_steps: int = 0,
+    ) -> None:
         from transformers import get_linear_schedule_with_warmup
 
         self.model = model.train()
@@ -80,12 +88,21 @@ class Run:
         self.seconds.append(time.perf_counter() - start)
 
 
-def train_both(models: dict[str, nn.Module], batches: list[dict[str, Tensor]], block: int, lr: float,
-               betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-               weight_decay: float = 0.0, progress: bool = True, warmup_steps: int = 0) -> dict[str, Run]:
+def train_both(
+    models: dict[str, nn.Module],
+    batches: list[dict[str, Tensor]],
+    block: int,
+    lr: float,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+    progress: bool = True,
+    warmup_steps: int = 0,
+) -> dict[str, Run]:
     """Train each model on `batches` (one per step), alternating blocks of `block` steps between them."""
-    runs = {name: Run(model, len(batches), lr, betas, eps, weight_decay, warmup_steps)
-            for name, model in models.items()}
+    runs = {
+        name: Run(model, len(batches), lr, betas, eps, weight_decay, warmup_steps) for name, model in models.items()
+    }
     with tqdm(total=len(batches) * len(runs), desc="training", unit="step", disable=not progress) as bar:
         for first in range(0, len(batches), block):
             for name, run in runs.items():
@@ -99,8 +116,9 @@ def train_both(models: dict[str, nn.Module], batches: list[dict[str, Tensor]], b
 def training_speed(runs: dict[str, Run], tokens: list[int], block: int) -> dict[str, Any]:
     """tokens/s of each run over steps 1.. (step 0 is the warm-up), and the median per-block ratio."""
     timed = sum(tokens[1:])
-    result: dict[str, Any] = {name: {"tok_s": timed / sum(run.seconds[1:]), "timed_s": sum(run.seconds[1:])}
-                              for name, run in runs.items()}
+    result: dict[str, Any] = {
+        name: {"tok_s": timed / sum(run.seconds[1:]), "timed_s": sum(run.seconds[1:])} for name, run in runs.items()
+    }
     ratios = []
     for first in range(0, len(tokens), block):
         part = slice(max(first, 1), first + block)
@@ -113,11 +131,25 @@ def training_speed(runs: dict[str, Run], tokens: list[int], block: int) -> dict[
     return result
 
 
-def check_options(steps: int, batch_size: int, lr: float, max_seq_length: int, doc_stride: int, block: int,
-                  train_questions: int, eval_questions: int, epochs: float | None, warmup_ratio: float) -> None:
+def check_options(
+    steps: int,
+    batch_size: int,
+    lr: float,
+    max_seq_length: int,
+    doc_stride: int,
+    block: int,
+    train_questions: int,
+    eval_questions: int,
+    epochs: float | None,
+    warmup_ratio: float,
+) -> None:
     check_int("steps", steps, minimum=2)
-    for name, value in (("batch_size", batch_size), ("block", block), ("max_seq_length", max_seq_length),
-                        ("doc_stride", doc_stride)):
+    for name, value in (
+        ("batch_size", batch_size),
+        ("block", block),
+        ("max_seq_length", max_seq_length),
+        ("doc_stride", doc_stride),
+    ):
         check_int(name, value)
     for name, value in (("train_questions", train_questions), ("eval_questions", eval_questions)):
         check_int(name, value, minimum=0)
@@ -129,18 +161,34 @@ def check_options(steps: int, batch_size: int, lr: float, max_seq_length: int, d
         fail("doc_stride", doc_stride, f"an integer < max_seq_length ({max_seq_length})")
 
 
-def compare(head: str, build: Callable[..., Sides], data: str | Path | None, checkpoint: str | Path | None,
-            steps: int, batch_size: int, lr: float, max_seq_length: int, doc_stride: int, train_questions: int,
-            eval_questions: int, block: int, seed: int, threads: int | None, log: Callable[[str], None],
-            epochs: float | None, warmup_ratio: float) -> dict[str, Any]:
+def compare(
+    head: str,
+    build: Callable[..., Sides],
+    data: str | Path | None,
+    checkpoint: str | Path | None,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    max_seq_length: int,
+    doc_stride: int,
+    train_questions: int,
+    eval_questions: int,
+    block: int,
+    seed: int,
+    threads: int | None,
+    log: Callable[[str], None],
+    epochs: float | None,
+    warmup_ratio: float,
+) -> dict[str, Any]:
     """Train and evaluate both sides of `head`; the setup, per side its tokens/s, losses and SQuAD v2 scores,
     `ratio` (posformer / HF tokens/s), `block_ratio` and `max_loss_diff` (largest step-loss gap).
 
     build(train, held, tokenizer, directory, seed) -> `Sides`. `epochs`, when given, sets
     steps = ceil(windows * epochs / batch_size) instead of `steps`; question caps of 0 take every question
     of their side of the split."""
-    check_options(steps, batch_size, lr, max_seq_length, doc_stride, block, train_questions, eval_questions,
-                  epochs, warmup_ratio)
+    check_options(
+        steps, batch_size, lr, max_seq_length, doc_stride, block, train_questions, eval_questions, epochs, warmup_ratio
+    )
     path, note = resolve_data(data)
     if note:
         log(note)
@@ -161,20 +209,41 @@ def compare(head: str, build: Callable[..., Sides], data: str | Path | None, che
         tokens = [int(b["attention_mask"].sum()) for b in batches]
         load_start = load_average()
         log(f"training both models for {steps} steps of {batch_size} of {windows} windows ...")
-        runs = train_both({"posformer": sides.ours, "hf": sides.theirs}, batches, block, lr,
-                          warmup_steps=warmup_steps)
+        runs = train_both({"posformer": sides.ours, "hf": sides.theirs}, batches, block, lr, warmup_steps=warmup_steps)
         speed = training_speed(runs, tokens, block)
         result: dict[str, Any] = {
-            "head": head, "torch": torch.__version__, "threads": threads, "dtype": "float32", "device": "cpu",
-            "data": str(path), "data_note": note, "checkpoint": str(directory), "seed": seed, "steps": steps,
-            "batch_size": batch_size, "lr": lr, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0,
-            "clip_grad": CLIP, "warmup_steps": warmup_steps, "epochs": steps * batch_size / windows,
-            "schedule": f"linear warm-up over {warmup_steps} steps, then linear to 0", "dropout": 0.0, "block": block,
-            "max_seq_length": max_seq_length, "doc_stride": doc_stride, "train": summary(train),
-            "eval": summary(held), "train_windows": windows, **sides.setup,
+            "head": head,
+            "torch": torch.__version__,
+            "threads": threads,
+            "dtype": "float32",
+            "device": "cpu",
+            "data": str(path),
+            "data_note": note,
+            "checkpoint": str(directory),
+            "seed": seed,
+            "steps": steps,
+            "batch_size": batch_size,
+            "lr": lr,
+            "betas": [0.9, 0.999],
+            "eps": 1e-8,
+            "weight_decay": 0.0,
+            "clip_grad": CLIP,
+            "warmup_steps": warmup_steps,
+            "epochs": steps * batch_size / windows,
+            "schedule": f"linear warm-up over {warmup_steps} steps, then linear to 0",
+            "dropout": 0.0,
+            "block": block,
+            "max_seq_length": max_seq_length,
+            "doc_stride": doc_stride,
+            "train": summary(train),
+            "eval": summary(held),
+            "train_windows": windows,
+            **sides.setup,
             "tokens": "encoder non-pad tokens (attention_mask ones) of steps 2..steps; batches cut to their "
-                      "longest row",
-            "timed_tokens": speed["timed_tokens"], "ratio": speed["ratio"], "block_ratio": speed["block_ratio"],
+            "longest row",
+            "timed_tokens": speed["timed_tokens"],
+            "ratio": speed["ratio"],
+            "block_ratio": speed["block_ratio"],
             "max_loss_diff": max(abs(a - b) for a, b in zip(runs["posformer"].losses, runs["hf"].losses)),
         }
         evaluate = QAEvaluator(sides.predictor)
@@ -182,10 +251,15 @@ def compare(head: str, build: Callable[..., Sides], data: str | Path | None, che
             log(f"evaluating {LABELS[name]} on {len(held)} questions ...")
             start = time.perf_counter()
             report = evaluate(model)
-            result[name] = {**speed[name], "eval_s": time.perf_counter() - start,
-                            "first_loss": runs[name].losses[0], "final_loss": runs[name].losses[-1],
-                            "losses": runs[name].losses, "metrics": {k: report.get(k) for k in METRICS},
-                            "report": report}
+            result[name] = {
+                **speed[name],
+                "eval_s": time.perf_counter() - start,
+                "first_loss": runs[name].losses[0],
+                "final_loss": runs[name].losses[-1],
+                "losses": runs[name].losses,
+                "metrics": {k: report.get(k) for k in METRICS},
+                "report": report,
+            }
         result["load_average"] = [load_start, load_average()]
         return result
     finally:
@@ -223,19 +297,22 @@ def format_report(result: dict[str, Any]) -> str:
     ]
     for name in NAMES:
         row, m = result[name], result[name]["metrics"]
-        lines.append(f"| {LABELS[name]} | {row['tok_s']:,.0f} | {row['timed_s']:,.0f} | {row['eval_s']:,.0f} | "
-                     f"{row['first_loss']:.6f} | {row['final_loss']:.6f} | {_cell(m['exact'])} | {_cell(m['f1'])} | "
-                     f"{_cell(m['HasAns_f1'])} | {_cell(m['NoAns_f1'])} |")
+        lines.append(
+            f"| {LABELS[name]} | {row['tok_s']:,.0f} | {row['timed_s']:,.0f} | {row['eval_s']:,.0f} | "
+            f"{row['first_loss']:.6f} | {row['final_loss']:.6f} | {_cell(m['exact'])} | {_cell(m['f1'])} | "
+            f"{_cell(m['HasAns_f1'])} | {_cell(m['NoAns_f1'])} |"
+        )
     lines += [
         "",
         f"ratio posformer/HF tokens/s: {result['ratio']:.3f} (> 1: posformer is faster); median per-block ratio "
         f"{result['block_ratio']:.3f}",
         f"F1 posformer - HF: {_gap(result, 'f1')} points, HasAns F1: {_gap(result, 'HasAns_f1')}; evaluation "
         f"speed posformer/HF: {result['hf']['eval_s'] / result['posformer']['eval_s']:.3f}",
-        "F1 at the official best null threshold (best_f1): " + ", ".join(
-            f"{LABELS[name]} {_cell(result[name]['report'].get('best_f1'))}" for name in NAMES),
+        "F1 at the official best null threshold (best_f1): "
+        + ", ".join(f"{LABELS[name]} {_cell(result[name]['report'].get('best_f1'))}" for name in NAMES),
         f"largest step-loss difference between the two: {result['max_loss_diff']:.3g}",
         "load average (1, 5, 15 min) at start {} and end {}".format(
-            *(", ".join(f"{x:.2f}" for x in loads) or "unknown" for loads in result["load_average"])),
+            *(", ".join(f"{x:.2f}" for x in loads) or "unknown" for loads in result["load_average"])
+        ),
     ]
     return "\n".join(lines)

@@ -30,8 +30,18 @@ from posformer.tasks.qa.seq2seq import Seq2SeqPredictor, end_token_id, seq2seq_t
 from posformer.utils.validation import check_int, check_number
 
 
-def build_seq2seq(train: list, held: list, tokenizer: Any, directory: Path, seed: int, max_seq_length: int,
-                  doc_stride: int, max_answer_tokens: int, keep_null: float, eval_batch_size: int) -> Sides:
+def build_seq2seq(
+    train: list,
+    held: list,
+    tokenizer: Any,
+    directory: Path,
+    seed: int,
+    max_seq_length: int,
+    doc_stride: int,
+    max_answer_tokens: int,
+    keep_null: float,
+    eval_batch_size: int,
+) -> Sides:
     """The BERT2BERT pair from `directory`, the seq2seq windows of `train` (a share `keep_null` of the ""
     windows kept), a greedy predictor of `held`."""
     ours, theirs = load_bert2bert_pair(directory, tokenizer, seed)
@@ -39,26 +49,73 @@ def build_seq2seq(train: list, held: list, tokenizer: Any, directory: Path, seed
     features = seq2seq_train_tensors(train, tokenizer, max_seq_length, doc_stride, max_answer_tokens, end)
     every = int(features["input_ids"].shape[0])
     features = keep_null_windows(features, seq2seq_null_windows(features, end), keep_null, seed)
-    predictor = Seq2SeqPredictor(tokenizer, held, max_seq_length, doc_stride, batch_size=eval_batch_size,
-                                 max_answer_tokens=max_answer_tokens)
-    return Sides(ours, theirs, features, predictor, {"max_answer_tokens": max_answer_tokens,
-                                                     "keep_null_windows": keep_null, "all_train_windows": every})
+    predictor = Seq2SeqPredictor(
+        tokenizer, held, max_seq_length, doc_stride, batch_size=eval_batch_size, max_answer_tokens=max_answer_tokens
+    )
+    return Sides(
+        ours,
+        theirs,
+        features,
+        predictor,
+        {"max_answer_tokens": max_answer_tokens, "keep_null_windows": keep_null, "all_train_windows": every},
+    )
 
 
-def run(data: str | Path | None = None, checkpoint: str | Path | None = None, steps: int = 60,
-        batch_size: int = 16, lr: float = 1e-4, max_seq_length: int = 256, doc_stride: int = 64,
-        train_questions: int = 2000, eval_questions: int = 300, block: int = 5, seed: int = 0,
-        threads: int | None = 2, log: Callable[[str], None] = print, epochs: float | None = None,
-        warmup_ratio: float = 0.0, max_answer_tokens: int = 30, keep_null: float = 1.0,
-        eval_batch_size: int = 32) -> dict[str, Any]:
+def run(
+    data: str | Path | None = None,
+    checkpoint: str | Path | None = None,
+    steps: int = 60,
+    batch_size: int = 16,
+    lr: float = 1e-4,
+    max_seq_length: int = 256,
+    doc_stride: int = 64,
+    train_questions: int = 2000,
+    eval_questions: int = 300,
+    block: int = 5,
+    seed: int = 0,
+    threads: int | None = 2,
+    log: Callable[[str], None] = print,
+    epochs: float | None = None,
+    warmup_ratio: float = 0.0,
+    max_answer_tokens: int = 30,
+    keep_null: float = 1.0,
+    eval_batch_size: int = 32,
+) -> dict[str, Any]:
     """Train and evaluate both BERT2BERT models (`compare.compare`)."""
     check_int("max_answer_tokens", max_answer_tokens)
     check_int("eval_batch_size", eval_batch_size)
     check_number("keep_null_windows", keep_null, low=0, high=1, low_open=True)
 
     def build(train: list, held: list, tokenizer: Any, directory: Path, seed: int) -> Sides:
-        return build_seq2seq(train, held, tokenizer, directory, seed, max_seq_length, doc_stride, max_answer_tokens,
-                             keep_null, eval_batch_size)
+        return build_seq2seq(
+            train,
+            held,
+            tokenizer,
+            directory,
+            seed,
+            max_seq_length,
+            doc_stride,
+            max_answer_tokens,
+            keep_null,
+            eval_batch_size,
+        )
 
-    return compare("seq2seq", build, data, checkpoint, steps, batch_size, lr, max_seq_length, doc_stride,
-                   train_questions, eval_questions, block, seed, threads, log, epochs, warmup_ratio)
+    return compare(
+        "seq2seq",
+        build,
+        data,
+        checkpoint,
+        steps,
+        batch_size,
+        lr,
+        max_seq_length,
+        doc_stride,
+        train_questions,
+        eval_questions,
+        block,
+        seed,
+        threads,
+        log,
+        epochs,
+        warmup_ratio,
+    )

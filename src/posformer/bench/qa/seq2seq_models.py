@@ -62,25 +62,53 @@ class HFGenerativeQA(nn.Module):
     def config(self) -> Any:
         return self.model.config
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                decoder_input_ids: Tensor | None = None, labels: Tensor | None = None) -> Any:
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        decoder_input_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+    ) -> Any:
         """input_ids, attention_mask: (B, S); decoder_input_ids or labels: (B, T) -> HF's output."""
         with warnings.catch_warnings():  # two notes HF prints on every call with labels, none about this use
             warnings.filterwarnings("ignore", message="Version v4.12.0 introduces")
             warnings.filterwarnings("ignore", message="To copy construct from a tensor")
-            return self.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-                              labels=labels, use_cache=False)
+            return self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                decoder_input_ids=decoder_input_ids,
+                labels=labels,
+                use_cache=False,
+            )
 
     @torch.no_grad()
-    def generate(self, input_ids: Tensor, attention_mask: Tensor, max_new_tokens: int, num_beams: int = 1,
-                 length_penalty: float = 1.0, eos_token_id: int | None = None, pad_token_id: int | None = None,
-                 return_scores: bool = True, min_new_tokens: int = 0) -> tuple[Tensor, Tensor]:
+    def generate(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        max_new_tokens: int,
+        num_beams: int = 1,
+        length_penalty: float = 1.0,
+        eos_token_id: int | None = None,
+        pad_token_id: int | None = None,
+        return_scores: bool = True,
+        min_new_tokens: int = 0,
+    ) -> tuple[Tensor, Tensor]:
         """(sequences (B, 1 + new) starting with the decoder start token, scores (B,) float32)."""
         out = self.model.generate(
-            input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens, num_beams=num_beams,
-            length_penalty=length_penalty, eos_token_id=eos_token_id, pad_token_id=pad_token_id,
-            min_new_tokens=min_new_tokens, do_sample=False, decoder_start_token_id=self.cfg.decoder_start_token_id,
-            return_dict_in_generate=True, output_scores=True, output_logits=True,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            max_new_tokens=max_new_tokens,
+            num_beams=num_beams,
+            length_penalty=length_penalty,
+            eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id,
+            min_new_tokens=min_new_tokens,
+            do_sample=False,
+            decoder_start_token_id=self.cfg.decoder_start_token_id,
+            return_dict_in_generate=True,
+            output_scores=True,
+            output_logits=True,
         )
         if num_beams > 1:
             return out.sequences, out.sequences_scores.float()

@@ -48,14 +48,16 @@ def _sample(examples: list[QAExample], limit: int, seed: int) -> list[QAExample]
     return [e for i, e in enumerate(examples) if i in keep]
 
 
-def load_questions(path: Path, train_questions: int, eval_questions: int,
-                   seed: int) -> tuple[list[QAExample], list[QAExample]]:
+def load_questions(
+    path: Path, train_questions: int, eval_questions: int, seed: int
+) -> tuple[list[QAExample], list[QAExample]]:
     """(train, eval) questions from article-disjoint parts of `path` (`split_by_article`, 20% of the articles
     held out), each capped by a seeded sample. Training drops answers not found in their context; evaluation
     keeps every gold text, as the official metric reads them."""
     train = split_by_article(load_qa_file(path).examples, eval_fraction=EVAL_FRACTION, seed=SPLIT_SEED)[0]
-    held = split_by_article(load_qa_file(path, for_training=False).examples, eval_fraction=EVAL_FRACTION,
-                            seed=SPLIT_SEED)[1]
+    held = split_by_article(
+        load_qa_file(path, for_training=False).examples, eval_fraction=EVAL_FRACTION, seed=SPLIT_SEED
+    )[1]
     return _sample(train, train_questions, seed), _sample(held, eval_questions, seed)
 
 
@@ -122,8 +124,10 @@ def load_models(directory: Path, seed: int) -> tuple[nn.Module, nn.Module]:
     from posformer.hf import from_hf
 
     # "the span head is newly initialised": it is overwritten below
-    with quiet_loggers("posformer.hf.api", "transformers.modeling_utils"), \
-            checkpoint_without_dropout(directory) as plain:
+    with (
+        quiet_loggers("posformer.hf.api", "transformers.modeling_utils"),
+        checkpoint_without_dropout(directory) as plain,
+    ):
         ours = from_hf(plain, head="span_qa").float()
         theirs = transformers.BertForQuestionAnswering.from_pretrained(plain, torch_dtype=torch.float32)
     std = theirs.config.initializer_range
@@ -151,16 +155,26 @@ class PaddingMaskedSpanLoss(nn.Module):
     def config(self) -> Any:
         return self.model.config
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None,
-                start_positions: Tensor | None = None, end_positions: Tensor | None = None) -> Any:
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        token_type_ids: Tensor | None = None,
+        start_positions: Tensor | None = None,
+        end_positions: Tensor | None = None,
+    ) -> Any:
         """input_ids, attention_mask, token_type_ids: (B, T); start/end positions (B,) -> HF's output, its
         `loss` that of posformer's span head."""
         from posformer.modules.heads import mask_padded_logits, span_loss
 
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         if start_positions is not None and end_positions is not None:
-            out.loss = span_loss(mask_padded_logits(out.start_logits, attention_mask),
-                                 mask_padded_logits(out.end_logits, attention_mask), start_positions, end_positions)
+            out.loss = span_loss(
+                mask_padded_logits(out.start_logits, attention_mask),
+                mask_padded_logits(out.end_logits, attention_mask),
+                start_positions,
+                end_positions,
+            )
         return out
 
 

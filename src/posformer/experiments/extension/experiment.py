@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 
 from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
+from posformer.checkpoints.native import save_pretrained
 from posformer.experiments.extension import report
 from posformer.experiments.extension.longrope import search_long_factors, search_short_factors
 from posformer.experiments.extension.methods import check_rope_model, extended_params, with_params
@@ -32,7 +33,6 @@ from posformer.experiments.extrapolation.experiment import open_results, trainer
 from posformer.experiments.extrapolation.layout import ExperimentLayout
 from posformer.experiments.passkey import passkey_grid
 from posformer.model import Transformer
-from posformer.checkpoints.native import save_pretrained
 from posformer.train.batches import WindowBatches
 from posformer.train.metrics_log import MetricsLog
 from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
@@ -41,11 +41,19 @@ from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
 class Extension:
     """The source run, its evaluation tokens, and the per-method work."""
 
-    def __init__(self, settings: ExtendSettings, source: Source, layout: ExperimentLayout,
-                 log: Callable[[str], None], progress: bool):
+    def __init__(
+        self,
+        settings: ExtendSettings,
+        source: Source,
+        layout: ExperimentLayout,
+        log: Callable[[str], None],
+        progress: bool,
+    ):
         self.s, self.source, self.layout, self.log, self.progress = settings, source, layout, log, progress
-        self.streams = {name: data.eval_streams(source.tokenizer, docs, settings.eval_tokens, max(settings.eval_lens))
-                        for name, docs in source.eval_docs.items()}
+        self.streams = {
+            name: data.eval_streams(source.tokenizer, docs, settings.eval_tokens, max(settings.eval_lens))
+            for name, docs in source.eval_docs.items()
+        }
 
     def score(self, model: Transformer, row: str) -> dict:
         """{"ppl": {set: {len: ppl}}, "blocks": {set: {len: {nll, count}}}, "passkey": grid} of one model."""
@@ -54,13 +62,16 @@ class Extension:
         blocks: dict = {name: {} for name in self.streams}
         for n in s.eval_lens:
             for name, streams in self.streams.items():
-                losses = block_losses(model, streams, n, max(s.eval_lens), batch_tokens=s.eval_batch_tokens,
-                                      precision=s.precision)
+                losses = block_losses(
+                    model, streams, n, max(s.eval_lens), batch_tokens=s.eval_batch_tokens, precision=s.precision
+                )
                 ppl[name][str(n)] = losses.perplexity()
                 blocks[name][str(n)] = {"nll": losses.nll.tolist(), "count": losses.count.tolist()}
         grid = passkey_grid(model, self.source.encode, s.passkey_lengths, s.passkey_depths, s.passkey_trials, s.seed)
-        self.log(f"{row}: ppl {', '.join(f'{n}: {v:.3f}' for n, v in next(iter(ppl.values())).items())}; "
-                 f"passkey {report.mean_exact(grid):.2f} ({time.monotonic() - started:.0f} s)")
+        self.log(
+            f"{row}: ppl {', '.join(f'{n}: {v:.3f}' for n, v in next(iter(ppl.values())).items())}; "
+            f"passkey {report.mean_exact(grid):.2f} ({time.monotonic() - started:.0f} s)"
+        )
         return {"ppl": ppl, "blocks": blocks, "passkey": grid}
 
     def run_method(self, method: str) -> dict[str, dict]:
@@ -70,8 +81,13 @@ class Extension:
         params = extended_params(model, method, s.target_len, s.train_len, search and search["long_factor"])
         rows: dict[str, dict] = {}
         if method != "none":
-            rows[method] = {"method": method, "stage": "eval-time", "scaling": params.get("scaling"),
-                            "longrope_search": search, **self.score(with_params(model, params, s.target_len), method)}
+            rows[method] = {
+                "method": method,
+                "stage": "eval-time",
+                "scaling": params.get("scaling"),
+                "longrope_search": search,
+                **self.score(with_params(model, params, s.target_len), method),
+            }
         if s.steps == 0:
             return rows
         row = f"{method}+ft"
@@ -84,8 +100,14 @@ class Extension:
             self.log(f"{method}: {err}")
             rows[row] = {"method": method, "stage": "fine-tuned", "error": str(err)}
             return rows
-        rows[row] = {"method": method, "stage": "fine-tuned", "scaling": tuned.cfg.position_params.get("scaling"),
-                     "steps": s.steps, **record, **self.score(tuned, row)}
+        rows[row] = {
+            "method": method,
+            "stage": "fine-tuned",
+            "scaling": tuned.cfg.position_params.get("scaling"),
+            "steps": s.steps,
+            **record,
+            **self.score(tuned, row),
+        }
         return rows
 
     def _log_generation(self, generation: int, ppl: float) -> None:
@@ -96,31 +118,59 @@ class Extension:
         """LongRoPE's long factors of `model` for `length`; previous: (length, factors) of an earlier stage, whose
         factors times length / that length seed the search too."""
         s = self.s
-        self.log(f"longrope: searching the long factors for {length} ({s.longrope_population} x "
-                 f"{s.longrope_generations})")
+        self.log(
+            f"longrope: searching the long factors for {length} ({s.longrope_population} x {s.longrope_generations})"
+        )
         extra = [] if previous is None else [[f * length / previous[0] for f in previous[1]]]
-        result = search_long_factors(model, self.source.train_ids[: s.longrope_tokens], length, s.train_len,
-                                     s.longrope_population, s.longrope_generations, seed=s.seed,
-                                     batch_tokens=s.eval_batch_tokens, extra_seeds=extra,
-                                     progress=self._log_generation)
-        return {"length": length, "long_factor": result.factors, "ppl": result.ppl, "history": result.history,
-                "evaluated": result.evaluated}
+        result = search_long_factors(
+            model,
+            self.source.train_ids[: s.longrope_tokens],
+            length,
+            s.train_len,
+            s.longrope_population,
+            s.longrope_generations,
+            seed=s.seed,
+            batch_tokens=s.eval_batch_tokens,
+            extra_seeds=extra,
+            progress=self._log_generation,
+        )
+        return {
+            "length": length,
+            "long_factor": result.factors,
+            "ppl": result.ppl,
+            "history": result.history,
+            "evaluated": result.evaluated,
+        }
 
-    def _fine_tune(self, start: Transformer, params: dict, length: int, steps: int, name: str,
-                   ) -> tuple[Transformer, dict]:
+    def _fine_tune(
+        self,
+        start: Transformer,
+        params: dict,
+        length: int,
+        steps: int,
+        name: str,
+    ) -> tuple[Transformer, dict]:
         """`start`'s weights with `params`, fine-tuned `steps` steps at `length` (the Trainer run rows/NAME) ->
         (the model, {final_loss, train_wall_s}). Raises TrainingStopped."""
         s = self.s
         tuned = with_params(start, params, length)
         run_dir, started = self.layout.row_dir(name), time.monotonic()
         self.log(f"\n== {name}: fine-tuning {steps} steps at {length} in {run_dir}")
-        Trainer(tuned, WindowBatches(self.source.train_ids, length, s.seed),
-                trainer_settings(dataclasses.replace(s, steps=steps)), run_dir,
-                run_config={"extend": s.to_dict(), "model": tuned.cfg.to_dict()}, extra_files=self.source.files,
-                log=self.log, progress=self.progress).fit(resume=True)
+        Trainer(
+            tuned,
+            WindowBatches(self.source.train_ids, length, s.seed),
+            trainer_settings(dataclasses.replace(s, steps=steps)),
+            run_dir,
+            run_config={"extend": s.to_dict(), "model": tuned.cfg.to_dict()},
+            extra_files=self.source.files,
+            log=self.log,
+            progress=self.progress,
+        ).fit(resume=True)
         losses = [r["loss"] for r in MetricsLog(run_dir / "metrics.jsonl").records() if "loss" in r]
-        return tuned, {"final_loss": losses[-1] if losses else None,
-                       "train_wall_s": round(time.monotonic() - started, 2)}
+        return tuned, {
+            "final_loss": losses[-1] if losses else None,
+            "train_wall_s": round(time.monotonic() - started, 2),
+        }
 
     def _longrope_recipe(self, params: dict) -> tuple[Transformer, dict]:
         """LongRoPE as the paper runs it (section 3.3): search and fine-tune at each of `longrope_stages`, then
@@ -143,14 +193,25 @@ class Extension:
         record.update(trained)
         if s.longrope_short:
             self.log(f"longrope: searching the short factors for {s.train_len}")
-            result = search_short_factors(tuned, self.source.train_ids[: s.longrope_tokens], s.longrope_population,
-                                          s.longrope_generations, seed=s.seed, batch_tokens=s.eval_batch_tokens,
-                                          progress=self._log_generation)
+            result = search_short_factors(
+                tuned,
+                self.source.train_ids[: s.longrope_tokens],
+                s.longrope_population,
+                s.longrope_generations,
+                seed=s.seed,
+                batch_tokens=s.eval_batch_tokens,
+                progress=self._log_generation,
+            )
             scaling = {**tuned.cfg.position_params["scaling"], "short_factor": result.factors}
             tuned = with_params(tuned, {**tuned.cfg.position_params, "scaling": scaling}, s.target_len)
             save_pretrained(tuned, self.layout.row_dir("longrope") / "readjusted", self.source.files)
-            record["short_search"] = {"short_factor": result.factors, "ppl": result.ppl, "unadjusted_ppl":
-                                      result.seed_ppl[0], "history": result.history, "evaluated": result.evaluated}
+            record["short_search"] = {
+                "short_factor": result.factors,
+                "ppl": result.ppl,
+                "unadjusted_ppl": result.seed_ppl[0],
+                "history": result.history,
+                "evaluated": result.evaluated,
+            }
         return tuned, record
 
 
@@ -162,8 +223,14 @@ def save(results: dict, layout: ExperimentLayout) -> None:
         report.plot_passkey(results, layout.root / "passkey.png")
 
 
-def run_extend(settings: ExtendSettings, run_dir: str | Path, output_dir: str | Path,
-               log: Callable[[str], None] = print, progress: bool = True, data_dir: str | None = None) -> dict:
+def run_extend(
+    settings: ExtendSettings,
+    run_dir: str | Path,
+    output_dir: str | Path,
+    log: Callable[[str], None] = print,
+    progress: bool = True,
+    data_dir: str | None = None,
+) -> dict:
     """Extend the model of `run_dir` by every method of `settings` into `output_dir`; the results dict."""
     layout = ExperimentLayout(Path(output_dir))
     check_output_dir(layout.root)
@@ -178,14 +245,21 @@ def run_extend(settings: ExtendSettings, run_dir: str | Path, output_dir: str | 
     recorded = results.get("source", {}).get("run")
     if recorded is not None and recorded != str(Path(run_dir).resolve()):
         raise ValueError(f"{layout.root} holds the extension of {recorded}, not of {run_dir}; use another --output-dir")
-    results["source"] = {"run": str(Path(run_dir).resolve()), "description": source.description,
-                         "parameters": source.model.num_parameters(), "train_tokens": source.train_ids.numel()}
+    results["source"] = {
+        "run": str(Path(run_dir).resolve()),
+        "description": source.description,
+        "parameters": source.model.num_parameters(),
+        "train_tokens": source.train_ids.numel(),
+    }
     save(results, layout)  # the configuration is on record before any training: a resume with other settings fails
     started = time.monotonic()
     extension = Extension(settings, source, layout, log, progress)
-    results["data"] = {"eval_sets": {name: {"tokens": sum(t.numel() for t in st.values()),
-                                            "documents": {d: t.numel() for d, t in st.items()}}
-                                     for name, st in extension.streams.items()}}
+    results["data"] = {
+        "eval_sets": {
+            name: {"tokens": sum(t.numel() for t in st.values()), "documents": {d: t.numel() for d, t in st.items()}}
+            for name, st in extension.streams.items()
+        }
+    }
     if "source" not in results["rows"]:
         results["rows"]["source"] = {"method": None, "stage": "trained", **extension.score(source.model, "source")}
     for method in settings.methods:

@@ -57,13 +57,24 @@ def seed_factors(model: Transformer, target_len: int, trained_len: int) -> list[
     return seeds
 
 
-def _evolve(fitness: Callable[[Tensor], float], seeds: list[Tensor], scale: float, population: int,
-            generations: int, parents: int, sigma: float, seed: int, progress) -> SearchResult:
+def _evolve(
+    fitness: Callable[[Tensor], float],
+    seeds: list[Tensor],
+    scale: float,
+    population: int,
+    generations: int,
+    parents: int,
+    sigma: float,
+    seed: int,
+    progress,
+) -> SearchResult:
     """The evolutionary search from `seeds` (r/2,) each, in the space [1, 1.25 scale], non-decreasing."""
     if population < 2 or parents < 1 or parents > population or generations < 1:
-        raise ValueError(f"extend: LongRoPE search population={population}, parents={parents}, "
-                         f"generations={generations}: expected population >= 2, 1 <= parents <= population, "
-                         "generations >= 1")
+        raise ValueError(
+            f"extend: LongRoPE search population={population}, parents={parents}, "
+            f"generations={generations}: expected population >= 2, 1 <= parents <= population, "
+            "generations >= 1"
+        )
     g = torch.Generator().manual_seed(seed)
     scores: dict[tuple[float, ...], float] = {}
 
@@ -85,7 +96,7 @@ def _evolve(fitness: Callable[[Tensor], float], seeds: list[Tensor], scale: floa
     candidates = [_legal(f.double(), scale) for f in seeds]
     while len(candidates) < population:
         candidates.append(mutate(candidates[len(candidates) % len(seeds)]))
-    seed_ppl = [score(c) for c in candidates[:len(seeds)]]
+    seed_ppl = [score(c) for c in candidates[: len(seeds)]]
     history: list[float] = []
     for generation in range(generations):
         ranked = sorted(candidates, key=score)
@@ -106,10 +117,20 @@ def _check_text(ids: Tensor, length: int) -> None:
         raise ValueError(f"extend: the LongRoPE search needs {length} tokens of text, got {ids.numel()}")
 
 
-def search_long_factors(model: Transformer, ids: Tensor, target_len: int, trained_len: int, population: int = 8,
-                        generations: int = 4, parents: int = 3, sigma: float = 0.1, seed: int = 0,
-                        batch_tokens: int = 8192, progress=None, extra_seeds: Sequence[Sequence[float]] = (),
-                        ) -> SearchResult:
+def search_long_factors(
+    model: Transformer,
+    ids: Tensor,
+    target_len: int,
+    trained_len: int,
+    population: int = 8,
+    generations: int = 4,
+    parents: int = 3,
+    sigma: float = 0.1,
+    seed: int = 0,
+    batch_tokens: int = 8192,
+    progress=None,
+    extra_seeds: Sequence[Sequence[float]] = (),
+) -> SearchResult:
     """Search the long factors of `model` (RoPE; any scaling it has is replaced) for target_len on the token stream
     ids (N,): the non-overlapping perplexity at target_len is the fitness. Seeds: PI, NTK and YaRN, then
     `extra_seeds` (the factors of an earlier stage, times the ratio of the lengths: the progressive extension).
@@ -122,16 +143,25 @@ def search_long_factors(model: Transformer, ids: Tensor, target_len: int, traine
 
     def fitness(factors: Tensor) -> float | None:
         params = {**base, "scaling": longrope_scaling(factors.tolist(), target_len, trained_len)}
-        return perplexity(with_params(model, params, target_len), {"search": ids}, target_len,
-                          batch_tokens=batch_tokens)
+        return perplexity(
+            with_params(model, params, target_len), {"search": ids}, target_len, batch_tokens=batch_tokens
+        )
 
     seeds = seed_factors(model, target_len, trained_len) + [torch.tensor(f, dtype=torch.float64) for f in extra_seeds]
     return _evolve(fitness, seeds, scale, population, generations, parents, sigma, seed, progress)
 
 
-def search_short_factors(model: Transformer, ids: Tensor, population: int = 8, generations: int = 4,
-                         parents: int = 3, sigma: float = 0.1, seed: int = 0, batch_tokens: int = 8192,
-                         progress=None) -> SearchResult:
+def search_short_factors(
+    model: Transformer,
+    ids: Tensor,
+    population: int = 8,
+    generations: int = 4,
+    parents: int = 3,
+    sigma: float = 0.1,
+    seed: int = 0,
+    batch_tokens: int = 8192,
+    progress=None,
+) -> SearchResult:
     """LongRoPE's readjustment (section 3.3): a model fine-tuned with long factors reads short texts (up to its
     original length, where the short factors apply) worse than before; search the short factors that minimise
     the perplexity at the original length on ids (N,). `model` has a longrope scaling (its long factors are kept).
@@ -142,9 +172,19 @@ def search_short_factors(model: Transformer, ids: Tensor, population: int = 8, g
 
     def fitness(factors: Tensor) -> float | None:
         params = {**model.cfg.position_params, "scaling": {**scaling, "short_factor": factors.tolist()}}
-        return perplexity(with_params(model, params, trained_len), {"search": ids}, trained_len,
-                          batch_tokens=batch_tokens)
+        return perplexity(
+            with_params(model, params, trained_len), {"search": ids}, trained_len, batch_tokens=batch_tokens
+        )
 
     long = torch.tensor(long_factor, dtype=torch.float64)
-    return _evolve(fitness, [torch.ones_like(long), long, long.sqrt()], scaling["factor"], population, generations,
-                   parents, sigma, seed, progress)
+    return _evolve(
+        fitness,
+        [torch.ones_like(long), long, long.sqrt()],
+        scaling["factor"],
+        population,
+        generations,
+        parents,
+        sigma,
+        seed,
+        progress,
+    )

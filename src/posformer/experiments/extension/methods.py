@@ -1,11 +1,11 @@
 """The context-extension methods of `posformer extend`: RoPE parameters that read target_len tokens.
 
-  none      RoPE unchanged: plain extrapolation (fine-tuned, the "direct fine-tuning" baseline of Chen et al. 2023)
-  pi        position interpolation (Chen et al. 2023): every frequency / (target_len / trained_len)
-  ntk       NTK-aware scaling (bloc97 2023): theta * s^(d/(d-2)), s = target_len / trained_len
-  yarn      YaRN (Peng et al. 2023): NTK-by-parts ramp and the 0.1 ln s + 1 attention factor
-  longrope  LongRoPE (Ding et al. 2024): one searched factor per rotated pair (`longrope.search_long_factors`),
-            used past trained_len; below it RoPE is unchanged (short factors 1)
+none      RoPE unchanged: plain extrapolation (fine-tuned, the "direct fine-tuning" baseline of Chen et al. 2023)
+pi        position interpolation (Chen et al. 2023): every frequency / (target_len / trained_len)
+ntk       NTK-aware scaling (bloc97 2023): theta * s^(d/(d-2)), s = target_len / trained_len
+yarn      YaRN (Peng et al. 2023): NTK-by-parts ramp and the 0.1 ln s + 1 attention factor
+longrope  LongRoPE (Ding et al. 2024): one searched factor per rotated pair (`longrope.search_long_factors`),
+          used past trained_len; below it RoPE is unchanged (short factors 1)
 """
 
 from __future__ import annotations
@@ -24,22 +24,32 @@ def check_rope_model(model: Transformer, where: str) -> None:
     if cfg.arch != "decoder":
         raise ValueError(f"extend: {where} is a {cfg.arch!r} model; extend fine-tunes a causal LM (arch 'decoder')")
     if cfg.position != "rope" or cfg.layer_types:
-        raise ValueError(f"extend: {where} uses position {cfg.position!r}"
-                         + (" with per-layer settings" if cfg.layer_types else "")
-                         + "; the context-extension methods rescale RoPE: give a run whose model has position 'rope'")
+        raise ValueError(
+            f"extend: {where} uses position {cfg.position!r}"
+            + (" with per-layer settings" if cfg.layer_types else "")
+            + "; the context-extension methods rescale RoPE: give a run whose model has position 'rope'"
+        )
     if cfg.position_params.get("scaling") is not None:
-        raise ValueError(f"extend: {where} already has the RoPE scaling {cfg.position_params['scaling']}; give the "
-                         "run it was trained as (no scaling)")
+        raise ValueError(
+            f"extend: {where} already has the RoPE scaling {cfg.position_params['scaling']}; give the "
+            "run it was trained as (no scaling)"
+        )
 
 
 def longrope_scaling(long_factor: list[float], target_len: int, trained_len: int) -> dict[str, Any]:
     """The `scaling` dict of LongRoPE with these long factors; short factors 1 (RoPE as trained below trained_len)."""
-    return {"type": "longrope", "factor": target_len / trained_len, "short_factor": [1.0] * len(long_factor),
-            "long_factor": [float(v) for v in long_factor], "original_max_position_embeddings": trained_len}
+    return {
+        "type": "longrope",
+        "factor": target_len / trained_len,
+        "short_factor": [1.0] * len(long_factor),
+        "long_factor": [float(v) for v in long_factor],
+        "original_max_position_embeddings": trained_len,
+    }
 
 
-def extended_params(model: Transformer, method: str, target_len: int, trained_len: int,
-                    long_factor: list[float] | None = None) -> dict[str, Any]:
+def extended_params(
+    model: Transformer, method: str, target_len: int, trained_len: int, long_factor: list[float] | None = None
+) -> dict[str, Any]:
     """The model's position_params extended by `method` from trained_len to target_len (longrope: `long_factor`)."""
     from posformer import positions
 
@@ -62,4 +72,3 @@ def with_params(model: Transformer, params: dict[str, Any], max_positions: int) 
     extended = Transformer(cfg).to(device=parameter.device, dtype=parameter.dtype)
     extended.load_state_dict(model.state_dict())
     return extended.train(model.training)
-

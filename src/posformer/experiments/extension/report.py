@@ -9,9 +9,11 @@ from posformer.experiments.extrapolation.bootstrap import ratio_interval
 from posformer.experiments.extrapolation.report import markdown_table, ppl_interval_of
 
 PANELS_PER_LINE = 4
-STAGE_NOTE = {"trained": "the trained model, RoPE unchanged",
-              "eval-time": "the method's scaling on the trained weights",
-              "fine-tuned": "the method's scaling, then fine-tuned at the target length"}
+STAGE_NOTE = {
+    "trained": "the trained model, RoPE unchanged",
+    "eval-time": "the method's scaling on the trained weights",
+    "fine-tuned": "the method's scaling, then fine-tuned at the target length",
+}
 
 
 def mean_exact(grid: dict) -> float:
@@ -49,13 +51,27 @@ def summary_table(results: dict, eval_set: str) -> str:
         a, b = r["blocks"][eval_set][target], source["blocks"][eval_set][str(train_len)]
         low, high = ratio_interval((a["nll"], a["count"]), (b["nll"], b["count"]))
         fitted = [c for c in r["passkey"].get(target, {}).values() if c is not None]
-        passkey = "n/a" if not fitted else (f"{sum(c['exact'] for c in fitted) / len(fitted):.2f} / "
-                                            f"{sum(c['digits'] for c in fitted) / len(fitted):.2f}")
-        body.append([row, r["stage"], f"{r['ppl'][eval_set][target]:.3f}",
-                     f"{ratio:.3f} [{low:.3f}, {high:.3f}]",
-                     passkey])
-    return markdown_table(["row", "stage", f"ppl at {target}", f"ppl({target}) / source ppl({train_len})",
-                   f"passkey at {target}: exact / digits"], body)
+        passkey = (
+            "n/a"
+            if not fitted
+            else (
+                f"{sum(c['exact'] for c in fitted) / len(fitted):.2f} / "
+                f"{sum(c['digits'] for c in fitted) / len(fitted):.2f}"
+            )
+        )
+        body.append(
+            [row, r["stage"], f"{r['ppl'][eval_set][target]:.3f}", f"{ratio:.3f} [{low:.3f}, {high:.3f}]", passkey]
+        )
+    return markdown_table(
+        [
+            "row",
+            "stage",
+            f"ppl at {target}",
+            f"ppl({target}) / source ppl({train_len})",
+            f"passkey at {target}: exact / digits",
+        ],
+        body,
+    )
 
 
 COMPARISONS = [  # (what the ratio tests, numerator row, denominator row): below 1 = the numerator reads better
@@ -101,45 +117,61 @@ def passkey_table(results: dict, row: str) -> str:
 
 def markdown(results: dict) -> str:
     cfg, source = results["config"], results.get("source", {})
-    parts = [f"# Context extension: L={cfg['train_len']} -> {cfg['target_len']}\n",
-             f"Source: {source.get('description', '?')} ({source.get('parameters', 0):,} parameters). "
-             f"Fine-tune: {cfg['steps']} steps of {cfg['batch_size']} x {cfg['target_len']} tokens, lr {cfg['lr']}. "
-             f"Passkey: {cfg['passkey_trials']} keys per cell. Rows: "
-             + "; ".join(f"{stage}: {note}" for stage, note in STAGE_NOTE.items()) + ".\n"]
+    parts = [
+        f"# Context extension: L={cfg['train_len']} -> {cfg['target_len']}\n",
+        f"Source: {source.get('description', '?')} ({source.get('parameters', 0):,} parameters). "
+        f"Fine-tune: {cfg['steps']} steps of {cfg['batch_size']} x {cfg['target_len']} tokens, lr {cfg['lr']}. "
+        f"Passkey: {cfg['passkey_trials']} keys per cell. Rows: "
+        + "; ".join(f"{stage}: {note}" for stage, note in STAGE_NOTE.items())
+        + ".\n",
+    ]
     rows = _scored(results)
     for name in results.get("data", {}).get("eval_sets", {}):
         if not rows or name not in next(iter(rows.values()))["ppl"]:
             continue
-        parts += [f"## {name}: at the target length\n", summary_table(results, name) + "\n",
-                  f"### {name}: the papers' claims, paired (below 1: the first row reads better)\n",
-                  comparisons_table(results, name) + "\n",
-                  f"## {name}: perplexity by length [95% bootstrap interval]\n", ppl_table(results, name) + "\n"]
+        parts += [
+            f"## {name}: at the target length\n",
+            summary_table(results, name) + "\n",
+            f"### {name}: the papers' claims, paired (below 1: the first row reads better)\n",
+            comparisons_table(results, name) + "\n",
+            f"## {name}: perplexity by length [95% bootstrap interval]\n",
+            ppl_table(results, name) + "\n",
+        ]
     parts.append("## Passkey retrieval by length and depth: exact match / fraction of key tokens right\n")
     for row in rows:
         parts += [f"### {row}\n", passkey_table(results, row) + "\n"]
     searched = [r["longrope_search"] for r in results["rows"].values() if r.get("longrope_search")]
     if searched:
         found = searched[0]
-        parts.append(f"LongRoPE search: {found['evaluated']} candidates, best ppl by generation "
-                     f"{', '.join(f'{p:.3f}' for p in found['history'])}; long factors "
-                     f"{', '.join(f'{v:.2f}' for v in found['long_factor'])}.\n")
+        parts.append(
+            f"LongRoPE search: {found['evaluated']} candidates, best ppl by generation "
+            f"{', '.join(f'{p:.3f}' for p in found['history'])}; long factors "
+            f"{', '.join(f'{v:.2f}' for v in found['long_factor'])}.\n"
+        )
     parts += [recipe_line(r) for r in results["rows"].values() if r.get("stages") or r.get("short_search")]
     return "\n".join(parts)
 
 
 def recipe_line(row: dict) -> str:
     """What LongRoPE's progressive extension and readjustment did in the fine-tuned row `row`."""
-    steps = [f"searched at {st['length']} (best ppl {st['ppl']:.3f}), fine-tuned {st['steps']} steps there"
-             for st in row.get("stages", [])]
+    steps = [
+        f"searched at {st['length']} (best ppl {st['ppl']:.3f}), fine-tuned {st['steps']} steps there"
+        for st in row.get("stages", [])
+    ]
     final = row.get("longrope_search")
     if final:
         steps.append(f"searched again at {final['length']} from that model (best ppl {final['ppl']:.3f})")
-    steps.append(f"fine-tuned at the target (final loss {row['final_loss']:.3f})" if row.get("final_loss") is not None
-                 else "fine-tuned at the target")
+    steps.append(
+        f"fine-tuned at the target (final loss {row['final_loss']:.3f})"
+        if row.get("final_loss") is not None
+        else "fine-tuned at the target"
+    )
     short = row.get("short_search")
     if short:
-        steps.append(f"short factors searched at L: ppl at L on training text {short['unadjusted_ppl']:.3f} with "
-                     f"factors 1, {short['ppl']:.3f} with {', '.join(f'{v:.2f}' for v in short['short_factor'])}")
+        steps.append(
+            f"short factors searched at L: ppl at L on training text {short['unadjusted_ppl']:.3f} with "
+            f"factors 1, {short['ppl']:.3f} with {', '.join(f'{v:.2f}' for v in short['short_factor'])}"
+        )
     return "LongRoPE recipe: " + "; ".join(steps) + ".\n"
 
 
@@ -158,8 +190,15 @@ def plot_ppl(results: dict, path: Path) -> Path:
         for row, r in rows.items():
             color = colors[methods.index(r["method"]) % len(colors)]
             lengths = cfg["eval_lens"]
-            ax.plot(lengths, [r["ppl"][name][str(n)] for n in lengths], "--" if r["stage"] == "eval-time" else "-",
-                    marker="o", ms=3, color=color, label=row)
+            ax.plot(
+                lengths,
+                [r["ppl"][name][str(n)] for n in lengths],
+                "--" if r["stage"] == "eval-time" else "-",
+                marker="o",
+                ms=3,
+                color=color,
+                label=row,
+            )
             bands = [ppl_interval_of(r, name, n) for n in lengths]
             if all(b is not None for b in bands):
                 ax.fill_between(lengths, [b[0] for b in bands], [b[1] for b in bands], color=color, alpha=0.15, lw=0)
@@ -189,14 +228,22 @@ def plot_passkey(results: dict, path: Path) -> Path:
     lines = -(-len(rows) // columns)
     fig, axes = plt.subplots(lines, columns, figsize=(2.6 * columns + 1, 2.8 * lines), squeeze=False)
     image = None
-    for ax in axes.flat[len(rows):]:
+    for ax in axes.flat[len(rows) :]:
         ax.set_visible(False)
     for ax, (row, r) in zip(axes.flat, rows.items()):
-        grid = np.array([[np.nan if r["passkey"][str(n)][str(d)] is None else r["passkey"][str(n)][str(d)]["exact"]
-                          for n in cfg["passkey_lengths"]] for d in cfg["passkey_depths"]])
+        grid = np.array(
+            [
+                [
+                    np.nan if r["passkey"][str(n)][str(d)] is None else r["passkey"][str(n)][str(d)]["exact"]
+                    for n in cfg["passkey_lengths"]
+                ]
+                for d in cfg["passkey_depths"]
+            ]
+        )
         image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
-        ax.set_xticks(range(len(cfg["passkey_lengths"])), [str(n) for n in cfg["passkey_lengths"]], rotation=45,
-                      fontsize=7)
+        ax.set_xticks(
+            range(len(cfg["passkey_lengths"])), [str(n) for n in cfg["passkey_lengths"]], rotation=45, fontsize=7
+        )
         ax.set_yticks(range(len(cfg["passkey_depths"])), [f"{d:g}" for d in cfg["passkey_depths"]], fontsize=7)
         ax.set_title(row, fontsize=9)
         ax.set_xlabel("length", fontsize=8)

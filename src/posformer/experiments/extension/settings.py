@@ -12,13 +12,37 @@ from posformer.utils.validation import check_choice, check_field_kinds, check_in
 
 PRESETS: dict[str, dict[str, Any]] = {
     # a smoke run of a tiny model: seconds
-    "quick": dict(steps=10, batch_size=4, lr=3e-4, warmup=2, eval_tokens=4096, eval_batch_tokens=4096,
-                  passkey_depths=[0.0, 0.5, 1.0], passkey_trials=4, longrope_population=4, longrope_generations=2,
-                  longrope_tokens=4096, save_every=10, threads=1),
+    "quick": dict(
+        steps=10,
+        batch_size=4,
+        lr=3e-4,
+        warmup=2,
+        eval_tokens=4096,
+        eval_batch_tokens=4096,
+        passkey_depths=[0.0, 0.5, 1.0],
+        passkey_trials=4,
+        longrope_population=4,
+        longrope_generations=2,
+        longrope_tokens=4096,
+        save_every=10,
+        threads=1,
+    ),
     # the `extrapolate --preset bytes` rope row to 8L: about a minute of fine-tuning per method on 2 idle cores
-    "cpu": dict(steps=200, batch_size=8, lr=3e-4, warmup=20, eval_tokens=98_304, eval_batch_tokens=8192,
-                passkey_depths=[0.0, 0.25, 0.5, 0.75, 1.0], passkey_trials=20, longrope_population=8,
-                longrope_generations=4, longrope_tokens=16_384, save_every=100, threads=2),
+    "cpu": dict(
+        steps=200,
+        batch_size=8,
+        lr=3e-4,
+        warmup=20,
+        eval_tokens=98_304,
+        eval_batch_tokens=8192,
+        passkey_depths=[0.0, 0.25, 0.5, 0.75, 1.0],
+        passkey_trials=20,
+        longrope_population=8,
+        longrope_generations=4,
+        longrope_tokens=16_384,
+        save_every=100,
+        threads=2,
+    ),
 }
 
 
@@ -105,8 +129,16 @@ class ExtendSettings:
         for depth in self.passkey_depths:
             check_number("extend: passkey_depths", depth, 0.0, 1.0)
         check_int("extend: steps", self.steps, minimum=0)
-        for name in ("batch_size", "eval_tokens", "eval_batch_tokens", "passkey_trials", "longrope_population",
-                     "longrope_generations", "longrope_tokens", "save_every"):
+        for name in (
+            "batch_size",
+            "eval_tokens",
+            "eval_batch_tokens",
+            "passkey_trials",
+            "longrope_population",
+            "longrope_generations",
+            "longrope_tokens",
+            "save_every",
+        ):
             check_int(f"extend: {name}", getattr(self, name))
         self._check_stages()
         check_training_knobs(self, "extend: ")

@@ -50,9 +50,9 @@ def run_config(run_dir: Path) -> dict:
 def _hf_tokenizer(directory: Path):
     from transformers import PreTrainedTokenizerFast
 
-    from posformer.loading import checkpoint_dir
-    from posformer.hf.tokenizer_files import check_tokenizer_dir
     from posformer.checkpoints.model_dir import model_file
+    from posformer.hf.tokenizer_files import check_tokenizer_dir
+    from posformer.loading import checkpoint_dir
 
     folder = checkpoint_dir(directory)
     if not model_file(folder, "tokenizer.json").is_file():
@@ -62,8 +62,8 @@ def _hf_tokenizer(directory: Path):
 
 def load_source(run_dir: str | Path, text: str | None, data_dir: str | None = None) -> Source:
     """The model, tokenizer and texts of the run at `run_dir` (see the module docstring)."""
-    from posformer.loading import load_model
     from posformer.data.shared import default_data_dir
+    from posformer.loading import load_model
 
     run_dir = Path(run_dir)
     if not run_dir.exists():
@@ -74,15 +74,24 @@ def load_source(run_dir: str | Path, text: str | None, data_dir: str | None = No
         return _text_source(model, run_dir, Path(text), config)
     knobs = config.get("extrapolate")
     if knobs is None:
-        raise ValueError(f"extend: {run_dir} is not a row of `posformer extrapolate` (its run_config.yaml has no "
-                         "'extrapolate' section): give --text FILE to fine-tune and evaluate on a text file")
+        raise ValueError(
+            f"extend: {run_dir} is not a row of `posformer extrapolate` (its run_config.yaml has no "
+            "'extrapolate' section): give --text FILE to fine-tune and evaluate on a text file"
+        )
     tokenizer = _hf_tokenizer(run_dir)
-    corpus = data.load_corpus(knobs["corpus"], knobs.get("data_dir") or data_dir or default_data_dir(),
-                              knobs["held_out"], knobs["wikitext"])
-    return Source(model, lambda s: data.encode(tokenizer, s).tolist(), tokenizer,
-                  data.train_stream(tokenizer, corpus.train, knobs.get("train_chars")), corpus.eval_sets,
-                  knobs["train_len"], data.tokenizer_files(tokenizer),
-                  f"the {model.cfg.position} row of an extrapolate run ({knobs['corpus']}, L={knobs['train_len']})")
+    corpus = data.load_corpus(
+        knobs["corpus"], knobs.get("data_dir") or data_dir or default_data_dir(), knobs["held_out"], knobs["wikitext"]
+    )
+    return Source(
+        model,
+        lambda s: data.encode(tokenizer, s).tolist(),
+        tokenizer,
+        data.train_stream(tokenizer, corpus.train, knobs.get("train_chars")),
+        corpus.eval_sets,
+        knobs["train_len"],
+        data.tokenizer_files(tokenizer),
+        f"the {model.cfg.position} row of an extrapolate run ({knobs['corpus']}, L={knobs['train_len']})",
+    )
 
 
 def _text_source(model: Transformer, run_dir: Path, path: Path, config: dict) -> Source:
@@ -97,6 +106,13 @@ def _text_source(model: Transformer, run_dir: Path, path: Path, config: dict) ->
     folder = checkpoint_dir(run_dir)
     files = {name: file.read_text(encoding="utf-8") for name, file in tokenizer_paths(folder).items()}
     seq_len = (config.get("data") or {}).get("seq_len")
-    return Source(model, lambda s: data.encode(tokenizer, s).tolist(), tokenizer,
-                  data.encode(tokenizer, text[:cut]), {path.stem: {path.name: text[cut:]}}, seq_len, files,
-                  f"{run_dir} on {path}")
+    return Source(
+        model,
+        lambda s: data.encode(tokenizer, s).tolist(),
+        tokenizer,
+        data.encode(tokenizer, text[:cut]),
+        {path.stem: {path.name: text[cut:]}},
+        seq_len,
+        files,
+        f"{run_dir} on {path}",
+    )

@@ -37,17 +37,25 @@ def _quantiles(log_values: Tensor, level: float) -> tuple[float, float]:
     return float(low.exp()), float(high.exp())
 
 
-def ppl_interval(nll: Sequence[float], count: Sequence[int], resamples: int = RESAMPLES, level: float = LEVEL,
-                 seed: int = 0) -> tuple[float, float]:
+def ppl_interval(
+    nll: Sequence[float], count: Sequence[int], resamples: int = RESAMPLES, level: float = LEVEL, seed: int = 0
+) -> tuple[float, float]:
     """The `level` interval of the perplexity exp(sum nll / sum count) over blocks (nll[i], count[i])."""
     return _quantiles(_log_ppl(nll, count, _draws(len(nll), resamples, seed)), level)
 
 
-def ratio_interval(a: tuple[Sequence[float], Sequence[int]], b: tuple[Sequence[float], Sequence[int]],
-                   resamples: int = RESAMPLES, level: float = LEVEL, seed: int = 0) -> tuple[float, float]:
+def ratio_interval(
+    a: tuple[Sequence[float], Sequence[int]],
+    b: tuple[Sequence[float], Sequence[int]],
+    resamples: int = RESAMPLES,
+    level: float = LEVEL,
+    seed: int = 0,
+) -> tuple[float, float]:
     """The `level` interval of ppl(a) / ppl(b), a and b = (nll per block, count per block) over the same blocks."""
     if len(a[0]) != len(b[0]):
-        raise ValueError(f"bootstrap: the ratio's parts have {len(a[0])} and {len(b[0])} blocks; "
-                         "they must be scored on the same blocks")
+        raise ValueError(
+            f"bootstrap: the ratio's parts have {len(a[0])} and {len(b[0])} blocks; "
+            "they must be scored on the same blocks"
+        )
     draws = _draws(len(a[0]), resamples, seed)
     return _quantiles(_log_ppl(*a, draws) - _log_ppl(*b, draws), level)

@@ -44,13 +44,15 @@ def strip_gutenberg(text: str, name: str = "book") -> str:
     start, end = START.search(text), END.search(text)
     if start is None or end is None or end.start() <= start.end():
         raise ValueError(f"extrapolate: {name} has no '*** START OF' / '*** END OF' Project Gutenberg markers")
-    return text[start.end():end.start()].strip("\n") + "\n"
+    return text[start.end() : end.start()].strip("\n") + "\n"
 
 
 def _require(path: Path, what: str) -> Path:
     if not path.exists():
-        raise FileNotFoundError(f"extrapolate: {what} {path} does not exist (set --data-dir or ${DATA_DIR_ENV} to "
-                                "the folder holding gutenberg/ and wikitext-2/)")
+        raise FileNotFoundError(
+            f"extrapolate: {what} {path} does not exist (set --data-dir or ${DATA_DIR_ENV} to "
+            "the folder holding gutenberg/ and wikitext-2/)"
+        )
     return path
 
 
@@ -75,11 +77,15 @@ def load_corpus(corpus: str, data_dir: str | Path, held_out: list[str], wikitext
         books = {p.name: p for p in sorted(folder.glob("*.txt"))}
         missing = [b for b in held_out if b not in books]
         if missing:
-            raise FileNotFoundError(f"extrapolate: held-out book(s) {missing} are not in {folder}; "
-                                    f"available: {', '.join(books)}")
+            raise FileNotFoundError(
+                f"extrapolate: held-out book(s) {missing} are not in {folder}; available: {', '.join(books)}"
+            )
         texts = {name: strip_gutenberg(read_document(path), name) for name, path in books.items()}
-        result = Corpus({n: t for n, t in texts.items() if n not in held_out},
-                        {"gutenberg": {n: texts[n] for n in held_out}}, list(held_out))
+        result = Corpus(
+            {n: t for n, t in texts.items() if n not in held_out},
+            {"gutenberg": {n: texts[n] for n in held_out}},
+            list(held_out),
+        )
         if not result.train:
             raise ValueError("extrapolate: every Gutenberg book is held out; nothing is left to train on")
     else:
@@ -102,12 +108,17 @@ def train_bpe(texts: dict[str, str], vocab_size: int, max_chars: int):
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     pieces = [line for text in texts.values() for line in text[:share].splitlines(keepends=True)]
     tokenizer.train_from_iterator(pieces, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, unk_token=EOS,
-                                   model_input_names=["input_ids"])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, unk_token=EOS, model_input_names=["input_ids"]
+    )
 
 
 def tokenizer_files(tokenizer) -> dict[str, str]:
@@ -125,8 +136,7 @@ def encode(tokenizer, text: str, max_chars: int | None = None) -> Tensor:
     if not hasattr(tokenizer, "backend_tokenizer"):
         return torch.tensor(tokenizer.encode(text), dtype=torch.long)
     paragraphs = re.split(r"(?<=\n\n)", text)
-    ids = [i for enc in tokenizer.backend_tokenizer.encode_batch(paragraphs, add_special_tokens=False)
-           for i in enc.ids]
+    ids = [i for enc in tokenizer.backend_tokenizer.encode_batch(paragraphs, add_special_tokens=False) for i in enc.ids]
     return torch.tensor(ids, dtype=torch.long)
 
 
@@ -140,7 +150,7 @@ def train_stream(tokenizer, texts: dict[str, str], max_chars: int | None) -> Ten
 def _from_middle(text: str) -> str:
     """The text from the first paragraph break after its middle (skipping title pages and contents)."""
     cut = text.find("\n\n", len(text) // 2)
-    return text[cut + 2:] if cut >= 0 else text
+    return text[cut + 2 :] if cut >= 0 else text
 
 
 def eval_streams(tokenizer, docs: dict[str, str], budget: int, multiple: int) -> dict[str, Tensor]:
@@ -160,8 +170,10 @@ def eval_streams(tokenizer, docs: dict[str, str], budget: int, multiple: int) ->
         if n:
             streams[name] = ids[:n]
     if not streams:
-        raise ValueError(f"extrapolate: the evaluation documents {list(docs)} are shorter than the longest eval "
-                         f"length {multiple} tokens")
+        raise ValueError(
+            f"extrapolate: the evaluation documents {list(docs)} are shorter than the longest eval "
+            f"length {multiple} tokens"
+        )
     return streams
 
 

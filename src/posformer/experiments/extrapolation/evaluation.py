@@ -39,8 +39,9 @@ def _token_nll(model: Transformer, windows: Tensor) -> Tensor:
     return F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none").double()
 
 
-def scored_tokens(model: Transformer, ids: Tensor, eval_len: int, stride: int, batch_tokens: int
-                  ) -> tuple[Tensor, Tensor]:
+def scored_tokens(
+    model: Transformer, ids: Tensor, eval_len: int, stride: int, batch_tokens: int
+) -> tuple[Tensor, Tensor]:
     """Score one stream ids (N,) in windows of eval_len every `stride` tokens -> (positions (M,), NLL (M,) float64).
 
     Window k covers ids[k*S : k*S + eval_len]; window 0 scores targets 1 .. eval_len-1, window k > 0 only
@@ -56,7 +57,7 @@ def scored_tokens(model: Transformer, ids: Tensor, eval_len: int, stride: int, b
     for batch, start in zip(windows.split(per_batch), starts.split(per_batch)):
         nll = _token_nll(model, batch)  # (b, eval_len - 1); column j predicts window token j + 1
         keep = torch.zeros_like(nll, dtype=torch.bool)
-        keep[:, max(0, eval_len - 1 - stride):] = True
+        keep[:, max(0, eval_len - 1 - stride) :] = True
         keep[start[:, 0] == 0] = True
         target = start + torch.arange(1, eval_len, device=ids.device)
         positions.append(target[keep])
@@ -91,9 +92,16 @@ class BlockLosses:
         return math.exp(float(self.nll.sum()) / int(self.count.sum()))
 
 
-def block_losses(model: Transformer, streams: dict[str, Tensor], eval_len: int, block_len: int,
-                 protocol: str = "nonoverlapping", stride: int | None = None, batch_tokens: int = 8192,
-                 precision: str = "fp32") -> BlockLosses | None:
+def block_losses(
+    model: Transformer,
+    streams: dict[str, Tensor],
+    eval_len: int,
+    block_len: int,
+    protocol: str = "nonoverlapping",
+    stride: int | None = None,
+    batch_tokens: int = 8192,
+    precision: str = "fp32",
+) -> BlockLosses | None:
     """Score documents {name: (N_d,) ids} at eval_len, summed per block of block_len tokens; None when eval_len
     does not fit the model. The same block_len at every eval_len pairs the blocks across lengths (the bootstrap
     resamples them together). Runs in eval mode under torch.no_grad (bf16/fp16 autocast when asked)."""
@@ -124,8 +132,15 @@ def block_losses(model: Transformer, streams: dict[str, Tensor], eval_len: int, 
     return result
 
 
-def perplexity(model: Transformer, streams: dict[str, Tensor], eval_len: int, protocol: str = "nonoverlapping",
-               stride: int | None = None, batch_tokens: int = 8192, precision: str = "fp32") -> float | None:
+def perplexity(
+    model: Transformer,
+    streams: dict[str, Tensor],
+    eval_len: int,
+    protocol: str = "nonoverlapping",
+    stride: int | None = None,
+    batch_tokens: int = 8192,
+    precision: str = "fp32",
+) -> float | None:
     """Token-weighted perplexity over documents {name: (N_d,) ids}; None when eval_len does not fit the model.
 
     Chunks never cross documents. Runs in eval mode under torch.no_grad (bf16/fp16 autocast when asked).

@@ -24,16 +24,16 @@ from tqdm.auto import tqdm
 from posformer import positions
 from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
 from posformer.data.shared import default_data_dir
-from posformer.experiments.passkey import PasskeyMix
 from posformer.experiments.extrapolation import data
 from posformer.experiments.extrapolation.evaluation import block_losses
 from posformer.experiments.extrapolation.layout import ExperimentLayout
 from posformer.experiments.extrapolation.report import markdown, plot
 from posformer.experiments.extrapolation.settings import ExtrapolationSettings, model_config
+from posformer.experiments.passkey import PasskeyMix
 from posformer.model import Transformer
 from posformer.train.batches import WindowBatches
-from posformer.train.rng import seed_everything
 from posformer.train.metrics_log import MetricsLog
+from posformer.train.rng import seed_everything
 from posformer.train.settings import TrainerSettings
 from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
 from posformer.utils.user_files import read_mapping_file
@@ -59,12 +59,15 @@ def open_results(settings: ExtrapolationSettings, layout: ExperimentLayout, benc
     if path.is_file():
         saved = read_mapping_file(path, "the results file")
         old = saved.get("config") if isinstance(saved.get("config"), dict) else {}
-        differ = sorted(k for k in set(old) | set(config)
-                        if k not in IGNORED_FOR_RESUME and old.get(k) != config.get(k))
+        differ = sorted(
+            k for k in set(old) | set(config) if k not in IGNORED_FOR_RESUME and old.get(k) != config.get(k)
+        )
         if differ:
-            raise ValueError(f"{layout.root} holds results of a different configuration (differing keys: "
-                             f"{', '.join(differ)}; saved {({k: old.get(k) for k in differ})}); use the same "
-                             "settings or another --output-dir")
+            raise ValueError(
+                f"{layout.root} holds results of a different configuration (differing keys: "
+                f"{', '.join(differ)}; saved { ({k: old.get(k) for k in differ}) }); use the same "
+                "settings or another --output-dir"
+            )
         saved["config"] = config
         return saved
     return {"benchmark": benchmark, "config": config, "data": {}, "rows": {}, "versions": versions()}
@@ -87,8 +90,9 @@ def reference_copy(model: Transformer, reference: Transformer) -> list[str]:
     return sorted(shared)
 
 
-def initial_model(settings: ExtrapolationSettings, position: str, vocab_size: int,
-                  reference: Transformer | None = None) -> Transformer:
+def initial_model(
+    settings: ExtrapolationSettings, position: str, vocab_size: int, reference: Transformer | None = None
+) -> Transformer:
     """The row's model before training: seeded init, then the shared tensors of the reference ("none") model."""
     if reference is None:
         seed_everything(settings.seed)
@@ -104,17 +108,32 @@ def trainer_settings(s: ExtrapolationSettings) -> TrainerSettings:
     runs' `TaskSettings` share (steps, batch_size, lr, min_lr_ratio, warmup, weight_decay, precision, device,
     save_every, seed)."""
     every = min(s.save_every, s.steps)
-    return TrainerSettings(steps=s.steps, batch_size=s.batch_size, lr=s.lr, min_lr_ratio=s.min_lr_ratio,
-                           schedule="cosine", warmup=min(s.warmup, s.steps - 1), weight_decay=s.weight_decay,
-                           precision=s.precision, device=s.device, eval_every=every, save_every=every, keep_last=1,
-                           log_every=10, seed=s.seed, sample_prompt=None, sample_tokens=0)
+    return TrainerSettings(
+        steps=s.steps,
+        batch_size=s.batch_size,
+        lr=s.lr,
+        min_lr_ratio=s.min_lr_ratio,
+        schedule="cosine",
+        warmup=min(s.warmup, s.steps - 1),
+        weight_decay=s.weight_decay,
+        precision=s.precision,
+        device=s.device,
+        eval_every=every,
+        save_every=every,
+        keep_last=1,
+        log_every=10,
+        seed=s.seed,
+        sample_prompt=None,
+        sample_tokens=0,
+    )
 
 
 class Experiment:
     """The data, tokenizer and reference model shared by every row, and the per-row work."""
 
-    def __init__(self, settings: ExtrapolationSettings, layout: ExperimentLayout, log: Callable[[str], None],
-                 progress: bool):
+    def __init__(
+        self, settings: ExtrapolationSettings, layout: ExperimentLayout, log: Callable[[str], None], progress: bool
+    ):
         self.s, self.layout, self.log, self.progress = settings, layout, log, progress
         data_dir = settings.data_dir or default_data_dir()
         corpus = data.load_corpus(settings.corpus, data_dir, settings.held_out, settings.wikitext)
@@ -123,16 +142,27 @@ class Experiment:
         self.vocab_size = len(self.tokenizer)
         self.train_ids = data.train_stream(self.tokenizer, corpus.train, settings.train_chars)
         longest = max(settings.eval_lens)
-        self.streams = {name: data.eval_streams(self.tokenizer, docs, settings.eval_tokens, longest)
-                        for name, docs in corpus.eval_sets.items()}
-        self.summary = {"held_out": corpus.held_out, "train_documents": list(corpus.train),
-                        "train_tokens": self.train_ids.numel(), "vocab_size": self.vocab_size,
-                        "data_dir": str(data_dir) if settings.corpus == "gutenberg" or settings.wikitext else None,
-                        "eval_sets": {name: {"tokens": sum(t.numel() for t in st.values()),
-                                             "documents": {d: t.numel() for d, t in st.items()}}
-                                      for name, st in self.streams.items()},
-                        "unigram_ppl": {name: data.unigram_perplexity(self.train_ids, st, self.vocab_size)
-                                        for name, st in self.streams.items()}}
+        self.streams = {
+            name: data.eval_streams(self.tokenizer, docs, settings.eval_tokens, longest)
+            for name, docs in corpus.eval_sets.items()
+        }
+        self.summary = {
+            "held_out": corpus.held_out,
+            "train_documents": list(corpus.train),
+            "train_tokens": self.train_ids.numel(),
+            "vocab_size": self.vocab_size,
+            "data_dir": str(data_dir) if settings.corpus == "gutenberg" or settings.wikitext else None,
+            "eval_sets": {
+                name: {
+                    "tokens": sum(t.numel() for t in st.values()),
+                    "documents": {d: t.numel() for d, t in st.items()},
+                }
+                for name, st in self.streams.items()
+            },
+            "unigram_ppl": {
+                name: data.unigram_perplexity(self.train_ids, st, self.vocab_size) for name, st in self.streams.items()
+            },
+        }
         seed_everything(settings.seed)
         self.reference = Transformer(model_config(settings, "none", self.vocab_size))
 
@@ -143,8 +173,9 @@ class Experiment:
         folder = self.layout.tokenizer_dir
         if (folder / "tokenizer.json").is_file():
             return PreTrainedTokenizerFast.from_pretrained(str(folder))
-        self.log(f"training a byte-level BPE tokenizer (vocab {self.s.vocab_size}, "
-                 f"{self.s.tokenizer_chars:,} characters)")
+        self.log(
+            f"training a byte-level BPE tokenizer (vocab {self.s.vocab_size}, {self.s.tokenizer_chars:,} characters)"
+        )
         tokenizer = data.train_bpe(texts, self.s.vocab_size, self.s.tokenizer_chars)
         tokenizer.save_pretrained(str(folder))
         return tokenizer
@@ -156,21 +187,35 @@ class Experiment:
         s = self.s
         table: dict[str, dict[str, float | None]] = {name: {} for name in self.streams}
         blocks: dict[str, dict[str, dict]] = {name: {} for name in self.streams}
-        bar = tqdm(total=len(s.eval_lens) * len(self.streams), desc=f"eval {row}", unit="length",
-                   dynamic_ncols=True, disable=not self.progress)
+        bar = tqdm(
+            total=len(s.eval_lens) * len(self.streams),
+            desc=f"eval {row}",
+            unit="length",
+            dynamic_ncols=True,
+            disable=not self.progress,
+        )
         for n in s.eval_lens:
             scored = model
             if scaling is not None:
                 cfg = model.cfg
-                params = positions.get(cfg.position).rescaled_params(cfg.position_params, scaling,
-                                                                     max(n, s.train_len), s.train_len)
+                params = positions.get(cfg.position).rescaled_params(
+                    cfg.position_params, scaling, max(n, s.train_len), s.train_len
+                )
                 scored = Transformer(cfg.replace(position_params=params))
                 scored.load_state_dict(model.state_dict())
                 scored.to(next(model.parameters()).device)
             for name, streams in self.streams.items():
                 bar.set_postfix_str(f"{name} @ {n}")
-                losses = block_losses(scored, streams, n, max(s.eval_lens), s.protocol,
-                                      s.stride or s.train_len // 2, s.eval_batch_tokens, s.precision)
+                losses = block_losses(
+                    scored,
+                    streams,
+                    n,
+                    max(s.eval_lens),
+                    s.protocol,
+                    s.stride or s.train_len // 2,
+                    s.eval_batch_tokens,
+                    s.precision,
+                )
                 table[name][str(n)] = None if losses is None else losses.perplexity()
                 if losses is not None:
                     blocks[name][str(n)] = {"nll": losses.nll.tolist(), "count": losses.count.tolist()}
@@ -186,11 +231,23 @@ class Experiment:
         started = time.monotonic()
         batches = WindowBatches(self.train_ids, s.train_len, s.seed)
         if s.passkey_fraction > 0:
-            batches = PasskeyMix(batches, lambda text: data.encode(self.tokenizer, text).tolist(), s.train_len,
-                                 s.passkey_fraction, s.seed)
-        trainer = Trainer(model, batches, trainer_settings(s), run_dir,
-                          run_config={"extrapolate": s.to_dict(), "model": model.cfg.to_dict()},
-                          extra_files=self.files, log=self.log, progress=self.progress)
+            batches = PasskeyMix(
+                batches,
+                lambda text: data.encode(self.tokenizer, text).tolist(),
+                s.train_len,
+                s.passkey_fraction,
+                s.seed,
+            )
+        trainer = Trainer(
+            model,
+            batches,
+            trainer_settings(s),
+            run_dir,
+            run_config={"extrapolate": s.to_dict(), "model": model.cfg.to_dict()},
+            extra_files=self.files,
+            log=self.log,
+            progress=self.progress,
+        )
         record = {"position": position, "parameters": model.num_parameters(), "error": None}
         try:
             fit = trainer.fit(resume=True)
@@ -199,8 +256,11 @@ class Experiment:
             record.update(error=str(err), ppl={name: {str(n): None for n in s.eval_lens} for name in self.streams})
             return {position: record}
         losses = [r["loss"] for r in MetricsLog(run_dir / "metrics.jsonl").records() if "loss" in r]
-        record.update(steps=fit.step, final_loss=losses[-1] if losses else None,  # resumed runs: the whole log
-                      train_wall_s=round(time.monotonic() - started, 2))
+        record.update(
+            steps=fit.step,
+            final_loss=losses[-1] if losses else None,  # resumed runs: the whole log
+            train_wall_s=round(time.monotonic() - started, 2),
+        )
         started = time.monotonic()
         record["ppl"], record["blocks"] = self.evaluate(model, position)
         record["eval_wall_s"] = round(time.monotonic() - started, 2)
@@ -209,14 +269,21 @@ class Experiment:
             started = time.monotonic()
             row = f"{position}+{kind}"
             ppl, blocks = self.evaluate(model, row, kind)
-            rows[row] = {"position": position, "scaling": kind, "parameters": record["parameters"],
-                         "error": None, "ppl": ppl, "blocks": blocks}
+            rows[row] = {
+                "position": position,
+                "scaling": kind,
+                "parameters": record["parameters"],
+                "error": None,
+                "ppl": ppl,
+                "blocks": blocks,
+            }
             rows[row]["eval_wall_s"] = round(time.monotonic() - started, 2)
         return rows
 
 
-def run_extrapolation(settings: ExtrapolationSettings, output_dir: str | Path, log: Callable[[str], None] = print,
-                      progress: bool = True) -> dict:
+def run_extrapolation(
+    settings: ExtrapolationSettings, output_dir: str | Path, log: Callable[[str], None] = print, progress: bool = True
+) -> dict:
     """Run (or continue) the experiment into `output_dir`; returns the results dict written to results.json."""
     layout = ExperimentLayout(Path(output_dir))
     check_output_dir(layout.root)

@@ -25,8 +25,11 @@ def ppl_table(results: dict, eval_set: str) -> str:
     """Rows = encodings (and RoPE scalings), columns = eval lengths: perplexity on `eval_set`."""
     cfg = results["config"]
     lengths = cfg["eval_lens"]
-    body = [[row] + [_cell(r["ppl"][eval_set].get(str(n))) for n in lengths]
-            for row, r in results["rows"].items() if eval_set in r["ppl"]]
+    body = [
+        [row] + [_cell(r["ppl"][eval_set].get(str(n))) for n in lengths]
+        for row, r in results["rows"].items()
+        if eval_set in r["ppl"]
+    ]
     return markdown_table(_header(lengths, cfg["train_len"]), body)
 
 
@@ -63,8 +66,9 @@ def ratio_table(results: dict, eval_set: str) -> str:
                 cells.append(_cell(None))
                 continue
             interval = ratio_interval_of(r, eval_set, n, train_len) if n != train_len else None
-            cells.append(_cell(ppl[str(n)] / base) + ("" if interval is None else
-                                                     f" [{interval[0]:.2f}, {interval[1]:.2f}]"))
+            cells.append(
+                _cell(ppl[str(n)] / base) + ("" if interval is None else f" [{interval[0]:.2f}, {interval[1]:.2f}]")
+            )
         body.append(cells)
     return markdown_table(_header(lengths, train_len), body)
 
@@ -80,13 +84,14 @@ def markdown(results: dict) -> str:
     """The whole results.md: setup line, then per evaluation set its perplexity and ratio tables."""
     cfg = results["config"]
     stride = f", stride {cfg['stride'] or cfg['train_len'] // 2}" if cfg["protocol"] == "sliding" else ""
-    parts = [f"# Length extrapolation: train at L={cfg['train_len']}, evaluate up to "
-             f"{max(cfg['eval_lens'])}\n",
-             f"Model: decoder, d_model {cfg['d_model']}, {cfg['layers']} layers, {cfg['heads']} heads, "
-             f"vocab {cfg['vocab_size']}; {cfg['steps']} steps of {cfg['batch_size']} x {cfg['train_len']} tokens. "
-             f"Protocol: {cfg['protocol']}{stride}. Corpus: {cfg['corpus']}"
-             + (f" (held out: {', '.join(results['data']['held_out'])})" if results["data"].get("held_out") else "")
-             + ". `n/a`: the encoding cannot represent that length.\n"]
+    parts = [
+        f"# Length extrapolation: train at L={cfg['train_len']}, evaluate up to {max(cfg['eval_lens'])}\n",
+        f"Model: decoder, d_model {cfg['d_model']}, {cfg['layers']} layers, {cfg['heads']} heads, "
+        f"vocab {cfg['vocab_size']}; {cfg['steps']} steps of {cfg['batch_size']} x {cfg['train_len']} tokens. "
+        f"Protocol: {cfg['protocol']}{stride}. Corpus: {cfg['corpus']}"
+        + (f" (held out: {', '.join(results['data']['held_out'])})" if results["data"].get("held_out") else "")
+        + ". `n/a`: the encoding cannot represent that length.\n",
+    ]
     for name in eval_sets(results):
         tokens = results["data"]["eval_sets"].get(name, {}).get("tokens")
         parts.append(f"## {name}: perplexity ({tokens:,} tokens per length)\n" if tokens else f"## {name}\n")
@@ -94,8 +99,10 @@ def markdown(results: dict) -> str:
         unigram = results["data"].get("unigram_ppl", {}).get(name)
         if unigram is not None:
             parts.append(f"A unigram model (training-set token frequencies, no context) reads {unigram:.2f}.\n")
-        parts.append(f"### {name}: ppl(kL) / ppl(L) [95% paired bootstrap interval over blocks of "
-                     f"{max(cfg['eval_lens'])} tokens]\n")
+        parts.append(
+            f"### {name}: ppl(kL) / ppl(L) [95% paired bootstrap interval over blocks of "
+            f"{max(cfg['eval_lens'])} tokens]\n"
+        )
         parts.append(ratio_table(results, name) + "\n")
     return "\n".join(parts)
 
@@ -119,13 +126,18 @@ def plot(results: dict, path: Path) -> Path:
             if points:
                 style = "--" if "+" in row else "-"
                 color = colors[i % len(colors)]
-                ax.plot([n for n, _ in points], [v for _, v in points], style, marker="o", ms=3, label=row,
-                        color=color)
+                ax.plot([n for n, _ in points], [v for _, v in points], style, marker="o", ms=3, label=row, color=color)
                 bands = [(n, ppl_interval_of(r, name, n)) for n, _ in points]
                 bands = [(n, band) for n, band in bands if band is not None]
                 if bands:
-                    ax.fill_between([n for n, _ in bands], [b[0] for _, b in bands], [b[1] for _, b in bands],
-                                    color=color, alpha=0.15, lw=0)
+                    ax.fill_between(
+                        [n for n, _ in bands],
+                        [b[0] for _, b in bands],
+                        [b[1] for _, b in bands],
+                        color=color,
+                        alpha=0.15,
+                        lw=0,
+                    )
         ax.axvline(cfg["train_len"], color="grey", lw=0.8, ls=":")
         ax.set_xscale("log", base=2)
         ax.set_xticks(cfg["eval_lens"], [str(n) for n in cfg["eval_lens"]])

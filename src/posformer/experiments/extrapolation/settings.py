@@ -21,25 +21,89 @@ HELD_OUT_BOOKS = ["middlemarch.txt", "the-republic.txt", "ulysses.txt"]
 
 PRESETS: dict[str, dict[str, Any]] = {
     # a smoke run: under a minute on one CPU thread, no data outside the package
-    "quick": dict(corpus="shakespeare", wikitext=False, train_len=32, steps=200, batch_size=16, lr=5e-3, warmup=20,
-                  d_model=64, layers=2, heads=2, vocab_size=512, eval_tokens=4096, tokenizer_chars=300_000,
-                  train_chars=None, save_every=100, threads=1),
+    "quick": dict(
+        corpus="shakespeare",
+        wikitext=False,
+        train_len=32,
+        steps=200,
+        batch_size=16,
+        lr=5e-3,
+        warmup=20,
+        d_model=64,
+        layers=2,
+        heads=2,
+        vocab_size=512,
+        eval_tokens=4096,
+        tokenizer_chars=300_000,
+        train_chars=None,
+        save_every=100,
+        threads=1,
+    ),
     # the benchmark on 2 shared CPU cores: about 45 minutes for the ten rows, evaluation included (measured on
     # one thread: 0.55-0.7 s a step, FIRE 1.3 s; evaluation 25-165 s a row). One thread: with other work on
     # the cores, two OpenMP threads ran up to 10x slower; on 2 idle cores --set threads=2 is faster.
-    "cpu": dict(corpus="gutenberg", wikitext=True, train_len=128, steps=300, batch_size=16, lr=1e-3, warmup=30,
-                d_model=192, layers=4, heads=4, vocab_size=4096, eval_tokens=12288, eval_batch_tokens=4096,
-                tokenizer_chars=2_000_000, train_chars=12_000_000, save_every=100, threads=1),
+    "cpu": dict(
+        corpus="gutenberg",
+        wikitext=True,
+        train_len=128,
+        steps=300,
+        batch_size=16,
+        lr=1e-3,
+        warmup=30,
+        d_model=192,
+        layers=4,
+        heads=4,
+        vocab_size=4096,
+        eval_tokens=12288,
+        eval_batch_tokens=4096,
+        tokenizer_chars=2_000_000,
+        train_chars=12_000_000,
+        save_every=100,
+        threads=1,
+    ),
     # models that read their context: bytes (vocab 257 = 256 bytes + EOS, a BPE without merges) at L=64, where a
     # 0.8M-parameter model leaves the unigram baseline far behind; ~4 minutes a row on 2 idle cores, 32 blocks of
     # 1,024 bytes from each held-out book (96 blocks per eval set) for the bootstrap intervals
-    "bytes": dict(corpus="gutenberg", wikitext=True, train_len=64, steps=2000, batch_size=32, lr=3e-3, warmup=100,
-                  d_model=128, layers=4, heads=4, vocab_size=257, eval_tokens=98_304, eval_batch_tokens=8192,
-                  tokenizer_chars=2_000_000, train_chars=20_000_000, save_every=500, threads=2),
+    "bytes": dict(
+        corpus="gutenberg",
+        wikitext=True,
+        train_len=64,
+        steps=2000,
+        batch_size=32,
+        lr=3e-3,
+        warmup=100,
+        d_model=128,
+        layers=4,
+        heads=4,
+        vocab_size=257,
+        eval_tokens=98_304,
+        eval_batch_tokens=8192,
+        tokenizer_chars=2_000_000,
+        train_chars=20_000_000,
+        save_every=500,
+        threads=2,
+    ),
     # about 100M parameters at L=512 on one GPU, bf16
-    "gpu": dict(corpus="gutenberg", wikitext=True, train_len=512, steps=5000, batch_size=32, lr=6e-4, warmup=250,
-                d_model=768, layers=12, heads=12, vocab_size=16384, eval_tokens=262_144, eval_batch_tokens=32_768,
-                tokenizer_chars=20_000_000, train_chars=None, save_every=500, device="cuda", precision="bf16"),
+    "gpu": dict(
+        corpus="gutenberg",
+        wikitext=True,
+        train_len=512,
+        steps=5000,
+        batch_size=32,
+        lr=6e-4,
+        warmup=250,
+        d_model=768,
+        layers=12,
+        heads=12,
+        vocab_size=16384,
+        eval_tokens=262_144,
+        eval_batch_tokens=32_768,
+        tokenizer_chars=20_000_000,
+        train_chars=None,
+        save_every=500,
+        device="cuda",
+        precision="bf16",
+    ),
 }
 
 
@@ -101,25 +165,44 @@ class ExtrapolationSettings:
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad knob: `extrapolate: KNOB=VALUE is invalid: expected ...`."""
-        for name in ("train_len", "steps", "batch_size", "d_model", "layers", "heads", "vocab_size", "eval_tokens",
-                     "eval_batch_tokens", "tokenizer_chars", "save_every"):
+        for name in (
+            "train_len",
+            "steps",
+            "batch_size",
+            "d_model",
+            "layers",
+            "heads",
+            "vocab_size",
+            "eval_tokens",
+            "eval_batch_tokens",
+            "tokenizer_chars",
+            "save_every",
+        ):
             check_int(_knob(name), getattr(self, name))
         if isinstance(self.positions, str):
             self.positions = [p.strip() for p in self.positions.split(",") if p.strip()]
-        if (not isinstance(self.positions, (list, tuple)) or not self.positions
-                or not all(isinstance(p, str) for p in self.positions)
-                or len(set(self.positions)) != len(self.positions)):
+        if (
+            not isinstance(self.positions, (list, tuple))
+            or not self.positions
+            or not all(isinstance(p, str) for p in self.positions)
+            or len(set(self.positions)) != len(self.positions)
+        ):
             fail(_knob("positions"), self.positions, "a non-empty list of distinct encodings")
         unknown = [p for p in self.positions if p not in positions.names()]
         if unknown:
-            raise ValueError(f"extrapolate: unknown position encoding(s) {', '.join(unknown)}; registered: "
-                             f"{', '.join(positions.names())}")
+            raise ValueError(
+                f"extrapolate: unknown position encoding(s) {', '.join(unknown)}; registered: "
+                f"{', '.join(positions.names())}"
+            )
         if not isinstance(self.eval_lens, (list, tuple)) or any(not is_int(n) or n < 2 for n in self.eval_lens):
             fail(_knob("eval_lens"), self.eval_lens, "a list of integers >= 2")
         self.eval_lens = sorted(set(self.eval_lens))
         if self.train_len not in self.eval_lens:
-            fail(_knob("eval_lens"), self.eval_lens,
-                 f"a list that includes train_len={self.train_len} (the reference of the ratios)")
+            fail(
+                _knob("eval_lens"),
+                self.eval_lens,
+                f"a list that includes train_len={self.train_len} (the reference of the ratios)",
+            )
         if self.vocab_size < 257:
             fail(_knob("vocab_size"), self.vocab_size, "an integer >= 257 (256 byte tokens and <|endoftext|>)")
         if self.d_model % self.heads or (self.d_model // self.heads) % 2:
@@ -162,8 +245,23 @@ def model_config(s: ExtrapolationSettings, position: str, vocab_size: int) -> Co
     """
     params = dict(s.position_params.get(position) or {})
     longest = max(s.eval_lens) if positions.get(position).extrapolates else s.train_len
-    return Config(arch="decoder", vocab_size=vocab_size, d_model=s.d_model, n_layers=s.layers, n_heads=s.heads,
-                  d_ff=d_ff(s.d_model), position=position, position_params=params,
-                  max_positions=max(longest, s.train_len), norm="rmsnorm", norm_placement="pre", activation="swiglu",
-                  qkv_bias=False, attn_out_bias=False, ffn_bias=False, tie_embeddings=True, scale_embeddings=True,
-                  attn_scale=1.0 / math.sqrt(s.d_model // s.heads))
+    return Config(
+        arch="decoder",
+        vocab_size=vocab_size,
+        d_model=s.d_model,
+        n_layers=s.layers,
+        n_heads=s.heads,
+        d_ff=d_ff(s.d_model),
+        position=position,
+        position_params=params,
+        max_positions=max(longest, s.train_len),
+        norm="rmsnorm",
+        norm_placement="pre",
+        activation="swiglu",
+        qkv_bias=False,
+        attn_out_bias=False,
+        ffn_bias=False,
+        tie_embeddings=True,
+        scale_embeddings=True,
+        attn_scale=1.0 / math.sqrt(s.d_model // s.heads),
+    )

@@ -31,8 +31,10 @@ def draw(task: str, rng: random.Random, n: int, evaluation: bool) -> Example:
         example = TASKS[task](rng, n)
         if is_eval_prompt(example.prompt) == evaluation:
             return example
-    raise ValueError(f"task {task!r}: no {'evaluation' if evaluation else 'training'} example of length {n} in "
-                     f"{MAX_DRAWS} draws (too few distinct prompts at that length)")
+    raise ValueError(
+        f"task {task!r}: no {'evaluation' if evaluation else 'training'} example of length {n} in "
+        f"{MAX_DRAWS} draws (too few distinct prompts at that length)"
+    )
 
 
 def eval_examples(task: str, n: int, count: int, seed: int) -> list[Example]:
@@ -70,8 +72,10 @@ class TaskBatches:
     def next_batch(self, global_size: int, rank: int = 0, world_size: int = 1) -> dict[str, Tensor]:
         rng = random.Random(self.seed * 1_000_003 + self.index)
         self.index += 1
-        examples = [draw(self.task, rng, rng.randint(min_length(self.task), self.max_len), evaluation=False)
-                    for _ in range(global_size)]
+        examples = [
+            draw(self.task, rng, rng.randint(min_length(self.task), self.max_len), evaluation=False)
+            for _ in range(global_size)
+        ]
         share = global_size // world_size
         return encode(examples[rank * share : (rank + 1) * share])
 
@@ -80,6 +84,7 @@ class TaskBatches:
 
     def load_state_dict(self, state: dict) -> None:
         if state["seed"] != self.seed:
-            raise ValueError(f"the checkpoint's batches have seed {state['seed']}, this run {self.seed}: "
-                             "resume with the same seed")
+            raise ValueError(
+                f"the checkpoint's batches have seed {state['seed']}, this run {self.seed}: resume with the same seed"
+            )
         self.index = int(state["index"])

@@ -12,8 +12,8 @@ import torch
 
 from posformer.experiments.synthetic.dataset import encode
 from posformer.experiments.synthetic.generators import Example
-from posformer.modules.heads import IGNORE_INDEX
 from posformer.model import Transformer
+from posformer.modules.heads import IGNORE_INDEX
 
 
 @torch.no_grad()

@@ -27,6 +27,7 @@ from posformer.train.metrics_log import MetricsLog
 from posformer.train.rng import seed_everything
 from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
 
+
 def _save(results: dict, layout: ExperimentLayout) -> None:
     write_json_atomic(layout.results_json, results)
     write_text_atomic(layout.results_md, markdown(results))
@@ -34,8 +35,9 @@ def _save(results: dict, layout: ExperimentLayout) -> None:
         plot(results, layout.root / "accuracy.png")
 
 
-def run_tasks(settings: TaskSettings, output_dir: str | Path, log: Callable[[str], None] = print,
-              progress: bool = True) -> dict:
+def run_tasks(
+    settings: TaskSettings, output_dir: str | Path, log: Callable[[str], None] = print, progress: bool = True
+) -> dict:
     """Run (or continue) the task experiment into `output_dir`; returns the results written to results.json."""
     s, layout = settings, ExperimentLayout(Path(output_dir))
     check_output_dir(layout.root)
@@ -57,8 +59,15 @@ def run_tasks(settings: TaskSettings, output_dir: str | Path, log: Callable[[str
         run_dir = layout.row_dir(position)
         log(f"\n== {s.task} / {position}: {model.num_parameters():,} parameters, training in {run_dir}")
         started = time.monotonic()
-        trainer = Trainer(model, TaskBatches(s.task, s.train_len, s.seed), trainer_settings(s), run_dir,
-                          run_config={"task": s.to_dict(), "model": model.cfg.to_dict()}, log=log, progress=progress)
+        trainer = Trainer(
+            model,
+            TaskBatches(s.task, s.train_len, s.seed),
+            trainer_settings(s),
+            run_dir,
+            run_config={"task": s.to_dict(), "model": model.cfg.to_dict()},
+            log=log,
+            progress=progress,
+        )
         try:
             fit = trainer.fit(resume=True)
         except TrainingStopped as err:
@@ -67,8 +76,13 @@ def run_tasks(settings: TaskSettings, output_dir: str | Path, log: Callable[[str
             _save(results, layout)
             continue
         losses = [r["loss"] for r in MetricsLog(run_dir / "metrics.jsonl").records() if "loss" in r]
-        record = {"parameters": model.num_parameters(), "steps": fit.step, "final_loss": losses[-1] if losses else None,
-                  "train_wall_s": round(time.monotonic() - started, 2), "error": None}
+        record = {
+            "parameters": model.num_parameters(),
+            "steps": fit.step,
+            "final_loss": losses[-1] if losses else None,
+            "train_wall_s": round(time.monotonic() - started, 2),
+            "error": None,
+        }
         started = time.monotonic()
         record["accuracy"] = {str(n): exact_match(model, examples) for n, examples in tests.items()}
         record["eval_wall_s"] = round(time.monotonic() - started, 2)

@@ -92,7 +92,12 @@ def passkey(rng: random.Random, n: int, depth: float | None = None) -> Example:
 
 
 TASKS: dict[str, Callable[[random.Random, int], Example]] = {
-    "copy": copy, "reverse": reverse, "sort": sort, "addition": addition, "parity": parity, "passkey": passkey,
+    "copy": copy,
+    "reverse": reverse,
+    "sort": sort,
+    "addition": addition,
+    "parity": parity,
+    "passkey": passkey,
 }
 MIN_LENGTH = {"passkey": PASSKEY_DIGITS + 2}
 

@@ -44,15 +44,22 @@ def accuracy_table(results: dict) -> str:
 
 def markdown(results: dict) -> str:
     cfg = results["config"]
-    lines = [f"# Task `{cfg['task']}`: exact-match accuracy by length\n",
-             f"Trained at lengths 1..{cfg['train_len']} ({cfg['steps']} steps of {cfg['batch_size']} examples; "
-             f"d_model {cfg['d_model']}, {cfg['layers']} layers, {cfg['heads']} heads); {cfg['eval_examples']} "
-             "held-out examples per length, greedy decoding (exact match of the whole target).\n",
-             accuracy_table(results)]
+    lines = [
+        f"# Task `{cfg['task']}`: exact-match accuracy by length\n",
+        f"Trained at lengths 1..{cfg['train_len']} ({cfg['steps']} steps of {cfg['batch_size']} examples; "
+        f"d_model {cfg['d_model']}, {cfg['layers']} layers, {cfg['heads']} heads); {cfg['eval_examples']} "
+        "held-out examples per length, greedy decoding (exact match of the whole target).\n",
+        accuracy_table(results),
+    ]
     mrr = mean_reciprocal_rank(results)
     if mrr:
-        lines += ["", f"Mean reciprocal rank beyond n={cfg['train_len']} (ours) and in Kazemnejad et al. 2023:", "",
-                  "| encoding | MRR (ours) | MRR (paper) |", "|---|---|---|"]
+        lines += [
+            "",
+            f"Mean reciprocal rank beyond n={cfg['train_len']} (ours) and in Kazemnejad et al. 2023:",
+            "",
+            "| encoding | MRR (ours) | MRR (paper) |",
+            "|---|---|---|",
+        ]
         for row in sorted(mrr, key=lambda r: -mrr[r]):
             paper = PAPER_MRR.get(row)
             lines.append(f"| {row} | {mrr[row]:.2f} | {'' if paper is None else f'{paper:.2f}'} |")
@@ -88,7 +95,7 @@ def plot_summary(runs: dict[str, dict], path: Path, columns: int = 3) -> Path:
 
     lines = -(-len(runs) // columns)
     fig, axes = pyplot().subplots(lines, columns, figsize=(5 * columns, 3.8 * lines), squeeze=False)
-    for ax in axes.flat[len(runs):]:
+    for ax in axes.flat[len(runs) :]:
         ax.set_visible(False)
     for ax, results in zip(axes.flat, runs.values()):
         _draw(ax, results)
@@ -105,15 +112,22 @@ def summary_markdown(runs: dict[str, dict]) -> str:
     for name, results in runs.items():
         cfg = results["config"]
         title = f"`{name}`" if name == cfg["task"] else f"{name} (`{cfg['task']}`)"
-        lines += [f"## {title}: trained at 1..{cfg['train_len']} ({cfg['steps']} steps, "
-                  f"d_model {cfg['d_model']}, {cfg['layers']} layers; {cfg['eval_examples']} examples a length)\n",
-                  accuracy_table(results) + "\n"]
+        lines += [
+            f"## {title}: trained at 1..{cfg['train_len']} ({cfg['steps']} steps, "
+            f"d_model {cfg['d_model']}, {cfg['layers']} layers; {cfg['eval_examples']} examples a length)\n",
+            accuracy_table(results) + "\n",
+        ]
     mean = {row: sum(r[row] for r in ranks.values()) / len(ranks) for row in shared}
-    lines += ["## Mean reciprocal rank beyond L, per task and over the tasks\n",
-              "| encoding | " + " | ".join(ranks) + " | mean (ours) | paper |",
-              "|---|" + "---:|" * (len(ranks) + 2)]
+    lines += [
+        "## Mean reciprocal rank beyond L, per task and over the tasks\n",
+        "| encoding | " + " | ".join(ranks) + " | mean (ours) | paper |",
+        "|---|" + "---:|" * (len(ranks) + 2),
+    ]
     for row in sorted(shared, key=lambda r: -mean[r]):
         paper = PAPER_MRR.get(row)
-        lines.append(f"| {row} | " + " | ".join(f"{r[row]:.2f}" for r in ranks.values())
-                     + f" | {mean[row]:.2f} | {'' if paper is None else f'{paper:.2f}'} |")
+        lines.append(
+            f"| {row} | "
+            + " | ".join(f"{r[row]:.2f}" for r in ranks.values())
+            + f" | {mean[row]:.2f} | {'' if paper is None else f'{paper:.2f}'} |"
+        )
     return "\n".join(lines) + "\n"

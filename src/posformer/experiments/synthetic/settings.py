@@ -17,12 +17,32 @@ DEFAULT_ROWS = ["none", "t5", "alibi", "rope", "sinusoidal"]
 
 PRESETS: dict[str, dict[str, Any]] = {
     # a smoke run: about 10 s a row on one CPU thread (copy: rope learns n=8 to ~0.9 exact match)
-    "quick": dict(train_len=8, steps=500, batch_size=32, lr=3e-3, warmup=25, d_model=64, layers=2, heads=4,
-                  eval_examples=64, threads=1),
+    "quick": dict(
+        train_len=8,
+        steps=500,
+        batch_size=32,
+        lr=3e-3,
+        warmup=25,
+        d_model=64,
+        layers=2,
+        heads=4,
+        eval_examples=64,
+        threads=1,
+    ),
     # the quick preset's lengths, twice the depth, six times the steps and 200 examples a length (a standard
     # error of at most 0.035): about 2 minutes a row on one thread, 10 a task
-    "cpu": dict(train_len=8, steps=3000, batch_size=32, lr=3e-3, warmup=100, d_model=64, layers=4, heads=4,
-                eval_examples=200, threads=1),
+    "cpu": dict(
+        train_len=8,
+        steps=3000,
+        batch_size=32,
+        lr=3e-3,
+        warmup=100,
+        d_model=64,
+        layers=4,
+        heads=4,
+        eval_examples=200,
+        threads=1,
+    ),
 }
 
 
@@ -87,6 +107,19 @@ def model_config(s: TaskSettings, position: str, longest: int) -> Config:
     `longest`: the longest sequence (prompt, SEP, target, EOS) it will read. Token embeddings are not scaled by
     sqrt(d_model): on copy (cpu preset) scaling let the sinusoidal row learn but left none and t5 at 0 exact
     match and no row generalising (docs/tasks.md)."""
-    return Config(arch="decoder", vocab_size=len(VOCAB), d_model=s.d_model, n_layers=s.layers, n_heads=s.heads,
-                  d_ff=4 * s.d_model, position=position, max_positions=longest, norm="rmsnorm", activation="swiglu",
-                  qkv_bias=False, attn_out_bias=False, ffn_bias=False, tie_embeddings=True)
+    return Config(
+        arch="decoder",
+        vocab_size=len(VOCAB),
+        d_model=s.d_model,
+        n_layers=s.layers,
+        n_heads=s.heads,
+        d_ff=4 * s.d_model,
+        position=position,
+        max_positions=longest,
+        norm="rmsnorm",
+        activation="swiglu",
+        qkv_bias=False,
+        attn_out_bias=False,
+        ffn_bias=False,
+        tie_embeddings=True,
+    )

@@ -65,9 +65,14 @@ class Answer:
 
     def to_json(self) -> dict[str, Any]:
         """{"question", "answer" ("" for none), "has_answer", "score" (null when infinite), "best_answer"}."""
-        return {"question": self.question, "answer": self.answer, "has_answer": bool(self.answer),
-                "score": self.score if math.isfinite(self.score) else None, "needed": self.needed,
-                "best_answer": self.best}
+        return {
+            "question": self.question,
+            "answer": self.answer,
+            "has_answer": bool(self.answer),
+            "score": self.score if math.isfinite(self.score) else None,
+            "needed": self.needed,
+            "best_answer": self.best,
+        }
 
     def describe(self) -> str:
         """One human-readable line: the question, the answer or that there is none, and the score."""
@@ -76,7 +81,9 @@ class Answer:
         if not self.best:
             return f"{self.question} -> no answer  (no candidate answer)"
         best = json.dumps(self.best, ensure_ascii=False)
-        return f"{self.question} -> no answer  (score {self.score:+.2f}, needs {self.needed:+.2f}; best candidate: {best})"
+        return (
+            f"{self.question} -> no answer  (score {self.score:+.2f}, needs {self.needed:+.2f}; best candidate: {best})"
+        )
 
 
 def _text(where: str, value: str, expected: str) -> str:
@@ -100,17 +107,22 @@ def read_context(context: str | None, context_file: str | None) -> str:
 def questions_from_flags(context: str | None, context_file: str | None, questions: Sequence[str]) -> list[Question]:
     """Each --question on the one context of --context / --context-file."""
     text = read_context(context, context_file)
-    return [Question(text, _text(f"--question {n}", q, "a question"), f"--question {n}")
-            for n, q in enumerate(questions, start=1)]
+    return [
+        Question(text, _text(f"--question {n}", q, "a question"), f"--question {n}")
+        for n, q in enumerate(questions, start=1)
+    ]
 
 
 def _field(where: str, record: Any, name: str) -> str:
     if not isinstance(record, dict):
-        raise ValueError(f"{where}: expected a JSON object {{\"context\": ..., \"question\": ...}}, "
-                         f"got {type(record).__name__}")
+        raise ValueError(
+            f'{where}: expected a JSON object {{"context": ..., "question": ...}}, got {type(record).__name__}'
+        )
     if name not in record:
-        raise ValueError(f"{where}: missing field {name!r}: expected a JSON object with string fields "
-                         f"{' and '.join(map(repr, FIELDS))}")
+        raise ValueError(
+            f"{where}: missing field {name!r}: expected a JSON object with string fields "
+            f"{' and '.join(map(repr, FIELDS))}"
+        )
     value = record[name]
     if not isinstance(value, str):
         raise ValueError(f"{where}: field {name!r} must be a string, got {type(value).__name__}")
@@ -127,51 +139,64 @@ def questions_from_lines(lines: Iterable[str], name: str = "stdin") -> list[Ques
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{where}: invalid JSON ({err.msg} at column {err.colno}): expected a JSON object "
-                             "{\"context\": ..., \"question\": ...}") from None
+            raise ValueError(
+                f"{where}: invalid JSON ({err.msg} at column {err.colno}): expected a JSON object "
+                '{"context": ..., "question": ...}'
+            ) from None
         context, question = (_field(where, record, f) for f in FIELDS)
         questions.append(Question(context, question, where))
     return questions
 
 
-def read_questions(context: str | None, context_file: str | None, questions: Sequence[str],
-                   stdin: TextIO) -> list[Question]:
+def read_questions(
+    context: str | None, context_file: str | None, questions: Sequence[str], stdin: TextIO
+) -> list[Question]:
     """The questions of a `qa ask` command line: each --question on --context / --context-file or, with no
     --question, the JSON lines of `stdin` (refused when it is a terminal, rather than waiting on it)."""
     if questions:
         return questions_from_flags(context, context_file, questions)
     if context is not None or context_file is not None:
-        raise ValueError("--context / --context-file need --question (without --question, JSON lines "
-                         "{\"context\": ..., \"question\": ...} are read from stdin)")
+        raise ValueError(
+            "--context / --context-file need --question (without --question, JSON lines "
+            '{"context": ..., "question": ...} are read from stdin)'
+        )
     if stdin.isatty():
-        raise ValueError("no --question given and stdin is a terminal: give --question with --context or "
-                         "--context-file, or pipe JSON lines {\"context\": ..., \"question\": ...} to stdin")
+        raise ValueError(
+            "no --question given and stdin is a terminal: give --question with --context or "
+            '--context-file, or pipe JSON lines {"context": ..., "question": ...} to stdin'
+        )
     return questions_from_lines(stdin)
 
 
 def _examples(questions: Sequence[Question]) -> list[QAExample]:
     if not questions:
-        raise ValueError("no questions: give --question with --context or --context-file, or JSON lines "
-                         "{\"context\": ..., \"question\": ...} on stdin")
+        raise ValueError(
+            "no questions: give --question with --context or --context-file, or JSON lines "
+            '{"context": ..., "question": ...} on stdin'
+        )
     sources = [q.source for q in questions]
     if len(set(sources)) != len(sources):
         raise ValueError(f"the sources of the questions must be unique, got {sources}")
     return [QAExample(id=q.source, title="", context=q.context, question=q.question) for q in questions]
 
 
-def answer(model: nn.Module, tokenizer, head: str, questions: Sequence[Question],
-           options: QAJobOptions) -> list[Answer]:
+def answer(
+    model: nn.Module, tokenizer, head: str, questions: Sequence[Question], options: QAJobOptions
+) -> list[Answer]:
     """Answers of a loaded QA `model` ("span" or "seq2seq" `head`) with resolved `options`, in order."""
     examples = _examples(questions)
     predictions, null_odds, answers = qa_predictor(head, tokenizer, examples, options).predict(model)
     threshold = options.null_score_diff_threshold
     needed = (-threshold if head == "span" else threshold) + 0.0  # + 0.0: a threshold of 0 needs +0, not -0
-    return [Answer(q.question, predictions[e.id], answers[e.id], -null_odds[e.id], needed)
-            for q, e in zip(questions, examples)]
+    return [
+        Answer(q.question, predictions[e.id], answers[e.id], -null_odds[e.id], needed)
+        for q, e in zip(questions, examples)
+    ]
 
 
-def load_answering_model(path: str | Path,
-                         options: QAJobOptions | None = None) -> tuple[Transformer, Any, str, QAJobOptions]:
+def load_answering_model(
+    path: str | Path, options: QAJobOptions | None = None
+) -> tuple[Transformer, Any, str, QAJobOptions]:
     """(model, tokenizer, head, options) for `path` (see `models.load_qa_model`), the prediction options left
     unset taken from its training run; errors name --model."""
     try:

@@ -32,8 +32,9 @@ def clip_null_odds(null_odds: dict[str, float]) -> dict[str, float]:
     return clipped
 
 
-def qa_report(examples: Sequence[QAExample], predictions: dict[str, str], answers: dict[str, str],
-              null_odds: dict[str, float]) -> dict[str, Any]:
+def qa_report(
+    examples: Sequence[QAExample], predictions: dict[str, str], answers: dict[str, str], null_odds: dict[str, float]
+) -> dict[str, Any]:
     """The official report: exact/f1/HasAns/NoAns of `predictions` as they stand; best_* of the best
     non-empty `answers` under the best threshold over `null_odds`."""
     report = squad_v2_evaluate(examples, predictions)

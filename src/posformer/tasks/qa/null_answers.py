@@ -22,12 +22,11 @@ from torch import Tensor, nn
 
 from posformer.tasks.qa.evaluation import NULL_ODDS_CLIP
 from posformer.tasks.qa.predictor import QAPredictor
-from posformer.tasks.qa.windows import QAExampleLike
 from posformer.tasks.qa.squad_metric import squad_v2_evaluate
+from posformer.tasks.qa.windows import QAExampleLike
 
 
-def keep_null_windows(features: Mapping[str, Tensor], null: Tensor, fraction: float,
-                      seed: int) -> dict[str, Tensor]:
+def keep_null_windows(features: Mapping[str, Tensor], null: Tensor, fraction: float, seed: int) -> dict[str, Tensor]:
     """The rows of `features` {name: (N, ...)} with every answer window and a share `fraction` of the null
     windows (`null`: (N,) bool), drawn with `seed`; the rows keep their order."""
     if fraction >= 1.0:

@@ -12,18 +12,33 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-
 from posformer.train.resume_check import ResumePolicy
 from posformer.utils.user_files import read_yaml_file
 
-APPLIED = ("max_steps", "num_train_epochs", "steps", "warmup_steps", "eval_steps", "save_steps",
-           "per_device_train_batch_size",  # as long as the step's batch (x processes) stays: the trainer checks it
-           "per_device_eval_batch_size", "max_eval_samples", "num_beams", "n_best_size", "null_score_diff_threshold",
-           "device", "precision")
+APPLIED = (
+    "max_steps",
+    "num_train_epochs",
+    "steps",
+    "warmup_steps",
+    "eval_steps",
+    "save_steps",
+    "per_device_train_batch_size",  # as long as the step's batch (x processes) stays: the trainer checks it
+    "per_device_eval_batch_size",
+    "max_eval_samples",
+    "num_beams",
+    "n_best_size",
+    "null_score_diff_threshold",
+    "device",
+    "precision",
+)
 IGNORED = ("resume", "progress", "output_dir")
-TRAINER_NAMES = {"lr": "--learning-rate", "seed": "--seed", "weight_decay": "--weight-decay",
-                 "warmup": "warm-up steps (--warmup-ratio x steps)",
-                 "global_batch": "batch of a step (--per-device-train-batch-size x processes)"}
+TRAINER_NAMES = {
+    "lr": "--learning-rate",
+    "seed": "--seed",
+    "weight_decay": "--weight-decay",
+    "warmup": "warm-up steps (--warmup-ratio x steps)",
+    "global_batch": "batch of a step (--per-device-train-batch-size x processes)",
+}
 
 
 def _name(key: str) -> str:
@@ -35,9 +50,13 @@ def _name(key: str) -> str:
 
 def qa_resume_policy() -> ResumePolicy:
     """The resume policy of the run config `train_qa` records ({"qa": options, "model": Config fields})."""
-    return ResumePolicy(applied=frozenset(f"qa.{k}" for k in APPLIED), ignored=frozenset(f"qa.{k}" for k in IGNORED),
-                        name=_name, trainer_names=TRAINER_NAMES,
-                        advice="or start a fresh run in another --output-dir")
+    return ResumePolicy(
+        applied=frozenset(f"qa.{k}" for k in APPLIED),
+        ignored=frozenset(f"qa.{k}" for k in IGNORED),
+        name=_name,
+        trainer_names=TRAINER_NAMES,
+        advice="or start a fresh run in another --output-dir",
+    )
 
 
 def recorded_options(run: Path) -> dict[str, Any]:

@@ -36,11 +36,17 @@ import torch
 from torch import Tensor
 
 from posformer.config import Config, check_token_in_vocabulary
+from posformer.data.stable_unigram import canonical_unigram
 from posformer.model import Transformer
 from posformer.tasks.qa.predictor import QAPredictions, check_windows
-from posformer.data.stable_unigram import canonical_unigram
-from posformer.tasks.qa.windows import (QAExampleLike, pad_windows, question_prefix, select_seq2seq_answer,
-                                        seq2seq_eval_windows, seq2seq_training_features)
+from posformer.tasks.qa.windows import (
+    QAExampleLike,
+    pad_windows,
+    question_prefix,
+    select_seq2seq_answer,
+    seq2seq_eval_windows,
+    seq2seq_training_features,
+)
 from posformer.utils.validation import check_int, check_number
 
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
@@ -76,8 +82,9 @@ def train_qa_tokenizer(texts: Iterable[str], kind: str = "unigram", vocab_size: 
     specials = [PAD, EOS, UNK]
     if kind == "unigram":
         tokenizer = Tokenizer(models.Unigram())
-        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token=UNK,
-                                          show_progress=False)
+        trainer = trainers.UnigramTrainer(
+            vocab_size=vocab_size, special_tokens=specials, unk_token=UNK, show_progress=False
+        )
     else:
         tokenizer = Tokenizer(models.BPE(unk_token=UNK))
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
@@ -87,17 +94,26 @@ def train_qa_tokenizer(texts: Iterable[str], kind: str = "unigram", vocab_size: 
     try:
         tokenizer.train_from_iterator(list(texts), trainer=trainer)
     except Exception as err:  # the Rust trainer raises a bare Exception, e.g. for a vocabulary below the alphabet
-        raise ValueError(f"--vocab-size={vocab_size} with --tokenizer {kind}: the tokenizer trainer failed: {err}; "
-                         "raise --vocab-size") from err
+        raise ValueError(
+            f"--vocab-size={vocab_size} with --tokenizer {kind}: the tokenizer trainer failed: {err}; "
+            "raise --vocab-size"
+        ) from err
     if kind == "unigram":  # the trainer's output depends on hash order: make it the same in every process
         tokenizer = canonical_unigram(tokenizer, len(specials))
     ids = [tokenizer.token_to_id(t) for t in specials]
     if ids != [0, 1, 2]:
         raise RuntimeError(f"the trained tokenizer put {specials} at ids {ids}, expected [0, 1, 2]")
-    tokenizer.post_processor = processors.TemplateProcessing(single=f"$A {EOS}", pair=f"$A {EOS} $B {EOS}",
-                                                             special_tokens=[(EOS, 1)])
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token=PAD, eos_token=EOS, unk_token=UNK,
-                                   padding_side="right", model_input_names=["input_ids", "attention_mask"])
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"$A {EOS}", pair=f"$A {EOS} $B {EOS}", special_tokens=[(EOS, 1)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        pad_token=PAD,
+        eos_token=EOS,
+        unk_token=UNK,
+        padding_side="right",
+        model_input_names=["input_ids", "attention_mask"],
+    )
 
 
 def build_scratch_t5(tokenizer, **overrides: Any) -> Transformer:
@@ -106,8 +122,12 @@ def build_scratch_t5(tokenizer, **overrides: Any) -> Transformer:
 
     overrides: any `Config` fields (d_model, n_layers, dropout, ...) on top of the preset.
     """
-    fields: dict[str, Any] = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                                  eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id)
+    fields: dict[str, Any] = dict(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+    )
     fields.update(overrides)
     return Transformer(Config.preset("t5", **fields))
 
@@ -115,35 +135,47 @@ def build_scratch_t5(tokenizer, **overrides: Any) -> Transformer:
 def bert2bert_token_ids(tokenizer) -> dict[str, int]:
     """The special ids of a BERT2BERT model for a BERT tokenizer, which has no eos token: decoder start
     [CLS], end [SEP], pad [PAD] (as `EncoderDecoderModel` BERT2BERT recipes set them)."""
-    ids = {"decoder_start_token_id": tokenizer.cls_token_id, "eos_token_id": tokenizer.sep_token_id,
-           "pad_token_id": tokenizer.pad_token_id}
+    ids = {
+        "decoder_start_token_id": tokenizer.cls_token_id,
+        "eos_token_id": tokenizer.sep_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
     missing = [name for name, value in ids.items() if value is None]
     if missing:
-        raise ValueError(f"a BERT2BERT model needs a tokenizer with [CLS], [SEP] and [PAD] tokens; this one "
-                         f"has none for {', '.join(missing)}")
+        raise ValueError(
+            f"a BERT2BERT model needs a tokenizer with [CLS], [SEP] and [PAD] tokens; this one "
+            f"has none for {', '.join(missing)}"
+        )
     return ids
 
 
 def end_token_id(cfg: Config) -> int:
     """The token that ends every answer: `Config.eos_token_id`, which must be a token id."""
-    check_token_in_vocabulary("Config.eos_token_id", cfg.eos_token_id, cfg.vocab_size,
-                              "the seq2seq QA job ends every answer (and \"\") with it")
+    check_token_in_vocabulary(
+        "Config.eos_token_id", cfg.eos_token_id, cfg.vocab_size, 'the seq2seq QA job ends every answer (and "") with it'
+    )
     return cfg.eos_token_id
 
 
-def seq2seq_train_tensors(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int, doc_stride: int,
-                          max_answer_tokens: int, end_token: int) -> dict[str, Tensor]:
+def seq2seq_train_tensors(
+    examples: Sequence[QAExampleLike],
+    tokenizer,
+    max_seq_length: int,
+    doc_stride: int,
+    max_answer_tokens: int,
+    end_token: int,
+) -> dict[str, Tensor]:
     """The training windows of `examples`, one row per window, ready for `FeatureBatches`: input_ids,
     attention_mask (N, max_seq_length) and labels (N, max_answer_tokens + 1): the answer's tokens,
     `end_token`, -100s."""
-    return seq2seq_training_features(examples, tokenizer, max_seq_length, doc_stride, max_answer_tokens + 1,
-                                     end_token)
+    return seq2seq_training_features(examples, tokenizer, max_seq_length, doc_stride, max_answer_tokens + 1, end_token)
 
 
 def _fold(text: str) -> str:
     """`text` lower-cased, without accents and whitespace: what an uncased tokenizer's decoding keeps."""
-    return "".join(c for c in unicodedata.normalize("NFD", text.lower()) if not c.isspace()
-                   and not unicodedata.combining(c))
+    return "".join(
+        c for c in unicodedata.normalize("NFD", text.lower()) if not c.isspace() and not unicodedata.combining(c)
+    )
 
 
 def match_in_context(answer: str, context: str) -> str:
@@ -160,26 +192,39 @@ def match_in_context(answer: str, context: str) -> str:
     start = "".join(folded).find(target)
     if not target or start < 0:
         return answer
-    return context[origin[start]:origin[start + len(target) - 1] + 1]
+    return context[origin[start] : origin[start + len(target) - 1] + 1]
 
 
 class Seq2SeqPredictor:
     """Answers every example from all its windows with an encoder-decoder model (see the module doc).
 
     The eval windows (`seq2seq_eval_windows`) are built once, here, and sorted longest first.
-    `predict` sends them through the model in batches of `batch_size`, right-padded (input_ids, attention_mask: (b, longest
-    window)); each window gives two candidates of its example: ("", log p(eos | window)) and (its
+    `predict` sends them through the model in batches of `batch_size`, right-padded (input_ids, attention_mask:
+    (b, longest window)); each window gives two candidates of its example: ("", log p(eos | window)) and (its
     best non-empty generation of at most max_answer_tokens tokens, greedy or `num_beams` beams,
     with its score); `select_seq2seq_answer` picks across the windows. The model's
     `Config.eos_token_id` ends the answers and `Config.pad_token_id` fills after it.
     """
 
-    def __init__(self, tokenizer, examples: Sequence[QAExampleLike], max_seq_length: int, doc_stride: int, *,
-                 batch_size: int = 32, num_beams: int = 1, max_answer_tokens: int = 30,
-                 null_score_diff_threshold: float = 0.0, length_penalty: float = 1.0) -> None:
+    def __init__(
+        self,
+        tokenizer,
+        examples: Sequence[QAExampleLike],
+        max_seq_length: int,
+        doc_stride: int,
+        *,
+        batch_size: int = 32,
+        num_beams: int = 1,
+        max_answer_tokens: int = 30,
+        null_score_diff_threshold: float = 0.0,
+        length_penalty: float = 1.0,
+    ) -> None:
         check_windows(examples, max_seq_length, doc_stride)
-        for name, value in (("batch_size", batch_size), ("num_beams", num_beams),
-                            ("max_answer_tokens", max_answer_tokens)):
+        for name, value in (
+            ("batch_size", batch_size),
+            ("num_beams", num_beams),
+            ("max_answer_tokens", max_answer_tokens),
+        ):
             check_int(name, value)
         check_number("null_score_diff_threshold", null_score_diff_threshold)
         check_number("length_penalty", length_penalty)
@@ -201,21 +246,29 @@ class Seq2SeqPredictor:
         for first in range(0, len(self.windows), self.batch_size):
             chunk = self.windows[first : first + self.batch_size]
             batch = {k: v.to(device) for k, v in pad_windows(chunk, tokenizer.pad_token_id).items()}
-            tokens, scores = model.generate(**batch, max_new_tokens=self.max_answer_tokens + 1,
-                                            num_beams=self.num_beams, length_penalty=self.length_penalty,
-                                            eos_token_id=end, pad_token_id=model.cfg.pad_token_id,
-                                            return_scores=True, min_new_tokens=1)
+            tokens, scores = model.generate(
+                **batch,
+                max_new_tokens=self.max_answer_tokens + 1,
+                num_beams=self.num_beams,
+                length_penalty=self.length_penalty,
+                eos_token_id=end,
+                pad_token_id=model.cfg.pad_token_id,
+                return_scores=True,
+                min_new_tokens=1,
+            )
             first_step = model(**batch, decoder_input_ids=tokens[:, :1]).logits[:, 0].float()
             null_scores = torch.log_softmax(first_step, dim=-1)[:, end]
-            texts = tokenizer.batch_decode(tokens[:, 1:].cpu(), skip_special_tokens=True,
-                                           clean_up_tokenization_spaces=True)
+            texts = tokenizer.batch_decode(
+                tokens[:, 1:].cpu(), skip_special_tokens=True, clean_up_tokenization_spaces=True
+            )
             for window, text, score, null in zip(chunk, texts, scores.tolist(), null_scores.tolist()):
                 start, stop = window.char_span
                 text = match_in_context(text.strip(), contexts[window.example_id][start:stop])
                 candidates[window.example_id] += [("", null), (text, score)]
         predictions, null_odds, answers = {}, {}, {}
         for example in self.examples:
-            predictions[example.id], null_odds[example.id] = select_seq2seq_answer(candidates[example.id],
-                                                                                   self.null_score_diff_threshold)
+            predictions[example.id], null_odds[example.id] = select_seq2seq_answer(
+                candidates[example.id], self.null_score_diff_threshold
+            )
             answers[example.id] = select_seq2seq_answer(candidates[example.id], -math.inf)[0]
         return QAPredictions(predictions, null_odds, answers)

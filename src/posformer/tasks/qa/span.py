@@ -9,6 +9,7 @@ minimum null (CLS) score over the windows.
 Examples only need the attributes `id`, `question`, `context`, `answers` and
 `answer_starts` (see `posformer.tasks.qa.windows.QAExampleLike`).
 """
+
 from __future__ import annotations
 
 import math
@@ -22,16 +23,19 @@ from posformer.tasks.qa.predictor import QAPredictions
 from posformer.tasks.qa.windows import QAExampleLike
 
 
-def _check_questions_fit(examples: Sequence[QAExampleLike], questions: list[str], tokenizer, max_seq_length: int,
-                         doc_stride: int) -> None:
+def _check_questions_fit(
+    examples: Sequence[QAExampleLike], questions: list[str], tokenizer, max_seq_length: int, doc_stride: int
+) -> None:
     """Every window keeps the whole question: it must leave more than `doc_stride` context tokens per window."""
     frame = tokenizer.num_special_tokens_to_add(pair=True)
     for example, ids in zip(examples, tokenizer(questions, add_special_tokens=False)["input_ids"]):
         budget = max_seq_length - frame - len(ids)
         if budget <= doc_stride:
-            raise ValueError(f"example {example.id}: question of {len(ids)} tokens: the context budget per window "
-                             f"({budget} tokens) must exceed doc_stride ({doc_stride}); raise max_seq_length, "
-                             "lower doc_stride or shorten the question")
+            raise ValueError(
+                f"example {example.id}: question of {len(ids)} tokens: the context budget per window "
+                f"({budget} tokens) must exceed doc_stride ({doc_stride}); raise max_seq_length, "
+                "lower doc_stride or shorten the question"
+            )
 
 
 def _encode(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int, doc_stride: int):
@@ -40,9 +44,14 @@ def _encode(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int, d
     questions = [e.question.lstrip() for e in examples]
     _check_questions_fit(examples, questions, tokenizer, max_seq_length, doc_stride)
     return tokenizer(
-        questions, [e.context for e in examples],
-        truncation="only_second", max_length=max_seq_length, stride=doc_stride,
-        return_overflowing_tokens=True, return_offsets_mapping=True, padding="max_length",
+        questions,
+        [e.context for e in examples],
+        truncation="only_second",
+        max_length=max_seq_length,
+        stride=doc_stride,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+        padding="max_length",
     )
 
 
@@ -62,8 +71,9 @@ def _tensors(encoded, keys: Sequence[str]) -> dict[str, Tensor]:
     return {k: torch.tensor(encoded[k], dtype=torch.long) for k in keys if k in encoded}
 
 
-def span_training_features(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int,
-                           doc_stride: int) -> dict[str, Tensor]:
+def span_training_features(
+    examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int, doc_stride: int
+) -> dict[str, Tensor]:
     """Training tensors, one row per window: input_ids, attention_mask, token_type_ids
     (when the tokenizer makes them), all (n_windows, max_seq_length), and start_positions,
     end_positions (n_windows,): the answer's first and last token, or the CLS index when
@@ -104,8 +114,9 @@ def span_training_features(examples: Sequence[QAExampleLike], tokenizer, max_seq
     return features
 
 
-def span_eval_features(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int,
-                       doc_stride: int) -> dict[str, Any]:
+def span_eval_features(
+    examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int, doc_stride: int
+) -> dict[str, Any]:
     """Evaluation features, one row per window.
 
     Tensors input_ids, attention_mask (and token_type_ids), (n_windows, max_seq_length);
@@ -131,10 +142,15 @@ def _top(logits: Sequence[float], n: int) -> list[int]:
     return sorted(range(len(logits)), key=lambda i: logits[i], reverse=True)[:n]
 
 
-def postprocess_span_predictions(examples: Sequence[QAExampleLike], features: dict[str, Any],
-                                 start_logits: Tensor | Sequence, end_logits: Tensor | Sequence,
-                                 n_best_size: int = 20, max_answer_length: int = 30,
-                                 null_score_diff_threshold: float = 0.0) -> QAPredictions:
+def postprocess_span_predictions(
+    examples: Sequence[QAExampleLike],
+    features: dict[str, Any],
+    start_logits: Tensor | Sequence,
+    end_logits: Tensor | Sequence,
+    n_best_size: int = 20,
+    max_answer_length: int = 30,
+    null_score_diff_threshold: float = 0.0,
+) -> QAPredictions:
     """Answers from start/end logits of shape (n_windows, seq_len), one row per feature row.
 
     Per example: null score = min over its windows of start[CLS] + end[CLS]; the best
@@ -168,7 +184,7 @@ def postprocess_span_predictions(examples: Sequence[QAExampleLike], features: di
                         continue
                     score = starts[s] + ends[e]
                     if score > best_score:
-                        best_text, best_score = example.context[offsets[s][0]:offsets[e][1]], score
+                        best_text, best_score = example.context[offsets[s][0] : offsets[e][1]], score
         answers[example.id] = best_text
         if best_score == -math.inf:
             predictions[example.id], null_odds[example.id] = "", math.inf

@@ -69,8 +69,9 @@ def gold_answers(data: Mapping[str, Sequence[str]] | Iterable[Any]) -> dict[str,
     return {str(ex.id): list(ex.answers) for ex in data}
 
 
-def raw_scores(gold: Mapping[str, Sequence[str]],
-               predictions: Mapping[str, str]) -> tuple[dict[str, float], dict[str, float]]:
+def raw_scores(
+    gold: Mapping[str, Sequence[str]], predictions: Mapping[str, str]
+) -> tuple[dict[str, float], dict[str, float]]:
     """Per-question exact and F1 (0/1 scale, before any threshold). A missing prediction scores 0."""
     exact: dict[str, float] = {}
     f1: dict[str, float] = {}
@@ -85,22 +86,31 @@ def raw_scores(gold: Mapping[str, Sequence[str]],
     return exact, f1
 
 
-def apply_threshold(scores: Mapping[str, float], na_probs: Mapping[str, float], has_answer: Mapping[str, bool],
-                    na_prob_thresh: float) -> dict[str, float]:
+def apply_threshold(
+    scores: Mapping[str, float], na_probs: Mapping[str, float], has_answer: Mapping[str, bool], na_prob_thresh: float
+) -> dict[str, float]:
     """A question whose no-answer probability exceeds the threshold scores 1 if unanswerable, else 0."""
-    return {qid: (float(not has_answer[qid]) if qid in na_probs and na_probs[qid] > na_prob_thresh else s)
-            for qid, s in scores.items()}
+    return {
+        qid: (float(not has_answer[qid]) if qid in na_probs and na_probs[qid] > na_prob_thresh else s)
+        for qid, s in scores.items()
+    }
 
 
 def _summary(exact: Mapping[str, float], f1: Mapping[str, float], qids: Sequence[str]) -> dict[str, Any]:
     total = len(qids)
-    return {"exact": 100.0 * sum(exact[q] for q in qids) / total,
-            "f1": 100.0 * sum(f1[q] for q in qids) / total,
-            "total": total}
+    return {
+        "exact": 100.0 * sum(exact[q] for q in qids) / total,
+        "f1": 100.0 * sum(f1[q] for q in qids) / total,
+        "total": total,
+    }
 
 
-def best_threshold(predictions: Mapping[str, str], scores: Mapping[str, float], na_probs: Mapping[str, float],
-                   has_answer: Mapping[str, bool]) -> tuple[float, float]:
+def best_threshold(
+    predictions: Mapping[str, str],
+    scores: Mapping[str, float],
+    na_probs: Mapping[str, float],
+    has_answer: Mapping[str, bool],
+) -> tuple[float, float]:
     """The best score (percent) over no-answer thresholds and the threshold reaching it (official logic).
 
     Start with every question predicted unanswerable; visit questions in increasing no-answer probability,
@@ -122,9 +132,12 @@ def best_threshold(predictions: Mapping[str, str], scores: Mapping[str, float], 
     return 100.0 * best / len(scores), thresh
 
 
-def squad_v2_evaluate(gold: Mapping[str, Sequence[str]] | Iterable[Any], predictions: Mapping[str, str],
-                      na_probs: Mapping[str, float] | None = None,
-                      na_prob_thresh: float = 1.0) -> dict[str, Any]:
+def squad_v2_evaluate(
+    gold: Mapping[str, Sequence[str]] | Iterable[Any],
+    predictions: Mapping[str, str],
+    na_probs: Mapping[str, float] | None = None,
+    na_prob_thresh: float = 1.0,
+) -> dict[str, Any]:
     """The official SQuAD v2.0 report for ``predictions`` (id -> text) against ``gold``.
 
     ``gold`` is a mapping id -> gold texts or examples with ``id``/``answers`` (e.g. `QAExample`).
@@ -136,14 +149,19 @@ def squad_v2_evaluate(gold: Mapping[str, Sequence[str]] | Iterable[Any], predict
         raise ValueError("no gold questions to evaluate")
     missing = [q for q in golds if q not in predictions]
     if missing:
-        log.warning("%d question(s) have no prediction and score 0: %s%s", len(missing),
-                    ", ".join(missing[:5]), ", ..." if len(missing) > 5 else "")
+        log.warning(
+            "%d question(s) have no prediction and score 0: %s%s",
+            len(missing),
+            ", ".join(missing[:5]),
+            ", ..." if len(missing) > 5 else "",
+        )
     has_answer = {q: bool(texts) for q, texts in golds.items()}
     probs = dict(na_probs) if na_probs is not None else {q: 0.0 for q in predictions}
     lacking = [q for q in golds if q in predictions and q not in probs]
     if lacking:
-        raise ValueError(f"no-answer probabilities are missing for {len(lacking)} predicted question(s): "
-                         f"{', '.join(lacking[:5])}")
+        raise ValueError(
+            f"no-answer probabilities are missing for {len(lacking)} predicted question(s): {', '.join(lacking[:5])}"
+        )
     exact_raw, f1_raw = raw_scores(golds, predictions)
     exact = apply_threshold(exact_raw, probs, has_answer, na_prob_thresh)
     f1 = apply_threshold(f1_raw, probs, has_answer, na_prob_thresh)
@@ -158,8 +176,9 @@ def squad_v2_evaluate(gold: Mapping[str, Sequence[str]] | Iterable[Any], predict
     return report
 
 
-def write_predictions(out_dir: str | Path, predictions: Mapping[str, str],
-                      null_odds: Mapping[str, float] | None = None) -> dict[str, Path]:
+def write_predictions(
+    out_dir: str | Path, predictions: Mapping[str, str], null_odds: Mapping[str, float] | None = None
+) -> dict[str, Path]:
     """Write ``predictions.json`` (id -> text) and, if given, ``null_odds.json`` (id -> float), atomically.
 
     These are the files the official script reads as ``pred_file`` and ``--na-prob-file``.

@@ -11,6 +11,7 @@ shorter. Together the windows cover every context token.
 Examples only need the attributes `id`, `question`, `context`, `answers` (list of str,
 empty when unanswerable) and `answer_starts` (list of int, character offsets).
 """
+
 from __future__ import annotations
 
 import math
@@ -60,8 +61,8 @@ def special_token_frame(tokenizer) -> tuple[list[int], list[int]]:
     plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
     full = tokenizer(probe, add_special_tokens=True)["input_ids"]
     for start in range(len(full) - len(plain) + 1):
-        if full[start:start + len(plain)] == plain:
-            return list(full[:start]), list(full[start + len(plain):])
+        if full[start : start + len(plain)] == plain:
+            return list(full[:start]), list(full[start + len(plain) :])
     raise ValueError("cannot locate the text inside the tokenizer's special-token template")
 
 
@@ -77,8 +78,10 @@ def window_token_spans(n_tokens: int, budget: int, doc_stride: int) -> list[tupl
     An empty context yields the single window (0, 0).
     """
     if budget <= doc_stride:
-        raise ValueError(f"the context budget per window ({budget} tokens) must exceed doc_stride ({doc_stride}); "
-                         "raise max_seq_length or lower doc_stride")
+        raise ValueError(
+            f"the context budget per window ({budget} tokens) must exceed doc_stride ({doc_stride}); "
+            "raise max_seq_length or lower doc_stride"
+        )
     if doc_stride < 0:
         raise ValueError(f"doc_stride must be >= 0, got {doc_stride}")
     spans = []
@@ -113,17 +116,22 @@ def seq2seq_windows(example: QAExampleLike, tokenizer, max_seq_length: int, doc_
     for index, (start, end) in enumerate(spans):
         chars = (offsets[start][0], offsets[end - 1][1]) if end > start else (0, 0)
         inside = answer is not None and chars[0] <= answer[0] and answer[1] <= chars[1]
-        windows.append(Seq2SeqWindow(
-            example_id=example.id, window_index=index,
-            input_ids=before + prefix + list(ids[start:end]) + after,
-            char_span=chars, token_span=(start, end),
-            target=example.answers[0] if inside else "",
-        ))
+        windows.append(
+            Seq2SeqWindow(
+                example_id=example.id,
+                window_index=index,
+                input_ids=before + prefix + list(ids[start:end]) + after,
+                char_span=chars,
+                token_span=(start, end),
+                target=example.answers[0] if inside else "",
+            )
+        )
     return windows
 
 
-def seq2seq_eval_windows(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int,
-                         doc_stride: int) -> list[Seq2SeqWindow]:
+def seq2seq_eval_windows(
+    examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int, doc_stride: int
+) -> list[Seq2SeqWindow]:
     """The windows of every example, in order; each keeps `example_id` to map generations back."""
     return [w for example in examples for w in seq2seq_windows(example, tokenizer, max_seq_length, doc_stride)]
 
@@ -137,8 +145,8 @@ def pad_windows(windows: Sequence[Seq2SeqWindow], pad_id: int, length: int | Non
     input_ids = torch.full((len(windows), length), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((len(windows), length), dtype=torch.long)
     for row, window in enumerate(windows):
-        input_ids[row, :len(window.input_ids)] = torch.tensor(window.input_ids, dtype=torch.long)
-        attention_mask[row, :len(window.input_ids)] = 1
+        input_ids[row, : len(window.input_ids)] = torch.tensor(window.input_ids, dtype=torch.long)
+        attention_mask[row, : len(window.input_ids)] = 1
     return {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
@@ -151,13 +159,19 @@ def target_labels(texts: Sequence[str], tokenizer, max_target_length: int, end_t
     """
     labels = torch.full((len(texts), max_target_length), -100, dtype=torch.long)
     for row, text in enumerate(texts):
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"][:max_target_length - 1] + [end_token_id]
-        labels[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"][: max_target_length - 1] + [end_token_id]
+        labels[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
     return labels
 
 
-def seq2seq_training_features(examples: Sequence[QAExampleLike], tokenizer, max_seq_length: int,
-                              doc_stride: int, max_target_length: int, end_token_id: int) -> dict[str, Tensor]:
+def seq2seq_training_features(
+    examples: Sequence[QAExampleLike],
+    tokenizer,
+    max_seq_length: int,
+    doc_stride: int,
+    max_target_length: int,
+    end_token_id: int,
+) -> dict[str, Tensor]:
     """Training tensors for every window of every example.
 
     Windows containing the first gold answer are trained on its text; all other windows
@@ -174,8 +188,9 @@ def seq2seq_training_features(examples: Sequence[QAExampleLike], tokenizer, max_
     return batch
 
 
-def select_seq2seq_answer(candidates: Sequence[tuple[str, float]],
-                          null_score_diff_threshold: float = 0.0) -> tuple[str, float]:
+def select_seq2seq_answer(
+    candidates: Sequence[tuple[str, float]], null_score_diff_threshold: float = 0.0
+) -> tuple[str, float]:
     """Pick one answer among the windows' generations of one example.
 
     candidates: (generated text, sequence score) per window; text that is empty after
