@@ -81,13 +81,26 @@ def logged_step(run_dir: Path) -> int:
     return step
 
 
+def default_ctrl_c() -> None:
+    """In the child: SIGINT back to its default. A test suite started in the background of a non-interactive
+    shell ignores SIGINT, and its children inherit that; the run would then never see the Ctrl-C it is sent."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt_at_random(config: Path, out: Path, rng: random.Random, sig: int, after_step: int) -> int:
     """Run (resuming when `out` has checkpoints); once a checkpoint exists and a random step past `after_step` is
     logged, wait a random 0-20 ms and send `sig`. Returns the step logged just before the signal."""
     target = rng.randrange(after_step + 3, after_step + 25)
     resume = ["--resume"] if (out / "checkpoints").is_dir() else []
     with open(out.parent / f"log-{target}.txt", "w") as log:
-        proc = subprocess.Popen(cli(config, out, *resume), env=ENV, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cli(config, out, *resume),
+            env=ENV,
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=default_ctrl_c,
+        )
         deadline = time.monotonic() + 120
         while not (any(out.glob("checkpoints/step-*/manifest.json")) and logged_step(out) >= target):
             assert proc.poll() is None, f"the run ended before step {target}: {(out.parent / log.name).read_text()}"
