@@ -10,8 +10,8 @@ import torch
 
 import posformer as pf
 from posformer.positions.alibi import ALiBi
-from posformer.positions.base import batch_rows
 from posformer.positions.fire import FIRE
+from posformer.positions.per_forward import batch_rows
 from posformer.positions.relative_bert import RelativeKey
 from posformer.positions.rotary import Rotary
 from posformer.positions.t5 import T5Bias

@@ -2,11 +2,12 @@
 
 from posformer.positions.absolute import Learned, NoPosition, Sinusoidal, sinusoidal_table
 from posformer.positions.alibi import ALiBi, alibi_slopes
-from posformer.positions.base import PositionEncoding, PositionParams
+from posformer.positions.base import PositionEncoding
 from posformer.positions.cope import ContextualPosition
 from posformer.positions.deberta import DeBERTa, log_bucket_position
 from posformer.positions.fire import FIRE
 from posformer.positions.kerple import KerpleLog
+from posformer.positions.params import PositionParams
 from posformer.positions.registry import build, get, names, register, usable
 from posformer.positions.relative_bert import RelativeKey, RelativeKeyQuery
 from posformer.positions.rotary import Rotary, apply_rotary, rope_inv_freq

@@ -14,53 +14,21 @@ KV-cached decoding and left padding are correct for every encoding.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Hashable, Iterator, Mapping
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from posformer.ops.flex import ScoreMod
+from posformer.positions.distance_table import DistanceTable
+from posformer.positions.params import ParameterRules
+from posformer.positions.per_forward import PerForward
 from posformer.utils.tensor_checks import check_values
-from posformer.utils.validation import is_int, is_number
 
 if TYPE_CHECKING:
     from posformer.config import Config
 
-Result = TypeVar("Result")
 
-
-def batch_rows(pos: Tensor) -> Tensor:
-    """pos: (B, T) -> (1, T) when every row is one row repeated by construction (stride 0 over the batch,
-    as the default position ids), else pos itself. What is computed from that row broadcasts over the
-    batch; telling this costs no host synchronisation."""
-    return pos[:1] if pos.dim() == 2 and pos.shape[0] > 1 and pos.stride(0) == 0 else pos
-
-
-class PositionParams(dict):
-    """The resolved parameters of one encoding: its class defaults with the config's values on top.
-
-    It remembers the encoding it belongs to (`encoding`), so that a config whose
-    `position` changes (a preset with `position=` overridden, `Config.replace`,
-    `dataclasses.replace`) starts from the new encoding's defaults instead of
-    carrying parameters the new encoding does not have. A plain dict carries no
-    such tag and is checked strictly.
-    """
-
-    def __init__(self, encoding: str, values: Mapping[str, Any]) -> None:
-        super().__init__(values)
-        self.encoding = encoding
-
-    def __reduce__(self) -> tuple:
-        return type(self), (self.encoding, dict(self))
-
-    def __deepcopy__(self, memo: dict) -> "PositionParams":
-        return type(self)(self.encoding, copy.deepcopy(dict(self), memo))
-
-
-class PositionEncoding(nn.Module):
+class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
     """Base class of every position encoding.
 
     One instance serves the layers of one stack (the encoder or the decoder) that share its position settings:
@@ -86,6 +54,11 @@ class PositionEncoding(nn.Module):
 
     An encoding whose bias depends on the distance alone also overrides `distance_bias`;
     `score_mod` then hands that bias to FlexAttention (`Config.attn_impl="flex"`) as a table.
+
+    What the hooks lean on lives beside this file: how the parameters are resolved and checked
+    (`params.ParameterRules`: `resolve_params`, `check_config`, `param_error`, ...), the values a forward
+    computes once for all layers (`per_forward.PerForward`), and the FlexAttention table
+    (`distance_table.DistanceTable`: `distance_bias`, `score_mod`).
     """
 
     name: ClassVar[str] = ""
@@ -105,90 +78,6 @@ class PositionEncoding(nn.Module):
         self.head_dim = cfg.head_dim
         self.d_model = cfg.d_model
         self.scale = cfg.scale  # the attention scale: a bias hook that mimics a q.k term multiplies by it
-        self._per_forward: dict[Hashable, tuple[Tensor, Tensor, Any]] | None = None
-
-    # ------------------------------------------------------------ parameters
-    @classmethod
-    def resolve_params(cls, given: Mapping[str, Any]) -> PositionParams:
-        """This encoding's parameters: `defaults` with `given` on top, as a `PositionParams`.
-
-        `given` tagged for another encoding (a `PositionParams` of, say, a preset's
-        rope) is dropped: the encoding starts from its own defaults. Unknown keys
-        of an untagged mapping raise `ValueError` naming them.
-        """
-        if isinstance(given, PositionParams) and given.encoding != cls.name:
-            given = {}
-        unknown = sorted(set(given) - set(cls.defaults))
-        if unknown:
-            allowed = ", ".join(sorted(cls.defaults)) or "none"
-            raise ValueError(
-                f"Config.position_params has unknown key(s) {unknown} for position={cls.name!r}: "
-                f"allowed keys are {allowed}"
-            )
-        for key, value in given.items():
-            cls._check_param_kind(key, value)
-        return PositionParams(cls.name, copy.deepcopy({**cls.defaults, **given}))
-
-    @classmethod
-    def _check_param_kind(cls, key: str, value: Any) -> None:
-        """`value` has the kind of the parameter's default: a bool for a bool, an integer for an integer, a finite
-        number for a float, a string for a string (None and container defaults are checked by `check_config`)."""
-        default = cls.defaults[key]
-        if isinstance(default, bool):
-            ok, expected = isinstance(value, bool), "true or false"
-        elif isinstance(default, int):
-            ok, expected = is_int(value), "an integer"
-        elif isinstance(default, float):
-            ok, expected = is_number(value), "a finite number"
-        elif isinstance(default, str):
-            ok, expected = isinstance(value, str), "a string"
-        else:
-            return
-        if not ok:
-            raise cls.param_error(cls.name, key, value, expected)
-
-    @classmethod
-    def check_config(cls, cfg: "Config") -> None:
-        """Raise `ValueError` naming the parameter or field when `cfg` cannot use this encoding.
-
-        `cfg.position_params` is already resolved (`resolve_params`): every key is present.
-        """
-
-    @classmethod
-    def max_length(cls, cfg: "Config") -> int | None:
-        """The longest sequence `cfg`'s encoding can represent, or None when any length works."""
-        return None
-
-    @classmethod
-    def rescaled_params(cls, params: Mapping[str, Any], kind: str, new_len: int, trained_len: int) -> PositionParams:
-        """`params` extended by the method `kind` (one of `scalings`) to read `new_len` tokens
-        after training at `trained_len`. Raises `ValueError` when this encoding has no such method."""
-        raise ValueError(
-            f"position={cls.name!r} has no context-extension method {kind!r}; "
-            f"its methods: {', '.join(cls.scalings) or 'none'}"
-        )
-
-    @classmethod
-    def default_attn_scale(cls, cfg: "Config") -> float | None:
-        """The attention scale this encoding's paper uses when `Config.attn_scale` is None.
-
-        None means the usual 1/sqrt(head_dim).
-        """
-        return None
-
-    @staticmethod
-    def param_error(name: str, key: str, value: Any, expected: str) -> ValueError:
-        return ValueError(
-            f"Config.position_params[{key!r}]={value!r} is invalid for position={name!r}: expected {expected}"
-        )
-
-    @classmethod
-    def require_int(cls, cfg: "Config", key: str, low: int, high: int | None = None, expected: str = "") -> int:
-        """`cfg.position_params[key]` when it is an integer in [low, high); else a `param_error` saying `expected`."""
-        value = cfg.position_params[key]
-        if not is_int(value) or value < low or (high is not None and value >= high):
-            raise cls.param_error(cls.name, key, value, expected)
-        return value
 
     @torch.no_grad()
     def init_weights_(self, scheme: str) -> None:
@@ -198,45 +87,13 @@ class PositionEncoding(nn.Module):
         otherwise under that scheme overrides this (T5's bias table under "t5").
         """
 
-    def distance_bias(self, rel: Tensor, layer: int = 0) -> Tensor | None:
-        """rel: (R,) relative distances key_pos - query_pos -> the bias (H, R) the encoding adds at them,
-        for encodings whose bias depends on distance alone; None for the others."""
-        return None
-
     @classmethod
     def flex_compatible(cls) -> bool:
         """Whether FlexAttention can take the whole encoding: no attention bias at all, or one that depends on
         the distance alone (`distance_bias`); and no values term (`sdpa_compatible`)."""
         return cls.sdpa_compatible and (
-            cls.bias is PositionEncoding.bias or cls.distance_bias is not PositionEncoding.distance_bias
+            cls.bias is PositionEncoding.bias or cls.distance_bias is not DistanceTable.distance_bias
         )
-
-    def score_mod(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> ScoreMod | None:
-        """This encoding's bias as a FlexAttention `score_mod` (score, b, h, q_idx, kv_idx) -> score + bias, or
-        None when it adds none. Reads `distance_bias` over the distances these positions span, (H, R),
-        built once per forward and layer; q_pos (B or 1, Tq), k_pos (B or 1, Tk)."""
-        if type(self).distance_bias is PositionEncoding.distance_bias:
-            return None
-        low, table = self.per_forward(
-            ("score_table", layer), q_pos, k_pos, lambda q_rows, k_rows: self._score_table(q_rows, k_rows, layer)
-        )
-        q_rows, k_rows = batch_rows(q_pos), batch_rows(k_pos)
-        q_one, k_one = q_rows.shape[0] == 1, k_rows.shape[0] == 1
-
-        def add_bias(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            rel = k_rows[0 if k_one else b, kv_idx] - q_rows[0 if q_one else b, q_idx]
-            return score + table[h, rel - low].to(score.dtype)
-
-        return add_bias
-
-    def _score_table(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> tuple[int, Tensor]:
-        """(low, table): the distances key - query from low to the largest that occurs, and their bias (H, R)."""
-        low = int(k_pos.min()) - int(q_pos.max())
-        high = int(k_pos.max()) - int(q_pos.min())
-        table = self.distance_bias(torch.arange(low, high + 1, device=q_pos.device), layer)
-        # contiguous: training T5 (whose table is a transposed view) through FlexAttention on an H100 took 23x
-        # the time of no encoding with the view, 1.3x with a contiguous copy
-        return low, table.contiguous()
 
     def stale_beyond(self) -> int | None:
         """A length L0 such that keys cached while every length was <= L0 no longer match what a forward at a
@@ -252,37 +109,6 @@ class PositionEncoding(nn.Module):
     def check_positions(self, pos: Tensor) -> None:
         """Raise `ValueError` when `pos` (B, T) holds positions this encoding cannot represent."""
         check_values((pos >= 0).all(), "position_ids must be >= 0", lambda: f"minimum {int(pos.min())}")
-
-    # ------------------------------------------------------ shared by the layers
-    @contextmanager
-    def forward_scope(self) -> Iterator[None]:
-        """One forward of the stack: inside it, `per_forward` computes each value once for all layers."""
-        outer, self._per_forward = self._per_forward, {}
-        try:
-            yield
-        finally:
-            self._per_forward = outer
-
-    def per_forward(
-        self, key: Hashable, q_pos: Tensor, k_pos: Tensor, compute: Callable[[Tensor, Tensor], Result]
-    ) -> Result:
-        """compute(q_pos, k_pos), once per stack forward for each `key` (say, a table shared by the layers).
-
-        Inside `forward_scope`, a later call with the same key and the same position tensors (the stack
-        hands the same ones to every layer; recognised by identity) returns the first result; outside it,
-        every call computes. Positions that repeat one row over the batch reach `compute` as that row,
-        (1, T), so that a table of positions is computed once, not once per row.
-        """
-        memo = self._per_forward
-        if memo is not None:
-            hit = memo.get(key)
-            if hit is not None and hit[0] is q_pos and hit[1] is k_pos:
-                return hit[2]
-        q_rows = batch_rows(q_pos)
-        value = compute(q_rows, q_rows if k_pos is q_pos else batch_rows(k_pos))
-        if memo is not None:
-            memo[key] = (q_pos, k_pos, value)
-        return value
 
     # ----------------------------------------------------------------- hooks
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posformer.positions.base import PositionEncoding, PositionParams
+from posformer.positions.base import PositionEncoding
+from posformer.positions.params import PositionParams
 from posformer.positions.registry import register
 from posformer.positions.rope_scaling import LENGTH_DEPENDENT, check_scaling, scaled_inv_freq
 from posformer.positions.rotation import Rotation
