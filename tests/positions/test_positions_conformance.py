@@ -312,3 +312,50 @@ def test_compiles_to_one_graph_exactly_when_it_says_so(name: str, arch: str, ret
     else:
         with pytest.raises(torch._dynamo.exc.TorchDynamoException):  # a graph break (or a data-dependent guard)
             compiled()
+
+
+@pytest.mark.parametrize("name", pf.positions.usable("decoder"))
+def test_each_encoding_builds_alone_from_sizes(name: str) -> None:
+    """An encoding needs no Config: built from `Sizes` and its parameters, with the weights of the one a model's
+    stack builds, it adds the same position terms, hook for hook."""
+    cfg = config(name, "decoder")
+    in_model = pf.positions.build(cfg, causal=True, n_layers=cfg.n_layers)
+    alone = pf.positions.get(name)(
+        pf.positions.Sizes(
+            d_model=cfg.d_model,
+            n_heads=cfg.n_heads,
+            head_dim=cfg.head_dim,
+            max_positions=cfg.max_positions,
+            scale=cfg.scale,
+            norm_eps=cfg.norm_eps,
+            init_std=cfg.init_std,
+        ),
+        dict(cfg.position_params),
+        causal=True,
+        n_layers=cfg.n_layers,
+    )
+    alone.load_state_dict(in_model.state_dict())
+    assert alone.params == in_model.params
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 6, cfg.d_model, generator=generator, dtype=torch.float64)
+    q, k = (torch.randn(2, cfg.n_heads, 6, cfg.head_dim, generator=generator, dtype=torch.float64) for _ in range(2))
+    pos = torch.arange(6).expand(2, 6)
+    probs = torch.softmax(torch.randn(2, cfg.n_heads, 6, 6, generator=generator, dtype=torch.float64), -1)
+    for encoding in (in_model, alone):
+        encoding.double().eval()
+    for layer in range(cfg.n_layers):
+        outputs = [
+            (
+                e.embed(x, pos),
+                e.rotate(q, k, pos, pos, layer),
+                e.bias(q, k, pos, pos, layer),
+                e.values(probs, pos, pos, layer),
+            )
+            for e in (in_model, alone)
+        ]
+        torch.testing.assert_close(outputs[1], outputs[0], rtol=0, atol=0)
+
+
+def test_sizes_refuse_a_size_that_is_not_a_positive_integer() -> None:
+    with pytest.raises(ValueError, match=r"Sizes.n_heads=0 is invalid: expected an integer >= 1"):
+        pf.positions.Sizes(d_model=8, n_heads=0, head_dim=2)

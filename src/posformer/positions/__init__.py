@@ -9,6 +9,7 @@ from posformer.positions.fire import FIRE
 from posformer.positions.kerple import KerpleLog
 from posformer.positions.params import PositionParams
 from posformer.positions.registry import build, get, names, register, usable
+from posformer.positions.sizes import Sizes
 from posformer.positions.relative_bert import RelativeKey, RelativeKeyQuery
 from posformer.positions.rotary import Rotary, apply_rotary, rope_inv_freq
 from posformer.positions.shaw import Shaw
@@ -19,6 +20,7 @@ from posformer.positions.xpos import XPos
 __all__ = [
     "PositionEncoding",
     "PositionParams",
+    "Sizes",
     "build",
     "get",
     "names",

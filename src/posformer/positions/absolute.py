@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
 from posformer.positions.base import PositionEncoding, frequencies
 from posformer.positions.registry import register
+from posformer.positions.sizes import Sizes
 from posformer.utils.tensor_checks import check_values
 
 SINUSOIDAL_LAYOUTS = ("interleaved", "half")
@@ -54,9 +58,11 @@ class Sinusoidal(PositionEncoding):
         if cfg.d_model % 2:
             raise ValueError(f"Config.d_model={cfg.d_model} must be even for position='sinusoidal'")
 
-    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
-        super().__init__(cfg, causal, n_layers)
-        self.register_buffer("inv_freq", frequencies(cfg.d_model, float(self.params["base"])), persistent=False)
+    def __init__(
+        self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
+    ) -> None:
+        super().__init__(sizes, params, causal, n_layers)
+        self.register_buffer("inv_freq", frequencies(sizes.d_model, float(self.params["base"])), persistent=False)
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         angles = pos[..., None].to(torch.float32) * self.inv_freq  # (B, T, d/2)
@@ -84,10 +90,12 @@ class Learned(PositionEncoding):
         """The rows after the reserved `offset` ones: Config.max_positions - offset."""
         return cfg.max_positions - cfg.position_params["offset"]
 
-    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
-        super().__init__(cfg, causal, n_layers)
+    def __init__(
+        self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
+    ) -> None:
+        super().__init__(sizes, params, causal, n_layers)
         self.offset = int(self.params["offset"])
-        self.table = nn.Embedding(cfg.max_positions, cfg.d_model)
+        self.table = nn.Embedding(sizes.max_positions, sizes.d_model)
 
     def check_positions(self, pos: Tensor) -> None:
         super().check_positions(pos)

@@ -15,12 +15,15 @@ encoding has no parameters and works for any length.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from posformer.positions.base import PositionEncoding
 from posformer.positions.registry import register
+from posformer.positions.sizes import Sizes
 
 
 def _power_of_two_slopes(n: int) -> list[float]:
@@ -49,9 +52,11 @@ def alibi_slopes(n_heads: int) -> Tensor:
 class ALiBi(PositionEncoding):
     """Fixed per-head linear distance penalty -m_h * |i - j|. No parameters; any length."""
 
-    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
-        super().__init__(cfg, causal, n_layers)
-        self.register_buffer("slopes", alibi_slopes(cfg.n_heads), persistent=False)
+    def __init__(
+        self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
+    ) -> None:
+        super().__init__(sizes, params, causal, n_layers)
+        self.register_buffer("slopes", alibi_slopes(sizes.n_heads), persistent=False)
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         """-> -m_h * |q_pos - k_pos|: (B or 1, H, Tq, Tk) float32, computed once per forward for every layer."""

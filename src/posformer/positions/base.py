@@ -14,6 +14,7 @@ KV-cached decoding and left padding are correct for every encoding.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -22,10 +23,11 @@ from torch import Tensor, nn
 from posformer.positions.distance_table import DistanceTable
 from posformer.positions.params import ParameterRules
 from posformer.positions.per_forward import PerForward
+from posformer.positions.sizes import Sizes
 from posformer.utils.tensor_checks import check_values
 
 if TYPE_CHECKING:
-    from posformer.config import Config
+    pass
 
 
 class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
@@ -69,15 +71,17 @@ class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
     causal_only: ClassVar[bool] = False
     compiles_whole: ClassVar[bool] = True
 
-    def __init__(self, cfg: "Config", causal: bool, n_layers: int) -> None:
+    def __init__(
+        self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
+    ) -> None:
         super().__init__()
-        self.params = dict(type(self).resolve_params(cfg.position_params))
+        self.params = dict(type(self).resolve_params(params or {}))
         self.causal = causal
         self.n_layers = n_layers
-        self.n_heads = cfg.n_heads
-        self.head_dim = cfg.head_dim
-        self.d_model = cfg.d_model
-        self.scale = cfg.scale  # the attention scale: a bias hook that mimics a q.k term multiplies by it
+        self.n_heads = sizes.n_heads
+        self.head_dim = sizes.head_dim
+        self.d_model = sizes.d_model
+        self.scale = sizes.scale  # the attention scale: a bias hook that mimics a q.k term multiplies by it
 
     @torch.no_grad()
     def init_weights_(self, scheme: str) -> None:

@@ -27,12 +27,16 @@ above it, so its gradient is zero.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posformer.positions.base import PositionEncoding
 from posformer.positions.registry import register
+from posformer.positions.sizes import Sizes
 
 
 def open_gates(logits: Tensor, before: Tensor) -> Tensor:
@@ -105,10 +109,12 @@ class ContextualPosition(PositionEncoding):
     def check_config(cls, cfg) -> None:
         cls.require_int(cfg, "npos_max", 2, expected="an integer >= 2 (the largest count is npos_max - 1)")
 
-    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
-        super().__init__(cfg, causal, n_layers)
+    def __init__(
+        self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
+    ) -> None:
+        super().__init__(sizes, params, causal, n_layers)
         self.npos_max = self.params["npos_max"]
-        self.table = nn.Parameter(torch.randn(n_layers, cfg.head_dim, self.npos_max) * cfg.init_std)
+        self.table = nn.Parameter(torch.randn(n_layers, sizes.head_dim, self.npos_max) * sizes.init_std)
 
     def _gate_inputs(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         """The gates' logits scale * q.k (B, H, Tq, Tk) float32 and which keys are at or before their query."""

@@ -43,6 +43,8 @@ buckets share the last ones).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -58,6 +60,7 @@ from posformer.positions.relative_scores import (
     query_position_scores,
     relative_distance,
 )
+from posformer.positions.sizes import Sizes
 
 POS_ATT_TYPES = ("c2p", "p2c")
 NORM_REL_EBD = ("none", "layer_norm")
@@ -114,21 +117,25 @@ class DeBERTa(PositionEncoding):
         if p["position_buckets"] == 1:
             raise cls.param_error(cls.name, "position_buckets", 1, "<= 0 (no buckets) or an integer >= 2")
 
-    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
-        super().__init__(cfg, causal, n_layers)
+    def __init__(
+        self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
+    ) -> None:
+        super().__init__(sizes, params, causal, n_layers)
         max_rel = int(self.params["max_relative_positions"])
-        self.max_relative_positions = max_rel if max_rel > 0 else cfg.max_positions
+        self.max_relative_positions = max_rel if max_rel > 0 else sizes.max_positions
         self.position_buckets = int(self.params["position_buckets"])
         self.span = self.position_buckets if self.position_buckets > 0 else self.max_relative_positions
         self.kinds = tuple(self.params["pos_att_type"])
-        self.rel_embeddings = nn.Embedding(2 * self.span, cfg.d_model)
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if self.params["norm_rel_ebd"] == "layer_norm" else None
-        self.dropout = nn.Dropout(cfg.dropout)
-        inner = cfg.n_heads * cfg.head_dim
+        self.rel_embeddings = nn.Embedding(2 * self.span, sizes.d_model)
+        self.norm = (
+            nn.LayerNorm(sizes.d_model, eps=sizes.norm_eps) if self.params["norm_rel_ebd"] == "layer_norm" else None
+        )
+        self.dropout = nn.Dropout(sizes.dropout)
+        inner = sizes.n_heads * sizes.head_dim
         if "c2p" in self.kinds:
-            self.pos_key_proj = nn.ModuleList(Linear(cfg.d_model, inner) for _ in range(n_layers))
+            self.pos_key_proj = nn.ModuleList(Linear(sizes.d_model, inner) for _ in range(n_layers))
         if "p2c" in self.kinds:
-            self.pos_query_proj = nn.ModuleList(Linear(cfg.d_model, inner) for _ in range(n_layers))
+            self.pos_query_proj = nn.ModuleList(Linear(sizes.d_model, inner) for _ in range(n_layers))
 
     def index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | tuple[Tensor, Diagonal]:
         """The table row of each pair, idx(i, j) = clamp(bucket(i - j) + span, 0, 2 span - 1), (B or 1, Tq, Tk).

@@ -27,6 +27,7 @@ normal init of `nn.Linear` layers does not touch them.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -34,6 +35,7 @@ from torch import Tensor, nn
 
 from posformer.positions.base import PositionEncoding
 from posformer.positions.registry import register
+from posformer.positions.sizes import Sizes
 
 EPS = 1e-6
 
@@ -58,10 +60,12 @@ class FIRE(PositionEncoding):
         if not isinstance(p["shared"], bool):
             raise cls.param_error(cls.name, "shared", p["shared"], "True or False")
 
-    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
-        super().__init__(cfg, causal, n_layers)
+    def __init__(
+        self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
+    ) -> None:
+        super().__init__(sizes, params, causal, n_layers)
         groups = 1 if self.params["shared"] else n_layers
-        width, heads = int(self.params["mlp_width"]), cfg.n_heads
+        width, heads = int(self.params["mlp_width"]), sizes.n_heads
         self.register_buffer("init_L", torch.tensor(float(self.params["init_L"])), persistent=False)
         self.c = nn.Parameter(torch.full((groups,), float(self.params["init_c"])))
         self.L_mult = nn.Parameter(torch.ones(groups))

@@ -18,12 +18,16 @@ One (r1, r2) pair per head in every layer, as in the paper.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posformer.positions.base import PositionEncoding
 from posformer.positions.registry import register
+from posformer.positions.sizes import Sizes
 
 EPS = 1e-2
 
@@ -36,9 +40,11 @@ def _inverse_softplus(y: Tensor) -> Tensor:
 class KerpleLog(PositionEncoding):
     """-r1 * log(1 + r2 * |m - n|) with r1, r2 > 0 learned per layer and head. No position_params."""
 
-    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
-        super().__init__(cfg, causal, n_layers)
-        shape = (n_layers, cfg.n_heads)
+    def __init__(
+        self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
+    ) -> None:
+        super().__init__(sizes, params, causal, n_layers)
+        shape = (n_layers, sizes.n_heads)
         r1 = (torch.rand(shape) * 2.0).clamp(min=2 * EPS)
         r2 = torch.rand(shape).clamp(min=2 * EPS)
         self.r1_raw = nn.Parameter(_inverse_softplus(r1 - EPS))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from posformer.positions.base import PositionEncoding
+from posformer.positions.sizes import Sizes
 
 if TYPE_CHECKING:
     from posformer.config import Config
@@ -43,4 +44,4 @@ def get(name: str) -> type[PositionEncoding]:
 
 def build(cfg: "Config", causal: bool, n_layers: int) -> PositionEncoding:
     """The encoding `cfg.position` for one stack of `n_layers` layers."""
-    return get(cfg.position)(cfg, causal=causal, n_layers=n_layers)
+    return get(cfg.position)(Sizes.of(cfg), cfg.position_params, causal=causal, n_layers=n_layers)

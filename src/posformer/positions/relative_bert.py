@@ -21,6 +21,9 @@ Face's `encoder.layer.{l}.attention.self.distance_embedding.weight`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from torch import Tensor, nn
 
 from posformer.positions.base import PositionEncoding
@@ -33,6 +36,7 @@ from posformer.positions.relative_scores import (
     query_position_scores,
     relative_distance,
 )
+from posformer.positions.sizes import Sizes
 from posformer.utils.tensor_checks import check_values
 
 
@@ -44,10 +48,14 @@ class RelativeKey(PositionEncoding):
     extrapolates = False
     compiles_whole = False  # the table rows scored: the span of distances that occur (`_distance_span`)
 
-    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
-        super().__init__(cfg, causal, n_layers)
-        self.max_positions = cfg.max_positions
-        self.distance = nn.ModuleList(nn.Embedding(2 * cfg.max_positions - 1, cfg.head_dim) for _ in range(n_layers))
+    def __init__(
+        self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
+    ) -> None:
+        super().__init__(sizes, params, causal, n_layers)
+        self.max_positions = sizes.max_positions
+        self.distance = nn.ModuleList(
+            nn.Embedding(2 * sizes.max_positions - 1, sizes.head_dim) for _ in range(n_layers)
+        )
 
     def check_positions(self, pos: Tensor) -> None:
         super().check_positions(pos)

@@ -10,6 +10,7 @@ Context-extension scalings (linear, ntk, dynamic, yarn, llama3, longrope) live i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -20,6 +21,7 @@ from posformer.positions.params import PositionParams
 from posformer.positions.registry import register
 from posformer.positions.rope_scaling import LENGTH_DEPENDENT, check_scaling, scaled_inv_freq
 from posformer.positions.rotation import Rotation
+from posformer.positions.sizes import Sizes
 
 ROPE_LAYOUTS = ("half", "interleaved")
 
@@ -166,9 +168,11 @@ class Rotary(PositionEncoding):
             scaling.update(low_freq_factor=1.0, high_freq_factor=4.0)
         return cls.resolve_params({**params, "scaling": scaling})
 
-    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
-        super().__init__(cfg, causal, n_layers)
-        self.rotary_dim = rotary_dim(cfg.head_dim, float(self.params["rotary_fraction"]))
+    def __init__(
+        self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
+    ) -> None:
+        super().__init__(sizes, params, causal, n_layers)
+        self.rotary_dim = rotary_dim(sizes.head_dim, float(self.params["rotary_fraction"]))
         self.theta = float(self.params["theta"])
         self.scaling = None if self.params["scaling"] is None else dict(self.params["scaling"])
         kept = round(float(self.params["frequency_fraction"]) * self.rotary_dim / 2)

@@ -19,6 +19,9 @@ Parameters: `key[l].weight` and `value[l].weight`, each (2k + 1, head_dim).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -26,6 +29,7 @@ from posformer.positions.base import PositionEncoding
 from posformer.positions.clipped_bins import ClippedBins
 from posformer.positions.registry import register
 from posformer.positions.relative_scores import counts_up, relative_distance
+from posformer.positions.sizes import Sizes
 
 
 @register("shaw")
@@ -40,12 +44,14 @@ class Shaw(PositionEncoding):
         super().check_config(cfg)
         cls.require_int(cfg, "max_distance", 1, expected="a positive integer (the clipping distance k)")
 
-    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
-        super().__init__(cfg, causal, n_layers)
+    def __init__(
+        self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
+    ) -> None:
+        super().__init__(sizes, params, causal, n_layers)
         self.max_distance = int(self.params["max_distance"])
         size = 2 * self.max_distance + 1
-        self.key = nn.ModuleList(nn.Embedding(size, cfg.head_dim) for _ in range(n_layers))
-        self.value = nn.ModuleList(nn.Embedding(size, cfg.head_dim) for _ in range(n_layers))
+        self.key = nn.ModuleList(nn.Embedding(size, sizes.head_dim) for _ in range(n_layers))
+        self.value = nn.ModuleList(nn.Embedding(size, sizes.head_dim) for _ in range(n_layers))
 
     def bins(self, q_pos: Tensor, k_pos: Tensor) -> ClippedBins:
         """idx(i, j) = clip(j - i, -k, k) + k, (B or 1, Tq, Tk) in [0, 2k], and whether the positions count up

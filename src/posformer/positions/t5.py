@@ -22,6 +22,7 @@ T5 uses attention scale 1.0 (`Config.attn_scale=1.0`); the bias is never rescale
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -29,6 +30,7 @@ from torch import Tensor, nn
 
 from posformer.positions.base import PositionEncoding
 from posformer.positions.registry import register
+from posformer.positions.sizes import Sizes
 
 
 def t5_bucket(rel: Tensor, bidirectional: bool, num_buckets: int = 32, max_distance: int = 128) -> Tensor:
@@ -74,11 +76,13 @@ class T5Bias(PositionEncoding):
             expected=f"an integer > {max_exact} (the exact-distance buckets of num_buckets={buckets})",
         )
 
-    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
-        super().__init__(cfg, causal, n_layers)
+    def __init__(
+        self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
+    ) -> None:
+        super().__init__(sizes, params, causal, n_layers)
         self.num_buckets = int(self.params["num_buckets"])
         self.max_distance = int(self.params["max_distance"])
-        self.table = nn.Embedding(self.num_buckets, cfg.n_heads)
+        self.table = nn.Embedding(self.num_buckets, sizes.n_heads)
 
     @torch.no_grad()
     def init_weights_(self, scheme: str) -> None:

@@ -26,6 +26,9 @@ TransfoXL's `clamp_len`; -1: no clamp).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -40,6 +43,7 @@ from posformer.positions.relative_scores import (
     query_position_scores,
     relative_distance,
 )
+from posformer.positions.sizes import Sizes
 
 
 @register("transformer_xl")
@@ -63,15 +67,17 @@ class TransformerXL(PositionEncoding):
         if cfg.d_model % 2:
             raise ValueError(f"Config.d_model={cfg.d_model} must be even for position='transformer_xl'")
 
-    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
-        super().__init__(cfg, causal, n_layers)
+    def __init__(
+        self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
+    ) -> None:
+        super().__init__(sizes, params, causal, n_layers)
         self.clamp_len = int(self.params["clamp_len"])
-        self.register_buffer("inv_freq", frequencies(cfg.d_model, float(self.params["base"])), persistent=False)
-        inner = cfg.n_heads * cfg.head_dim
-        self.proj = nn.ModuleList(Linear(cfg.d_model, inner, bias=False) for _ in range(n_layers))
+        self.register_buffer("inv_freq", frequencies(sizes.d_model, float(self.params["base"])), persistent=False)
+        inner = sizes.n_heads * sizes.head_dim
+        self.proj = nn.ModuleList(Linear(sizes.d_model, inner, bias=False) for _ in range(n_layers))
         n_bias = n_layers if self.params["untie_r"] else 1
-        self.u = nn.Parameter(torch.randn(n_bias, cfg.n_heads, cfg.head_dim) * cfg.init_std)
-        self.v = nn.Parameter(torch.randn(n_bias, cfg.n_heads, cfg.head_dim) * cfg.init_std)
+        self.u = nn.Parameter(torch.randn(n_bias, sizes.n_heads, sizes.head_dim) * sizes.init_std)
+        self.v = nn.Parameter(torch.randn(n_bias, sizes.n_heads, sizes.head_dim) * sizes.init_std)
 
     def sinusoid(self, dist: Tensor) -> Tensor:
         """R_d for distances d: (N,) -> (N, d_model), [sin | cos] layout."""

@@ -18,12 +18,16 @@ of about 69 * scale_base (35k with 512). float16 reaches e^11 only: about 9 * sc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from posformer.positions.base import PositionEncoding
 from posformer.positions.registry import register
 from posformer.positions.rotary import Rotary, check_rotary_params, rope_cos_sin, rope_inv_freq, rotary_dim
+from posformer.positions.sizes import Sizes
 
 
 def xpos_zeta(dim: int) -> Tensor:
@@ -51,9 +55,11 @@ class XPos(PositionEncoding):
             # zeta ** (pos / scale_base) leaves float32 within a few positions when scale_base is a tiny fraction
             raise cls.param_error(cls.name, "scale_base", base, "a number >= 1 (the xPos paper: 512)")
 
-    def __init__(self, cfg, causal: bool, n_layers: int) -> None:
-        super().__init__(cfg, causal, n_layers)
-        dim = rotary_dim(cfg.head_dim, float(self.params["rotary_fraction"]))
+    def __init__(
+        self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
+    ) -> None:
+        super().__init__(sizes, params, causal, n_layers)
+        dim = rotary_dim(sizes.head_dim, float(self.params["rotary_fraction"]))
         self.scale_base = float(self.params["scale_base"])
         self.register_buffer("inv_freq", rope_inv_freq(dim, float(self.params["theta"]))[0], persistent=False)
         self.register_buffer("zeta", xpos_zeta(dim), persistent=False)
