@@ -9,10 +9,10 @@ from posformer.positions.fire import FIRE
 from posformer.positions.kerple import KerpleLog
 from posformer.positions.params import PositionParams
 from posformer.positions.registry import build, get, names, register, usable
-from posformer.positions.sizes import Sizes
 from posformer.positions.relative_bert import RelativeKey, RelativeKeyQuery
 from posformer.positions.rotary import Rotary, apply_rotary, rope_inv_freq
 from posformer.positions.shaw import Shaw
+from posformer.positions.sizes import Sizes
 from posformer.positions.t5 import T5Bias, t5_bucket
 from posformer.positions.transformer_xl import TransformerXL
 from posformer.positions.xpos import XPos
