@@ -33,7 +33,8 @@ TRAINING = {  # windows holding the context and any question whole; steps that m
 
 def train_tiny_qa(directory: Path, head: str) -> Path:
     """Train `head` on the three GOLD questions about CONTEXT with `train_qa`, as `qa train` does; the run dir."""
-    from posformer.tasks.qa.job import QAJobOptions, train_qa
+    from posformer.tasks.qa.job import train_qa
+    from posformer.tasks.qa.options import QAJobOptions
 
     directory.mkdir(parents=True, exist_ok=True)
     data = directory / "data.jsonl"

@@ -42,14 +42,6 @@ def _check_token_id(name: str, value: Any) -> None:
         _fail(name, value, "None or a token id (an integer >= 0)")
 
 
-def check_token_in_vocabulary(name: str, value: Any, vocab_size: int, why: str) -> None:
-    """Raise `ValueError` unless `value` is a token id in [0, vocab_size): for the uses that feed a
-    special token id to the model or write it into its output. `name` is the field or argument,
-    `why` says what needs it as a token."""
-    if not (is_int(value) and 0 <= value < vocab_size):
-        fail(name, value, f"a token id in [0, vocab_size={vocab_size}): {why}")
-
-
 @dataclass
 class Config:
     """Everything needed to build a `posformer.Transformer`.

@@ -11,9 +11,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from posformer.config import Config, check_token_in_vocabulary
+from posformer.config import Config
 from posformer.generation import generate
-from posformer.modules.attention import CrossAttention
 from posformer.modules.cache import Cache
 from posformer.modules.heads import (
     IGNORE_INDEX,
@@ -25,15 +24,14 @@ from posformer.modules.heads import (
     span_loss,
     token_loss,
 )
-from posformer.modules.init import normal_init_, t5_init_
-from posformer.modules.norms import deepnorm_constants
+from posformer.modules.init import deepnorm_alphas, deepnorm_init_, normal_init_, t5_init_
 from posformer.modules.outputs import ModelOutput
 from posformer.modules.random_positions import sample_positions
 from posformer.modules.stack import Stack
 from posformer.ops.masks import build_mask
 from posformer.ops.packing import TokenPacking
-from posformer.utils.tensor_checks import check_in_range
-from posformer.utils.validation import check_int
+from posformer.utils.tensor_checks import check_in_range, check_shape, check_token_ids
+from posformer.utils.validation import check_int, check_token_in_vocabulary
 
 
 class Transformer(nn.Module):
@@ -54,7 +52,7 @@ class Transformer(nn.Module):
             self.decoder_embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
             self.decoder_token_types = nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size else None
         self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
-        alphas = self._deepnorm()
+        alphas = deepnorm_alphas(cfg)
         if cfg.arch in ("encoder", "encoder_decoder"):
             self.encoder = Stack(cfg, cfg.n_layers, causal=False, cross=False, alpha=alphas["encoder"][0])
         if cfg.arch in ("decoder", "encoder_decoder"):
@@ -63,43 +61,15 @@ class Transformer(nn.Module):
             )
         self.head = build_head(cfg)
         self.apply(self._init_weights)
-        self._init_deepnorm(alphas)
+        if cfg.norm == "deepnorm":
+            deepnorm_init_(self, alphas)
         self.tie_head()
         if cfg.init == "t5":
             t5_init_(self)
 
-    # ---------------------------------------------------------------- init
-    def _deepnorm(self) -> dict[str, tuple[float, float]]:
-        cfg = self.cfg
-        if cfg.norm != "deepnorm":
-            return {"encoder": (1.0, 1.0), "decoder": (1.0, 1.0)}
-        return {s: deepnorm_constants(cfg.arch, cfg.n_layers, cfg.decoder_layers, s) for s in ("encoder", "decoder")}
-
     def _init_weights(self, module: nn.Module) -> None:
         """The "normal" scheme (`posformer.modules.init`), which every `Config.init` starts from."""
         normal_init_(module, self.cfg.init_std)
-
-    def _init_deepnorm(self, constants: dict[str, tuple[float, float]]) -> None:
-        """DeepNet init: Xavier normal, with gain beta on the FFN, value and output projections."""
-        if self.cfg.norm != "deepnorm":
-            return
-        for name in ("encoder", "decoder"):
-            stack = getattr(self, name, None)
-            if stack is None:
-                continue
-            beta = constants[name][1]
-            for block in stack.layers:
-                for attn in filter(None, (block.attn, block.cross_attn)):
-                    cross = isinstance(attn, CrossAttention)
-                    fused = attn.kv if cross else attn.qkv
-                    nn.init.xavier_normal_(fused.weight)
-                    with torch.no_grad():
-                        fused.weight[-attn.kv_dim :] *= beta
-                    if cross:
-                        nn.init.xavier_normal_(attn.q.weight)
-                    nn.init.xavier_normal_(attn.out.weight, gain=beta)
-                nn.init.xavier_normal_(block.ffn.up.weight, gain=beta)
-                nn.init.xavier_normal_(block.ffn.down.weight, gain=beta)
 
     # ---------------------------------------------------------- embeddings
     def token_embeddings(self, stack: str = "encoder") -> tuple[nn.Embedding, nn.Embedding | None]:
@@ -129,37 +99,12 @@ class Transformer(nn.Module):
             self.head.proj.weight = words.weight
 
     # ------------------------------------------------------------- helpers
-    def _check_ids(self, ids: Tensor, name: str) -> None:
-        if not isinstance(ids, Tensor):
-            raise ValueError(f"{name} must be a tensor of token ids (batch, length), got {type(ids).__name__}")
-        if ids.dim() != 2:
-            raise ValueError(f"{name} must have shape (batch, length), got {tuple(ids.shape)}")
-        if 0 in ids.shape:
-            raise ValueError(
-                f"{name} must hold at least one sequence of at least one token, got shape {tuple(ids.shape)}"
-            )
-        if ids.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
-        check_in_range(
-            ids, 0, self.cfg.vocab_size, f"{name} must hold token ids in [0, vocab_size={self.cfg.vocab_size})"
-        )
-
-    @staticmethod
-    def _check_shape(value: Tensor, name: str, shape: tuple[int, int], integers: bool = False) -> None:
-        """`value` is a tensor of `shape` (of an integer dtype when `integers`); else a `ValueError` naming it."""
-        if not isinstance(value, Tensor):
-            raise ValueError(f"{name} must be a tensor of shape {shape}, got {type(value).__name__}")
-        if tuple(value.shape) != shape:
-            raise ValueError(f"{name} has shape {tuple(value.shape)}; expected (batch, length) = {shape}")
-        if integers and (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool):
-            raise ValueError(f"{name} must hold integers, got dtype {value.dtype}")
-
     @classmethod
     def _keep(cls, mask: Tensor | None, batch: int, length: int, name: str) -> Tensor | None:
         """Validate a (B, length) 0/1 padding mask and return it as bool."""
         if mask is None:
             return None
-        cls._check_shape(mask, name, (batch, length))
+        check_shape(mask, name, (batch, length))
         return mask.bool()
 
     def _positions(self, pos: Tensor | None, ids: Tensor, start: int, name: str) -> Tensor:
@@ -170,7 +115,7 @@ class Transformer(nn.Module):
             if self.training and self.cfg.random_positions is not None and start == 0:
                 return sample_positions(batch, length, self.cfg.random_positions, ids.device)
             return torch.arange(start, start + length, device=ids.device).expand(batch, length)
-        self._check_shape(pos, name, (batch, length), integers=True)
+        check_shape(pos, name, (batch, length), integers=True)
         return pos.long()
 
     def _embed(self, ids: Tensor, token_type_ids: Tensor | None = None, stack: str = "encoder") -> Tensor:
@@ -181,7 +126,7 @@ class Transformer(nn.Module):
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(ids)
             else:
-                self._check_shape(token_type_ids, "token_type_ids", tuple(ids.shape), integers=True)
+                check_shape(token_type_ids, "token_type_ids", tuple(ids.shape), integers=True)
                 check_in_range(
                     token_type_ids,
                     0,
@@ -201,7 +146,7 @@ class Transformer(nn.Module):
         output_attentions: bool = False,
     ) -> tuple[Tensor, list[Tensor]]:
         """Run the encoder stack: (B, S) ids -> (B, S, d_model)."""
-        self._check_ids(input_ids, "input_ids")
+        check_token_ids(input_ids, "input_ids", self.cfg.vocab_size)
         batch, length = input_ids.shape
         keep = self._keep(attention_mask, batch, length, "attention_mask")
         pos = self._positions(position_ids, input_ids, 0, "position_ids")
@@ -223,7 +168,7 @@ class Transformer(nn.Module):
 
         attention_mask covers the cached positions too: (B, len(cache) + T).
         """
-        self._check_ids(input_ids, "decoder input_ids")
+        check_token_ids(input_ids, "decoder input_ids", self.cfg.vocab_size)
         batch, length = input_ids.shape
         past = 0 if cache is None else len(cache)
         keep = self._keep(attention_mask, batch, past + length, "attention_mask (cached + new positions)")

@@ -1,16 +1,16 @@
-"""Relative encodings with learned or projected vectors: BERT relative_key(_query), Shaw,
-Transformer-XL and DeBERTa, against Hugging Face and against their formulas."""
+"""Relative encodings with learned or projected vectors: BERT relative_key(_query) against Hugging Face,
+Shaw against its formulas, and every such encoding (Transformer-XL and DeBERTa too) in a decoder: KV cache, left
+padding, SDPA against eager. Transformer-XL: test_positions_transformer_xl.py; DeBERTa:
+test_positions_deberta.py."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 import torch
 from torch import nn
 
 import posformer as pf
-from posformer.ops.masks import AttentionMask, build_mask
+from posformer.ops.masks import AttentionMask
 from tests.conftest import tiny
 
 NEW = ["relative_key", "relative_key_query", "shaw", "transformer_xl", "deberta"]
@@ -161,204 +161,6 @@ def test_shaw_rejects_bad_max_distance() -> None:
         tiny(position="shaw", position_params={"max_distance": 0})
 
 
-# --------------------------------------------------------------------------- Transformer-XL
-def _xl_bias_by_hand(xl, q, k, q_pos, k_pos, layer):
-    b_, h_, tq, dh = q.shape
-    d = xl.d_model
-    w = xl.proj[layer].weight  # (H * dh, d)
-    u, v = xl.u[layer], xl.v[layer]
-    k = k.repeat_interleave(h_ // k.shape[1], dim=1)
-    out = torch.zeros(b_, h_, tq, k.shape[2])
-    for b in range(b_):
-        for i in range(tq):
-            for j in range(k.shape[2]):
-                dist = float(q_pos[b, i] - k_pos[b, j])
-                r = torch.tensor(
-                    [math.sin(dist / 10000 ** (2 * m / d)) for m in range(d // 2)]
-                    + [math.cos(dist / 10000 ** (2 * m / d)) for m in range(d // 2)]
-                )
-                wr = (w @ r).view(h_, dh)
-                for h in range(h_):
-                    out[b, h, i, j] = xl.scale * (q[b, h, i] @ wr[h] + u[h] @ k[b, h, j] + v[h] @ wr[h])
-    return out
-
-
-@pytest.mark.parametrize("kv_heads", [4, 2])
-def test_transformer_xl_bias_is_the_four_term_formula(kv_heads: int) -> None:
-    cfg = tiny("decoder", position="transformer_xl", n_kv_heads=kv_heads)
-    xl = pf.positions.build(cfg, causal=True, n_layers=cfg.n_layers)
-    _randomize(xl, 0.5)
-    q = torch.randn(2, 4, 3, 8)
-    k = torch.randn(2, kv_heads, 5, 8)
-    k_pos = torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]])
-    q_pos = k_pos[:, 2:]
-    with torch.no_grad():
-        got = xl.bias(q, k, q_pos, k_pos, 1)
-        expected = _xl_bias_by_hand(xl, q, k, q_pos, k_pos, 1)
-    attended = (k_pos[:, None, :] <= q_pos[:, :, None])[:, None].expand_as(got)  # a causal stack's only pairs
-    torch.testing.assert_close(got[attended], expected[attended], atol=1e-5, rtol=1e-5)
-
-
-def test_transformer_xl_position_terms_depend_only_on_distance() -> None:
-    cfg = tiny("encoder", position="transformer_xl")
-    xl = pf.positions.build(cfg, causal=False, n_layers=cfg.n_layers)
-    _randomize(xl, 0.5)
-    q = torch.randn(1, 4, 1, 8).expand(1, 4, 9, 8)  # the same query at every position
-    k = torch.zeros(1, 4, 9, 8)  # no content term (c)
-    pos = torch.arange(9)[None]
-    with torch.no_grad():
-        bias = xl.bias(q, k, pos, pos, 0)
-        shifted = xl.bias(q, k, pos + 13, pos + 13, 0)
-    torch.testing.assert_close(bias, shifted, atol=1e-5, rtol=1e-5)
-    for i in range(9):
-        for j in range(9):
-            torch.testing.assert_close(bias[..., i, j], bias[..., i - min(i, j), j - min(i, j)])
-    assert not torch.allclose(bias[..., 3, 1], bias[..., 3, 2])
-
-
-def test_transformer_xl_attention_matches_hf_transfo_xl_layer() -> None:
-    """One decoder attention layer against HF's RelPartialLearnableMultiHeadAttn (post-norm residual)."""
-    from transformers.models.deprecated.transfo_xl.modeling_transfo_xl import (
-        PositionalEmbedding,
-        RelPartialLearnableMultiHeadAttn,
-    )
-
-    cfg = tiny("decoder", position="transformer_xl", n_layers=1, qkv_bias=False, attn_out_bias=False)
-    hf = RelPartialLearnableMultiHeadAttn(cfg.n_heads, cfg.d_model, cfg.head_dim, dropout=0.0).eval()
-    _randomize(hf, 0.3)
-    model = pf.Transformer(cfg).eval()
-    attn, xl = model.decoder.layers[0].attn, model.decoder.position
-    with torch.no_grad():
-        attn.qkv.weight.copy_(hf.qkv_net.weight)
-        attn.out.weight.copy_(hf.o_net.weight)
-        xl.proj[0].weight.copy_(hf.r_net.weight)
-        xl.u[0].copy_(hf.r_w_bias)
-        xl.v[0].copy_(hf.r_r_bias)
-        x = torch.randn(2, 6, cfg.d_model)
-        r = PositionalEmbedding(cfg.d_model)(torch.arange(5, -1, -1.0))
-        causal = torch.triu(torch.ones(6, 6, dtype=torch.bool), diagonal=1)[:, :, None]
-        expected = hf(x.transpose(0, 1), r, attn_mask=causal)[0].transpose(0, 1)
-        mask = build_mask(None, True, 6, 6, x.dtype, x.device)
-        out, _ = attn(x, mask, torch.arange(6).expand(2, 6))
-        got = hf.layer_norm(x + out)
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
-
-
-def test_transformer_xl_rejects_bad_clamp_len() -> None:
-    with pytest.raises(ValueError, match="clamp_len"):
-        tiny(position="transformer_xl", position_params={"clamp_len": 0})
-
-
-# ---------------------------------------------------------------------------------- DeBERTa
-def deberta_to_posformer(hf: nn.Module, ours: pf.Transformer) -> None:
-    """Copy a Hugging Face `DebertaV2Model` (share_att_key=False, no absolute positions) into `ours`."""
-    sd = hf.state_dict()
-    new = {
-        "embed_tokens.weight": sd["embeddings.word_embeddings.weight"],
-        "encoder.embed_norm.weight": sd["embeddings.LayerNorm.weight"],
-        "encoder.embed_norm.bias": sd["embeddings.LayerNorm.bias"],
-        "encoder.position.rel_embeddings.weight": sd["encoder.rel_embeddings.weight"],
-    }
-    if "encoder.LayerNorm.weight" in sd:
-        new["encoder.position.norm.weight"] = sd["encoder.LayerNorm.weight"]
-        new["encoder.position.norm.bias"] = sd["encoder.LayerNorm.bias"]
-    for i in range(ours.cfg.n_layers):
-        h, o = f"encoder.layer.{i}.", f"encoder.layers.{i}."
-        for kind in ("weight", "bias"):
-            new[o + f"attn.qkv.{kind}"] = torch.cat(
-                [sd[h + f"attention.self.{n}_proj.{kind}"] for n in ("query", "key", "value")]
-            )
-            new[o + f"attn.out.{kind}"] = sd[h + f"attention.output.dense.{kind}"]
-            new[o + f"attn_res.norm.{kind}"] = sd[h + f"attention.output.LayerNorm.{kind}"]
-            new[o + f"ffn.up.{kind}"] = sd[h + f"intermediate.dense.{kind}"]
-            new[o + f"ffn.down.{kind}"] = sd[h + f"output.dense.{kind}"]
-            new[o + f"ffn_res.norm.{kind}"] = sd[h + f"output.LayerNorm.{kind}"]
-            for proj in ("pos_key_proj", "pos_query_proj"):
-                if h + f"attention.self.{proj}.{kind}" in sd:
-                    new[f"encoder.position.{proj}.{i}.{kind}"] = sd[h + f"attention.self.{proj}.{kind}"]
-    ours.load_state_dict(new, strict=True)
-
-
-@pytest.mark.parametrize(
-    "buckets, max_rel, norm_rel_ebd, types",
-    [(8, 16, "layer_norm", ["p2c", "c2p"]), (-1, 6, "none", ["p2c", "c2p"]), (8, 12, "none", ["c2p"])],
-)
-def test_against_hf_deberta_v2(buckets: int, max_rel: int, norm_rel_ebd: str, types: list[str]) -> None:
-    from transformers import DebertaV2Config, DebertaV2Model
-
-    hf_cfg = DebertaV2Config(
-        vocab_size=61,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=48,
-        max_position_embeddings=64,
-        type_vocab_size=0,
-        relative_attention=True,
-        pos_att_type=types,
-        position_buckets=buckets,
-        max_relative_positions=max_rel,
-        share_att_key=False,
-        norm_rel_ebd=norm_rel_ebd,
-        position_biased_input=False,
-        hidden_act="gelu",
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        layer_norm_eps=1e-7,
-    )
-    hf = DebertaV2Model(hf_cfg).eval()
-    _randomize(hf)
-    cfg = pf.Config(
-        arch="encoder",
-        vocab_size=61,
-        d_model=32,
-        n_layers=2,
-        n_heads=4,
-        d_ff=48,
-        max_positions=64,
-        position="deberta",
-        norm_placement="post",
-        embed_norm=True,
-        activation="gelu",
-        norm_eps=1e-7,
-        head="none",
-        attn_scale=1 / math.sqrt(8 * (1 + len(types))),
-        position_params={
-            "position_buckets": buckets,
-            "max_relative_positions": max_rel,
-            "norm_rel_ebd": norm_rel_ebd,
-            "pos_att_type": types,
-        },
-    )
-    ours = pf.Transformer(cfg).eval()
-    deberta_to_posformer(hf, ours)
-    ids = torch.randint(1, 61, (2, 21))
-    mask = torch.ones_like(ids)
-    mask[1, -6:] = 0
-    with torch.no_grad():
-        expected = hf(input_ids=ids, attention_mask=mask).last_hidden_state
-        got = ours(ids, attention_mask=mask).last_hidden_state
-    # HF zeroes the embeddings of padded tokens, which changes only the padded rows' own outputs.
-    keep = mask.bool()
-    torch.testing.assert_close(got[keep], expected[keep], atol=1e-5, rtol=1e-5)
-
-
-def test_deberta_log_buckets_match_hf() -> None:
-    from transformers.models.deberta_v2.modeling_deberta_v2 import (
-        make_log_bucket_position,
-    )
-
-    rel = torch.arange(-600, 601)
-    for buckets, max_pos in ((256, 512), (8, 16), (32, 100)):
-        expected = make_log_bucket_position(rel, buckets, max_pos).long()
-        assert torch.equal(pf.positions.log_bucket_position(rel, buckets, max_pos), expected)
-
-
-def test_deberta_rejects_bad_pos_att_type() -> None:
-    with pytest.raises(ValueError, match="pos_att_type"):
-        tiny(position="deberta", position_params={"pos_att_type": ["c2c"]})
-
-
 # ------------------------------------------------------------- every new encoding in a decoder
 @pytest.mark.parametrize("position", NEW)
 @pytest.mark.parametrize("kv_heads", [4, 2])
@@ -407,19 +209,3 @@ def test_sdpa_equals_eager_in_an_encoder(position: str) -> None:
     with torch.no_grad():
         a, b = sdpa(ids, attention_mask=mask).logits, eager(ids, attention_mask=mask).logits
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("types", [["c2p", "p2c"], ["c2p"]])
-def test_deberta_default_scale_is_hugging_faces(types: list[str]) -> None:
-    """HF DeBERTa-v2 divides every term by sqrt(head_dim * (1 + number of position terms))."""
-    cfg = pf.Config(
-        arch="encoder",
-        vocab_size=20,
-        d_model=32,
-        n_layers=1,
-        n_heads=4,
-        position="deberta",
-        position_params={"pos_att_type": types},
-    )
-    assert cfg.scale == pytest.approx(1 / math.sqrt(8 * (1 + len(types))))
-    assert cfg.replace(attn_scale=0.5).scale == 0.5

@@ -1,6 +1,8 @@
-"""RoPE and xPos: the defining properties of the rotation (relative property, rotation matrix,
-layouts, norm, partial rotary, cached decoding). Oracles: explicit rotation matrices and
-torchscale's `XPOS` for xPos. Scalings against Hugging Face: test_positions_rope_scaling.py.
+"""RoPE and xPos: the defining properties of the rotation (relative property, rotation matrix and its
+gradient, layouts, norm, YaRN's attention factor, partial rotary) and p-RoPE. Oracles: explicit rotation
+matrices. xPos against torchscale: test_positions_xpos.py; KV-cached decoding and dynamic NTK:
+test_positions_rope_decoding.py; the cos/sin tables: test_positions_rope_tables.py; scalings against
+Hugging Face: test_positions_rope_scaling.py.
 """
 
 from __future__ import annotations
@@ -13,9 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import posformer as pf
-from posformer.positions import rope_inv_freq
 from tests.conftest import tiny
-from tests.positions.test_positions_rope_scaling import LLAMA31
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 LAYOUTS = ["half", "interleaved"]
@@ -241,122 +241,6 @@ def test_partial_rotary_leaves_the_other_dims_alone(position: str, layout: str, 
     assert not torch.allclose(q_rot[..., 1:, :r], q[..., 1:, :r])
 
 
-# ---------------------------------------------------------------------------------------- xPos
-def torchscale_xpos(x: torch.Tensor, downscale: bool, scale_base: float = 512.0) -> torch.Tensor:
-    """torchscale `XPOS.forward(x, offset=0, downscale)` for x (N, T, d): positions centred on T // 2."""
-    length, dim = x.shape[1], x.shape[2]
-    zeta = (torch.arange(0, dim, 2) + 0.4 * dim) / (1.4 * dim)
-    min_pos = -length // 2
-    scale = zeta ** torch.arange(min_pos, length + min_pos).to(zeta).div(scale_base)[:, None]
-    half = scale.shape[1]
-    angles = torch.arange(length, dtype=torch.float)[:, None] * (1.0 / (10000 ** (torch.arange(0, half) / half)))
-    sin, cos = angles.sin(), angles.cos()
-    if downscale:
-        scale = 1 / scale
-    sin, cos = ((t * scale).repeat_interleave(2, dim=-1) for t in (sin, cos))
-    rotated_two = torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
-    return x * cos + rotated_two * sin
-
-
-@pytest.mark.parametrize("scale_base", [512.0, 8.0])
-def test_xpos_scores_match_the_torchscale_reference(scale_base: float) -> None:
-    """Same scores as the reference; its centring cancels in q.k, so only the scores are comparable."""
-    enc = encoding("xpos", d_head=16, scale_base=scale_base)
-    q, k = torch.randn(1, 2, 11, 16), torch.randn(1, 2, 11, 16)
-    pos = torch.arange(11)[None]
-    q_rot, k_rot = enc.rotate(q, k, pos, pos, 0)
-    ref_q, ref_k = torchscale_xpos(q[0], False, scale_base), torchscale_xpos(k[0], True, scale_base)
-    torch.testing.assert_close(
-        q_rot[0] @ k_rot[0].transpose(-1, -2), ref_q @ ref_k.transpose(-1, -2), rtol=1e-5, atol=1e-5
-    )
-
-
-def test_xpos_is_rope_times_a_relative_decay() -> None:
-    """score_xpos(m, n) for a single pair i is score_rope(m, n) * zeta_i^((m - n) / scale_base)."""
-    xpos, rope = encoding("xpos", d_head=8).double(), encoding(layout="interleaved", d_head=8).double()
-    zeta = (torch.arange(0, 8, 2, dtype=torch.float64) + 3.2) / 11.2
-    for i in range(4):
-        q, k = torch.zeros(1, 1, 1, 8, dtype=torch.float64), torch.zeros(1, 1, 1, 8, dtype=torch.float64)
-        q[..., 2 * i : 2 * i + 2], k[..., 2 * i : 2 * i + 2] = torch.randn(2, dtype=torch.float64), torch.randn(2)
-        for m, n in [(10, 3), (700, 0), (5, 5), (2, 9)]:
-            expected = score(rope, q, k, m, n) * zeta[i] ** ((m - n) / 512)
-            torch.testing.assert_close(score(xpos, q, k, m, n), expected)
-
-
-def test_xpos_params_are_validated() -> None:
-    with pytest.raises(ValueError, match="scale_base"):
-        tiny("decoder", position="xpos", position_params={"scale_base": 0})
-    with pytest.raises(ValueError, match="scaling"):
-        tiny("decoder", position="xpos", position_params={"scaling": None})
-    assert pf.positions.get("xpos").defaults["scale_base"] == 512.0
-    assert "xpos" in pf.positions.names()
-
-
-# ------------------------------------------------------------------------------- KV-cached decoding
-def cached_logits(model: pf.Transformer, ids: torch.Tensor, prompt: int) -> torch.Tensor:
-    cache = pf.Cache(model.cfg.n_layers)
-    steps = [model(ids[:, :prompt], cache=cache).logits]
-    for t in range(prompt, ids.shape[1]):
-        steps.append(model(ids[:, t : t + 1], cache=cache).logits)
-    return torch.cat(steps, dim=1)
-
-
-@pytest.mark.parametrize(
-    "position, params",
-    [
-        ("rope", {"scaling": {"type": "linear", "factor": 4.0}}),
-        ("rope", {"scaling": {"type": "ntk", "factor": 4.0}, "layout": "interleaved"}),
-        ("rope", {"scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4}}),
-        ("rope", {"scaling": {**LLAMA31, "original_max_position_embeddings": 8}, "rotary_fraction": 0.5}),
-        ("rope", {"scaling": {"type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 11}}),
-        ("xpos", {}),
-        ("xpos", {"layout": "half", "scale_base": 4.0}),
-    ],
-    ids=["linear", "ntk", "yarn", "llama3", "dynamic", "xpos", "xpos-half"],
-)
-def test_kv_cache_equals_full_pass(position: str, params: dict) -> None:
-    """For "dynamic" only while the whole sequence stays within original_max_position_embeddings (11 here)."""
-    cfg = tiny("decoder", position=position, position_params=params, n_kv_heads=2, init_std=0.3)
-    model = pf.Transformer(cfg).eval()
-    ids = torch.randint(0, cfg.vocab_size, (2, 11))
-    torch.testing.assert_close(cached_logits(model, ids, 4), model(ids).logits, rtol=1e-5, atol=1e-5)
-
-
-def test_dynamic_cache_agrees_below_the_original_length_only() -> None:
-    """Dynamic NTK recomputes the frequencies per forward from its largest position (as Hugging Face does).
-    A cached step rotates its new key with the frequencies of its own length and keeps the older keys as
-    they were rotated; a full pass rotates every key with the frequencies of the whole length. So the
-    two agree while the length is <= original_max_position_embeddings (6) and legitimately differ after."""
-    scaling = {"type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 6}
-    cfg = tiny("decoder", position="rope", position_params={"scaling": scaling}, init_std=0.3)
-    model = pf.Transformer(cfg).eval()
-    ids = torch.randint(0, cfg.vocab_size, (2, 11))
-    cached = cached_logits(model, ids, 3)
-    torch.testing.assert_close(cached[:, :6], model(ids[:, :6]).logits, rtol=1e-5, atol=1e-5)
-    full = model(ids).logits
-    assert not torch.allclose(cached[:, 6:], full[:, 6:], rtol=1e-3, atol=1e-3)
-    assert not torch.allclose(full[:, :6], model(ids[:, :6]).logits, rtol=1e-3, atol=1e-3)
-    # within the original length dynamic NTK is plain RoPE
-    unscaled = pf.Transformer(cfg.replace(position_params={})).eval()
-    unscaled.load_state_dict(model.state_dict())
-    torch.testing.assert_close(cached[:, :6], unscaled(ids[:, :6]).logits, rtol=1e-5, atol=1e-5)
-
-
-def test_dynamic_rotates_with_the_frequencies_of_the_forward_length() -> None:
-    scaling = {"type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 8}
-    enc = encoding(layout="half", scaling=scaling).double()
-    q = torch.randn(1, 2, 3, 8, dtype=torch.float64)
-    pos = torch.tensor([[0, 5, 19]])
-    rotated, _ = enc.rotate(q, q, pos, pos, 0)
-    inv_freq = rope_inv_freq(8, 10000.0, scaling, seq_len=20)[0]
-    assert not torch.equal(inv_freq, rope_inv_freq(8)[0])
-    for t, m in enumerate([0, 5, 19]):
-        torch.testing.assert_close(rotated[0, :, t], q[0, :, t] @ rotation_matrix(inv_freq, m, "half", 8).T)
-    short = torch.tensor([[0, 5, 7]])  # length 8 <= 8: unscaled
-    rotated, _ = enc.rotate(q, q, short, short, 0)
-    torch.testing.assert_close(rotated[0, :, 2], q[0, :, 2] @ rotation_matrix(rope_inv_freq(8)[0], 7, "half", 8).T)
-
-
 # ------------------------------------------------------------------------------------------- p-RoPE
 @pytest.mark.parametrize("p, kept", [(0.5, 4), (0.25, 2), (0.0, 0), (1.0, 8)])
 def test_p_rope_leaves_the_dropped_dimensions_unrotated(p: float, kept: int) -> None:
@@ -378,50 +262,3 @@ def test_p_rope_leaves_the_dropped_dimensions_unrotated(p: float, kept: int) -> 
 def test_p_rope_fraction_outside_zero_one_is_named() -> None:
     with pytest.raises(ValueError, match=r"frequency_fraction.*1.5.*a number in \[0, 1\]"):
         tiny("decoder", position="rope", position_params={"frequency_fraction": 1.5})
-
-
-# --------------------------------------------------------------------------- the cos/sin tables as one operator
-def test_cos_sin_operator_passes_torch_opcheck() -> None:
-    """posformer::rope_cos_sin's schema, shape function and dispatch agree (torch.library.opcheck)."""
-    from posformer.positions.rotary import _cos_sin_op
-
-    pos = torch.tensor([[0, 3, 7, 2048], [5, 6, 7, 8]])
-    for inv_freq, factor in ((rope_inv_freq(8, 10000.0)[0], 1.0), (rope_inv_freq(16, 500.0)[0].double(), 0.7)):
-        torch.library.opcheck(_cos_sin_op, (pos, inv_freq, factor))
-
-
-def test_cos_sin_tables_are_the_formula_in_float64() -> None:
-    from posformer.positions.rotary import rope_cos_sin
-
-    pos = torch.randint(0, 100_000, (2, 9))
-    inv_freq = rope_inv_freq(32, 10000.0)[0].double()
-    cos, sin = rope_cos_sin(pos, inv_freq, 1.25)
-    angles = [[[[p * f for f in inv_freq.tolist()] for p in row]] for row in pos.tolist()]
-    assert cos.dtype == torch.float64 and cos.shape == (2, 1, 9, 16)
-    torch.testing.assert_close(cos, 1.25 * torch.tensor(angles, dtype=torch.float64).cos(), rtol=0, atol=1e-12)
-    torch.testing.assert_close(sin, 1.25 * torch.tensor(angles, dtype=torch.float64).sin(), rtol=0, atol=1e-12)
-
-
-def test_cos_sin_refuses_frequencies_that_need_a_gradient() -> None:
-    from posformer.positions.rotary import rope_cos_sin
-
-    with pytest.raises(ValueError, match="inv_freq must not require grad"):
-        rope_cos_sin(torch.arange(4)[None], torch.ones(2, requires_grad=True))
-
-
-def test_compiled_decoder_computes_the_tables_once_per_forward() -> None:
-    """Under torch.compile the tables are one node of the graph, not inlined into every layer's rotation."""
-    cfg = tiny("decoder", position="rope", n_layers=3)
-    model = pf.Transformer(cfg).eval()
-    graphs = []
-
-    def count_ops(gm: torch.fx.GraphModule, example_inputs):
-        graphs.append(sum(node.target is torch.ops.posformer.rope_cos_sin.default for node in gm.graph.nodes))
-        return gm.forward
-
-    ids = torch.randint(0, cfg.vocab_size, (2, 12))
-    with torch.no_grad():
-        expected = model(ids).logits
-        got = torch.compile(model, backend=count_ops, fullgraph=True)(ids).logits
-    torch.testing.assert_close(got, expected)
-    assert graphs == [1]

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 from posformer.cli.command import Command
-from posformer.tasks.qa.job import ANSWER_DEFAULTS as A
 from posformer.tasks.qa.job import GROUP_BATCHES
-from posformer.tasks.qa.job import PRETRAINED_DEFAULTS as P
-from posformer.tasks.qa.job import SCRATCH_DEFAULTS as S
+from posformer.tasks.qa.options import ANSWER_DEFAULTS as A
+from posformer.tasks.qa.options import PRETRAINED_DEFAULTS as P
+from posformer.tasks.qa.options import SCRATCH_DEFAULTS as S
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -49,7 +49,7 @@ def _options(args: argparse.Namespace):
     """The job options of a parsed `qa train` / `qa eval` command line."""
     from dataclasses import fields
 
-    from posformer.tasks.qa.job import QAJobOptions
+    from posformer.tasks.qa.options import QAJobOptions
 
     return QAJobOptions(**{f.name: getattr(args, f.name) for f in fields(QAJobOptions) if hasattr(args, f.name)})
 

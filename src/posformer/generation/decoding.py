@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from posformer.config import check_token_in_vocabulary
 from posformer.modules.cache import Cache
+from posformer.utils.validation import check_token_in_vocabulary
 
 
 class Decoding:

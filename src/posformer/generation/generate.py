@@ -22,11 +22,11 @@ from typing import Sequence, Union
 import torch
 from torch import Tensor
 
-from posformer.config import Config, check_token_in_vocabulary
+from posformer.config import Config
 from posformer.generation.beam_search import beam_search
 from posformer.generation.decoding import Decoding
 from posformer.generation.sampling import next_token
-from posformer.utils.validation import check_int, check_number, fail, is_int
+from posformer.utils.validation import check_int, check_number, check_token_in_vocabulary, fail, is_int
 
 EosIds = Union[int, Sequence[int], None]
 

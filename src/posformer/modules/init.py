@@ -26,6 +26,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from posformer.modules.attention import CrossAttention
+from posformer.modules.norms import deepnorm_constants
+
 
 def normal_init_(module: nn.Module, std: float) -> None:
     """The "normal" scheme for one module (use with `model.apply`)."""
@@ -76,3 +79,32 @@ def t5_init_(model: nn.Module) -> None:
         elif module is model.head:
             for linear in (m for m in module.modules() if isinstance(m, nn.Linear)):
                 draw(linear.weight, linear.in_features**-0.5)
+
+
+def deepnorm_alphas(cfg) -> dict[str, tuple[float, float]]:
+    """(alpha, beta) of DeepNet for the "encoder" and the "decoder" stack; (1, 1) unless `Config.norm` is deepnorm."""
+    if cfg.norm != "deepnorm":
+        return {"encoder": (1.0, 1.0), "decoder": (1.0, 1.0)}
+    return {s: deepnorm_constants(cfg.arch, cfg.n_layers, cfg.decoder_layers, s) for s in ("encoder", "decoder")}
+
+
+def deepnorm_init_(model: nn.Module, constants: dict[str, tuple[float, float]]) -> None:
+    """DeepNet init (Wang et al. 2022): Xavier normal, with gain beta on the FFN, value and output projections of
+    every block of `model.encoder` and `model.decoder`; `constants` from `deepnorm_alphas`."""
+    for name in ("encoder", "decoder"):
+        stack = getattr(model, name, None)
+        if stack is None:
+            continue
+        beta = constants[name][1]
+        for block in stack.layers:
+            for attn in filter(None, (block.attn, block.cross_attn)):
+                cross = isinstance(attn, CrossAttention)
+                fused = attn.kv if cross else attn.qkv
+                nn.init.xavier_normal_(fused.weight)
+                with torch.no_grad():
+                    fused.weight[-attn.kv_dim :] *= beta
+                if cross:
+                    nn.init.xavier_normal_(attn.q.weight)
+                nn.init.xavier_normal_(attn.out.weight, gain=beta)
+            nn.init.xavier_normal_(block.ffn.up.weight, gain=beta)
+            nn.init.xavier_normal_(block.ffn.down.weight, gain=beta)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 RESUMABLE_TRAINER_FIELDS = frozenset(
@@ -126,3 +127,18 @@ def check_resume(
 
 def _show(value: Any) -> str:
     return "unset" if value is None else json.dumps(value) if isinstance(value, str) else str(value)
+
+
+def check_same_model(checkpoint: Path, model_fields: dict) -> None:
+    """Refuse `checkpoint` when its model (config.json's "posformer" fields) differs from `model_fields`
+    (`Config.to_dict()`), naming each differing field with both values."""
+    saved = json.loads((checkpoint / "config.json").read_text()).get("posformer") or {}
+    ours = plain(model_fields)
+    differ = [(k, a, b) for k, a, b in differences(plain(saved), ours) if k in ours]
+    if differ:
+        values = ", ".join(f"{k}={a!r} in the checkpoint, {b!r} now" for k, a, b in differ)
+        raise ResumeConflict(
+            f"checkpoint {checkpoint} was written by a different model (fields "
+            f"{[k for k, _, _ in differ]}: {values}); resume with the same model settings, "
+            "or start a fresh run in another output dir"
+        )

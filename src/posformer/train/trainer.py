@@ -22,9 +22,6 @@ import dataclasses
 import json
 import math
 import os
-import signal
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,14 +37,14 @@ from posformer.checkpoints.atomic import write_text_atomic
 from posformer.model import Transformer
 from posformer.modules.heads import loss_only
 from posformer.train import distributed
+from posformer.train.interrupt import HeldInterrupt
 from posformer.train.metrics_log import MetricsLog, plot_losses
 from posformer.train.optim import build_optimizer, build_scheduler
 from posformer.train.resume_check import (
     RESUMABLE_TRAINER_FIELDS,
-    ResumeConflict,
     ResumePolicy,
     check_resume,
-    differences,
+    check_same_model,
     plain,
     settings_dict,
 )
@@ -84,39 +81,6 @@ def _json_dict(text) -> dict | None:
     except json.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
-
-
-class _HeldInterrupt:
-    """Holds Ctrl-C (SIGINT) until the step in flight has finished, so the checkpoint it triggers is exact.
-
-    A second Ctrl-C stops at once, without a checkpoint. Only in the main thread and
-    over Python's default handler; elsewhere Ctrl-C stops at once (the last checkpoint stays).
-    """
-
-    def __init__(self) -> None:
-        self.requested, self.previous = False, None
-
-    def _hold(self, signum: int, frame) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        print(
-            "\nCtrl-C: stopping after this step, with a checkpoint (press again to stop at once)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    def install(self) -> None:
-        if (
-            threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        ):
-            self.previous = signal.signal(signal.SIGINT, self._hold)
-
-    def restore(self) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
-            self.previous = None
 
 
 @dataclass
@@ -231,19 +195,6 @@ class Trainer:
         self.log(f"resumed from {checkpoint.path} (step {checkpoint.step})")
         return checkpoint.step
 
-    def _check_model(self, checkpoint: Path) -> None:
-        """Refuse a checkpoint of another model, naming each differing field with both values."""
-        saved = json.loads((checkpoint / "config.json").read_text()).get("posformer") or {}
-        ours = plain(self.model.cfg.to_dict())
-        differ = [(k, a, b) for k, a, b in differences(plain(saved), ours) if k in ours]
-        if differ:
-            values = ", ".join(f"{k}={a!r} in the checkpoint, {b!r} now" for k, a, b in differ)
-            raise ResumeConflict(
-                f"checkpoint {checkpoint} was written by a different model (fields "
-                f"{[k for k, _, _ in differ]}: {values}); resume with the same model settings, "
-                "or start a fresh run in another output dir"
-            )
-
     def _saved_run_config(self, state: dict) -> dict | None:
         """The run config the checkpoint was trained with: its own copy, else the run dir's run_config.yaml."""
         if "run_config" in state:
@@ -281,7 +232,7 @@ class Trainer:
         if self.resume_policy is not None and self.run_config is not None and saved_config is not None:
             without_model = [{k: v for k, v in c.items() if k != "model"} for c in (saved_config, self.run_config)]
             check_resume(*without_model, self.resume_policy, str(checkpoint), self.log)
-        self._check_model(checkpoint)
+        check_same_model(checkpoint, self.model.cfg.to_dict())
 
     # -------------------------------------------------------------- checkpoints
     def _save(self, step: int) -> Path | None:
@@ -403,7 +354,7 @@ class Trainer:
             disable=not (self.progress and self.ctx.is_main),
         )
         started, saved_at = time.monotonic(), step
-        ctrl_c = _HeldInterrupt()
+        ctrl_c = HeldInterrupt()
         try:
             ctrl_c.install()
             while step < s.steps:

@@ -45,3 +45,27 @@ def check_in_range(values: Tensor, low: int, high: int, message: str, allowed: i
     if allowed is not None:
         inside |= values == allowed
     check_values(inside.all(), message, lambda: f"values in [{int(values.min())}, {int(values.max())}]")
+
+
+def check_shape(value: Tensor, name: str, shape: tuple[int, int], integers: bool = False) -> None:
+    """`value` is a tensor of `shape` (of an integer dtype when `integers`); else a `ValueError` naming it."""
+    if not isinstance(value, Tensor):
+        raise ValueError(f"{name} must be a tensor of shape {shape}, got {type(value).__name__}")
+    if tuple(value.shape) != shape:
+        raise ValueError(f"{name} has shape {tuple(value.shape)}; expected (batch, length) = {shape}")
+    if integers and (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool):
+        raise ValueError(f"{name} must hold integers, got dtype {value.dtype}")
+
+
+def check_token_ids(ids: Tensor, name: str, vocab_size: int) -> None:
+    """`ids` is a non-empty (batch, length) integer tensor of ids in [0, vocab_size); else a `ValueError` naming it
+    (on an accelerator the range is checked on the device, `check_in_range`)."""
+    if not isinstance(ids, Tensor):
+        raise ValueError(f"{name} must be a tensor of token ids (batch, length), got {type(ids).__name__}")
+    if ids.dim() != 2:
+        raise ValueError(f"{name} must have shape (batch, length), got {tuple(ids.shape)}")
+    if 0 in ids.shape:
+        raise ValueError(f"{name} must hold at least one sequence of at least one token, got shape {tuple(ids.shape)}")
+    if ids.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
+    check_in_range(ids, 0, vocab_size, f"{name} must hold token ids in [0, vocab_size={vocab_size})")

@@ -117,3 +117,11 @@ def _interval(low: float | None, high: float | None, low_open: bool, high_open: 
     if high is not None:
         return f"a number {'<' if high_open else '<='} {high:g}"
     return "a finite number"
+
+
+def check_token_in_vocabulary(name: str, value: Any, vocab_size: int, why: str) -> None:
+    """Raise `ValueError` unless `value` is a token id in [0, vocab_size): for the uses that feed a
+    special token id to the model or write it into its output. `name` is the field or argument,
+    `why` says what needs it as a token."""
+    if not (is_int(value) and 0 <= value < vocab_size):
+        fail(name, value, f"a token id in [0, vocab_size={vocab_size}): {why}")

@@ -9,7 +9,7 @@ import pytest
 
 from posformer.tasks.qa import ask as qa_ask
 from posformer.tasks.qa.ask import Answer, Question, ask, questions_from_flags, questions_from_lines, read_questions
-from posformer.tasks.qa.job import QAJobOptions
+from posformer.tasks.qa.options import QAJobOptions
 from posformer.tasks.qa.predictor import QAPredictions
 
 

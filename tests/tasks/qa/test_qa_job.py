@@ -6,14 +6,9 @@ import pytest
 import yaml
 
 import posformer as pf
-from posformer.tasks.qa.job import (
-    PREDICTION_OPTIONS,
-    PRETRAINED_DEFAULTS,
-    QAJobOptions,
-    prediction_options,
-    print_report,
-)
+from posformer.tasks.qa.job import prediction_options, print_report
 from posformer.tasks.qa.models import model_head
+from posformer.tasks.qa.options import PREDICTION_OPTIONS, PRETRAINED_DEFAULTS, QAJobOptions
 from tests.conftest import tiny
 
 STORED = dict(

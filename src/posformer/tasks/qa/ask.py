@@ -30,8 +30,9 @@ from torch import nn
 from posformer.data.squad import QAExample
 from posformer.data.text import read_utf8
 from posformer.model import Transformer
-from posformer.tasks.qa.job import QAJobOptions, prediction_options, qa_predictor
+from posformer.tasks.qa.job import prediction_options, qa_predictor
 from posformer.tasks.qa.models import load_qa_model
+from posformer.tasks.qa.options import QAJobOptions
 
 FIELDS = ("context", "question")
 

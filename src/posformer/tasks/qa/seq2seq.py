@@ -35,7 +35,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import Tensor
 
-from posformer.config import Config, check_token_in_vocabulary
+from posformer.config import Config
 from posformer.data.stable_unigram import canonical_unigram
 from posformer.model import Transformer
 from posformer.tasks.qa.predictor import QAPredictions, check_windows
@@ -47,7 +47,7 @@ from posformer.tasks.qa.windows import (
     seq2seq_eval_windows,
     seq2seq_training_features,
 )
-from posformer.utils.validation import check_int, check_number
+from posformer.utils.validation import check_int, check_number, check_token_in_vocabulary
 
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
 TOKENIZER_KINDS = ("unigram", "bpe")
