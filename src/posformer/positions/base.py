@@ -15,7 +15,7 @@ KV-cached decoding and left padding are correct for every encoding.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -25,9 +25,6 @@ from posformer.positions.params import ParameterRules
 from posformer.positions.per_forward import PerForward
 from posformer.positions.sizes import Sizes
 from posformer.utils.tensor_checks import check_values
-
-if TYPE_CHECKING:
-    pass
 
 
 class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
