@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from posformer.bench.mlm import RUNS, format_report, run  # noqa: E402
+from posformer.bench.mlm import RUNS, MLMOptions, format_report, run  # noqa: E402
 from posformer.cli import main  # noqa: E402
 
 TINY = dict(
@@ -27,7 +27,7 @@ TINY = dict(
 
 
 def test_the_three_runs_compute_one_loss_and_their_ratios_to_hf():
-    result = run(**TINY)
+    result = run(MLMOptions(**TINY))
     losses = result["first_loss"]
     assert set(losses) == set(RUNS)
     assert losses["posformer"] == pytest.approx(losses["hf"], abs=1e-5)

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from posformer.bench.positions import BASELINE, positions_config, run
+from posformer.bench.positions import BASELINE, PositionsOptions, positions_config, run
 from posformer.cli import main
 from posformer.positions import registry
 
@@ -16,7 +16,7 @@ TINY = dict(
 
 @pytest.mark.parametrize("arch", ["decoder", "encoder", "encoder_decoder"])
 def test_every_registered_encoding_is_timed_against_none(arch):
-    result = run(arch=arch, **TINY)
+    result = run(PositionsOptions(arch=arch, **TINY))
     for phase in ("forward", "train"):
         rows = result[phase]
         assert list(rows)[0] == BASELINE and set(rows) == set(registry.usable(arch))
@@ -104,11 +104,11 @@ def test_bad_options_are_usage_errors(argv, message, capsys):
 def test_flex_runs_the_encodings_it_takes_and_the_others_as_before():
     torch = pytest.importorskip("torch")
     torch._dynamo.reset()
-    result = run(encodings=["alibi", "t5", "fire", "shaw"], attn="flex", train=False, **TINY)
+    result = run(PositionsOptions(encodings=["alibi", "t5", "fire", "shaw"], attn="flex", train=False, **TINY))
     assert result["attn"] == {"none": "flex", "alibi": "flex", "t5": "flex", "fire": "sdpa", "shaw": "eager"}
     assert set(result["forward"]) == set(result["attn"]) and "train" not in result
 
 
 def test_flex_training_on_the_cpu_is_refused_with_the_remedy():
     with pytest.raises(ValueError, match="add --skip-train or --device cuda"):
-        run(encodings=["alibi"], attn="flex", **TINY)
+        run(PositionsOptions(encodings=["alibi"], attn="flex", **TINY))

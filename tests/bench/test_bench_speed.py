@@ -4,24 +4,16 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from posformer.bench.speed import format_report, ratio_key, run  # noqa: E402
+from posformer.bench.speed import SpeedOptions, format_report, ratio_key, run  # noqa: E402
 from posformer.bench.x_transformers_peer import x_transformers_available  # noqa: E402
+
+TINY = dict(
+    batch=2, length=16, d_model=32, layers=1, heads=4, vocab=128, d_ff=64, warmup=0, iters=1, threads=1, progress=False
+)
 
 
 def test_run_tiny_reports_positive_throughput_and_ratios():
-    result = run(
-        batch=2,
-        length=16,
-        d_model=32,
-        layers=1,
-        heads=4,
-        vocab=128,
-        d_ff=64,
-        warmup=0,
-        iters=1,
-        threads=1,
-        progress=False,
-    )
+    result = run(SpeedOptions(**TINY))
     peers = ["hf"] + (["x_transformers"] if x_transformers_available() else [])
     assert list(result["peer_params"]) == peers
     for phase in ("forward", "train"):
@@ -55,20 +47,7 @@ def test_x_transformers_peer_trains_on_the_next_token_loss():
 
 
 def test_compiled_run_reports_its_compile_time_apart():
-    result = run(
-        batch=2,
-        length=16,
-        d_model=32,
-        layers=1,
-        heads=4,
-        vocab=128,
-        d_ff=64,
-        warmup=0,
-        iters=1,
-        threads=1,
-        progress=False,
-        compile=True,
-    )
+    result = run(SpeedOptions(**TINY, compile=True))
     assert result["compile"] is True and set(result["compile_s"]) == {"forward", "train"}
     assert all(seconds > 0 for seconds in result["compile_s"].values())
     assert result["train"]["posformer_tok_s"] > 0

@@ -251,3 +251,9 @@ def test_split_real_dev(dev):
     train, held = split_by_article(dev.examples, eval_fraction=0.2, seed=0)
     assert len({ex.title for ex in held}) == 7 and len(train) + len(held) == 11873
     assert {ex.title for ex in train}.isdisjoint({ex.title for ex in held})
+
+
+def test_a_hub_dataset_without_the_datasets_library_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ImportError
+    with pytest.raises(RuntimeError, match=r"--dataset-name squad_v2 needs .*pip install 'posformer\[datasets\]'"):
+        load_hf_dataset("squad_v2", "train")

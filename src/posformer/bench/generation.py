@@ -16,14 +16,38 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
 import posformer as pf
+from posformer.bench.options import ReportOptions
 from posformer.bench.speed import _transformers, measure_interleaved, torch_threads
+from posformer.utils.options import check_options, option
 
 NAMES = ("posformer", "hf")
+
+
+@dataclass
+class GenerationOptions(ReportOptions):
+    """The options of `posformer bench --generation`; the model is GPT-2 small's shape by default."""
+
+    batches: list[int] = option(
+        default_factory=lambda: [1, 8],
+        help="batch sizes to measure, each in turn",
+        flag="--batch",
+        minimum=1,
+        metavar="N",
+    )
+    new_tokens: int = option(128, "tokens generated per sequence (no eos stop)", minimum=1)
+    prompt_length: int = option(16, "random prompt tokens per sequence", minimum=1)
+    d_model: int = option(768, "hidden size (n_embd)", minimum=1)
+    layers: int = option(12, "number of layers (n_layer)", minimum=1)
+    heads: int = option(12, "attention heads (n_head)", minimum=1)
+    vocab: int = option(50257, "vocabulary size", minimum=1)
+    warmup: int = option(1, "untimed generate calls per model before timing, per batch size", minimum=0)
+    iters: int = option(3, "timed generate calls per model, per batch size; the median is reported", minimum=1)
 
 
 def hf_gpt2(
@@ -70,37 +94,19 @@ def _steps(
     return {"posformer": ours, "hf": theirs}
 
 
-def run(
-    batches: tuple[int, ...] = (1, 8),
-    new_tokens: int = 128,
-    prompt_length: int = 16,
-    d_model: int = 768,
-    layers: int = 12,
-    heads: int = 12,
-    vocab: int = 50257,
-    warmup: int = 1,
-    iters: int = 3,
-    threads: int | None = None,
-    progress: bool = True,
-    seed: int = 0,
-) -> dict[str, Any]:
+def run(options: GenerationOptions) -> dict[str, Any]:
     """Benchmark greedy generation per batch size; per batch: `posformer_tok_s`, `hf_tok_s`,
     `ratio` = posformer / HF, the timed seconds of each model and `same_tokens`."""
-    for name, value, low in (
-        ("new_tokens", new_tokens, 1),
-        ("prompt_length", prompt_length, 1),
-        ("iters", iters, 1),
-        ("warmup", warmup, 0),
-    ):
-        if value < low:
-            raise ValueError(f"{name}={value} is invalid: expected an integer >= {low}")
-    if not batches or min(batches) < 1:
-        raise ValueError(f"batches={batches} is invalid: expected one or more integers >= 1")
-    if prompt_length + new_tokens > 1024:
-        raise ValueError(f"prompt_length + new_tokens = {prompt_length + new_tokens} exceeds GPT-2's 1024 positions")
+    check_options(options)
+    if not options.batches:
+        raise ValueError("batches=[] is invalid: expected one or more batch sizes")
+    if options.prompt_length + options.new_tokens > 1024:
+        raise ValueError(
+            f"prompt_length + new_tokens = {options.prompt_length + options.new_tokens} exceeds GPT-2's 1024 positions"
+        )
     transformers = _transformers()
-    with torch_threads(threads) as threads:
-        hf = hf_gpt2(d_model, layers, heads, vocab, seed=seed)
+    with torch_threads(options.threads) as threads:
+        hf = hf_gpt2(options.d_model, options.layers, options.heads, options.vocab, seed=options.seed)
         with tempfile.TemporaryDirectory(prefix="posformer-bench-") as directory:
             hf.save_pretrained(directory, safe_serialization=True)
             models = {"posformer": pf.from_hf(directory).eval(), "hf": hf}
@@ -109,22 +115,27 @@ def run(
             "transformers": transformers.__version__,
             "threads": threads,
             "dtype": "float32",
-            "new_tokens": new_tokens,
-            "prompt_length": prompt_length,
-            "warmup": warmup,
-            "iters": iters,
+            "new_tokens": options.new_tokens,
+            "prompt_length": options.prompt_length,
+            "warmup": options.warmup,
+            "iters": options.iters,
             "params": models["posformer"].num_parameters(),
-            "shape": {"d_model": d_model, "layers": layers, "heads": heads, "vocab": vocab},
+            "shape": {
+                "d_model": options.d_model,
+                "layers": options.layers,
+                "heads": options.heads,
+                "vocab": options.vocab,
+            },
             "attn": {"posformer": models["posformer"].cfg.attn_impl, "hf": hf.config._attn_implementation},
             "batches": {},
         }
-        generator = torch.Generator().manual_seed(seed)
-        for batch in batches:
-            ids = torch.randint(0, vocab, (batch, prompt_length), generator=generator)
+        generator = torch.Generator().manual_seed(options.seed)
+        for batch in options.batches:
+            ids = torch.randint(0, options.vocab, (batch, options.prompt_length), generator=generator)
             outputs: dict[str, torch.Tensor] = {}
-            steps = _steps(models, ids, new_tokens, outputs)
-            times = measure_interleaved(steps, warmup, iters, f"batch {batch}", progress)
-            ours, theirs = (batch * new_tokens / statistics.median(times[name]) for name in NAMES)
+            steps = _steps(models, ids, options.new_tokens, outputs)
+            times = measure_interleaved(steps, options.warmup, options.iters, f"batch {batch}", options.progress)
+            ours, theirs = (batch * options.new_tokens / statistics.median(times[name]) for name in NAMES)
             result["batches"][batch] = {
                 "posformer_tok_s": ours,
                 "hf_tok_s": theirs,

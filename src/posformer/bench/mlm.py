@@ -13,17 +13,38 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 import posformer as pf
+from posformer.bench.options import DeviceOptions, ReportOptions
 from posformer.bench.runtime import PRECISIONS, Runtime
 from posformer.bench.speed import _transformers, measure_interleaved, torch_threads, train_step
 from posformer.modules.heads import IGNORE_INDEX, loss_only
-from posformer.utils.validation import check_int, check_number
+from posformer.utils.options import check_options, option
 
 RUNS = {"posformer": "posformer, loss alone", "posformer_logits": "posformer, with logits", "hf": "HF"}
+
+
+@dataclass
+class MLMOptions(ReportOptions, DeviceOptions):
+    """The options of `posformer bench --mlm`: by default all-MiniLM-L6-v2's shape."""
+
+    threads: int | None = 2
+    batch: int = option(16, "sequences per step", minimum=1)
+    length: int = option(256, "tokens per sequence", minimum=2)
+    d_model: int = option(384, "hidden size (all-MiniLM-L6-v2's)", minimum=1)
+    layers: int = option(6, "encoder layers", minimum=1)
+    heads: int = option(12, "attention heads", minimum=1)
+    d_ff: int = option(1536, "feed-forward inner size", minimum=1)
+    vocab: int = option(30522, "vocabulary size (BERT's uncased)", minimum=1)
+    mask_rate: float = option(
+        0.15, "share of positions that keep a label (BERT's 15%); the others are -100", low=0, high=1, low_open=True
+    )
+    warmup: int = option(1, "untimed rounds before timing", minimum=0)
+    iters: int = option(5, "timed rounds (each runs every model once)", minimum=1)
 
 
 def hf_bert_model(d_model: int, layers: int, heads: int, d_ff: int, vocab: int, length: int) -> Any:
@@ -49,39 +70,21 @@ def masked_labels(ids: torch.Tensor, mask_rate: float, generator: torch.Generato
     return ids.masked_fill(~keep, IGNORE_INDEX)
 
 
-def run(
-    batch: int = 16,
-    length: int = 256,
-    d_model: int = 384,
-    layers: int = 6,
-    heads: int = 12,
-    d_ff: int = 1536,
-    vocab: int = 30522,
-    mask_rate: float = 0.15,
-    warmup: int = 1,
-    iters: int = 5,
-    threads: int | None = None,
-    seed: int = 0,
-    progress: bool = True,
-    device: str = "cpu",
-    precision: str = "fp32",
-) -> dict[str, Any]:
+def run(options: MLMOptions) -> dict[str, Any]:
     """Time the training steps; return the setup, per run its tokens/s (`{key}_tok_s`) and step seconds
     (`{key}_s`), each run's first loss (`first_loss`: the same function, so equal up to float reordering) and the
     ratios to HF (`ratio`: the loss alone, `ratio_logits`: with logits)."""
-    for name, value, low in (("batch", batch, 1), ("length", length, 2), ("iters", iters, 1), ("warmup", warmup, 0)):
-        check_int(name, value, minimum=low)
-    check_number("mask_rate", mask_rate, 0.0, 1.0, low_open=True)
-    runtime = Runtime.of(device, precision)
-    with torch_threads(threads) as threads:
-        torch.manual_seed(seed)
-        hf = hf_bert_model(d_model, layers, heads, d_ff, vocab, length)
+    check_options(options)
+    runtime = Runtime.of(options.device, options.precision)
+    with torch_threads(options.threads) as threads:
+        torch.manual_seed(options.seed)
+        hf = hf_bert_model(options.d_model, options.layers, options.heads, options.d_ff, options.vocab, options.length)
         with tempfile.TemporaryDirectory() as directory:
             hf.save_pretrained(directory)
             ours = pf.from_hf(directory)
-        generator = torch.Generator().manual_seed(seed)
-        ids = torch.randint(0, vocab, (batch, length), generator=generator)
-        labels = masked_labels(ids, mask_rate, generator)
+        generator = torch.Generator().manual_seed(options.seed)
+        ids = torch.randint(0, options.vocab, (options.batch, options.length), generator=generator)
+        labels = masked_labels(ids, options.mask_rate, generator)
         inputs = {"input_ids": ids.to(runtime.device), "labels": labels.to(runtime.device)}
         models = {"posformer": ours, "posformer_logits": ours, "hf": hf}  # posformer's runs: one model, two AdamWs
         arguments = {"posformer": loss_only(ours.cfg.head_kind), "posformer_logits": {}, "hf": {}}
@@ -91,25 +94,25 @@ def run(
             with torch.no_grad(), runtime.autocast():
                 first_loss[name] = float(model(**inputs, **arguments[name]).loss)
         steps = {name: train_step(model, {**inputs, **arguments[name]}, runtime) for name, model in models.items()}
-        times = measure_interleaved(steps, warmup, iters, "train", progress)
-    tokens = batch * length
+        times = measure_interleaved(steps, options.warmup, options.iters, "train", options.progress)
+    tokens = options.batch * options.length
     result: dict[str, Any] = {
         "torch": torch.__version__,
         "transformers": _transformers().__version__,
         "threads": threads,
         "device": runtime.name(),
-        "precision": precision,
-        "batch": batch,
-        "length": length,
-        "d_model": d_model,
-        "layers": layers,
-        "heads": heads,
-        "d_ff": d_ff,
-        "vocab": vocab,
-        "mask_rate": mask_rate,
+        "precision": options.precision,
+        "batch": options.batch,
+        "length": options.length,
+        "d_model": options.d_model,
+        "layers": options.layers,
+        "heads": options.heads,
+        "d_ff": options.d_ff,
+        "vocab": options.vocab,
+        "mask_rate": options.mask_rate,
         "labelled_tokens": int((labels != IGNORE_INDEX).sum()),
-        "warmup": warmup,
-        "iters": iters,
+        "warmup": options.warmup,
+        "iters": options.iters,
         "params": sum(p.numel() for p in ours.parameters()),
         "first_loss": first_loss,
     }

@@ -12,18 +12,42 @@ of them alike; an encoding's relative time is the median of its timed rounds div
 from __future__ import annotations
 
 import statistics
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 import posformer as pf
+from posformer.bench.options import DeviceOptions, LlamaShapeOptions, ReportOptions
 from posformer.bench.runtime import PRECISIONS, Runtime
 from posformer.bench.speed import time_phases, torch_threads
 from posformer.positions import registry
+from posformer.utils.options import check_options, option
 
 BASELINE = "none"
 ARCHS = ("decoder", "encoder", "encoder_decoder")
 ATTENTION = ("sdpa", "flex")
+
+
+@dataclass
+class PositionsOptions(ReportOptions, DeviceOptions, LlamaShapeOptions):
+    """The options of `posformer bench --positions`: one model per encoding, the llama preset's parts."""
+
+    batch: int = 4
+    layers: int = 4
+    encodings: list[str] | None = option(
+        None,
+        "encodings to measure (none is always measured, as the baseline); default: every registered one that "
+        f"--arch can use ({', '.join(registry.names())})",
+        metavar="NAME",
+    )
+    arch: str = option("decoder", "the stack(s) every model has", choices=ARCHS)
+    attn: str = option(
+        "sdpa",
+        "sdpa: SDPA wherever the encoding allows it, else eager; flex: FlexAttention (score_mod) for the encodings "
+        "it takes, the rest as sdpa (training it needs CUDA)",
+        choices=ATTENTION,
+    )
 
 
 def positions_config(
@@ -75,16 +99,10 @@ def _runs_as(position: str, attn: str) -> str:
     return chosen if chosen == "flex" or registry.get(position).sdpa_compatible else "eager"
 
 
-def _check(encodings: Sequence[str], arch: str, attn: str, sizes: dict[str, int]) -> list[str]:
-    """The encodings to measure, `none` first; ValueError naming a bad encoding, arch, attention or size."""
-    if arch not in ARCHS:
-        raise ValueError(f"arch={arch!r} is invalid: expected one of {', '.join(ARCHS)}")
-    if attn not in ATTENTION:
-        raise ValueError(f"attn={attn!r} is invalid: expected one of {', '.join(ATTENTION)}")
-    for name, value in sizes.items():
-        low = 0 if name == "warmup" else 1
-        if value < low:
-            raise ValueError(f"{name}={value} is invalid: expected an integer >= {low}")
+def _encodings(options: PositionsOptions) -> list[str]:
+    """The encodings to measure, `none` first; ValueError naming a bad option or an unknown encoding."""
+    check_options(options)
+    encodings = registry.usable(options.arch) if options.encodings is None else options.encodings
     unknown = sorted(set(encodings) - set(registry.names()))
     if unknown:
         raise ValueError(f"unknown encoding(s) {unknown}: expected names from {', '.join(registry.names())}")
@@ -103,79 +121,65 @@ def _relative(times: dict[str, list[float]], tokens: int) -> dict[str, dict[str,
     }
 
 
-def run(
-    encodings: Sequence[str] | None = None,
-    arch: str = "decoder",
-    batch: int = 4,
-    length: int = 512,
-    d_model: int = 512,
-    layers: int = 4,
-    heads: int = 8,
-    vocab: int = 8192,
-    d_ff: int = 1376,
-    warmup: int = 1,
-    iters: int = 3,
-    threads: int | None = None,
-    train: bool = True,
-    progress: bool = True,
-    seed: int = 0,
-    device: str = "cpu",
-    precision: str = "fp32",
-    attn: str = "sdpa",
-) -> dict[str, Any]:
+def run(options: PositionsOptions) -> dict[str, Any]:
     """Time each encoding's model (default: every registered encoding `arch` can use); return the setup and, per phase
     ("forward", "train"), for each encoding its `relative` time (median / median of `none`), `tok_s` and
     the timed seconds per round.
 
     device, precision: as `posformer.bench.speed.run`. attn "flex": FlexAttention for every encoding that
     takes it (training it needs CUDA: PyTorch has no FlexAttention backward on the CPU)."""
-    names = _check(
-        registry.usable(arch) if encodings is None else encodings,
-        arch,
-        attn,
-        dict(
-            batch=batch,
-            length=length,
-            d_model=d_model,
-            layers=layers,
-            heads=heads,
-            vocab=vocab,
-            d_ff=d_ff,
-            iters=iters,
-            warmup=warmup,
-        ),
-    )
-    runtime = Runtime.of(device, precision)
-    if attn == "flex" and train and runtime.device.type == "cpu":
+    names = _encodings(options)
+    runtime = Runtime.of(options.device, options.precision)
+    if options.attn == "flex" and options.train and runtime.device.type == "cpu":
         raise ValueError(
             "attn='flex' trains only on CUDA (PyTorch has no FlexAttention backward on the CPU): "
             "add --skip-train or --device cuda"
         )
-    with torch_threads(threads) as threads:
+    with torch_threads(options.threads) as threads:
         models = {}
         for name in names:
-            torch.manual_seed(seed)
-            cfg = positions_config(name, arch, d_model, layers, heads, vocab, d_ff, length, attn)
+            torch.manual_seed(options.seed)
+            cfg = positions_config(
+                name,
+                options.arch,
+                options.d_model,
+                options.layers,
+                options.heads,
+                options.vocab,
+                options.d_ff,
+                options.length,
+                options.attn,
+            )
             models[name] = pf.Transformer(cfg).to(runtime.device)
-        ids = torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
+        ids = torch.randint(
+            0, options.vocab, (options.batch, options.length), generator=torch.Generator().manual_seed(options.seed)
+        )
         ids = ids.to(runtime.device)
-        tokens = batch * length
+        tokens = options.batch * options.length
         result: dict[str, Any] = {
             "torch": torch.__version__,
             "threads": threads,
             "device": runtime.name(),
-            "precision": precision,
-            "arch": arch,
-            "batch": batch,
-            "length": length,
+            "precision": options.precision,
+            "arch": options.arch,
+            "batch": options.batch,
+            "length": options.length,
             "tokens_per_iter": tokens,
-            "warmup": warmup,
-            "iters": iters,
-            "shape": {"d_model": d_model, "layers": layers, "heads": heads, "vocab": vocab, "d_ff": d_ff},
-            "attn": {name: _runs_as(name, attn) for name in names},
+            "warmup": options.warmup,
+            "iters": options.iters,
+            "shape": {
+                "d_model": options.d_model,
+                "layers": options.layers,
+                "heads": options.heads,
+                "vocab": options.vocab,
+                "d_ff": options.d_ff,
+            },
+            "attn": {name: _runs_as(name, options.attn) for name in names},
         }
-        inputs = {"input_ids": ids, **({"decoder_input_ids": ids} if arch == "encoder_decoder" else {})}
-        for phase, times in time_phases(models, inputs, ids, warmup, iters, train, progress, runtime).items():
+        inputs = {"input_ids": ids, **({"decoder_input_ids": ids} if options.arch == "encoder_decoder" else {})}
+        for phase, times in time_phases(
+            models, inputs, ids, options.warmup, options.iters, options.train, options.progress, runtime
+        ).items():
             result[phase] = _relative(times, tokens)
         return result
 

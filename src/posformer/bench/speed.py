@@ -16,6 +16,7 @@ from __future__ import annotations
 import statistics
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
@@ -24,13 +25,27 @@ from tqdm import tqdm
 
 import posformer as pf
 from posformer.bench.flops import forward_flops_per_token, train_flops_per_token
+from posformer.bench.options import DeviceOptions, LlamaShapeOptions, ReportOptions
 from posformer.bench.runtime import PRECISIONS, Runtime
 from posformer.bench.x_transformers_peer import X_TRANSFORMERS_REQUIREMENT, XTransformersLM, x_transformers_available
 from posformer.train.optim import adamw
+from posformer.utils.options import check_options, option
+from posformer.utils.validation import check_int
 
 HF_REQUIREMENT = "transformers==4.57.6"
 ADAMW = {"lr": 1e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
 PEERS = {"hf": "HF", "x_transformers": "x-transformers"}  # result key -> name in the report
+
+
+@dataclass
+class SpeedOptions(ReportOptions, DeviceOptions, LlamaShapeOptions):
+    """The options of `posformer bench` (the speed of the llama preset against Hugging Face)."""
+
+    compile: bool = option(
+        False,
+        "run posformer's model under torch.compile (HF's stays eager); the compilation time is reported apart, "
+        "not timed",
+    )
 
 
 def bench_config(
@@ -221,24 +236,7 @@ def train_step(model: nn.Module, inputs: dict[str, Any], runtime: Runtime) -> Ca
     return step
 
 
-def run(
-    batch: int = 8,
-    length: int = 512,
-    d_model: int = 512,
-    layers: int = 8,
-    heads: int = 8,
-    vocab: int = 8192,
-    d_ff: int = 1376,
-    warmup: int = 1,
-    iters: int = 3,
-    threads: int | None = None,
-    train: bool = True,
-    progress: bool = True,
-    seed: int = 0,
-    compile: bool = False,
-    device: str = "cpu",
-    precision: str = "fp32",
-) -> dict[str, Any]:
+def run(options: SpeedOptions) -> dict[str, Any]:
     """Benchmark the models; return the setup and, per phase ("forward", "train"), the tokens/s of each
     model (`posformer_tok_s`, `hf_tok_s`, `x_transformers_tok_s`), their model TFLOP/s and, on a GPU of
     known peak, MFU (`bench.flops`), `ratio` = posformer / HF, `ratio_x_transformers` = posformer /
@@ -249,14 +247,13 @@ def run(
     its compilation took per phase are reported apart (`compile_s`), outside the timed iterations.
     device, precision: where every model runs ("cpu", "cuda") and in what ("fp32", or "bf16" autocast
     over float32 weights, as `Trainer(precision="bf16")`)."""
-    for name, value, low in (("batch", batch, 1), ("length", length, 2), ("iters", iters, 1), ("warmup", warmup, 0)):
-        if value < low:
-            raise ValueError(f"{name}={value} is invalid: expected an integer >= {low}")
-    runtime = Runtime.of(device, precision)
+    check_options(options)
+    check_int("length", options.length, minimum=2)  # a training step predicts at least one next token
+    runtime = Runtime.of(options.device, options.precision)
     transformers = _transformers()
-    cfg = bench_config(d_model, layers, heads, vocab, d_ff, length)
-    with torch_threads(threads) as threads:
-        torch.manual_seed(seed)
+    cfg = bench_config(options.d_model, options.layers, options.heads, options.vocab, options.d_ff, options.length)
+    with torch_threads(options.threads) as threads:
+        torch.manual_seed(options.seed)
         models = {
             "posformer": pf.Transformer(cfg).float(),
             "hf": transformers.LlamaForCausalLM(hf_llama_config(cfg)).float(),
@@ -270,35 +267,37 @@ def run(
         if attn != "sdpa":
             raise RuntimeError(f"Hugging Face model uses attention {attn!r}, expected 'sdpa'")
         models = {name: model.to(runtime.device) for name, model in models.items()}
-        generator = torch.Generator().manual_seed(seed)
-        ids = torch.randint(0, cfg.vocab_size, (batch, length), generator=generator).to(runtime.device)
-        tokens = batch * length
+        generator = torch.Generator().manual_seed(options.seed)
+        ids = torch.randint(0, cfg.vocab_size, (options.batch, options.length), generator=generator).to(runtime.device)
+        tokens = options.batch * options.length
         flops = {
-            "forward": forward_flops_per_token(cfg, models["posformer"], length),
-            "train": train_flops_per_token(cfg, models["posformer"], length),
+            "forward": forward_flops_per_token(cfg, models["posformer"], options.length),
+            "train": train_flops_per_token(cfg, models["posformer"], options.length),
         }
         result: dict[str, Any] = {
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "threads": threads,
             "device": runtime.name(),
-            "precision": precision,
+            "precision": options.precision,
             "peak_tflops": runtime.peak_tflops(),
-            "batch": batch,
-            "length": length,
+            "batch": options.batch,
+            "length": options.length,
             "tokens_per_iter": tokens,
-            "warmup": warmup,
-            "iters": iters,
+            "warmup": options.warmup,
+            "iters": options.iters,
             "params": params["posformer"],
             "flops_per_token": flops,
             "config": cfg.to_dict(),
-            "compile": compile,
+            "compile": options.compile,
             "peer_params": {key: params[key] for key in PEERS if key in params},
         }
-        if compile:
+        if options.compile:
             models["posformer"] = torch.compile(models["posformer"])
-            result["compile_s"] = compile_seconds(models["posformer"], {"input_ids": ids}, ids, train, runtime)
-        phases = time_phases(models, {"input_ids": ids}, ids, warmup, iters, train, progress, runtime)
+            result["compile_s"] = compile_seconds(models["posformer"], {"input_ids": ids}, ids, options.train, runtime)
+        phases = time_phases(
+            models, {"input_ids": ids}, ids, options.warmup, options.iters, options.train, options.progress, runtime
+        )
         for phase, times in phases.items():
             result[phase] = _summary(times, tokens, flops[phase], result["peak_tflops"])
         return result

@@ -43,6 +43,7 @@ import os
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,12 +52,14 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 import posformer as pf
+from posformer.bench.options import ReportOptions
 from posformer.bench.speed import bench_config
 from posformer.data.text import CharTokenizer, default_corpus, read_text
 from posformer.train.batches import WindowBatches
 from posformer.train.optim import adamw
 from posformer.train.settings import TrainerSettings
 from posformer.train.trainer import Trainer
+from posformer.utils.options import check_options, option
 
 NAMES = ("trainer", "plain")
 
@@ -70,6 +73,25 @@ EXCLUDED = (
     "not timed: set-up (model copy, optimizer, output directory), the warm-up steps, and the last step, "
     "which holds the trainer's checkpoint write (no evaluation function is given), then its loss plot"
 )
+
+
+@dataclass
+class TrainerBenchOptions(ReportOptions):
+    """The options of `posformer bench --trainer`: the model, the run and the timing."""
+
+    threads: int | None = 2
+    batch: int = option(8, "sequences per step", minimum=1)
+    seq_len: int = option(256, "tokens per sequence", minimum=2)
+    d_model: int = option(256, "hidden size", minimum=1)
+    layers: int = option(4, "number of decoder layers", minimum=1)
+    heads: int = option(4, "attention heads", minimum=1)
+    d_ff: int = option(688, "SwiGLU inner size", minimum=1)
+    vocab: int = option(8192, "vocabulary size; 0: the text's character vocabulary", minimum=0)
+    steps: int = option(10, "timed steps per run", minimum=1)
+    warmup_steps: int = option(2, "untimed steps per run before timing", minimum=0)
+    repeats: int = option(5, "runs per loop, alternating; the median is reported", minimum=1)
+    lr: float = option(3e-3, "peak learning rate", low=0, low_open=True)
+    lr_warmup: int = option(5, "linear lr warm-up steps before the cosine decay", minimum=0)
 
 
 class StampedBatches:
@@ -188,65 +210,36 @@ def bench_settings(batch: int, total_steps: int, lr: float, lr_warmup: int, seed
     return settings
 
 
-def run(
-    batch: int = 8,
-    seq_len: int = 256,
-    d_model: int = 256,
-    layers: int = 4,
-    heads: int = 4,
-    d_ff: int = 688,
-    vocab: int | None = 8192,
-    steps: int = 10,
-    warmup_steps: int = 2,
-    repeats: int = 5,
-    threads: int | None = 2,
-    lr: float = 3e-3,
-    lr_warmup: int = 5,
-    seed: int = 0,
-    progress: bool = True,
-) -> dict[str, Any]:
+def run(options: TrainerBenchOptions) -> dict[str, Any]:
     """Benchmark the trainer against the plain loop; return the setup, per loop its tokens/s per repeat,
     median `tok_s`, timed tokens and step losses, `ratio` = trainer / plain tok/s, `step_ratio` (the same from
     the median single-step times), `paired_ratio` (median of the per-repeat ratios), `max_loss_diff` (largest
     gap between the loops' step losses) and the load average at start and end."""
-    for name, value, low in (
-        ("batch", batch, 1),
-        ("seq_len", seq_len, 2),
-        ("steps", steps, 1),
-        ("warmup_steps", warmup_steps, 0),
-        ("repeats", repeats, 1),
-        ("lr_warmup", lr_warmup, 0),
-    ):
-        if value < low:
-            raise ValueError(f"{name}={value} is invalid: expected an integer >= {low}")
-    if not lr > 0:
-        raise ValueError(f"lr={lr} is invalid: expected a number > 0")
-    threads = torch.get_num_threads() if threads is None else threads
-    if threads < 1:
-        raise ValueError(f"threads={threads} is invalid: expected an integer >= 1")
+    check_options(options)
+    threads = torch.get_num_threads() if options.threads is None else options.threads
     text = read_text(default_corpus())
     tokenizer = CharTokenizer.from_text(text)
-    vocab = vocab or tokenizer.vocab_size
+    vocab = options.vocab or tokenizer.vocab_size
     if vocab < tokenizer.vocab_size:
         raise ValueError(f"vocab={vocab} is invalid: the text has {tokenizer.vocab_size} distinct characters")
     ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
-    total_steps = warmup_steps + steps + 1
-    settings = bench_settings(batch, total_steps, lr, lr_warmup, seed)
-    cfg = bench_config(d_model, layers, heads, vocab, d_ff, seq_len)
+    total_steps = options.warmup_steps + options.steps + 1
+    settings = bench_settings(options.batch, total_steps, options.lr, options.lr_warmup, options.seed)
+    cfg = bench_config(options.d_model, options.layers, options.heads, vocab, options.d_ff, options.seq_len)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        torch.manual_seed(seed)
+        torch.manual_seed(options.seed)
         initial = pf.Transformer(cfg).float()
         load_start = load_average()
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in NAMES}
-        for _ in tqdm(range(repeats), desc="trainer vs plain", unit="repeat", disable=not progress):
+        for _ in tqdm(range(options.repeats), desc="trainer vs plain", unit="repeat", disable=not options.progress):
             for name in NAMES:
-                batches = StampedBatches(WindowBatches(ids, seq_len, seed))
+                batches = StampedBatches(WindowBatches(ids, options.seq_len, options.seed))
                 start = time.perf_counter()
                 losses = LOOPS[name](copy.deepcopy(initial), batches, settings)
                 whole = time.perf_counter() - start
-                step_s, tokens = batches.window(warmup_steps, steps)
+                step_s, tokens = batches.window(options.warmup_steps, options.steps)
                 runs[name].append(
                     {
                         "tok_s": tokens / sum(step_s),
@@ -261,16 +254,16 @@ def run(
             "threads": threads,
             "dtype": "float32",
             "device": "cpu",
-            "batch": batch,
-            "seq_len": seq_len,
-            "tokens_per_step": batch * seq_len,
-            "steps": steps,
-            "warmup_steps": warmup_steps,
+            "batch": options.batch,
+            "seq_len": options.seq_len,
+            "tokens_per_step": options.batch * options.seq_len,
+            "steps": options.steps,
+            "warmup_steps": options.warmup_steps,
             "total_steps": total_steps,
-            "repeats": repeats,
-            "lr": lr,
-            "lr_warmup": lr_warmup,
-            "seed": seed,
+            "repeats": options.repeats,
+            "lr": options.lr,
+            "lr_warmup": options.lr_warmup,
+            "seed": options.seed,
             "params": initial.num_parameters(),
             "text_vocab": tokenizer.vocab_size,
             "config": cfg.to_dict(),
@@ -281,7 +274,7 @@ def run(
             step_s = [s for r in runs[name] for s in r["step_s"]]
             result[name] = {
                 "tok_s": statistics.median(r["tok_s"] for r in runs[name]),
-                "step_tok_s": batch * seq_len / statistics.median(step_s),
+                "step_tok_s": options.batch * options.seq_len / statistics.median(step_s),
                 "tok_s_runs": [r["tok_s"] for r in runs[name]],
                 "step_s_runs": [r["step_s"] for r in runs[name]],
                 "run_s_runs": [r["run_s"] for r in runs[name]],

@@ -19,7 +19,7 @@ from torch import nn
 
 import posformer as pf
 
-X_TRANSFORMERS_REQUIREMENT = "x-transformers==2.31.10"
+X_TRANSFORMERS_REQUIREMENT = "'posformer[bench]'"  # x-transformers, pinned in pyproject.toml
 
 
 def x_transformers_available() -> bool:

@@ -1,7 +1,8 @@
 """Argument types that refuse bad numbers while the command line is parsed: `--heads 0` or
-`--temperature nan` is an argparse error (exit 2, the flag named) before any work starts.
+`--temperature nan` is an argparse error (exit 2, the flag named) before any work starts. `option_flags` makes
+one for every int or float option from its declared range.
 
-    parser.add_argument("--iters", type=positive_int, default=3)
+    parser.add_argument("--iters", type=number_type(int, lambda v: v >= 1, "a positive integer"))
 """
 
 from __future__ import annotations
@@ -28,11 +29,3 @@ def number_type(kind: type, ok: Callable[[float], bool], expected: str) -> Calla
 
     parse.__name__ = expected  # argparse names a failed type by it
     return parse
-
-
-positive_int = number_type(int, lambda v: v >= 1, "a positive integer")
-non_negative_int = number_type(int, lambda v: v >= 0, "an integer >= 0")
-positive_float = number_type(float, lambda v: v > 0, "a number > 0")
-non_negative_float = number_type(float, lambda v: v >= 0, "a number >= 0")
-fraction = number_type(float, lambda v: 0 <= v <= 1, "a number in [0, 1]")
-open_fraction = number_type(float, lambda v: 0 < v <= 1, "a number in (0, 1]")  # a mass that keeps something

@@ -3,8 +3,25 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from posformer.cli.command import Command
+from posformer.cli.option_flags import add_option_flags, options_from_args
+from posformer.utils.options import option
+
+
+@dataclass
+class ConvertOptions:
+    """The options of `posformer convert`: exactly one of from_hf and to_hf."""
+
+    out: str = option(help="output directory (created if needed)", metavar="DIR")
+    from_hf: str | None = option(None, "Hugging Face checkpoint dir (or Hub id)", metavar="DIR")
+    to_hf: str | None = option(None, "posformer checkpoint dir", metavar="DIR")
+    rope_parameters: bool = option(
+        False,
+        "with --to-hf: write RoPE settings in transformers v5's rope_parameters form (default: v4's rope_theta and "
+        "rope_scaling, which transformers 4.x reads)",
+    )
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -15,38 +32,26 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from posformer.hf.hf_checkpoint import resolve
     from posformer.loading import copy_tokenizer_files
 
-    if (args.from_hf is None) == (args.to_hf is None):
+    options = options_from_args(ConvertOptions, args)
+    if (options.from_hf is None) == (options.to_hf is None):
         raise ValueError(
             "give exactly one of --from-hf DIR (Hugging Face -> posformer) or --to-hf DIR (posformer -> Hugging Face)"
         )
-    out = Path(args.out)
-    if args.from_hf is not None:
-        source = resolve(args.from_hf)
+    out = Path(options.out)
+    if options.from_hf is not None:
+        source = resolve(options.from_hf)
         model = from_hf(source)
         save_pretrained(model, out)
     else:
-        source = Path(args.to_hf)
+        source = Path(options.to_hf)
         model = load_pretrained(source)
-        to_hf(model, out, rope_parameters=args.rope_parameters)
-    copied = copy_tokenizer_files(source, out, hf_only=args.to_hf is not None)
+        to_hf(model, out, rope_parameters=options.rope_parameters)
+    copied = copy_tokenizer_files(source, out, hf_only=options.to_hf is not None)
     print(
         f"wrote {out}: {model.cfg.hf_model_type or 'posformer'} model, {model.num_parameters():,} parameters"
         f"{'; tokenizer files: ' + ', '.join(copied) if copied else '; no tokenizer files'}"
     )
     return 0
-
-
-def add_convert_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--from-hf", dest="from_hf", metavar="DIR", help="Hugging Face checkpoint dir (or Hub id)")
-    parser.add_argument("--to-hf", dest="to_hf", metavar="DIR", help="posformer checkpoint dir")
-    parser.add_argument(
-        "--rope-parameters",
-        dest="rope_parameters",
-        action="store_true",
-        help="with --to-hf: write RoPE settings in transformers v5's rope_parameters form "
-        "(default: v4's rope_theta and rope_scaling, which transformers 4.x reads)",
-    )
-    parser.add_argument("--out", required=True, metavar="DIR", help="output directory (created if needed)")
 
 
 COMMAND = Command(
@@ -55,6 +60,8 @@ COMMAND = Command(
     description="--from-hf DIR: read a Hugging Face checkpoint (config.json + safetensors or .bin, sharded "
     "or not) and write a posformer checkpoint. --to-hf DIR: write a posformer checkpoint as a "
     "Hugging Face one that transformers' from_pretrained loads. Tokenizer files are copied.",
-    add_arguments=add_convert_arguments,
+    add_arguments=lambda parser: add_option_flags(
+        parser, ConvertOptions, only=("from_hf", "to_hf", "rope_parameters", "out")
+    ),
     run=cmd_convert,
 )

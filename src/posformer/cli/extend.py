@@ -44,25 +44,12 @@ EPILOG = (
     "--output-dir runs/extend --methods pi,yarn"
 )
 
-FLAGS = (  # (flag, settings key, type, help)
-    ("--target-len", "target_len", int, "the length to extend to (required)"),
-    ("--methods", "methods", str, "comma-separated methods (default: none,pi,ntk,yarn,longrope)"),
-    ("--method", "methods", str, "one method (the same as --methods with one entry)"),
-    ("--steps", "steps", int, "fine-tuning steps at target_len (0: eval-time scaling only)"),
-    ("--train-len", "train_len", int, "the length the run was trained at (default: from its run_config.yaml)"),
-    ("--text", "text", str, "a text file to fine-tune on (first 90%%) and evaluate on (last 10%%)"),
-    ("--batch-size", "batch_size", int, "sequences of target_len tokens per step"),
-    ("--lr", "lr", float, "peak fine-tuning learning rate (cosine schedule with warm-up)"),
-    ("--seed", "seed", int, "data order, passkey keys and the LongRoPE search"),
-    ("--device", "device", str, "auto, cpu or cuda"),
-)
-
 
 def settings_from_args(args: argparse.Namespace):
-    from posformer.cli.extrapolate import _overrides
+    from posformer.cli.extrapolate import _overrides, flag_keys
     from posformer.experiments.extension.settings import ExtendSettings
 
-    overrides = _overrides(args, tuple(dict.fromkeys(key for _, key, _, _ in FLAGS)), "steps=400 or passkey_trials=50")
+    overrides = _overrides(args, flag_keys(ExtendSettings), "steps=400 or passkey_trials=50")
     if isinstance(overrides.get("methods"), str):
         overrides["methods"] = [m.strip() for m in overrides["methods"].split(",") if m.strip()]
     if overrides.get("target_len") is None:
@@ -85,21 +72,17 @@ def cmd_extend(args: argparse.Namespace) -> int:
 
 
 def add_extend_arguments(parser: argparse.ArgumentParser) -> None:
-    from dataclasses import fields
-
+    from posformer.cli.option_flags import add_option_flags, set_only_help
     from posformer.experiments.extension.settings import PRESETS, ExtendSettings
+    from posformer.utils.options import options
 
     parser.add_argument(
         "run_dir", metavar="RUN", help="the trained run (a directory with checkpoints/, or a checkpoint folder)"
     )
     parser.add_argument("--preset", choices=tuple(PRESETS), default="cpu", help="size and budget (default: cpu)")
     parser.add_argument("--output-dir", dest="output_dir", required=True, help="results and the fine-tunes' runs")
-    seen = set()
-    for flag, key, kind, text in FLAGS:
-        parser.add_argument(
-            flag, dest=key, type=kind, default=None if key not in seen else argparse.SUPPRESS, help=text
-        )
-        seen.add(key)
+    unset = {opt.name: None for opt in options(ExtendSettings)}
+    add_option_flags(parser, ExtendSettings, defaults=unset, checked=False, unset="the preset's")
     parser.add_argument(
         "--data-dir",
         dest="data_dir",
@@ -107,13 +90,13 @@ def add_extend_arguments(parser: argparse.ArgumentParser) -> None:
         help="folder holding gutenberg/ and wikitext-2/ when the run did not record one (default: "
         "$POSFORMER_DATA_DIR or ../shared/data beside the repository)",
     )
-    knobs = ", ".join(f.name for f in fields(ExtendSettings))
     parser.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help=f"override any knob ({knobs}), e.g. passkey_trials=50, eval_lens=[64,512] (repeatable; values are YAML)",
+        help="override any knob, those above by their names (steps=400) and these: "
+        f"{set_only_help(ExtendSettings)}; e.g. passkey_trials=50, eval_lens=[64,512] (repeatable; values are YAML)",
     )
     parser.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bars")
 

@@ -62,97 +62,56 @@ EPILOG = (
     "--positions rope,alibi,learned --set eval_tokens=8192"
 )
 
-FLAGS = (  # (flag, settings key, type, help)
-    ("--positions", "positions", str, "comma-separated rows (registered encodings)"),
-    ("--train-len", "train_len", int, "training length L"),
-    (
-        "--eval-lens",
-        "eval_lens",
-        str,
-        "comma-separated eval lengths, L included (default: L, 2L, 4L, 8L, 16L; --task: L, 1.25L, 1.5L, 2L, 3L, 4L)",
-    ),
-    ("--steps", "steps", int, "optimizer steps per row"),
-    ("--batch-size", "batch_size", int, "sequences per step"),
-    ("--lr", "lr", float, "peak learning rate (cosine schedule with warm-up)"),
-    ("--d-model", "d_model", int, "model width"),
-    ("--layers", "layers", int, "decoder layers"),
-    ("--heads", "heads", int, "attention heads"),
-    ("--vocab-size", "vocab_size", int, "BPE vocabulary size"),
-    ("--eval-tokens", "eval_tokens", int, "evaluation tokens per eval set (same for every length)"),
-    ("--protocol", "protocol", str, "nonoverlapping or sliding"),
-    ("--stride", "stride", int, "sliding-window stride S (default: L/2)"),
-    ("--seed", "seed", int, "the one seed: initial weights and data order"),
-    ("--device", "device", str, "auto, cpu or cuda"),
-    ("--corpus", "corpus", str, "gutenberg or shakespeare"),
-    (
-        "--data-dir",
-        "data_dir",
-        str,
-        "folder holding gutenberg/ and wikitext-2/ (default: $POSFORMER_DATA_DIR "
-        "or ../shared/data beside the repository)",
-    ),
-    ("--tokenizer-chars", "tokenizer_chars", int, "characters used to train the tokenizer"),
-)
+
+def flag_keys(settings_class: type) -> list[str]:
+    """The knobs of `settings_class` that have a flag of their own (the others: `--set KNOB=VALUE`)."""
+    from posformer.utils.options import options
+
+    return [opt.name for opt in options(settings_class) if opt.spec.flag is not False]
+
+
+def _overrides(args: argparse.Namespace, keys: list[str], example: str) -> dict:
+    """The flags among `keys` that were given, then --set KEY=VALUE (YAML values); "a,b" lists split."""
+    from posformer.utils.user_files import parse_yaml
+
+    overrides = {key: getattr(args, key) for key in keys if getattr(args, key, None) is not None}
+    for item in args.set:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE, e.g. {example}")
+        value = parse_yaml(raw, f"--set {item!r}: the value")
+        overrides[key.strip()] = _ints(value) if key.strip() == "eval_lens" and isinstance(value, str) else value
+    return overrides
 
 
 def _ints(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"--eval-lens {text!r}: expected comma-separated integers") from None
-
-
-def _overrides(args: argparse.Namespace, keys: tuple[str, ...], example: str) -> dict:
-    """The flags among `keys` that were given, then --set KEY=VALUE (YAML values); "a,b" lists split."""
-    from posformer.utils.user_files import parse_yaml
-
-    overrides = {}
-    for key in keys:
-        value = getattr(args, key)
-        if value is not None:
-            overrides[key] = _ints(value) if key == "eval_lens" else value
-    for item in args.set:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--set {item!r}: expected KEY=VALUE, e.g. {example}")
-        value = parse_yaml(raw, f"--set {item!r}: the value")
-        overrides[key.strip()] = _ints(str(value)) if key.strip() == "eval_lens" and isinstance(value, str) else value
-    if isinstance(overrides.get("positions"), str):
-        overrides["positions"] = [p.strip() for p in overrides["positions"].split(",") if p.strip()]
-    return overrides
+        raise ValueError(f"--set eval_lens={text!r}: expected comma-separated integers") from None
 
 
 def settings_from_args(args: argparse.Namespace):
     """Preset, then flags, then --set KEY=VALUE (YAML values) -> validated settings."""
     from posformer.experiments.extrapolation.settings import ExtrapolationSettings
 
-    overrides = _overrides(args, tuple(key for _, key, _, _ in FLAGS), "eval_tokens=8192 or steps=200")
+    overrides = _overrides(args, flag_keys(ExtrapolationSettings), "eval_tokens=8192 or steps=200")
     return ExtrapolationSettings.preset(args.preset, **overrides)
-
-
-TASK_FLAGS = (
-    "positions",
-    "train_len",
-    "eval_lens",
-    "steps",
-    "batch_size",
-    "lr",
-    "d_model",
-    "layers",
-    "heads",
-    "seed",
-    "device",
-)
 
 
 def task_settings_from_args(args: argparse.Namespace):
     """--task: the task preset, then the flags that apply to tasks, then --set KEY=VALUE."""
+    from dataclasses import fields
+
+    from posformer.experiments.extrapolation.settings import ExtrapolationSettings
     from posformer.experiments.synthetic.settings import TaskSettings
 
-    ignored = [flag for flag, key, _, _ in FLAGS if key not in TASK_FLAGS and getattr(args, key) is not None]
+    task_knobs = {f.name for f in fields(TaskSettings)}
+    keys = flag_keys(ExtrapolationSettings)
+    ignored = ["--" + key.replace("_", "-") for key in keys if key not in task_knobs and getattr(args, key) is not None]
     if ignored:
         raise ValueError(f"--task {args.task}: {', '.join(ignored)} apply to the language-model benchmark only")
-    overrides = _overrides(args, TASK_FLAGS, "steps=200 or eval_examples=100")
+    overrides = _overrides(args, [key for key in keys if key in task_knobs], "steps=200 or eval_examples=100")
     return TaskSettings.preset(args.preset, task=args.task, **overrides)
 
 
@@ -184,10 +143,10 @@ def cmd_extrapolate(args: argparse.Namespace) -> int:
 
 
 def add_extrapolate_arguments(parser: argparse.ArgumentParser) -> None:
-    from dataclasses import fields
-
+    from posformer.cli.option_flags import add_option_flags, set_only_help
     from posformer.experiments.extrapolation.settings import PRESETS, ExtrapolationSettings
     from posformer.experiments.synthetic.generators import TASKS
+    from posformer.utils.options import options
 
     parser.add_argument(
         "--preset",
@@ -203,21 +162,15 @@ def add_extrapolate_arguments(parser: argparse.ArgumentParser) -> None:
         "(train_len / eval_lens count the task's symbols, digits, bits or passkey prompt tokens)",
     )
     parser.add_argument("--output-dir", dest="output_dir", required=True, help="results and the rows' runs")
-    for flag, key, kind, text in FLAGS:
-        parser.add_argument(
-            flag,
-            dest=key,
-            type=kind,
-            default=None,
-            help=text if "default" in text else f"{text} (default: the preset's)",
-        )
-    knobs = ", ".join(f.name for f in fields(ExtrapolationSettings))
+    unset = {opt.name: None for opt in options(ExtrapolationSettings)}
+    add_option_flags(parser, ExtrapolationSettings, defaults=unset, checked=False, unset="the preset's")
     parser.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help=f"override any knob ({knobs}), e.g. steps=200, held_out=[emma.txt], wikitext=false, "
+        help="override any knob, those above by their names (steps=200) and these: "
+        f"{set_only_help(ExtrapolationSettings)}; e.g. held_out=[emma.txt], wikitext=false, "
         "position_params={fire: {init_L: 128}} (repeatable; values are YAML)",
     )
     parser.add_argument(

@@ -3,9 +3,25 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
-from posformer.cli.arg_types import non_negative_float, non_negative_int, open_fraction, positive_int
 from posformer.cli.command import Command
+from posformer.cli.option_flags import add_option_flags, options_from_args
+from posformer.utils.options import option
+
+
+@dataclass
+class GenerateOptions:
+    """The options of `posformer generate`."""
+
+    model: str = option(help="model directory (or a Hub id when online)")
+    prompt: str = option("\n", "text to continue (default: a newline)")
+    max_new_tokens: int = option(200, "tokens generated after the prompt", minimum=0)
+    num_beams: int = option(1, "beam search with this many beams (default: 1, no beam search)", minimum=1)
+    temperature: float = option(0.8, "0 means greedy decoding", low=0)
+    top_k: int | None = option(None, "sample from the k likeliest tokens", minimum=0)
+    top_p: float | None = option(None, "nucleus sampling mass, in (0, 1]", low=0, high=1, low_open=True)
+    seed: int = option(0, "seed of the sampler", minimum=0)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -13,46 +29,24 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     from posformer.loading import load_model, load_text_tokenizer
 
-    model = load_model(args.model)
-    tokenizer = load_text_tokenizer(args.model)
-    prompt = torch.tensor([tokenizer.encode(args.prompt)])
-    options = dict(max_new_tokens=args.max_new_tokens)
-    if args.num_beams > 1:
-        options["num_beams"] = args.num_beams
-    elif args.temperature > 0:
-        options.update(
+    options = options_from_args(GenerateOptions, args)
+    model = load_model(options.model)
+    tokenizer = load_text_tokenizer(options.model)
+    prompt = torch.tensor([tokenizer.encode(options.prompt)])
+    decoding = dict(max_new_tokens=options.max_new_tokens)
+    if options.num_beams > 1:
+        decoding["num_beams"] = options.num_beams
+    elif options.temperature > 0:
+        decoding.update(
             do_sample=True,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            generator=torch.Generator().manual_seed(args.seed),
+            temperature=options.temperature,
+            top_k=options.top_k,
+            top_p=options.top_p,
+            generator=torch.Generator().manual_seed(options.seed),
         )
-    out = model.generate(prompt, **options)[0].tolist()
+    out = model.generate(prompt, **decoding)[0].tolist()
     print(tokenizer.decode(out if model.cfg.arch == "decoder" else out[1:]))
     return 0
-
-
-def add_generate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="model directory (or a Hub id when online)")
-    parser.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
-    parser.add_argument("--max-new-tokens", dest="max_new_tokens", type=non_negative_int, default=200)
-    parser.add_argument(
-        "--num-beams",
-        dest="num_beams",
-        type=positive_int,
-        default=1,
-        help="beam search with this many beams (default: 1, no beam search)",
-    )
-    parser.add_argument(
-        "--temperature", type=non_negative_float, default=0.8, help="0 means greedy decoding (default: 0.8)"
-    )
-    parser.add_argument(
-        "--top-k", dest="top_k", type=non_negative_int, default=None, help="sample from the k likeliest tokens"
-    )
-    parser.add_argument(
-        "--top-p", dest="top_p", type=open_fraction, default=None, help="nucleus sampling mass, in (0, 1]"
-    )
-    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the sampler (default: 0)")
 
 
 COMMAND = Command(
@@ -62,6 +56,6 @@ COMMAND = Command(
     "`posformer convert`) or a Hugging Face one (config.json + weights + tokenizer). Decoding "
     "runs on the KV cache: sampling when --temperature > 0, greedy at 0, beam search with "
     "--num-beams > 1. An encoder-decoder model (T5, Marian) reads the prompt as its input.",
-    add_arguments=add_generate_arguments,
+    add_arguments=lambda parser: add_option_flags(parser, GenerateOptions),
     run=cmd_generate,
 )

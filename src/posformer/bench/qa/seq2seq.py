@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from posformer.bench.qa.compare import Sides, compare
+from posformer.bench.qa.options import QABenchOptions
 from posformer.bench.qa.seq2seq_models import load_bert2bert_pair
 from posformer.tasks.qa.null_answers import keep_null_windows, seq2seq_null_windows
 from posformer.tasks.qa.seq2seq import Seq2SeqPredictor, end_token_id, seq2seq_train_tensors
-from posformer.utils.validation import check_int, check_number
 
 
 def build_seq2seq(
@@ -61,30 +61,8 @@ def build_seq2seq(
     )
 
 
-def run(
-    data: str | Path | None = None,
-    checkpoint: str | Path | None = None,
-    steps: int = 60,
-    batch_size: int = 16,
-    lr: float = 1e-4,
-    max_seq_length: int = 256,
-    doc_stride: int = 64,
-    train_questions: int = 2000,
-    eval_questions: int = 300,
-    block: int = 5,
-    seed: int = 0,
-    threads: int | None = 2,
-    log: Callable[[str], None] = print,
-    epochs: float | None = None,
-    warmup_ratio: float = 0.0,
-    max_answer_tokens: int = 30,
-    keep_null: float = 1.0,
-    eval_batch_size: int = 32,
-) -> dict[str, Any]:
+def run(options: QABenchOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train and evaluate both BERT2BERT models (`compare.compare`)."""
-    check_int("max_answer_tokens", max_answer_tokens)
-    check_int("eval_batch_size", eval_batch_size)
-    check_number("keep_null_windows", keep_null, low=0, high=1, low_open=True)
 
     def build(train: list, held: list, tokenizer: Any, directory: Path, seed: int) -> Sides:
         return build_seq2seq(
@@ -93,29 +71,11 @@ def run(
             tokenizer,
             directory,
             seed,
-            max_seq_length,
-            doc_stride,
-            max_answer_tokens,
-            keep_null,
-            eval_batch_size,
+            options.max_seq_length,
+            options.doc_stride,
+            options.max_answer_tokens,
+            options.keep_null_windows,
+            options.eval_batch_size,
         )
 
-    return compare(
-        "seq2seq",
-        build,
-        data,
-        checkpoint,
-        steps,
-        batch_size,
-        lr,
-        max_seq_length,
-        doc_stride,
-        train_questions,
-        eval_questions,
-        block,
-        seed,
-        threads,
-        log,
-        epochs,
-        warmup_ratio,
-    )
+    return compare("seq2seq", build, options, log)

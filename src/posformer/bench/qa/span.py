@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from posformer.bench.qa.compare import Sides, compare
+from posformer.bench.qa.options import QABenchOptions
 from posformer.bench.qa.setup import load_models
 from posformer.tasks.qa.extractive import SpanPredictor, span_train_tensors
 
@@ -62,44 +63,10 @@ def build_span(
     )
 
 
-def run(
-    data: str | Path | None = None,
-    checkpoint: str | Path | None = None,
-    steps: int = 60,
-    batch_size: int = 16,
-    lr: float = 1e-4,
-    max_seq_length: int = 256,
-    doc_stride: int = 64,
-    train_questions: int = 2000,
-    eval_questions: int = 300,
-    block: int = 5,
-    seed: int = 0,
-    threads: int | None = 2,
-    log: Callable[[str], None] = print,
-    epochs: float | None = None,
-    warmup_ratio: float = 0.0,
-) -> dict[str, Any]:
+def run(options: QABenchOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train and evaluate both span models (`compare.compare`)."""
 
     def build(train: list, held: list, tokenizer: Any, directory: Path, seed: int) -> Sides:
-        return build_span(train, held, tokenizer, directory, seed, max_seq_length, doc_stride)
+        return build_span(train, held, tokenizer, directory, seed, options.max_seq_length, options.doc_stride)
 
-    return compare(
-        "span",
-        build,
-        data,
-        checkpoint,
-        steps,
-        batch_size,
-        lr,
-        max_seq_length,
-        doc_stride,
-        train_questions,
-        eval_questions,
-        block,
-        seed,
-        threads,
-        log,
-        epochs,
-        warmup_ratio,
-    )
+    return compare("span", build, options, log)

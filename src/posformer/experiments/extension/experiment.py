@@ -13,7 +13,6 @@ fine-tune of method m is the Trainer run OUTPUT/rows/m (resumable; `posformer ge
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 from typing import Callable
@@ -29,7 +28,7 @@ from posformer.experiments.extension.settings import ExtendSettings
 from posformer.experiments.extension.source import Source, load_source
 from posformer.experiments.extrapolation import data
 from posformer.experiments.extrapolation.evaluation import block_losses
-from posformer.experiments.extrapolation.experiment import open_results, trainer_settings
+from posformer.experiments.extrapolation.experiment import open_results
 from posformer.experiments.extrapolation.layout import ExperimentLayout
 from posformer.experiments.passkey import passkey_grid
 from posformer.model import Transformer
@@ -159,7 +158,7 @@ class Extension:
         Trainer(
             tuned,
             WindowBatches(self.source.train_ids, length, s.seed),
-            trainer_settings(dataclasses.replace(s, steps=steps)),
+            s.trainer_settings(steps),
             run_dir,
             run_config={"extend": s.to_dict(), "model": tuned.cfg.to_dict()},
             extra_files=self.source.files,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from posformer.experiments.extension.methods import METHODS
-from posformer.experiments.presets import check_training_knobs, from_preset
+from posformer.experiments.presets import from_preset
+from posformer.experiments.training_knobs import TrainingKnobs
+from posformer.utils.options import option
 from posformer.utils.validation import check_choice, check_field_kinds, check_int, check_number, fail
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -47,41 +49,53 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass
-class ExtendSettings:
-    """Every knob of `posformer extend`. train_len None: the run's training length (its run_config.yaml).
-    eval_lens None: train_len times 1, 2, 4, ... up to target_len, and 2 target_len (past the target too).
-    passkey_lengths None: eval_lens. steps 0: eval-time scaling only, nothing fine-tuned.
-    longrope_stages: LongRoPE's progressive extension (Ding et al. 2024, section 3.3): lengths between train_len
-    and target_len, each searched and fine-tuned before the next (the stages share 40% of the steps, as the paper's
-    400 of 1000; the target takes the rest). longrope_short: after the fine-tune, search the short factors that
-    restore the perplexity at train_len (the paper's readjustment)."""
+class ExtendSettings(TrainingKnobs):
+    """Every knob of `posformer extend`, set by a preset, its flag (those declared with one) or `--set KNOB=VALUE`.
+    LongRoPE's progressive extension (Ding et al. 2024, section 3.3) is `longrope_stages`: lengths between
+    train_len and target_len, each searched and fine-tuned before the next (the stages share 40% of the steps, as
+    the paper's 400 of 1000; the target takes the rest)."""
 
-    target_len: int | None = None
-    methods: list[str] = field(default_factory=lambda: list(METHODS))
-    train_len: int | None = None
-    eval_lens: list[int] | None = None
-    steps: int = 200
-    batch_size: int = 8
-    lr: float = 3e-4
+    target_len: int | None = option(None, "the length to extend to (required, no default)")
+    methods: list[str] = option(
+        default_factory=lambda: list(METHODS),
+        help=f"comma-separated methods (default: {','.join(METHODS)}); --method: one",
+        aliases=("--method",),
+        metavar="METHOD",
+    )
+    steps: int = option(200, "fine-tuning steps at target_len (0: eval-time scaling only, nothing fine-tuned)")
+    batch_size: int = option(8, "sequences of target_len tokens per step")
+    lr: float = option(3e-4, "peak fine-tuning learning rate (cosine schedule with warm-up)")
     warmup: int = 20
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.1
-    eval_tokens: int = 98_304
-    eval_batch_tokens: int = 8192
-    passkey_lengths: list[int] | None = None
-    passkey_depths: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
-    passkey_trials: int = 20
-    longrope_population: int = 8
-    longrope_generations: int = 4
-    longrope_tokens: int = 16_384
-    longrope_stages: list[int] = field(default_factory=list)
-    longrope_short: bool = False
-    seed: int = 0
-    device: str = "auto"
-    threads: int | None = None
-    precision: str = "fp32"
-    save_every: int = 100
-    text: str | None = None
+    train_len: int | None = option(None, "the length the run was trained at (default: from its run_config.yaml)")
+    text: str | None = option(
+        None, "a text file to fine-tune on (first 90%) and evaluate on (last 10%) (default: the run's own corpus)"
+    )
+    eval_lens: list[int] | None = option(
+        None,
+        "lengths to evaluate (default: train_len times 1, 2, 4, ... up to target_len, and 2 target_len)",
+        flag=False,
+    )
+    eval_tokens: int = option(98_304, "held-out tokens scored at every length", flag=False)
+    eval_batch_tokens: int = option(8192, "tokens per evaluation batch", flag=False)
+    passkey_lengths: list[int] | None = option(None, "passkey grid lengths (default: eval_lens)", flag=False)
+    passkey_depths: list[float] = option(
+        default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0],
+        help="passkey grid depths, from 0 (start) to 1 (end)",
+        flag=False,
+    )
+    passkey_trials: int = option(20, "passkey keys per grid cell", flag=False)
+    longrope_population: int = option(8, "LongRoPE search: candidates per generation", flag=False)
+    longrope_generations: int = option(4, "LongRoPE search: generations", flag=False)
+    longrope_tokens: int = option(16_384, "LongRoPE search: training tokens scoring each candidate", flag=False)
+    longrope_stages: list[int] = option(
+        default_factory=list, help="LongRoPE: lengths searched and fine-tuned before the target", flag=False
+    )
+    longrope_short: bool = option(
+        False,
+        "LongRoPE: after the fine-tune, search the short factors that restore the perplexity at train_len (the "
+        "paper's readjustment)",
+        flag=False,
+    )
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ExtendSettings":
@@ -141,7 +155,7 @@ class ExtendSettings:
         ):
             check_int(f"extend: {name}", getattr(self, name))
         self._check_stages()
-        check_training_knobs(self, "extend: ")
+        self.check("extend: ")
         check_field_kinds(self, "extend: ")
 
     def _check_stages(self) -> None:

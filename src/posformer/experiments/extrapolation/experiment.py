@@ -34,7 +34,6 @@ from posformer.model import Transformer
 from posformer.train.batches import WindowBatches
 from posformer.train.metrics_log import MetricsLog
 from posformer.train.rng import seed_everything
-from posformer.train.settings import TrainerSettings
 from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
 from posformer.utils.user_files import read_mapping_file
 
@@ -101,31 +100,6 @@ def initial_model(
     model = Transformer(model_config(settings, position, vocab_size))
     reference_copy(model, reference)
     return model
-
-
-def trainer_settings(s: ExtrapolationSettings) -> TrainerSettings:
-    """The Trainer settings of a row: cosine schedule, one checkpoint kept, no sample. Reads the knobs the task
-    runs' `TaskSettings` share (steps, batch_size, lr, min_lr_ratio, warmup, weight_decay, precision, device,
-    save_every, seed)."""
-    every = min(s.save_every, s.steps)
-    return TrainerSettings(
-        steps=s.steps,
-        batch_size=s.batch_size,
-        lr=s.lr,
-        min_lr_ratio=s.min_lr_ratio,
-        schedule="cosine",
-        warmup=min(s.warmup, s.steps - 1),
-        weight_decay=s.weight_decay,
-        precision=s.precision,
-        device=s.device,
-        eval_every=every,
-        save_every=every,
-        keep_last=1,
-        log_every=10,
-        seed=s.seed,
-        sample_prompt=None,
-        sample_tokens=0,
-    )
 
 
 class Experiment:
@@ -241,7 +215,7 @@ class Experiment:
         trainer = Trainer(
             model,
             batches,
-            trainer_settings(s),
+            s.trainer_settings(),
             run_dir,
             run_config={"extrapolate": s.to_dict(), "model": model.cfg.to_dict()},
             extra_files=self.files,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from posformer import positions
@@ -12,7 +12,9 @@ from posformer.config import Config
 from posformer.experiments.extrapolation.data import CORPORA
 from posformer.experiments.extrapolation.evaluation import PROTOCOLS
 from posformer.experiments.presets import from_preset
+from posformer.experiments.training_knobs import TrainingKnobs
 from posformer.train.settings import DEVICES, PRECISIONS
+from posformer.utils.options import option
 from posformer.utils.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int
 
 DEFAULT_ROWS = ["none", "sinusoidal", "learned", "rope", "alibi", "t5", "shaw", "fire", "kerple", "xpos"]
@@ -108,49 +110,59 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass
-class ExtrapolationSettings:
-    """Every knob of the benchmark. eval_lens None: train_len times 1, 2, 4, 8, 16.
+class ExtrapolationSettings(TrainingKnobs):
+    """Every knob of the benchmark, set by a preset, its flag (those declared with one) or `--set KNOB=VALUE`."""
 
-    stride (sliding protocol only) None: train_len // 2. data_dir None: $POSFORMER_DATA_DIR or
-    ../shared/data beside the repository. position_params: {row: Config.position_params}.
-    threads: torch CPU threads (None: torch's default); 1 is faster when other work shares the cores.
-    passkey_fraction: the fraction of training windows replaced by passkey prompts of train_len tokens
-    (`experiments.passkey.PasskeyMix`), so the models learn retrieval that `posformer extend` then tests.
-    tokenizer_chars / train_chars cap the characters used to train the tokenizer / the model,
-    spread evenly over the training documents (train_chars None: all of them).
-    """
-
-    positions: list[str] = field(default_factory=lambda: list(DEFAULT_ROWS))
-    train_len: int = 128
-    eval_lens: list[int] | None = None
     steps: int = 400
     batch_size: int = 16
-    lr: float = 1e-3
     warmup: int = 40
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.1
-    d_model: int = 192
-    layers: int = 4
-    heads: int = 4
-    vocab_size: int = 4096
-    eval_tokens: int = 16384
-    eval_batch_tokens: int = 16384
-    protocol: str = "nonoverlapping"
-    stride: int | None = None
-    seed: int = 0
-    device: str = "auto"
-    threads: int | None = None
-    precision: str = "fp32"
-    corpus: str = "gutenberg"
-    data_dir: str | None = None
-    held_out: list[str] = field(default_factory=lambda: list(HELD_OUT_BOOKS))
-    wikitext: bool = True
-    tokenizer_chars: int = 2_000_000
-    train_chars: int | None = None
-    save_every: int = 100
-    rope_scalings: list[str] = field(default_factory=lambda: list(ROPE_SCALINGS))
-    position_params: dict = field(default_factory=dict)
-    passkey_fraction: float = 0.0
+    positions: list[str] = option(
+        default_factory=lambda: list(DEFAULT_ROWS), help="comma-separated rows (registered encodings)", metavar="ROW"
+    )
+    train_len: int = option(128, "training length L")
+    eval_lens: list[int] | None = option(
+        None,
+        "comma-separated eval lengths, L included (default: L, 2L, 4L, 8L, 16L; --task: L, 1.25L, 1.5L, 2L, 3L, 4L)",
+        metavar="N",
+    )
+    d_model: int = option(192, "model width")
+    layers: int = option(4, "decoder layers")
+    heads: int = option(4, "attention heads")
+    vocab_size: int = option(4096, "BPE vocabulary size")
+    eval_tokens: int = option(16384, "evaluation tokens per eval set (same for every length)")
+    eval_batch_tokens: int = option(16384, "tokens per evaluation batch", flag=False)
+    protocol: str = option("nonoverlapping", "nonoverlapping or sliding")
+    stride: int | None = option(None, "sliding-window stride S (default: L/2)")
+    corpus: str = option("gutenberg", "gutenberg or shakespeare")
+    data_dir: str | None = option(
+        None,
+        "folder holding gutenberg/ and wikitext-2/ (default: $POSFORMER_DATA_DIR or ../shared/data beside the "
+        "repository)",
+    )
+    held_out: list[str] = option(
+        default_factory=lambda: list(HELD_OUT_BOOKS), help="the Gutenberg books kept out of training", flag=False
+    )
+    wikitext: bool = option(True, "also evaluate on WikiText-2 test", flag=False)
+    tokenizer_chars: int = option(2_000_000, "characters used to train the tokenizer")
+    train_chars: int | None = option(
+        None, "characters used to train the model, spread evenly over the documents (null: all)", flag=False
+    )
+    rope_scalings: list[str] = option(
+        default_factory=lambda: list(ROPE_SCALINGS),
+        help="the eval-time RoPE scalings the rope row is also evaluated with",
+        flag=False,
+    )
+    position_params: dict = option(
+        default_factory=dict,
+        help="{row: Config.position_params} for the rows that differ from the defaults",
+        flag=False,
+    )
+    passkey_fraction: float = option(
+        0.0,
+        "fraction of training windows replaced by passkey prompts of train_len tokens, so that the models learn "
+        "retrieval that `posformer extend` then tests",
+        flag=False,
+    )
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ExtrapolationSettings":

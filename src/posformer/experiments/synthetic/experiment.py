@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
-from posformer.experiments.extrapolation.experiment import open_results, reference_copy, trainer_settings
+from posformer.experiments.extrapolation.experiment import open_results, reference_copy
 from posformer.experiments.extrapolation.layout import ExperimentLayout
 from posformer.experiments.synthetic.dataset import TaskBatches, eval_examples
 from posformer.experiments.synthetic.evaluation import exact_match
@@ -62,7 +62,7 @@ def run_tasks(
         trainer = Trainer(
             model,
             TaskBatches(s.task, s.train_len, s.seed),
-            trainer_settings(s),
+            s.trainer_settings(),
             run_dir,
             run_config={"task": s.to_dict(), "model": model.cfg.to_dict()},
             log=log,

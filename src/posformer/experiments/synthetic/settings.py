@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from posformer import positions
 from posformer.config import Config
-from posformer.experiments.presets import check_training_knobs, from_preset
+from posformer.experiments.presets import from_preset
 from posformer.experiments.synthetic.generators import TASKS, VOCAB, min_length
+from posformer.experiments.training_knobs import TrainingKnobs
+from posformer.utils.options import option
 from posformer.utils.validation import check_choice, check_field_kinds, check_int, fail, is_int
 
 # Kazemnejad et al. 2023 compare these five (APE as the sinusoidal embedding)
@@ -47,29 +49,27 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass
-class TaskSettings:
-    """Every knob of a task run. eval_lens None: train_len times 1, 1.25, 1.5, 2, 3 and 4 (sizes of the task,
-    see `posformer.experiments.synthetic.generators`): just past L, where exact match first falls, and far."""
+class TaskSettings(TrainingKnobs):
+    """Every knob of a task run, set by a preset, a flag of `posformer extrapolate --task` or `--set KNOB=VALUE`."""
 
-    task: str = "copy"
-    positions: list[str] = field(default_factory=lambda: list(DEFAULT_ROWS))
-    train_len: int = 20
-    eval_lens: list[int] | None = None
-    eval_examples: int = 200
     steps: int = 1000
     batch_size: int = 64
-    lr: float = 1e-3
     warmup: int = 100
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.1
-    d_model: int = 128
-    layers: int = 4
-    heads: int = 4
-    seed: int = 0
-    device: str = "auto"
-    threads: int | None = None
-    precision: str = "fp32"
     save_every: int = 500
+    task: str = option("copy", "the synthetic task", choices=tuple(TASKS))
+    positions: list[str] = option(
+        default_factory=lambda: list(DEFAULT_ROWS), help="comma-separated rows (registered encodings)"
+    )
+    train_len: int = option(20, "the longest task size seen in training (training examples have sizes 1..L)")
+    eval_lens: list[int] | None = option(
+        None,
+        "task sizes to evaluate (default: L times 1, 1.25, 1.5, 2, 3 and 4: just past L, where exact match first "
+        "falls, and far)",
+    )
+    eval_examples: int = option(200, "held-out examples per eval size")
+    d_model: int = option(128, "model width")
+    layers: int = option(4, "decoder layers")
+    heads: int = option(4, "attention heads")
 
     def __post_init__(self) -> None:
         if self.eval_lens is None and is_int(self.train_len):  # else validate() names train_len
@@ -89,7 +89,7 @@ class TaskSettings:
             check_int("eval_lens", n, minimum=min_length(self.task))
         for name in ("eval_examples", "steps", "batch_size", "d_model", "layers", "heads", "save_every"):
             check_int(name, getattr(self, name))
-        check_training_knobs(self, "")
+        self.check("")
         if self.d_model % self.heads:
             fail("heads", self.heads, f"a divisor of d_model={self.d_model}")
         check_field_kinds(self, "")

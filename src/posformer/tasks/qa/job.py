@@ -51,6 +51,7 @@ from posformer.tasks.qa.null_answers import (
     span_null_windows,
 )
 from posformer.tasks.qa.options import (
+    GROUP_BATCHES,
     HEADS,
     PREDICTION_OPTIONS,
     PRETRAINED_DEFAULTS,
@@ -73,7 +74,6 @@ from posformer.utils.validation import check_choice, fail
 
 SPLIT_SEED = 0
 EVAL_FRACTION = 0.2
-GROUP_BATCHES = 16  # --group-by-length sorts runs of this many batches by window length
 
 
 def _limit(examples: Sequence[QAExample], count: int | None) -> list[QAExample]:

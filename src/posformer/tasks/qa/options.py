@@ -1,5 +1,5 @@
-"""The options of the QA job (`qa train`, `qa eval`): one dataclass, the defaults of each kind of model, and
-the checks that name each bad option by its flag."""
+"""The options of the QA job (`qa train`, `qa eval`, `qa ask`): one dataclass whose fields give the flags
+(`posformer.cli.qa`), the defaults of each kind of model, and the checks that name each bad option by its flag."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from posformer.utils.validation import check_choice, check_int, check_number, fail
+from posformer.train.settings import DEVICES, PRECISIONS
+from posformer.utils.options import check_options as check_declared_options
+from posformer.utils.options import option
+from posformer.utils.validation import fail
 
 HEADS = ("seq2seq", "span")
 ANSWER_DEFAULTS = dict(max_answer_length=30, num_beams=1, null_score_diff_threshold=0.0, n_best_size=20)
@@ -32,103 +35,176 @@ SCRATCH_DEFAULTS = dict(
 PREDICTION_OPTIONS = ("max_seq_length", "doc_stride", *ANSWER_DEFAULTS)
 
 
-@dataclass
-class QAJobOptions:
-    """Every option of `qa train` / `qa eval`; None means "the default for this kind of model"."""
+GROUP_BATCHES = 16  # --group-by-length sorts runs of this many batches by window length
+WINDOWS_DEFAULT = "default: qa train: 384 pretrained, 256 --from-scratch; qa eval / ask: the training run's, else 384"
+STRIDE_DEFAULT = "default: qa train: 128 pretrained, 64 --from-scratch; qa eval / ask: the training run's, else 128"
+FROM_RUN = "qa eval / ask: the training run's, else "
+DATA_GROUP = "data (default: the shipped SQuAD v2 sample, one article held out)"
+SCRATCH_GROUP = "from-scratch seq2seq model (--from-scratch)"
 
-    head: str | None = None
-    model: str | None = None
-    dataset_name: str | None = None
-    dataset_config_name: str | None = None
-    train_file: str | None = None
-    eval_file: str | None = None
-    context_column: str = "context"
-    question_column: str = "question"
-    answer_column: str = "answers"
-    max_train_samples: int | None = None
-    max_eval_samples: int | None = None
-    per_device_train_batch_size: int | None = None
-    per_device_eval_batch_size: int = 32
-    learning_rate: float | None = None
-    num_train_epochs: float | None = None
-    max_steps: int | None = None
-    warmup_ratio: float | None = None
-    weight_decay: float = 0.0
-    max_seq_length: int | None = None
-    doc_stride: int | None = None
-    max_answer_length: int | None = None
-    num_beams: int | None = None
-    null_score_diff_threshold: float | None = None
-    n_best_size: int | None = None
-    output_dir: str | None = None
-    eval_steps: int | None = None
-    save_steps: int = 500
-    seed: int = 42
-    device: str = "auto"
-    precision: str = "fp32"
-    resume: bool = False
-    from_scratch: bool = False
-    tokenizer: str = "unigram"
-    vocab_size: int = 4000
-    d_model: int = 128
-    layers: int = 2
-    heads: int = 4
-    d_ff: int = 512
-    group_by_length: bool = True
-    keep_null_windows: float = 1.0
-    dropout: float | None = None
-    calibration_fraction: float = 0.0
-    progress: bool = True
+
+COLUMNS = ("context_column", "question_column", "answer_column")
+
+
+@dataclass
+class QAColumns:
+    """Where a data file's records keep the context, the question and the answers."""
+
+    context_column: str = option("context", "the records' context column")
+    question_column: str = option("question", "the records' question column")
+    answer_column: str = option("answers", "the records' answers column")
+
+
+@dataclass
+class QAJobOptions(QAColumns):
+    """Every option of `qa train` / `qa eval` / `qa ask`, flags and defaults; None means "the default for this kind
+    of model" (`PRETRAINED_DEFAULTS`, `SCRATCH_DEFAULTS`) or, in `qa eval` / `qa ask`, the training run's."""
+
+    head: str | None = option(
+        None,
+        "seq2seq generates the answer, span predicts its start and end tokens (qa eval: unset, the model's own)",
+        choices=HEADS,
+    )
+    model: str | None = option(
+        None,
+        "qa train: the starting checkpoint (default: the bundled all-MiniLM-L6-v2): --head seq2seq: an "
+        "encoder-decoder dir (T5, BERT2BERT, a qa train run) or a BERT dir, from which a BERT2BERT encoder-decoder "
+        "is warm-started; --head span: a BERT-family dir. qa eval / ask: the trained model (a qa train output dir, "
+        "its newest valid checkpoint; a checkpoint; or a model dir)",
+        aliases=("--model-name-or-path",),
+    )
+    dataset_name: str | None = option(
+        None, "a Hugging Face dataset such as squad_v2 (needs `datasets` and network access)"
+    )
+    dataset_config_name: str | None = option(None, "the dataset's configuration")
+    train_file: str | None = option(
+        None,
+        "SQuAD JSON, or JSON/JSONL records with the columns below; without --eval-file, a fifth of its articles is "
+        "held out for evaluation",
+    )
+    eval_file: str | None = option(None, "evaluation data, same formats")
+    max_train_samples: int | None = option(None, "keep the first N questions", minimum=1)
+    max_eval_samples: int | None = option(None, "keep the first N eval questions", minimum=1)
+    per_device_train_batch_size: int | None = option(None, "windows per step (see the defaults below)", minimum=1)
+    per_device_eval_batch_size: int = option(32, "windows per prediction batch", minimum=1)
+    learning_rate: float | None = option(None, "peak learning rate, linear decay", low=0, low_open=True)
+    num_train_epochs: float | None = option(None, "steps = ceil(windows / batch) * epochs", low=0, low_open=True)
+    max_steps: int | None = option(None, "train this many steps instead", minimum=1)
+    warmup_ratio: float | None = option(None, "share of steps for linear warm-up", low=0, high=1)
+    weight_decay: float = option(0.0, "AdamW weight decay", low=0)
+    max_seq_length: int | None = option(None, f"tokens per window, question included ({WINDOWS_DEFAULT})", minimum=1)
+    doc_stride: int | None = option(None, f"tokens shared by consecutive context windows ({STRIDE_DEFAULT})", minimum=1)
+    max_answer_length: int | None = option(
+        None, f"longest answer in tokens (default: {FROM_RUN}{ANSWER_DEFAULTS['max_answer_length']})", minimum=1
+    )
+    num_beams: int | None = option(
+        None,
+        f"seq2seq: beam search with this many beams (default: {FROM_RUN}{ANSWER_DEFAULTS['num_beams']}, greedy)",
+        minimum=1,
+    )
+    null_score_diff_threshold: float | None = option(
+        None,
+        'seq2seq: answer only when the best answer\'s score beats the best "" score by more than this; span '
+        '(run_qa.py): predict "" when the null score beats the best span\'s by more than this. A larger value means '
+        f"fewer answers for seq2seq and more for span (default: {FROM_RUN}"
+        f"{ANSWER_DEFAULTS['null_score_diff_threshold']:g}, where both agree)",
+    )
+    n_best_size: int | None = option(
+        None, f"span: candidate starts/ends per window (default: {FROM_RUN}{ANSWER_DEFAULTS['n_best_size']})", minimum=1
+    )
+    output_dir: str | None = option(None, "where the outputs go (qa eval: unset, the --model dir)")
+    eval_steps: int | None = option(None, "also evaluate every N steps", minimum=1)
+    save_steps: int = option(500, "checkpoint every N steps", minimum=1)
+    seed: int = option(42, "weights, data order, dropout", minimum=0)
+    device: str = option("auto", "where the model runs", choices=DEVICES)
+    precision: str = option("fp32", "float32, or bf16 / fp16 autocast", choices=PRECISIONS)
+    resume: bool = option(False, "continue from the newest valid checkpoint in --output-dir")
+    from_scratch: bool = option(
+        False,
+        "--head seq2seq without --model: train a small t5-preset model and a tokenizer of the training texts "
+        "instead of warm-starting from all-MiniLM-L6-v2",
+    )
+    tokenizer: str = option("unigram", "the tokenizer trained on the training texts", choices=("unigram", "bpe"))
+    vocab_size: int = option(4000, "its vocabulary size", minimum=1)
+    d_model: int = option(128, "model width", minimum=1)
+    layers: int = option(2, "encoder and decoder layers each", minimum=1)
+    heads: int = option(4, "attention heads", minimum=1)
+    d_ff: int = option(512, "feed-forward width", minimum=1)
+    group_by_length: bool = option(
+        True,
+        "batch windows of similar length together (each batch is padded only to its longest window; runs of "
+        f"{GROUP_BATCHES} batches are sorted by length) (default: on)",
+    )
+    keep_null_windows: float = option(
+        1.0,
+        "share of the training windows without an answer (unanswerable questions, windows that miss the answer) to "
+        "train on, drawn with --seed; below 1, more of each step goes to finding answers (default: 1, all)",
+        low=0,
+        high=1,
+        low_open=True,
+    )
+    dropout: float | None = option(
+        None,
+        "dropout probability of every dropout of the model (hidden, attention, feed-forward) while it is "
+        "fine-tuned; 0 trains faster and suits a short run that sees each window once (default: the checkpoint's)",
+        low=0,
+        high=1,
+        high_open=True,
+    )
+    calibration_fraction: float = option(
+        0.0,
+        "share of the training articles kept out of training to calibrate --null-score-diff-threshold after it: "
+        "the threshold with the best F1 on them is used for the evaluation and stored for `qa eval` / `qa ask` "
+        "(default: 0, no calibration: the threshold as given)",
+        low=0,
+        high=1,
+        high_open=True,
+    )
+    progress: bool = option(True, "no progress bar", flag="--no-progress")
 
     def resolved(self, defaults: dict[str, Any]) -> "QAJobOptions":
         """A copy whose unset (None) options take `defaults`."""
         return dataclasses.replace(self, **{k: v for k, v in defaults.items() if getattr(self, k) is None})
 
 
-POSITIVE_INTS = (
-    "max_seq_length",
-    "doc_stride",
-    "max_answer_length",
-    "num_beams",
-    "n_best_size",
-    "per_device_eval_batch_size",
-    "per_device_train_batch_size",
-    "max_steps",
-    "eval_steps",
-    "save_steps",
-    "max_train_samples",
-    "max_eval_samples",
-    "vocab_size",
-    "d_model",
-    "layers",
-    "heads",
-    "d_ff",
-)
-POSITIVE_NUMBERS = ("learning_rate", "num_train_epochs")
+@dataclass
+class AskOptions(QAJobOptions):
+    """`qa ask`: the questions and how the answers are printed, besides the prediction options."""
+
+    context: str | None = option(None, "the text to answer from (default: none; or --context-file)")
+    context_file: str | None = option(None, "read the context from this UTF-8 file (default: none)")
+    question: list[str] | None = option(
+        None,
+        'a question about the context (repeatable); without it, JSON lines {"context": ..., "question": ...} are '
+        "read from stdin, blank lines skipped (default: none)",
+        repeatable=True,
+    )
+    json: bool = option(
+        False,
+        'print one JSON object per question: {"question", "answer" ("" for none), "has_answer", "score" (null when '
+        'there is no candidate), "needed", "best_answer"} (default: off, one readable line)',
+    )
 
 
-def _flag(name: str) -> str:
+@dataclass(kw_only=True)
+class ScoreOptions(QAColumns):
+    """`qa score`: a predictions file against its gold data, as the official `evaluate-v2.0.py`."""
+
+    eval_file: str = option(help="gold data: SQuAD JSON, or JSON/JSONL records with the named columns")
+    predictions: str = option(help="predictions.json: {id: text}")
+    na_probs: str | None = option(None, "null_odds.json / no-answer probabilities: {id: float}")
+    na_prob_thresh: float = option(1.0, "predict no answer when the no-answer probability exceeds this")
+    out_file: str | None = option(None, "also write the scores (JSON) here")
+
+
+def flag(name: str) -> str:
+    """The flag of an option: `doc_stride` -> `--doc-stride`."""
     return "--" + name.replace("_", "-")
 
 
 def check_options(o: QAJobOptions) -> None:
     """Every set option, named by its flag (`--doc-stride=0 is invalid: expected a positive integer`)."""
-    check_choice("--head", o.head, HEADS)
-    for name in POSITIVE_INTS:
-        if getattr(o, name) is not None:
-            check_int(_flag(name), getattr(o, name))
-    for name in POSITIVE_NUMBERS:
-        if getattr(o, name) is not None:
-            check_number(_flag(name), getattr(o, name), low=0, low_open=True)
-    if o.warmup_ratio is not None:
-        check_number("--warmup-ratio", o.warmup_ratio, low=0, high=1)
-    check_number("--weight-decay", o.weight_decay, low=0)
-    check_number("--keep-null-windows", o.keep_null_windows, low=0, high=1, low_open=True)
-    check_number("--calibration-fraction", o.calibration_fraction, low=0, high=1, high_open=True)
-    if o.dropout is not None:
-        check_number("--dropout", o.dropout, low=0, high=1, high_open=True)
-    check_number("--null-score-diff-threshold", o.null_score_diff_threshold)
-    check_int("--seed", o.seed, minimum=0)
+    check_declared_options(o, name_of=flag)
     if o.from_scratch and (o.head != "seq2seq" or o.model is not None):
         fail(
             "--from-scratch",
