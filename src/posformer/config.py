@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from posformer import positions
+from posformer.positions.deberta import OwnAttnScale
 from posformer.positions.query_temperature import check_query_temperature
 from posformer.utils.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int, is_number
 
@@ -27,6 +29,8 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish", "silu", "glu", "swiglu", "g
 INITS = ("normal", "t5")
 HEADS = ("causal_lm", "masked_lm", "seq2seq_lm", "span_qa", "classification", "none")
 DEFAULT_HEAD = {"encoder": "masked_lm", "decoder": "causal_lm", "encoder_decoder": "seq2seq_lm"}
+# whether each stack an arch builds is causal, the decoder first (what an encoding's `check_config` is told)
+STACKS_CAUSAL = {"encoder": (False,), "decoder": (True,), "encoder_decoder": (True, False)}
 # the fields `Config.layer_settings` may change for the layers of one label
 LAYER_FIELDS = ("position", "position_params", "sliding_window", "query_temperature")
 
@@ -177,12 +181,12 @@ class Config:
     @property
     def scale(self) -> float:
         """`attn_scale`, else the position encoding's own default, else 1/sqrt(d_head)."""
-        from posformer import positions
-
         if self.attn_scale is not None:
             return self.attn_scale
-        own = positions.get(self.position).default_attn_scale(self)
-        return own if own is not None else 1.0 / math.sqrt(self.head_dim)
+        encoding = positions.get(self.position)
+        if isinstance(encoding, OwnAttnScale):  # DeBERTa's
+            return encoding.default_attn_scale(self.position_params, self.head_dim)
+        return 1.0 / math.sqrt(self.head_dim)
 
     def layer_config(self, label: str | None) -> "Config":
         """The config of the layers labelled `label` (`layer_types`): the config's own fields with that label's
@@ -208,8 +212,6 @@ class Config:
     # -------------------------------------------------------------- validation
     def validate(self) -> None:
         """Raise `ValueError` naming the first invalid field."""
-        from posformer import positions  # late import: positions imports nothing from here
-
         flags = tuple(f.name for f in dataclasses.fields(self) if f.type in ("bool", "bool | None"))
         check_field_kinds(self, "Config.", flags)  # before they steer the checks below
         for name, allowed in (
@@ -254,7 +256,8 @@ class Config:
         check_int("Config.type_vocab_size", self.type_vocab_size, minimum=0)
         check_query_temperature("Config.query_temperature", self.query_temperature)
         encoding = positions.get(self.position)
-        longest = encoding.max_length(self) or (None if encoding.extrapolates else self.max_positions)
+        longest = encoding.max_length(self.position_params, self.max_positions)
+        longest = longest or (None if encoding.extrapolates else self.max_positions)
         if self.random_positions is not None and longest is not None and self.random_positions > longest:
             _fail(
                 "random_positions",
@@ -292,15 +295,15 @@ class Config:
             _fail("init", self.init, "'normal' when norm='deepnorm' (DeepNet has its own init)")
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             _check_token_id(name, getattr(self, name))
-        positions.get(self.position).check_config(self)
+        # the sizes without the scale, which may derive from the parameters checked here (`OwnAttnScale`)
+        sizes = positions.Sizes(self.d_model, self.n_heads, self.head_dim, self.max_positions)
+        for causal in STACKS_CAUSAL[self.arch]:
+            encoding.check_config(sizes, self.position_params, causal)
         self._check_layer_types()
         check_field_kinds(self, "Config.")
 
     def _check_layer_types(self) -> None:
         """`layer_types` and `layer_settings` (see the class docstring); each label's settings resolved."""
-        from posformer import positions
-        from posformer.positions.base import PositionEncoding
-
         if self.layer_types is None:
             if self.layer_settings:
                 _fail("layer_settings", self.layer_settings, "{} without layer_types (they label the layers)")
@@ -329,7 +332,7 @@ class Config:
             except ValueError as err:
                 raise ValueError(f"Config.{where}: {err}") from None
             own = positions.get(layer.position)
-            if layer.position != self.position and own.embed is not PositionEncoding.embed:
+            if layer.position != self.position and own.embed is not positions.PositionEncoding.embed:
                 _fail(
                     f"{where}['position']",
                     layer.position,

@@ -33,7 +33,7 @@ def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
 def max_length_of(model: Transformer, tokenizer) -> int:
     """The longest input both the tokenizer and the model's position encoding accept."""
     cfg = model.cfg
-    limit = positions.get(cfg.position).max_length(cfg) or cfg.max_positions
+    limit = positions.get(cfg.position).max_length(cfg.position_params, cfg.max_positions) or cfg.max_positions
     tokenizer_limit = getattr(tokenizer, "model_max_length", None)
     return min(limit, tokenizer_limit) if isinstance(tokenizer_limit, int) else limit
 

@@ -12,6 +12,7 @@ import torch
 import yaml
 
 import posformer as pf
+from posformer.positions.rotary import Rescalable
 from tests.conftest import tiny
 
 
@@ -55,27 +56,28 @@ def test_resolved_params_round_trip_as_plain_data(tmp_path):
 
 
 def test_max_length_is_the_encodings_own_limit():
-    learned = pf.Config(position="learned", max_positions=40, position_params={"offset": 2})
-    assert pf.positions.get("learned").max_length(learned) == 38
+    assert pf.positions.get("learned").max_length({"offset": 2}, max_positions=40) == 38
     model = pf.Transformer(tiny(position="learned", max_positions=40, position_params={"offset": 2}))
     model(torch.zeros(1, 38, dtype=torch.long))
     with pytest.raises(ValueError, match="beyond the learned position table of 38 positions"):
         model(torch.zeros(1, 39, dtype=torch.long))
     for name in pf.positions.names():
         if pf.positions.get(name).extrapolates:
-            assert pf.positions.get(name).max_length(tiny(position=name)) is None
+            cfg = tiny(position=name)
+            assert pf.positions.get(name).max_length(cfg.position_params, cfg.max_positions) is None
 
 
 def test_rescaled_params_extend_rope_and_are_refused_elsewhere():
     rope = pf.positions.get("rope")
+    assert [name for name in pf.positions.names() if isinstance(pf.positions.get(name), Rescalable)] == ["rope"]
     params = rope.rescaled_params(rope.resolve_params({"theta": 500.0}), "yarn", 256, 64)
     assert params["theta"] == 500.0
     assert params["scaling"] == {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
     pf.Transformer(tiny(position="rope", position_params=params))  # a valid config
     for kind in rope.scalings:
         tiny(position="rope", position_params=rope.rescaled_params(rope.defaults, kind, 128, 64))
-    with pytest.raises(ValueError, match="no context-extension method 'linear'"):
-        pf.positions.get("alibi").rescaled_params({}, "linear", 128, 64)
+    with pytest.raises(ValueError, match="no context-extension method 'longrope'; its methods: linear, ntk"):
+        rope.rescaled_params(rope.defaults, "longrope", 128, 64)  # LongRoPE needs its searched factors
 
 
 def test_alibi_distance_bias_is_its_attention_bias():

@@ -338,5 +338,11 @@ def test_bad_params_raise_naming_the_key(position: str, params: dict, key: str) 
 def test_t5_max_distance_bound_depends_on_the_arch() -> None:
     # an encoder is bidirectional only: 32 buckets leave 8 exact distances per sign, so 16 is fine
     tiny("encoder", position="t5", position_params={"max_distance": 16})
-    with pytest.raises(ValueError, match="max_distance"):
+    with pytest.raises(ValueError, match=r"max_distance'\]=16 .*: expected an integer > 16"):
         tiny("encoder_decoder", position="t5", position_params={"max_distance": 16})
+    # the bound is a stack's: its exact distances, num_buckets // 2 causal and // 4 a side bidirectional
+    t5, sizes = pf.positions.get("t5"), pf.positions.Sizes(d_model=8, n_heads=2, head_dim=4)
+    params = t5.resolve_params({"max_distance": 16})
+    t5.check_config(sizes, params, causal=False)
+    with pytest.raises(ValueError, match="an integer > 16"):
+        t5.check_config(sizes, params, causal=True)

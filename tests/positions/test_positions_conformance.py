@@ -11,6 +11,9 @@ import pytest
 import torch
 
 import posformer as pf
+from posformer.positions.deberta import OwnAttnScale
+from posformer.positions.rotary import GoesStale, Rescalable
+from posformer.positions.t5 import Saturating, SchemeInitialised
 
 TRAIN_LENGTH = 16
 ARCHS = ["encoder", "decoder", "encoder_decoder"]
@@ -316,24 +319,22 @@ def test_compiles_to_one_graph_exactly_when_it_says_so(name: str, arch: str, ret
 
 @pytest.mark.parametrize("name", pf.positions.usable("decoder"))
 def test_each_encoding_builds_alone_from_sizes(name: str) -> None:
-    """An encoding needs no Config: built from `Sizes` and its parameters, with the weights of the one a model's
-    stack builds, it adds the same position terms, hook for hook."""
+    """An encoding needs no Config: checked and built from `Sizes` and its parameters, with the weights of the one
+    a model's stack builds, it adds the same position terms, hook for hook."""
     cfg = config(name, "decoder")
     in_model = pf.positions.build(cfg, causal=True, n_layers=cfg.n_layers)
-    alone = pf.positions.get(name)(
-        pf.positions.Sizes(
-            d_model=cfg.d_model,
-            n_heads=cfg.n_heads,
-            head_dim=cfg.head_dim,
-            max_positions=cfg.max_positions,
-            scale=cfg.scale,
-            norm_eps=cfg.norm_eps,
-            init_std=cfg.init_std,
-        ),
-        dict(cfg.position_params),
-        causal=True,
-        n_layers=cfg.n_layers,
+    sizes = pf.positions.Sizes(
+        d_model=cfg.d_model,
+        n_heads=cfg.n_heads,
+        head_dim=cfg.head_dim,
+        max_positions=cfg.max_positions,
+        scale=cfg.scale,
+        norm_eps=cfg.norm_eps,
+        init_std=cfg.init_std,
     )
+    encoding = pf.positions.get(name)
+    encoding.check_config(sizes, encoding.resolve_params(dict(cfg.position_params)), causal=True)
+    alone = encoding(sizes, dict(cfg.position_params), causal=True, n_layers=cfg.n_layers)
     alone.load_state_dict(in_model.state_dict())
     assert alone.params == in_model.params
     generator = torch.Generator().manual_seed(0)
@@ -359,3 +360,20 @@ def test_each_encoding_builds_alone_from_sizes(name: str) -> None:
 def test_sizes_refuse_a_size_that_is_not_a_positive_integer() -> None:
     with pytest.raises(ValueError, match=r"Sizes.n_heads=0 is invalid: expected an integer >= 1"):
         pf.positions.Sizes(d_model=8, n_heads=0, head_dim=2)
+
+
+def test_a_hook_of_one_encoding_is_declared_in_its_own_file() -> None:
+    """The base class keeps the hooks every encoding may take; one encoding's own hook is a `Protocol` of its file,
+    which the encodings that define its members satisfy and the others do not."""
+    hooks = (
+        "scalings",
+        "rescaled_params",
+        "stale_beyond",
+        "saturation_distance",
+        "init_weights_",
+        "default_attn_scale",
+    )
+    assert not [hook for hook in hooks if hasattr(pf.positions.PositionEncoding, hook)]
+    owners = {Rescalable: "rope", GoesStale: "rope", Saturating: "t5", SchemeInitialised: "t5", OwnAttnScale: "deberta"}
+    for protocol, owner in owners.items():
+        assert [name for name in pf.positions.names() if isinstance(pf.positions.get(name), protocol)] == [owner]

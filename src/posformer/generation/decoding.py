@@ -17,7 +17,7 @@ class Decoding:
     the prefix (and the encoder) once; `step(new)` feeds one token per row;
     `reorder(index)` selects rows (beam search) in the cache and in the state.
     The cache is allocated once for the prefix and `max_new_tokens` more tokens. When a step takes a
-    decoder past the length at which its encoding's cached keys go stale (`PositionEncoding.stale_beyond`:
+    decoder past the length at which its encoding's cached keys go stale (`positions.rotary.GoesStale`:
     LongRoPE switching to its long factors), the whole sequence is run again into a fresh cache (Hugging
     Face's Phi-3 drops its cache there too); only such a decoder keeps every token so far (`sequence`).
     """

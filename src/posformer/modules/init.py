@@ -10,7 +10,7 @@
     attention output                    N(0, (n_heads * d_head) ** -0.5)
     FFN up (gate and value)             N(0, d_model ** -0.5)
     FFN down                            N(0, d_ff ** -0.5)
-    T5 relative bias tables             N(0, d_model ** -0.5)   (`PositionEncoding.init_weights_`)
+    T5 relative bias tables             N(0, d_model ** -0.5)   (`positions.t5.SchemeInitialised`)
     head projections (untied)           N(0, in_features ** -0.5)
 
 The t5 preset has no 1/sqrt(d_head) attention scale and scales a tied head by
@@ -46,7 +46,7 @@ def t5_init_(model: nn.Module) -> None:
     """
     from posformer.modules.attention import Attention, CrossAttention
     from posformer.modules.feedforward import FeedForward
-    from posformer.positions.base import PositionEncoding
+    from posformer.positions.t5 import SchemeInitialised
 
     cfg = model.cfg
     seen: set[int] = set()
@@ -60,7 +60,7 @@ def t5_init_(model: nn.Module) -> None:
     for module in model.modules():
         if any(module is m for m in embeddings):
             draw(module.weight, 1.0)
-        elif isinstance(module, PositionEncoding):
+        elif isinstance(module, SchemeInitialised):  # an encoding with its own "t5" draw (T5's table)
             module.init_weights_("t5")
         elif isinstance(module, Attention):
             q_dim = module.q_dim

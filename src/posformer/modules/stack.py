@@ -19,6 +19,7 @@ from posformer.modules.norms import make_norm
 from posformer.ops.masks import AttentionMask
 from posformer.ops.packing import TokenPacking
 from posformer.positions.base import PositionEncoding
+from posformer.positions.rotary import GoesStale
 
 
 class Stack(nn.Module):
@@ -77,8 +78,9 @@ class Stack(nn.Module):
         return [self.position, *self.layer_positions.values()]
 
     def stale_beyond(self) -> int | None:
-        """The shortest length past which an encoding's cached keys go stale (`PositionEncoding.stale_beyond`)."""
-        return min((n for e in self.encodings if (n := e.stale_beyond()) is not None), default=None)
+        """The shortest length past which an encoding's cached keys go stale (`positions.rotary.GoesStale`)."""
+        lengths = (e.stale_beyond() for e in self.encodings if isinstance(e, GoesStale))
+        return min((n for n in lengths if n is not None), default=None)
 
     def forward(
         self,

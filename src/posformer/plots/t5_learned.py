@@ -15,6 +15,7 @@ import torch
 
 from posformer.model import Transformer
 from posformer.positions import PositionEncoding
+from posformer.positions.t5 import Saturating
 from posformer.utils.figure import pyplot, save_png
 
 
@@ -30,7 +31,7 @@ class StackBias:
 def t5_stacks(model: Transformer) -> list[tuple[str, PositionEncoding]]:
     """The (stack name, encoding) pairs whose distance bias saturates (T5's buckets); empty otherwise."""
     stacks = [(name, getattr(model, name, None)) for name in ("encoder", "decoder")]
-    return [(name, s.position) for name, s in stacks if s is not None and s.position.saturation_distance is not None]
+    return [(name, s.position) for name, s in stacks if s is not None and isinstance(s.position, Saturating)]
 
 
 def t5_learned_bias(model: Transformer, distance: int | None = None) -> list[StackBias]:

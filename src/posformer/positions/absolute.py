@@ -48,15 +48,14 @@ class Sinusoidal(PositionEncoding):
     defaults = {"base": 10000.0, "layout": "interleaved"}
 
     @classmethod
-    def check_config(cls, cfg) -> None:
-        super().check_config(cfg)
-        params = cfg.position_params
+    def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
+        super().check_config(sizes, params, causal)
         if params["layout"] not in SINUSOIDAL_LAYOUTS:
             raise cls.param_error(cls.name, "layout", params["layout"], f"one of {SINUSOIDAL_LAYOUTS}")
         if not isinstance(params["base"], (int, float)) or params["base"] <= 1:
             raise cls.param_error(cls.name, "base", params["base"], "a number > 1")
-        if cfg.d_model % 2:
-            raise ValueError(f"Config.d_model={cfg.d_model} must be even for position='sinusoidal'")
+        if sizes.d_model % 2:
+            raise ValueError(f"Config.d_model={sizes.d_model} must be even for position='sinusoidal'")
 
     def __init__(
         self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
@@ -81,14 +80,15 @@ class Learned(PositionEncoding):
     extrapolates = False
 
     @classmethod
-    def check_config(cls, cfg) -> None:
-        super().check_config(cfg)
-        cls.require_int(cfg, "offset", 0, cfg.max_positions, f"an integer in [0, max_positions={cfg.max_positions})")
+    def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
+        super().check_config(sizes, params, causal)
+        limit = sizes.max_positions
+        cls.require_int(params, "offset", 0, limit, f"an integer in [0, max_positions={limit})")
 
     @classmethod
-    def max_length(cls, cfg) -> int:
-        """The rows after the reserved `offset` ones: Config.max_positions - offset."""
-        return cfg.max_positions - cfg.position_params["offset"]
+    def max_length(cls, params: Mapping[str, Any], max_positions: int) -> int:
+        """The rows after the reserved `offset` ones: max_positions - offset."""
+        return max_positions - params["offset"]
 
     def __init__(
         self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
@@ -99,7 +99,7 @@ class Learned(PositionEncoding):
 
     def check_positions(self, pos: Tensor) -> None:
         super().check_positions(pos)
-        usable = self.table.num_embeddings - self.offset  # = max_length(cfg)
+        usable = self.table.num_embeddings - self.offset  # = max_length(params, max_positions)
         check_values(
             (pos < usable).all(),
             f"position_ids reach beyond the learned position table of {usable} "

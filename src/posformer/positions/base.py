@@ -43,8 +43,6 @@ class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
       extrapolates: False when positions past `Config.max_positions` cannot be
         represented (a table indexed by position or distance); `check_positions`
         then raises a clear error instead of failing inside an embedding lookup.
-      scalings: the context-extension methods `rescaled_params` applies (RoPE's
-        linear / ntk / ...); empty when the encoding has none.
       causal_only: True when the encoding is defined for causal attention alone (it counts the keys before
         each query): `Config` then refuses any arch but "decoder".
       compiles_whole: False when a tensor's shape depends on the positions' values
@@ -55,16 +53,19 @@ class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
     `score_mod` then hands that bias to FlexAttention (`Config.attn_impl="flex"`) as a table.
 
     What the hooks lean on lives beside this file: how the parameters are resolved and checked
-    (`params.ParameterRules`: `resolve_params`, `check_config`, `param_error`, ...), the values a forward
-    computes once for all layers (`per_forward.PerForward`), and the FlexAttention table
+    (`params.ParameterRules`: `resolve_params`, `check_config`, `max_length`, `param_error`, ...), the values a
+    forward computes once for all layers (`per_forward.PerForward`), and the FlexAttention table
     (`distance_table.DistanceTable`: `distance_bias`, `score_mod`).
+
+    A hook that one encoding alone needs is not declared here but in that encoding's file, as a runtime-checkable
+    `typing.Protocol` that its callers test with `isinstance` (RoPE's `rotary.Rescalable` and `rotary.GoesStale`,
+    T5's `t5.Saturating`, ...); another encoding takes the hook by defining the same member.
     """
 
     name: ClassVar[str] = ""
     defaults: ClassVar[dict[str, Any]] = {}
     sdpa_compatible: ClassVar[bool] = True
     extrapolates: ClassVar[bool] = True
-    scalings: ClassVar[tuple[str, ...]] = ()
     causal_only: ClassVar[bool] = False
     compiles_whole: ClassVar[bool] = True
 
@@ -80,14 +81,6 @@ class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
         self.d_model = sizes.d_model
         self.scale = sizes.scale  # the attention scale: a bias hook that mimics a q.k term multiplies by it
 
-    @torch.no_grad()
-    def init_weights_(self, scheme: str) -> None:
-        """Re-draw this encoding's parameters for `Config.init` = `scheme`, after the "normal" draw.
-
-        The default keeps the "normal" draw; an encoding whose paper initialises it
-        otherwise under that scheme overrides this (T5's bias table under "t5").
-        """
-
     @classmethod
     def flex_compatible(cls) -> bool:
         """Whether FlexAttention can take the whole encoding: no attention bias at all, or one that depends on
@@ -95,17 +88,6 @@ class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
         return cls.sdpa_compatible and (
             cls.bias is PositionEncoding.bias or cls.distance_bias is not DistanceTable.distance_bias
         )
-
-    def stale_beyond(self) -> int | None:
-        """A length L0 such that keys cached while every length was <= L0 no longer match what a forward at a
-        longer length computes (LongRoPE's switch to its long factors); None when cached keys never go stale.
-        Generation runs the whole sequence again once, when the length first exceeds L0."""
-        return None
-
-    @property
-    def saturation_distance(self) -> int | None:
-        """The distance past which `distance_bias` stops changing (T5's max_distance), or None."""
-        return None
 
     def check_positions(self, pos: Tensor) -> None:
         """Raise `ValueError` when `pos` (B, T) holds positions this encoding cannot represent."""

@@ -106,8 +106,8 @@ class ContextualPosition(PositionEncoding):
     causal_only = True
 
     @classmethod
-    def check_config(cls, cfg) -> None:
-        cls.require_int(cfg, "npos_max", 2, expected="an integer >= 2 (the largest count is npos_max - 1)")
+    def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
+        cls.require_int(params, "npos_max", 2, expected="an integer >= 2 (the largest count is npos_max - 1)")
 
     def __init__(
         self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1

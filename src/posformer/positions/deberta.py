@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -80,6 +80,18 @@ def log_bucket_position(rel: Tensor, bucket_size: int, max_position: int) -> Ten
     return torch.where(abs_pos <= mid, rel.type_as(log_pos), log_pos * sign).long()
 
 
+@runtime_checkable
+class OwnAttnScale(Protocol):
+    """An encoding whose paper scales the attention otherwise than 1/sqrt(head_dim) (DeBERTa).
+
+    `Config.scale` asks it of the encoding class (`isinstance(positions.get(name), OwnAttnScale)`) and takes
+    `default_attn_scale(params, head_dim)` when `Config.attn_scale` is None.
+    """
+
+    @classmethod
+    def default_attn_scale(cls, params: Mapping[str, Any], head_dim: int) -> float: ...
+
+
 @register("deberta")
 class DeBERTa(PositionEncoding):
     """Disentangled content/position attention with a shared, log-bucketed relative table. Any length."""
@@ -92,21 +104,19 @@ class DeBERTa(PositionEncoding):
     }
 
     @classmethod
-    def default_attn_scale(cls, cfg) -> float:
-        """1 / sqrt(head_dim * (1 + number of position terms)): 1 / sqrt(3 head_dim) for c2p + p2c."""
-        kinds = cfg.position_params["pos_att_type"]
-        return 1.0 / math.sqrt(cfg.head_dim * (1 + len(kinds)))
+    def default_attn_scale(cls, params: Mapping[str, Any], head_dim: int) -> float:
+        """1 / sqrt(head_dim * (1 + number of position terms)): 1 / sqrt(3 head_dim) for c2p + p2c (`OwnAttnScale`)."""
+        return 1.0 / math.sqrt(head_dim * (1 + len(params["pos_att_type"])))
 
     @classmethod
-    def check_config(cls, cfg) -> None:
-        super().check_config(cfg)
-        p = cfg.position_params
+    def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
+        super().check_config(sizes, params, causal)
         for key in ("position_buckets", "max_relative_positions"):
-            if not isinstance(p[key], int) or isinstance(p[key], bool):
-                raise cls.param_error(cls.name, key, p[key], "an integer (<= 0: off / Config.max_positions)")
-        if p["norm_rel_ebd"] not in NORM_REL_EBD:
-            raise cls.param_error(cls.name, "norm_rel_ebd", p["norm_rel_ebd"], f"one of {NORM_REL_EBD}")
-        kinds = p["pos_att_type"]
+            if not isinstance(params[key], int) or isinstance(params[key], bool):
+                raise cls.param_error(cls.name, key, params[key], "an integer (<= 0: off / Config.max_positions)")
+        if params["norm_rel_ebd"] not in NORM_REL_EBD:
+            raise cls.param_error(cls.name, "norm_rel_ebd", params["norm_rel_ebd"], f"one of {NORM_REL_EBD}")
+        kinds = params["pos_att_type"]
         if (
             not isinstance(kinds, (list, tuple))
             or not kinds
@@ -114,7 +124,7 @@ class DeBERTa(PositionEncoding):
             or len(set(kinds)) != len(kinds)
         ):
             raise cls.param_error(cls.name, "pos_att_type", kinds, f"a non-empty list of distinct {POS_ATT_TYPES}")
-        if p["position_buckets"] == 1:
+        if params["position_buckets"] == 1:
             raise cls.param_error(cls.name, "position_buckets", 1, "<= 0 (no buckets) or an integer >= 2")
 
     def __init__(

@@ -47,18 +47,17 @@ class FIRE(PositionEncoding):
     defaults: ClassVar[dict[str, Any]] = {"mlp_width": 32, "init_c": 0.1, "init_L": 512.0, "shared": True}
 
     @classmethod
-    def check_config(cls, cfg) -> None:
-        super().check_config(cfg)
-        p = cfg.position_params
-        width = p["mlp_width"]
+    def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
+        super().check_config(sizes, params, causal)
+        width = params["mlp_width"]
         if not isinstance(width, int) or isinstance(width, bool) or width < 1:
             raise cls.param_error(cls.name, "mlp_width", width, "a positive integer")
         for key in ("init_c", "init_L"):
-            value = p[key]
+            value = params[key]
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise cls.param_error(cls.name, key, value, "a number > 0")
-        if not isinstance(p["shared"], bool):
-            raise cls.param_error(cls.name, "shared", p["shared"], "True or False")
+        if not isinstance(params["shared"], bool):
+            raise cls.param_error(cls.name, "shared", params["shared"], "True or False")
 
     def __init__(
         self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1

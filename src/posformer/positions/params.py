@@ -1,20 +1,19 @@
 """How an encoding declares, resolves and checks its parameters (`Config.position_params`).
 
 `PositionEncoding` takes these class methods from `ParameterRules`; an encoding declares its parameters and their
-defaults in its class attribute `defaults`, and overrides `check_config` (and, where it has them, `max_length`,
-`rescaled_params`, `default_attn_scale`) to check a config or derive from it.
+defaults in its class attribute `defaults`, and overrides `check_config` (and, where it has one, `max_length`) to
+check them against the model's sizes or derive from them. None of them reads a `Config`: `Config.validate` hands
+them its fields.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from posformer.positions.sizes import Sizes
 from posformer.utils.validation import is_int, is_number
-
-if TYPE_CHECKING:
-    from posformer.config import Config
 
 
 class PositionParams(dict):
@@ -40,7 +39,7 @@ class PositionParams(dict):
 
 class ParameterRules:
     """The class methods of `PositionEncoding` that resolve and check its parameters; they read the class
-    attributes `name`, `defaults` and `scalings` that `PositionEncoding` declares."""
+    attributes `name` and `defaults` that `PositionEncoding` declares."""
 
     @classmethod
     def resolve_params(cls, given: Mapping[str, Any]) -> PositionParams:
@@ -82,32 +81,18 @@ class ParameterRules:
             raise cls.param_error(cls.name, key, value, expected)
 
     @classmethod
-    def check_config(cls, cfg: "Config") -> None:
-        """Raise `ValueError` naming the parameter or field when `cfg` cannot use this encoding.
+    def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
+        """Raise `ValueError` naming the parameter or field when a stack of these `sizes`, causal or not, cannot
+        use this encoding with `params`, as `cls(sizes, params, causal)` would take them.
 
-        `cfg.position_params` is already resolved (`resolve_params`): every key is present.
+        `params` are already resolved (`resolve_params`): every key is present. `sizes.scale` is not to be read:
+        the attention scale may derive from the parameters being checked (DeBERTa's `default_attn_scale`).
         """
 
     @classmethod
-    def max_length(cls, cfg: "Config") -> int | None:
-        """The longest sequence `cfg`'s encoding can represent, or None when any length works."""
-        return None
-
-    @classmethod
-    def rescaled_params(cls, params: Mapping[str, Any], kind: str, new_len: int, trained_len: int) -> PositionParams:
-        """`params` extended by the method `kind` (one of `scalings`) to read `new_len` tokens
-        after training at `trained_len`. Raises `ValueError` when this encoding has no such method."""
-        raise ValueError(
-            f"position={cls.name!r} has no context-extension method {kind!r}; "
-            f"its methods: {', '.join(cls.scalings) or 'none'}"
-        )
-
-    @classmethod
-    def default_attn_scale(cls, cfg: "Config") -> float | None:
-        """The attention scale this encoding's paper uses when `Config.attn_scale` is None.
-
-        None means the usual 1/sqrt(head_dim).
-        """
+    def max_length(cls, params: Mapping[str, Any], max_positions: int) -> int | None:
+        """The longest sequence this encoding can represent with `params` in a model of `max_positions`
+        positions (`Config.max_positions`), or None when any length works."""
         return None
 
     @staticmethod
@@ -117,9 +102,11 @@ class ParameterRules:
         )
 
     @classmethod
-    def require_int(cls, cfg: "Config", key: str, low: int, high: int | None = None, expected: str = "") -> int:
-        """`cfg.position_params[key]` when it is an integer in [low, high); else a `param_error` saying `expected`."""
-        value = cfg.position_params[key]
+    def require_int(
+        cls, params: Mapping[str, Any], key: str, low: int, high: int | None = None, expected: str = ""
+    ) -> int:
+        """`params[key]` when it is an integer in [low, high); else a `param_error` saying `expected`."""
+        value = params[key]
         if not is_int(value) or value < low or (high is not None and value >= high):
             raise cls.param_error(cls.name, key, value, expected)
         return value

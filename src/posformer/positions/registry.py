@@ -1,4 +1,4 @@
-"""Registry of position encodings: name -> class."""
+"""Registry of position encodings: name -> class; `build` is the one place in `positions/` that reads a `Config`."""
 
 from __future__ import annotations
 
@@ -44,4 +44,14 @@ def get(name: str) -> type[PositionEncoding]:
 
 def build(cfg: "Config", causal: bool, n_layers: int) -> PositionEncoding:
     """The encoding `cfg.position` for one stack of `n_layers` layers."""
-    return get(cfg.position)(Sizes.of(cfg), cfg.position_params, causal=causal, n_layers=n_layers)
+    sizes = Sizes(
+        d_model=cfg.d_model,
+        n_heads=cfg.n_heads,
+        head_dim=cfg.head_dim,
+        max_positions=cfg.max_positions,
+        scale=cfg.scale,
+        norm_eps=cfg.norm_eps,
+        dropout=cfg.dropout,
+        init_std=cfg.init_std,
+    )
+    return get(cfg.position)(sizes, cfg.position_params, causal=causal, n_layers=n_layers)

@@ -11,7 +11,7 @@ Context-extension scalings (linear, ntk, dynamic, yarn, llama3, longrope) live i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -54,8 +54,9 @@ def rotary_dim(head_dim: int, fraction: float) -> int:
     return int(head_dim * fraction)
 
 
-def check_rotary_params(cls: type[PositionEncoding], cfg, params: dict) -> int:
-    """Validate theta, layout and rotary_fraction of a rotary encoding; return its rotary dimension."""
+def check_rotary_params(cls: type[PositionEncoding], params: Mapping[str, Any], head_dim: int) -> int:
+    """Validate theta, layout and rotary_fraction of a rotary encoding of heads of `head_dim`; return its rotary
+    dimension."""
     if params["layout"] not in ROPE_LAYOUTS:
         raise cls.param_error(cls.name, "layout", params["layout"], f"one of {ROPE_LAYOUTS}")
     theta = params["theta"]
@@ -64,14 +65,14 @@ def check_rotary_params(cls: type[PositionEncoding], cfg, params: dict) -> int:
     fraction = params["rotary_fraction"]
     if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or not 0 < fraction <= 1:
         raise cls.param_error(cls.name, "rotary_fraction", fraction, "a number in (0, 1]")
-    dim = rotary_dim(cfg.head_dim, fraction)
+    dim = rotary_dim(head_dim, fraction)
     if dim == 0 or dim % 2:
         raise cls.param_error(
             cls.name,
             "rotary_fraction",
             fraction,
-            f"a fraction giving an even, non-zero rotary dimension (head_dim={cfg.head_dim} "
-            f"* {fraction} = {cfg.head_dim * fraction:g})",
+            f"a fraction giving an even, non-zero rotary dimension (head_dim={head_dim} "
+            f"* {fraction} = {head_dim * fraction:g})",
         )
     return dim
 
@@ -124,6 +125,33 @@ def _longest(q_pos: Tensor, k_pos: Tensor) -> int | None:
     return max(ends) if ends else None
 
 
+@runtime_checkable
+class Rescalable(Protocol):
+    """An encoding that a context-extension method extends past its trained length (RoPE's linear, ntk, ...).
+
+    `scalings` names its methods; `rescaled_params` gives its parameters extended by one of them. The code that
+    extends a model asks it of an encoding class: `isinstance(positions.get(name), Rescalable)`.
+    """
+
+    scalings: ClassVar[tuple[str, ...]]
+
+    @classmethod
+    def rescaled_params(
+        cls, params: Mapping[str, Any], kind: str, new_len: int, trained_len: int
+    ) -> PositionParams: ...
+
+
+@runtime_checkable
+class GoesStale(Protocol):
+    """An encoding whose keys cached at short lengths stop matching a longer forward (LongRoPE).
+
+    `stale_beyond()` is that length L0, or None when the keys never go stale; generation (`Stack.stale_beyond`)
+    runs the whole sequence again once, when the length first exceeds L0.
+    """
+
+    def stale_beyond(self) -> int | None: ...
+
+
 @register("rope")
 class Rotary(PositionEncoding):
     """RoPE: score(q at m, k at n) depends on m - n only. Parameter-free; any length.
@@ -143,24 +171,28 @@ class Rotary(PositionEncoding):
     """
 
     defaults = {"theta": 10000.0, "layout": "half", "rotary_fraction": 1.0, "scaling": None, "frequency_fraction": 1.0}
-    scalings = ("linear", "ntk", "dynamic", "yarn", "llama3")
+    scalings: ClassVar[tuple[str, ...]] = ("linear", "ntk", "dynamic", "yarn", "llama3")
 
     @classmethod
-    def check_config(cls, cfg) -> None:
-        super().check_config(cfg)
-        params = cfg.position_params
-        dim = check_rotary_params(cls, cfg, params)
+    def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
+        super().check_config(sizes, params, causal)
+        dim = check_rotary_params(cls, params, sizes.head_dim)
         check_scaling(params["scaling"], dim, "Config.position_params['scaling']")
         p = params["frequency_fraction"]
         if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 <= p <= 1:
             raise cls.param_error(cls.name, "frequency_fraction", p, "a number in [0, 1] (p-RoPE's p)")
 
     @classmethod
-    def rescaled_params(cls, params, kind: str, new_len: int, trained_len: int) -> PositionParams:
-        """`params` with scaling {"type": kind, "factor": new_len / trained_len}; the methods that switch on
-        the length get original_max_position_embeddings = trained_len, llama3 Llama 3.1's frequency factors."""
+    def rescaled_params(cls, params: Mapping[str, Any], kind: str, new_len: int, trained_len: int) -> PositionParams:
+        """`params` extended by the method `kind` (one of `scalings`) to read `new_len` tokens after training at
+        `trained_len` (`Rescalable`): scaling {"type": kind, "factor": new_len / trained_len}; the methods that
+        switch on the length get original_max_position_embeddings = trained_len, llama3 Llama 3.1's frequency
+        factors. Raises `ValueError` for any other `kind`."""
         if kind not in cls.scalings:
-            return super().rescaled_params(params, kind, new_len, trained_len)
+            raise ValueError(
+                f"position={cls.name!r} has no context-extension method {kind!r}; "
+                f"its methods: {', '.join(cls.scalings)}"
+            )
         scaling: dict[str, Any] = {"type": kind, "factor": new_len / trained_len}
         if kind in ("dynamic", "yarn", "llama3"):
             scaling["original_max_position_embeddings"] = trained_len
@@ -186,7 +218,7 @@ class Rotary(PositionEncoding):
         return self.scaling is not None and self.scaling["type"] in LENGTH_DEPENDENT
 
     def stale_beyond(self) -> int | None:
-        """LongRoPE's original length: past it every key is rotated with the long factors."""
+        """LongRoPE's original length: past it every key is rotated with the long factors (`GoesStale`)."""
         longrope = self.scaling is not None and self.scaling["type"] == "longrope"
         return self.scaling["original_max_position_embeddings"] if longrope else None
 

@@ -40,9 +40,9 @@ class Shaw(PositionEncoding):
     sdpa_compatible = False
 
     @classmethod
-    def check_config(cls, cfg) -> None:
-        super().check_config(cfg)
-        cls.require_int(cfg, "max_distance", 1, expected="a positive integer (the clipping distance k)")
+    def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
+        super().check_config(sizes, params, causal)
+        cls.require_int(params, "max_distance", 1, expected="a positive integer (the clipping distance k)")
 
     def __init__(
         self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from posformer.config import Config
 
 
 @dataclass(frozen=True)
@@ -34,17 +30,3 @@ class Sizes:
                 raise ValueError(f"Sizes.{name}={value!r} is invalid: expected an integer >= 1")
         if self.scale is None:
             object.__setattr__(self, "scale", self.head_dim**-0.5)
-
-    @classmethod
-    def of(cls, cfg: "Config") -> "Sizes":
-        """The sizes of the model `cfg` describes."""
-        return cls(
-            d_model=cfg.d_model,
-            n_heads=cfg.n_heads,
-            head_dim=cfg.head_dim,
-            max_positions=cfg.max_positions,
-            scale=cfg.scale,
-            norm_eps=cfg.norm_eps,
-            dropout=cfg.dropout,
-            init_std=cfg.init_std,
-        )

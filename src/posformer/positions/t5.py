@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -54,6 +54,23 @@ def t5_bucket(rel: Tensor, bidirectional: bool, num_buckets: int = 32, max_dista
     return buckets + torch.where(distance < max_exact, distance, large)
 
 
+@runtime_checkable
+class Saturating(Protocol):
+    """An encoding whose `distance_bias` stops changing past `saturation_distance` (T5's max_distance): the figure
+    of a learned bias (`plots.t5_learned`) finds such encodings and draws them a little past that distance."""
+
+    @property
+    def saturation_distance(self) -> int: ...
+
+
+@runtime_checkable
+class SchemeInitialised(Protocol):
+    """An encoding whose paper initialises its weights otherwise under a `Config.init` scheme (T5's table under
+    "t5"): `modules.init` calls `init_weights_(scheme)` after the "normal" draw."""
+
+    def init_weights_(self, scheme: str) -> None: ...
+
+
 @register("t5")
 class T5Bias(PositionEncoding):
     """Bucketed relative bias: one `nn.Embedding(num_buckets, n_heads)` per stack, shared by its layers.
@@ -64,13 +81,13 @@ class T5Bias(PositionEncoding):
     defaults: ClassVar[dict[str, Any]] = {"num_buckets": 32, "max_distance": 128}
 
     @classmethod
-    def check_config(cls, cfg) -> None:
-        super().check_config(cfg)
-        buckets = cls.require_int(cfg, "num_buckets", 4, expected="an integer >= 4")
-        # the widest exact range of the stacks this arch builds: num_buckets // 2 causal, // 4 bidirectional
-        max_exact = buckets // 4 if cfg.arch == "encoder" else buckets // 2
+    def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
+        super().check_config(sizes, params, causal)
+        buckets = cls.require_int(params, "num_buckets", 4, expected="an integer >= 4")
+        # the exact range of the stack: num_buckets // 2 causal, // 4 bidirectional (half the buckets a side)
+        max_exact = buckets // 2 if causal else buckets // 4
         cls.require_int(
-            cfg,
+            params,
             "max_distance",
             max_exact + 1,
             expected=f"an integer > {max_exact} (the exact-distance buckets of num_buckets={buckets})",
@@ -86,7 +103,8 @@ class T5Bias(PositionEncoding):
 
     @torch.no_grad()
     def init_weights_(self, scheme: str) -> None:
-        """Under "t5" the table is N(0, d_model ** -0.5) (Mesh TensorFlow, HF's `T5PreTrainedModel`)."""
+        """Under "t5" the table is N(0, d_model ** -0.5) (Mesh TensorFlow, HF's `T5PreTrainedModel`); any other
+        scheme keeps the "normal" draw (`SchemeInitialised`)."""
         if scheme == "t5":
             self.table.weight.normal_(0.0, self.d_model**-0.5)
 
@@ -96,6 +114,7 @@ class T5Bias(PositionEncoding):
 
     @property
     def saturation_distance(self) -> int:
+        """max_distance: every distance beyond it shares the last bucket (`Saturating`)."""
         return self.max_distance
 
     def buckets(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:

@@ -54,18 +54,17 @@ class TransformerXL(PositionEncoding):
     compiles_whole = False  # the sinusoids computed: the span of distances that occur (`_distances`)
 
     @classmethod
-    def check_config(cls, cfg) -> None:
-        super().check_config(cfg)
-        p = cfg.position_params
-        if not isinstance(p["base"], (int, float)) or isinstance(p["base"], bool) or p["base"] <= 1:
-            raise cls.param_error(cls.name, "base", p["base"], "a number > 1")
-        if not isinstance(p["untie_r"], bool):
-            raise cls.param_error(cls.name, "untie_r", p["untie_r"], "True or False")
-        clamp = p["clamp_len"]
+    def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
+        super().check_config(sizes, params, causal)
+        if not isinstance(params["base"], (int, float)) or isinstance(params["base"], bool) or params["base"] <= 1:
+            raise cls.param_error(cls.name, "base", params["base"], "a number > 1")
+        if not isinstance(params["untie_r"], bool):
+            raise cls.param_error(cls.name, "untie_r", params["untie_r"], "True or False")
+        clamp = params["clamp_len"]
         if not isinstance(clamp, int) or isinstance(clamp, bool) or (clamp <= 0 and clamp != -1):
             raise cls.param_error(cls.name, "clamp_len", clamp, "a positive integer, or -1 for no clamp")
-        if cfg.d_model % 2:
-            raise ValueError(f"Config.d_model={cfg.d_model} must be even for position='transformer_xl'")
+        if sizes.d_model % 2:
+            raise ValueError(f"Config.d_model={sizes.d_model} must be even for position='transformer_xl'")
 
     def __init__(
         self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1

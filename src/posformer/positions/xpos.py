@@ -46,10 +46,9 @@ class XPos(PositionEncoding):
     defaults = {"theta": 10000.0, "layout": "interleaved", "rotary_fraction": 1.0, "scale_base": 512.0}
 
     @classmethod
-    def check_config(cls, cfg) -> None:
-        super().check_config(cfg)
-        params = cfg.position_params
-        check_rotary_params(cls, cfg, params)
+    def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
+        super().check_config(sizes, params, causal)
+        check_rotary_params(cls, params, sizes.head_dim)
         base = params["scale_base"]
         if not isinstance(base, (int, float)) or isinstance(base, bool) or not 1 <= base < float("inf"):
             # zeta ** (pos / scale_base) leaves float32 within a few positions when scale_base is a tiny fraction

@@ -51,7 +51,7 @@ def extended_params(
     model: Transformer, method: str, target_len: int, trained_len: int, long_factor: list[float] | None = None
 ) -> dict[str, Any]:
     """The model's position_params extended by `method` from trained_len to target_len (longrope: `long_factor`)."""
-    from posformer import positions
+    from posformer.positions.rotary import Rotary
 
     params = dict(model.cfg.position_params)
     if method == "none":
@@ -62,7 +62,7 @@ def extended_params(
         return {**params, "scaling": longrope_scaling(long_factor, target_len, trained_len)}
     if method not in SCALING_OF:
         raise ValueError(f"extend: method={method!r} is invalid: expected one of {', '.join(METHODS)}")
-    return positions.get("rope").rescaled_params(params, SCALING_OF[method], target_len, trained_len)
+    return Rotary.rescaled_params(params, SCALING_OF[method], target_len, trained_len)
 
 
 def with_params(model: Transformer, params: dict[str, Any], max_positions: int) -> Transformer:

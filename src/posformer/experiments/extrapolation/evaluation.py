@@ -29,7 +29,8 @@ PROTOCOLS = ("nonoverlapping", "sliding")
 
 def fits(model: Transformer, eval_len: int) -> bool:
     """Whether the model's position encoding represents positions 0 .. eval_len - 1."""
-    longest = positions.get(model.cfg.position).max_length(model.cfg)
+    cfg = model.cfg
+    longest = positions.get(cfg.position).max_length(cfg.position_params, cfg.max_positions)
     return longest is None or eval_len <= longest
 
 

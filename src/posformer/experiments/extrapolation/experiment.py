@@ -31,6 +31,7 @@ from posformer.experiments.extrapolation.report import markdown, plot
 from posformer.experiments.extrapolation.settings import ExtrapolationSettings, model_config
 from posformer.experiments.passkey import PasskeyMix
 from posformer.model import Transformer
+from posformer.positions.rotary import Rescalable
 from posformer.train.batches import WindowBatches
 from posformer.train.metrics_log import MetricsLog
 from posformer.train.rng import seed_everything
@@ -157,8 +158,11 @@ class Experiment:
     def evaluate(self, model: Transformer, row: str, scaling: str | None = None) -> tuple[dict, dict]:
         """(ppl, blocks): {eval set: {str(eval_len): ppl or None}} and {eval set: {str(eval_len): {"nll": [...],
         "count": [...]}}} per block of the longest eval length (for the bootstrap intervals). With `scaling`, the
-        model rescaled by that context-extension method (`PositionEncoding.rescaled_params`) per length."""
+        model rescaled by that context-extension method (`positions.rotary.Rescalable`) per length."""
         s = self.s
+        encoding = positions.get(model.cfg.position)
+        if scaling is not None and not isinstance(encoding, Rescalable):
+            raise ValueError(f"position={model.cfg.position!r} has no context-extension method {scaling!r}")
         table: dict[str, dict[str, float | None]] = {name: {} for name in self.streams}
         blocks: dict[str, dict[str, dict]] = {name: {} for name in self.streams}
         bar = tqdm(
@@ -172,9 +176,7 @@ class Experiment:
             scored = model
             if scaling is not None:
                 cfg = model.cfg
-                params = positions.get(cfg.position).rescaled_params(
-                    cfg.position_params, scaling, max(n, s.train_len), s.train_len
-                )
+                params = encoding.rescaled_params(cfg.position_params, scaling, max(n, s.train_len), s.train_len)
                 scored = Transformer(cfg.replace(position_params=params))
                 scored.load_state_dict(model.state_dict())
                 scored.to(next(model.parameters()).device)
@@ -239,7 +241,9 @@ class Experiment:
         record["ppl"], record["blocks"] = self.evaluate(model, position)
         record["eval_wall_s"] = round(time.monotonic() - started, 2)
         rows = {position: record}
-        for kind in (k for k in s.rope_scalings if k in positions.get(position).scalings):
+        encoding = positions.get(position)
+        scalings = encoding.scalings if isinstance(encoding, Rescalable) else ()
+        for kind in (k for k in s.rope_scalings if k in scalings):
             started = time.monotonic()
             row = f"{position}+{kind}"
             ppl, blocks = self.evaluate(model, row, kind)

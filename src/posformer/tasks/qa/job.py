@@ -160,13 +160,14 @@ def check_window_fits(o: QAJobOptions, model: Transformer) -> None:
     """Refuse a --max-seq-length the model's encoder cannot read (a learned position table), before any work."""
     from posformer import positions
 
-    longest = positions.get(model.cfg.position).max_length(model.cfg)
+    cfg = model.cfg
+    longest = positions.get(cfg.position).max_length(cfg.position_params, cfg.max_positions)
     if longest is not None and o.max_seq_length > longest:
         fail(
             "--max-seq-length",
             o.max_seq_length,
             f"at most {longest}, the positions this model's "
-            f"{model.cfg.position!r} encoding can represent (Config.max_positions={model.cfg.max_positions})",
+            f"{cfg.position!r} encoding can represent (Config.max_positions={cfg.max_positions})",
         )
 
 
