@@ -100,3 +100,21 @@ def test_every_benchmark_parses_to_its_dataclass_defaults():
         args = parser.parse_args([])
         options_class = args.run.options()
         assert options_from_args(options_class, args) == options_class(), name
+
+
+@dataclass(kw_only=True)
+class WithPlace:
+    run_dir: str = option(help="the run", flag="RUN")
+    steps: int = option(3, "steps", minimum=1)
+
+
+def test_a_bare_flag_name_is_a_positional_argument(capsys):
+    parser = argparse.ArgumentParser(prog="placed")
+    add_option_flags(parser, WithPlace)
+    assert options_from_args(WithPlace, parser.parse_args(["runs/x", "--steps", "2"])) == WithPlace(
+        run_dir="runs/x", steps=2
+    )
+    assert "RUN" in parser.format_usage()
+    with pytest.raises(SystemExit):
+        parser.parse_args([])
+    assert "the following arguments are required: RUN" in capsys.readouterr().err

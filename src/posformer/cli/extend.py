@@ -3,8 +3,27 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from posformer.cli.command import Command
+from posformer.cli.experiment_options import ExperimentRunOptions
+from posformer.experiments.extension.settings import PRESETS
+from posformer.utils.options import option
+
+
+@dataclass(kw_only=True)
+class ExtendCommandOptions(ExperimentRunOptions):
+    """How `posformer extend` runs; the experiment's knobs are `ExtendSettings`."""
+
+    run_dir: str = option(help="the trained run (a directory with checkpoints/, or a checkpoint folder)", flag="RUN")
+    output_dir: str = option(help="results and the fine-tunes' runs")
+    preset: str = option("cpu", "size and budget", choices=tuple(PRESETS))
+    data_dir: str | None = option(
+        None,
+        "folder holding gutenberg/ and wikitext-2/ when the run did not record one (default: $POSFORMER_DATA_DIR or "
+        "../shared/data beside the repository)",
+    )
+
 
 DESCRIPTION = """\
 Extend the context window of a trained RoPE model the way the papers do, and measure what each method gains.
@@ -63,7 +82,7 @@ def cmd_extend(args: argparse.Namespace) -> int:
     from posformer.experiments.extrapolation.layout import ExperimentLayout
 
     results = run_extend(
-        settings_from_args(args), args.run_dir, args.output_dir, progress=not args.no_progress, data_dir=args.data_dir
+        settings_from_args(args), args.run_dir, args.output_dir, progress=args.progress, data_dir=args.data_dir
     )
     print("\n" + markdown(results))
     root = ExperimentLayout(args.output_dir).root
@@ -73,32 +92,17 @@ def cmd_extend(args: argparse.Namespace) -> int:
 
 def add_extend_arguments(parser: argparse.ArgumentParser) -> None:
     from posformer.cli.option_flags import add_option_flags, set_only_help
-    from posformer.experiments.extension.settings import PRESETS, ExtendSettings
+    from posformer.experiments.extension.settings import ExtendSettings
     from posformer.utils.options import options
 
-    parser.add_argument(
-        "run_dir", metavar="RUN", help="the trained run (a directory with checkpoints/, or a checkpoint folder)"
-    )
-    parser.add_argument("--preset", choices=tuple(PRESETS), default="cpu", help="size and budget (default: cpu)")
-    parser.add_argument("--output-dir", dest="output_dir", required=True, help="results and the fine-tunes' runs")
+    add_option_flags(parser, ExtendCommandOptions)
     unset = {opt.name: None for opt in options(ExtendSettings)}
-    add_option_flags(parser, ExtendSettings, defaults=unset, checked=False, unset="the preset's")
-    parser.add_argument(
-        "--data-dir",
-        dest="data_dir",
-        default=None,
-        help="folder holding gutenberg/ and wikitext-2/ when the run did not record one (default: "
-        "$POSFORMER_DATA_DIR or ../shared/data beside the repository)",
+    knobs = parser.add_argument_group("knobs, each its preset's unless given (also: --set KNOB=VALUE)")
+    add_option_flags(knobs, ExtendSettings, defaults=unset, checked=False, unset="the preset's")
+    examples = 'e.g. --set passkey_trials=50 --set "eval_lens=[64,512]"'
+    parser.add_argument_group(
+        "knobs without a flag (--set KNOB=VALUE)", f"{set_only_help(ExtendSettings)}\n  {examples}"
     )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override any knob, those above by their names (steps=400) and these: "
-        f"{set_only_help(ExtendSettings)}; e.g. passkey_trials=50, eval_lens=[64,512] (repeatable; values are YAML)",
-    )
-    parser.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bars")
 
 
 COMMAND = Command(

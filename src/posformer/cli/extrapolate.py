@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from posformer.cli.command import Command
+from posformer.cli.experiment_options import ExperimentRunOptions
+from posformer.experiments.extrapolation.settings import PRESETS
+from posformer.experiments.synthetic.generators import TASKS
+from posformer.utils.options import option
 
 DESCRIPTION = """\
 Train short, test long (the length-extrapolation benchmark of Press, Smith & Lewis 2022, ALiBi).
@@ -61,6 +66,22 @@ EPILOG = (
     "Example: posformer extrapolate --preset cpu --output-dir runs/extrapolate "
     "--positions rope,alibi,learned --set eval_tokens=8192"
 )
+
+
+@dataclass(kw_only=True)
+class ExtrapolateCommandOptions(ExperimentRunOptions):
+    """How `posformer extrapolate` runs; the experiment's knobs are `ExtrapolationSettings` (`TaskSettings` with
+    --task)."""
+
+    output_dir: str = option(help="results and the rows' runs")
+    preset: str = option("quick", "size and budget (--task has quick and cpu)", choices=tuple(PRESETS))
+    task: str | None = option(
+        None,
+        "a synthetic task instead of language modelling: exact-match accuracy by task length (train_len / eval_lens "
+        "count the task's symbols, digits, bits or passkey prompt tokens)",
+        choices=tuple(TASKS),
+    )
+    resume: bool = option(False, "continue the run in --output-dir (also what re-running into it does)")
 
 
 def flag_keys(settings_class: type) -> list[str]:
@@ -120,7 +141,7 @@ def cmd_task(args: argparse.Namespace) -> int:
     from posformer.experiments.synthetic.experiment import run_tasks
     from posformer.experiments.synthetic.report import markdown
 
-    results = run_tasks(task_settings_from_args(args), args.output_dir, progress=not args.no_progress)
+    results = run_tasks(task_settings_from_args(args), args.output_dir, progress=args.progress)
     print("\n" + markdown(results))
     root = ExperimentLayout(args.output_dir).root
     print(f"written: {root / 'results.md'}, {root / 'results.json'}, {root / 'accuracy.png'}")
@@ -135,7 +156,7 @@ def cmd_extrapolate(args: argparse.Namespace) -> int:
     from posformer.experiments.extrapolation.report import markdown
 
     settings = settings_from_args(args)
-    results = run_extrapolation(settings, args.output_dir, progress=not args.no_progress)
+    results = run_extrapolation(settings, args.output_dir, progress=args.progress)
     print("\n" + markdown(results))
     layout = ExperimentLayout(args.output_dir)
     print(f"written: {', '.join(str(path) for path in (layout.results_md, layout.results_json, layout.plot_png))}")
@@ -144,39 +165,17 @@ def cmd_extrapolate(args: argparse.Namespace) -> int:
 
 def add_extrapolate_arguments(parser: argparse.ArgumentParser) -> None:
     from posformer.cli.option_flags import add_option_flags, set_only_help
-    from posformer.experiments.extrapolation.settings import PRESETS, ExtrapolationSettings
-    from posformer.experiments.synthetic.generators import TASKS
+    from posformer.experiments.extrapolation.settings import ExtrapolationSettings
     from posformer.utils.options import options
 
-    parser.add_argument(
-        "--preset",
-        choices=tuple(PRESETS),
-        default="quick",
-        help="size and budget (default: quick; --task has quick and cpu)",
-    )
-    parser.add_argument(
-        "--task",
-        choices=tuple(TASKS),
-        default=None,
-        help="a synthetic task instead of language modelling: exact-match accuracy by task length "
-        "(train_len / eval_lens count the task's symbols, digits, bits or passkey prompt tokens)",
-    )
-    parser.add_argument("--output-dir", dest="output_dir", required=True, help="results and the rows' runs")
+    add_option_flags(parser, ExtrapolateCommandOptions)
     unset = {opt.name: None for opt in options(ExtrapolationSettings)}
-    add_option_flags(parser, ExtrapolationSettings, defaults=unset, checked=False, unset="the preset's")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override any knob, those above by their names (steps=200) and these: "
-        f"{set_only_help(ExtrapolationSettings)}; e.g. held_out=[emma.txt], wikitext=false, "
-        "position_params={fire: {init_L: 128}} (repeatable; values are YAML)",
+    knobs = parser.add_argument_group("knobs, each its preset's unless given (also: --set KNOB=VALUE)")
+    add_option_flags(knobs, ExtrapolationSettings, defaults=unset, checked=False, unset="the preset's")
+    examples = 'e.g. --set held_out=[emma.txt] --set wikitext=false --set "position_params={fire: {init_L: 128}}"'
+    parser.add_argument_group(
+        "knobs without a flag (--set KNOB=VALUE)", f"{set_only_help(ExtrapolationSettings)}\n  {examples}"
     )
-    parser.add_argument(
-        "--resume", action="store_true", help="continue the run in --output-dir (also what re-running into it does)"
-    )
-    parser.add_argument("--no-progress", dest="no_progress", action="store_true", help="no progress bars")
 
 
 COMMAND = Command(

@@ -12,6 +12,7 @@ The help is the field's, with its default.
 from __future__ import annotations
 
 import argparse
+import textwrap
 import typing
 from collections.abc import Collection, Mapping
 from dataclasses import MISSING
@@ -62,7 +63,12 @@ def add_option_flags(
         target = parser if title is None else made.setdefault(title, parser.add_argument_group(title))
         default = (defaults or {}).get(opt.name, opt.default)
         must = opt.name in required or default is MISSING
-        target.add_argument(*_spellings(opt, underscored), **_flag_options(opt, default, must, checked, unset))
+        made_options = _flag_options(opt, default, must, checked, unset)
+        if _positional(opt):  # argparse names a positional's value by its dest and takes no `required`
+            made_options.pop("required", None)
+            target.add_argument(made_options.pop("dest"), **{"metavar": opt.spec.flag, **made_options})
+        else:
+            target.add_argument(*_spellings(opt, underscored), **made_options)
 
 
 def options_from_args(cls: type[T], args: argparse.Namespace, **given: Any) -> T:
@@ -71,14 +77,24 @@ def options_from_args(cls: type[T], args: argparse.Namespace, **given: Any) -> T
     return cls(**{**values, **given})
 
 
-def set_only_help(cls: type) -> str:
-    """The options of `cls` without a flag, each with its help: for the help of a command's `--set KEY=VALUE`."""
-    return "; ".join(f"{opt.name}: {opt.spec.help}" for opt in options(cls) if opt.spec.flag is False)
+def set_only_help(cls: type, width: int = 100) -> str:
+    """The options of `cls` without a flag, one per line with its help, wrapped to `width`: the text of a group
+    under a command's `--set KEY=VALUE` (in a parser that shows its descriptions as written)."""
+    lines = []
+    for opt in options(cls):
+        if opt.spec.flag is False:
+            lines += textwrap.wrap(f"{opt.name}: {opt.spec.help}", width, initial_indent="  ", subsequent_indent="    ")
+    return "\n".join(lines)
 
 
 def flag_name(opt: Option) -> str:
     """The flag of an option: its declared name, or `--` and the field's name with dashes."""
     return opt.spec.flag if isinstance(opt.spec.flag, str) else "--" + opt.name.replace("_", "-")
+
+
+def _positional(opt: Option) -> bool:
+    """An option whose declared flag is a bare name (`RUN`): given by its place on the command line."""
+    return isinstance(opt.spec.flag, str) and not opt.spec.flag.startswith("-")
 
 
 def _spellings(opt: Option, underscored: bool) -> list[str]:

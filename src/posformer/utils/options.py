@@ -30,7 +30,8 @@ class OptionSpec:
     """What `option` records of one field.
 
     flag: the flag's name ("--no-progress"); None: "--" + the field's name with dashes; False: no flag (set through
-        a config or `--set` only). A bool option whose default is True and whose flag is named turns it off.
+        a config or `--set` only); a bare name ("RUN"): a positional argument shown so. A bool option whose default
+        is True and whose flag is named turns it off.
     aliases: other spellings of the flag (`--model-name-or-path`).
     minimum: an int option's smallest value. low / high (low_open / high_open): a float option's interval.
     choices: the values a str option takes. metavar: the value's name in the help.
