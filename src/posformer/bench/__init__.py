@@ -1,1 +1,1 @@
-"""Speed benchmarks: each times posformer against a peer measured in the same run (`posformer bench`)."""
+"""Speed and memory benchmarks: each measures posformer against a peer measured in the same run (`posformer bench`)."""

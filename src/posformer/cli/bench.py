@@ -11,13 +11,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from posformer.cli.bench_models import GENERATION, POSITIONS, SPEED
+from posformer.cli.bench_models import GENERATION, MEMORY, POSITIONS, SPEED
 from posformer.cli.bench_training import MLM, QA, TRAINER
 from posformer.cli.benchmark import BENCH_PROG
 from posformer.cli.command import Command, standalone_parser
 
 # no flag: SPEED
-BENCHMARKS = {"--generation": GENERATION, "--trainer": TRAINER, "--qa": QA, "--positions": POSITIONS, "--mlm": MLM}
+BENCHMARKS = {
+    "--generation": GENERATION,
+    "--trainer": TRAINER,
+    "--qa": QA,
+    "--positions": POSITIONS,
+    "--memory": MEMORY,
+    "--mlm": MLM,
+}
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -44,6 +51,7 @@ COMMAND = Command(
     "`posformer bench --trainer --help` for the trainer's, "
     "`posformer bench --qa --help` for extractive QA training, "
     "`posformer bench --positions --help` for the cost of each position encoding, "
+    "`posformer bench --memory --help` for its memory by length, "
     "`posformer bench --mlm --help` for masked-LM training)",
     run=cmd_bench,
     passes_on=True,

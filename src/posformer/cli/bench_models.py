@@ -1,5 +1,6 @@
 """The model benchmarks of `posformer bench`: the speed of the llama preset against Hugging Face (no flag),
-`--generation` (greedy decoding against GPT-2's) and `--positions` (the cost of each position encoding)."""
+`--generation` (greedy decoding against GPT-2's), `--positions` (the time of each position encoding) and
+`--memory` (its memory by length)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ SPEED = benchmark(
     "turn; the median time per iteration gives tokens/s = batch * length / time. 'vs HF' is posformer tok/s "
     "divided by HF tok/s: above 1 posformer is faster, below 1 HF is faster. Model FLOPs per token follow PaLM "
     "(6N + 12*L*H*dh*T per trained token, posformer.bench.flops). The code: posformer.bench.speed. "
-    "The other benchmarks: posformer bench --generation, --trainer, --qa, --positions, --mlm (each with --help).",
+    "The other benchmarks: posformer bench --generation, --trainer, --qa, --positions, --memory, --mlm "
+    "(each with --help).",
 )
 
 
@@ -52,4 +54,20 @@ POSITIONS = benchmark(
     "AdamW step. Every round runs each encoding's model once, in turn (interleaved), so that load on a "
     "shared machine hits all of them alike; x = median time / median time of none. The code: "
     "posformer.bench.positions.",
+)
+
+
+MEMORY = benchmark(
+    "memory",
+    "posformer.bench.memory",
+    "MemoryOptions",
+    help="peak memory by length of every position encoding, beside none and Hugging Face's models",
+    description="Measure the peak memory that one no-grad forward and one training step (forward, backward, AdamW) "
+    "add above the built model, by sequence length, for posformer's decoder with each registered position "
+    "encoding (the llama preset's parts at the given shape) and, with --peers, for Hugging Face's models of the "
+    "same encodings (T5's encoder, BLOOM, Llama, BERT with relative_key) at the same shape. Each cell runs in a "
+    "process of its own.",
+    epilog="CPU: the process's resident high-water mark after the step minus the one before it; GPU: torch's peak "
+    "of allocated memory. A cell that runs out of memory, is killed or outlasts --timeout reads so. x none: the "
+    "peak over none's at the longest length. The code: posformer.bench.memory, posformer.bench.memory_probe.",
 )

@@ -9,6 +9,7 @@ kernel `attend`), then the smaller parts:
 | stack | `Stack`: the position encodings, the blocks and the final norm of an encoder or a decoder |
 | blocks | `Block`: self-attention, optional cross-attention and a feed-forward network |
 | attention | `SelfAttention`, `CrossAttention` (MHA, GQA, MQA) over one kernel, `attend` |
+| bias_blocks | attention with a position bias in blocks of queries, each asking for its own rows of the bias |
 | cache | the KV cache: keys, values and key positions per layer, allocated once |
 | feedforward | the position-wise feed-forward network and its activations |
 | norms | LayerNorm, RMSNorm and DeepNorm's constants |

@@ -7,13 +7,13 @@ heads, dh head dim.
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posformer.config import Config
+from posformer.modules.bias_blocks import BiasRows, ValuesTerm, attend_in_bias_blocks, bias_block_rows
 from posformer.modules.cache import LayerCache, MemoryCache
 from posformer.modules.norms import make_norm
 from posformer.ops.causal_blocks import causal_blocks_attention, query_blocks, use_causal_blocks
@@ -21,12 +21,9 @@ from posformer.ops.flex import ScoreMod, flex_attend
 from posformer.ops.linear import Linear
 from posformer.ops.masks import AttentionMask, causal_additive
 from posformer.ops.packing import TokenPacking
+from posformer.ops.softmax_attention import softmax_attention
 from posformer.positions.base import PositionEncoding
 from posformer.positions.query_temperature import query_temperature
-
-# values(probs, rows): the term added to the output of the queries `rows` whose probabilities over the first
-# probs.shape[-1] keys are probs, (B, H, rows, keys) -> (B, H, rows, dh) or None
-ValuesTerm = Callable[[Tensor, slice], "Tensor | None"]
 
 
 def attend(
@@ -59,9 +56,7 @@ def attend(
         out, probs = flex_attend(q, k, v, mask, score_mod, scale), None
     else:
         out, probs = _sdpa(q, k, v, mask, bias, scale, dropout), None
-    if mask.query_keep is not None:
-        out = out * mask.query_keep[:, None, :, None].to(out.dtype)
-    return out, probs
+    return mask.zero_dropped_queries(out), probs
 
 
 def _sdpa(
@@ -92,7 +87,7 @@ def _eager(
     dropout: float,
     values: ValuesTerm | None,
 ) -> tuple[Tensor, Tensor]:
-    return _softmax_attention(
+    return softmax_attention(
         q,
         k,
         v,
@@ -111,7 +106,7 @@ def _eager_in_blocks(
     outputs = []
     for start, end, block_mask in query_blocks(q.shape[-2], bias, q.dtype, q.device):
         additive = block_mask if bias is not None else causal_additive(end - start, end, q.dtype, q.device)
-        out, _ = _softmax_attention(
+        out, _ = softmax_attention(
             q[:, :, start:end],
             k[:, :, :end],
             v[:, :, :end],
@@ -123,34 +118,6 @@ def _eager_in_blocks(
         )
         outputs.append(out)
     return torch.cat(outputs, dim=-2)
-
-
-def _softmax_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    additive: Tensor | None,
-    query_keep: Tensor | None,
-    scale: float,
-    dropout: float,
-    values: Callable[[Tensor], Tensor | None] | None,
-) -> tuple[Tensor, Tensor]:
-    """softmax(scale * q.k + additive) v + values(probs), and probs: (B, H, T, dh), (B, H, T, S)."""
-    repeat = q.shape[1] // k.shape[1]
-    if repeat > 1:
-        k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
-    scores = torch.matmul(q * scale, k.transpose(-1, -2))  # (B, H, T, S); the scale on the (T, dh) operand
-    if additive is not None:
-        scores = scores + additive
-    probs = torch.softmax(scores, dim=-1, dtype=torch.promote_types(q.dtype, torch.float32)).to(
-        q.dtype
-    )  # float32 or wider
-    if query_keep is not None:
-        probs = probs * query_keep[:, None, :, None].to(probs.dtype)
-    dropped = F.dropout(probs, dropout, training=dropout > 0)
-    out = torch.matmul(dropped, v)
-    extra = None if values is None else values(dropped)
-    return (out if extra is None else out + extra), probs
 
 
 def _combine(bias: Tensor | None, mask: AttentionMask, q: Tensor, k: Tensor) -> Tensor | None:
@@ -204,21 +171,26 @@ class Attention(nn.Module):
         values: ValuesTerm | None = None,
         packing: TokenPacking | None = None,
         score_mod: ScoreMod | None = None,
+        bias_rows: BiasRows | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """The kernel (eager when the probabilities are asked for), then the output projection: (B, T, d_model),
-        or (N, d_model) for the real tokens of a `packing`, and the probabilities asked for."""
-        out, probs = attend(
-            q,
-            k,
-            v,
-            mask,
-            bias,
-            self.scale,
-            self.dropout if self.training else 0.0,
-            kernel="eager" if need_weights else self.kernel,
-            values=values,
-            score_mod=score_mod,
+        or (N, d_model) for the real tokens of a `packing`, and the probabilities asked for.
+
+        bias_rows: the bias asked for by rows of queries instead of `bias`; a bias too large to hold whole
+        (`bias_blocks.bias_block_rows`) is then used one block of queries at a time."""
+        dropout = self.dropout if self.training else 0.0
+        batch, heads, length = q.shape[:3]
+        rows = (
+            None if need_weights or bias_rows is None else bias_block_rows(batch, heads, length, k.shape[-2], q.device)
         )
+        if rows is not None:
+            out = attend_in_bias_blocks(q, k, v, mask, bias_rows, self.scale, dropout, values, rows)
+            out, probs = mask.zero_dropped_queries(out), None
+        else:
+            if bias_rows is not None:
+                bias = bias_rows(0, q.shape[-2], k.shape[-2])
+            kernel = "eager" if need_weights else self.kernel
+            out, probs = attend(q, k, v, mask, bias, self.scale, dropout, kernel, values, score_mod)
         out = out.transpose(1, 2)  # (B, T, H, dh)
         out = out.flatten(2) if packing is None else packing.pack(out).flatten(1)
         return self.out(out), probs
@@ -278,8 +250,17 @@ class SelfAttention(Attention):
                 packing,
                 score_mod=self.position.score_mod(pos, k_pos, self.layer),
             )
-        bias = self.position.bias(q, k, pos, k_pos, self.layer)
-        return self._attend(q, k, v, mask, bias, need_weights, values, packing)
+        bias_rows = partial(self._bias_rows, q, k, pos, k_pos) if self.position.uses_bias else None
+        return self._attend(q, k, v, mask, None, need_weights, values, packing, bias_rows=bias_rows)
+
+    def _bias_rows(
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, start: int, end: int, keys: int
+    ) -> Tensor | None:
+        """The encoding's bias of queries [start, end) over the first `keys` keys; the whole bias from the very
+        tensors every layer gets, so that a bias computed once per forward is shared (`per_forward`)."""
+        if (start, end, keys) != (0, q.shape[-2], k.shape[-2]):
+            q, k, q_pos, k_pos = q[:, :, start:end], k[:, :, :keys], q_pos[:, start:end], k_pos[:, :keys]
+        return self.position.bias(q, k, q_pos, k_pos, self.layer)
 
     def _values(self, probs: Tensor, rows: slice, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
         """The encoding's `values` term for the queries `rows` over the first probs.shape[-1] keys."""

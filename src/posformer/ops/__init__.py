@@ -4,6 +4,7 @@
 |---|---|
 | linear | the linear layer of every model: `F.linear`, few rows spread over the CPU's threads |
 | causal_blocks | causal attention on the CPU, one block of queries at a time |
+| softmax_attention | attention written out, with the probabilities at hand (the eager kernel) |
 | flex | FlexAttention glue: a position bias as a `score_mod`, a causal block mask |
 | cross_entropy | summed token cross-entropy as one autograd node, in float32 or wider |
 | linear_cross_entropy | the LM head and its loss over row chunks, without the (N, V) logits |

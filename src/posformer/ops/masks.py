@@ -31,6 +31,23 @@ class AttentionMask:
             return self.additive
         return causal_additive(q_len, k_len, dtype, device)
 
+    def rows(self, start: int, end: int, keys: int, dtype: torch.dtype, device: torch.device) -> Tensor | None:
+        """The additive mask of queries [start, end) over the first `keys` keys, (B or 1, 1, end - start, keys),
+        or None: for attention in blocks of queries. A plain causal mask is made for the block alone (its queries
+        are the last `end - start` of the first `end` keys), so `keys` must be `end` then."""
+        if self.is_causal:
+            if keys != end:
+                raise ValueError(f"a causal block of queries [{start}, {end}) reads keys [0, {end}), not {keys}")
+            return causal_additive(end - start, end, dtype, device)
+        if self.additive is None:
+            return None
+        query_rows = slice(None) if self.additive.shape[-2] == 1 else slice(start, end)  # one row: every query's
+        return self.additive[..., query_rows, :keys]
+
+    def zero_dropped_queries(self, out: Tensor) -> Tensor:
+        """out: (B, H, Tq, dh) with the rows of the queries `query_keep` drops set to zero."""
+        return out if self.query_keep is None else out * self.query_keep[:, None, :, None].to(out.dtype)
+
     def with_bias(self, bias: Tensor, dtype: torch.dtype) -> Tensor:
         """bias: (B or 1, H, Tq, Tk) in `dtype`, with every masked pair set to the mask's value there;
         contiguous.

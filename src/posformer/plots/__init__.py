@@ -8,6 +8,7 @@
 | alibi | ALiBi bias per head | `alibi_bias_maps` | `draw_alibi` |
 | t5_learned | a trained model's T5 bias | `t5_learned_bias` | `draw_t5_learned` |
 | attention | a trained model's attention map | `attention_map` | `draw_attention` |
+| memory | `bench --memory`: peak memory against length | `memory_curves` | `draw_memory` |
 """
 
 from posformer.plots.alibi import alibi_bias_maps, draw_alibi

@@ -107,12 +107,21 @@ class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
 
         The bias is added after the attention scale: logits = scale * q.k + bias. In a causal stack the
         pairs with k_pos > q_pos are masked, and the bias there may be any finite value.
+
+        q and q_pos may be a block of the queries and k, k_pos the keys up to the block's last query: a bias too
+        large to hold whole is asked for one block at a time (`modules.bias_blocks`), so the bias is a function
+        of the positions (and vectors) given, and what it computes for the block must not grow with the whole
+        length (no (Tq, Tk) table of every pair, no (Tk, Tk) scores of the keys).
         """
         return None
 
     def values(self, probs: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor | None:
         """probs: (B, H, Tq, Tk) -> a term (B, H, Tq, dh) added to the attention output, or None."""
         return None
+
+    @property
+    def uses_bias(self) -> bool:
+        return type(self).bias is not PositionEncoding.bias
 
     @property
     def uses_values(self) -> bool:

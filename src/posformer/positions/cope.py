@@ -117,11 +117,13 @@ class ContextualPosition(PositionEncoding):
         self.table = nn.Parameter(torch.randn(n_layers, sizes.head_dim, self.npos_max) * sizes.init_std)
 
     def _gate_inputs(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        """The gates' logits scale * q.k (B, H, Tq, Tk) float32 and which keys are at or before their query."""
+        """The gates' logits scale * q.k (B, H, Tq, Tk) in float32 or wider and which keys are at
+        or before their query."""
         repeat = q.shape[1] // k.shape[1]
         if repeat > 1:
             k = k.repeat_interleave(repeat, dim=1)
-        logits = torch.matmul(q.float() * self.scale, k.float().transpose(-1, -2))
+        wide = torch.promote_types(q.dtype, torch.float32)  # float32 or wider: float64 in a float64 model
+        logits = torch.matmul(q.to(wide) * self.scale, k.to(wide).transpose(-1, -2))
         return logits, k_pos[:, None, None, :] <= q_pos[:, None, :, None]
 
     def counts(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -131,5 +133,6 @@ class ContextualPosition(PositionEncoding):
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         """-> q_i . e[p_ij], interpolated: (B, H, Tq, Tk) float32."""
         logits, before = self._gate_inputs(q, k, q_pos, k_pos)
-        at_integers = torch.matmul(q.float(), self.table[layer].float())  # (B, H, Tq, npos_max)
+        wide = logits.dtype
+        at_integers = torch.matmul(q.to(wide), self.table[layer].to(wide))  # (B, H, Tq, npos_max)
         return CountedPositionTerm.apply(logits, at_integers, steps_between(at_integers), before, self.npos_max - 1)

@@ -98,10 +98,39 @@ def key_position_scores(k: Tensor, table: Tensor, index: Tensor | Diagonal, q_le
 
     k: (B, H, Tk, dh); table: (R, dh) or (H, R, dh); index: (B or 1, Tq, Tk), or a `Diagonal` with
     q_len = Tq -> (B, H, Tq, Tk).
+
+    Every key scored against every table row costs (Tk, R) per head; for a block of a few queries against many
+    keys (`bias_blocks`), where R spans them all, each pair's row is gathered instead: (Tq, Tk) per head.
     """
+    queries = q_len if isinstance(index, Diagonal) else index.shape[-2]
+    if NARROW_BLOCK * queries <= k.shape[-2]:
+        rows = _diagonal_rows(index, queries, k.shape[-2], k.device) if isinstance(index, Diagonal) else index
+        return _key_scores_of_pairs(k, table, rows)
     if isinstance(index, Diagonal):  # the pair (i, j) is row offset + i - j for key j
         return _diagonal_scores(k, table, index.offset, q_len).transpose(-1, -2)
     scores = torch.matmul(k, table.transpose(-1, -2).to(k.dtype))  # (B, H, Tk, R)
     b, h, tk, _ = scores.shape
     picked = scores.gather(-1, index.transpose(-1, -2)[:, None].expand(b, h, tk, index.shape[-2]))  # (B, H, Tk, Tq)
     return picked.transpose(-1, -2)
+
+
+NARROW_BLOCK = 4  # keys per query at which a key's scores are taken pair by pair
+
+
+def _diagonal_rows(index: Diagonal, q_len: int, k_len: int, device: torch.device) -> Tensor:
+    """The table row of each pair of a `Diagonal`, offset + i - j: (1, Tq, Tk) long."""
+    return (index.offset + torch.arange(q_len, device=device)[:, None] - torch.arange(k_len, device=device))[None]
+
+
+def _key_scores_of_pairs(k: Tensor, table: Tensor, rows: Tensor) -> Tensor:
+    """s_ij = k_j . table[rows_ij], each pair's table row gathered: k (B, H, Tk, dh), table (R, dh) or (H, R, dh),
+    rows (B or 1, Tq, Tk) -> (B, H, Tq, Tk). A row outside [0, R) (a masked pair) is clamped into it.
+
+    Batched over keys: for each key (and batch row), its Tq gathered rows times its vector per head; a table per
+    head is taken one head at a time, so that the gathered rows are (B or 1, Tk, Tq, dh) at most."""
+    rows = rows.clamp(0, table.shape[-2] - 1).transpose(-1, -2)  # (Bi, Tk, Tq)
+    keys = k.permute(0, 2, 3, 1)  # (B, Tk, dh, H)
+    if table.dim() == 2:  # one table for every head
+        return torch.matmul(table.to(k.dtype)[rows], keys).permute(0, 3, 2, 1)  # (B, Tk, Tq, H) -> (B, H, Tq, Tk)
+    heads = [torch.matmul(table[h].to(k.dtype)[rows], keys[..., h : h + 1]) for h in range(table.shape[0])]
+    return torch.cat(heads, dim=-1).permute(0, 3, 2, 1)

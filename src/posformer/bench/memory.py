@@ -1,0 +1,148 @@
+"""Peak memory by length of every position encoding, beside `none` and beside Hugging Face's models of the same
+encodings: what `posformer bench --memory` measures.
+
+Each cell is one process (`posformer.bench.memory_probe`): it builds the model, then runs one no-grad forward or
+one training step (forward, backward, AdamW) at the length, and reports the peak memory that step adds above the
+built model. One process a cell, so that no measurement inherits another's allocator state. posformer's models
+are the llama preset's parts at the given shape, one per encoding (as `bench --positions`); the peers are
+Hugging Face's T5 encoder (t5), BLOOM (alibi), Llama (rope) and BERT with relative_key, at the same shape.
+
+    posformer bench --memory --help
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tqdm import tqdm
+
+from posformer.bench.memory_probe import PEERS
+from posformer.bench.options import ReportOptions
+from posformer.positions import registry
+from posformer.utils.options import check_options, option
+
+PHASES = ("forward", "train")
+BASELINE = "none"
+
+
+@dataclass
+class MemoryOptions(ReportOptions):
+    """The options of `posformer bench --memory`: by default the shape of issue 33's table."""
+
+    threads: int | None = 2
+    encodings: list[str] | None = option(
+        None,
+        f"encodings to measure beside none (default: every registered decoder one: {', '.join(registry.names())})",
+        metavar="NAME",
+    )
+    lengths: list[int] = option(
+        default_factory=lambda: [1024, 4096, 16384], help="sequence lengths, each measured apart", minimum=2
+    )
+    phases: list[str] = option(
+        default_factory=lambda: list(PHASES), help="forward (no grad) and/or train (one step)", choices=PHASES
+    )
+    batch: int = option(1, "sequences per step", minimum=1)
+    d_model: int = option(256, "hidden size", minimum=1)
+    layers: int = option(4, "layers", minimum=1)
+    heads: int = option(4, "attention heads", minimum=1)
+    d_ff: int = option(704, "feed-forward inner size", minimum=1)
+    vocab: int = option(256, "vocabulary size", minimum=1)
+    peers: bool = option(True, "also measure Hugging Face's models of t5, alibi, rope and relative_key")
+    device: str = option("cpu", "cpu or cuda")
+    timeout: int = option(900, "seconds per cell; past them the cell reads 'timeout'", minimum=1)
+    plot: str | None = option(None, "also draw peak memory against length to this PNG", metavar="PATH")
+
+
+def run(options: MemoryOptions) -> dict[str, Any]:
+    """Measure every cell; the result holds the setup and `cells`: [{model, encoding, phase, length, peak_mb,
+    seconds} or {..., error}], in the order measured."""
+    check_options(options)
+    names = [BASELINE] + [n for n in (options.encodings or registry.usable("decoder")) if n != BASELINE]
+    unknown = sorted(set(names) - set(registry.names()))
+    if unknown:
+        raise ValueError(f"unknown encoding(s) {unknown}: expected names from {', '.join(registry.names())}")
+    shape = dict(d_model=options.d_model, layers=options.layers, heads=options.heads, d_ff=options.d_ff)
+    shape["vocab"] = options.vocab
+    models = [("posformer", name) for name in names]
+    models += [("hf", name) for name in names if options.peers and name in PEERS]
+    cells = [(m, e, phase, n) for phase in options.phases for m, e in models for n in options.lengths]
+    results = []
+    for model, encoding, phase, length in tqdm(cells, desc="memory", unit="cell", disable=not options.progress):
+        spec = dict(model=model, encoding=encoding, phase=phase, length=length, shape=shape, batch=options.batch)
+        spec.update(device=options.device, threads=options.threads)
+        results.append({**spec, **_probe(spec, options.timeout)})
+    result = {"shape": shape, "batch": options.batch, "device": options.device, "threads": options.threads}
+    result.update(lengths=list(options.lengths), phases=list(options.phases), cells=results)
+    if options.plot:
+        from posformer.plots.memory import draw_memory
+
+        result["plot"] = str(draw_memory(result, options.plot))
+    return result
+
+
+def _probe(spec: dict[str, Any], timeout: int) -> dict[str, Any]:
+    """One cell in its own process: {peak_mb, seconds} or {error}."""
+    command = [sys.executable, "-m", "posformer.bench.memory_probe", json.dumps(spec)]
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timeout ({timeout} s)"}
+    if done.returncode < 0:
+        return {
+            "error": f"killed by signal {-done.returncode} (out of memory?) after {time.perf_counter() - start:.0f} s"
+        }
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"exit {done.returncode}: {tail[:200]}"}
+    return json.loads(lines[-1])
+
+
+def table(result: dict[str, Any], phase: str) -> list[str]:
+    """The markdown table of one phase: a row per model, peak MB per length, and x none at the longest length."""
+    lengths = result["lengths"]
+    cells = {(c["model"], c["encoding"], c["length"]): c for c in result["cells"] if c["phase"] == phase}
+    rows = dict.fromkeys((m, e) for m, e, _ in cells)
+    longest = lengths[-1]
+    base = cells.get(("posformer", BASELINE, longest), {}).get("peak_mb")
+    lines = [
+        f"| {phase} | " + " | ".join(f"T = {n:,}" for n in lengths) + f" | x none at {longest:,} |",
+        "|---|" + "---:|" * (len(lengths) + 1),
+    ]
+    for model, encoding in rows:
+        label = encoding if model == "posformer" else f"HF {encoding}"
+        values = [_cell(cells.get((model, encoding, n))) for n in lengths]
+        peak = cells.get((model, encoding, longest), {}).get("peak_mb")
+        ratio = f"{peak / base:.2f}" if peak is not None and base else "n/a"
+        lines.append(f"| {label} | " + " | ".join(values) + f" | {ratio} |")
+    return lines
+
+
+def _cell(cell: dict[str, Any] | None) -> str:
+    if cell is None:
+        return "-"
+    return f"{cell['peak_mb']:,.0f} MB" if "peak_mb" in cell else cell["error"].split(" ")[0]
+
+
+def format_report(result: dict[str, Any]) -> str:
+    shape = result["shape"]
+    lines = [
+        f"peak memory above the built model, {result['device']}, threads {result['threads']}; batch "
+        f"{result['batch']}, d_model {shape['d_model']}, {shape['layers']} layers, {shape['heads']} heads, d_ff "
+        f"{shape['d_ff']}, vocab {shape['vocab']}; one process per cell",
+        "",
+    ]
+    for phase in result["phases"]:
+        lines += table(result, phase) + [""]
+    lines.append(
+        "forward: one no-grad forward; train: forward, backward and an AdamW step. The code: posformer.bench.memory."
+    )
+    if result.get("plot"):
+        lines.append(f"figure: {result['plot']}")
+    return "\n".join(lines)

@@ -1,0 +1,39 @@
+"""`posformer bench --memory`: one process per cell, a table per phase, the figure and the JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from posformer.bench.memory import MemoryOptions, _probe, format_report, run  # noqa: E402
+from posformer.cli import main  # noqa: E402
+
+TINY_SHAPE = dict(d_model=16, layers=1, heads=2, d_ff=32, vocab=32)
+TINY = dict(**TINY_SHAPE, threads=1, progress=False)
+
+
+def test_every_cell_is_measured_in_its_own_process_beside_none_and_the_hf_peer(tmp_path, capsys) -> None:
+    out = tmp_path / "memory.json"
+    argv = ["bench", "--memory", "--encodings", "t5", "--lengths", "32,64", "--phases", "forward", "--json", str(out)]
+    argv += ["--d-model", "16", "--layers", "1", "--heads", "2", "--d-ff", "32", "--vocab", "32", "--threads", "1"]
+    assert main([*argv, "--plot", str(tmp_path / "memory.png"), "--no-progress"]) == 0
+    result = json.loads(out.read_text())
+    measured = {(c["model"], c["encoding"], c["length"]) for c in result["cells"] if c["peak_mb"] >= 0}
+    assert measured == {
+        (m, e, n) for m, e in [("posformer", "none"), ("posformer", "t5"), ("hf", "t5")] for n in (32, 64)
+    }
+    report = capsys.readouterr().out
+    assert "| forward | T = 32 | T = 64 | x none at 64 |" in report and "| HF t5 |" in report
+    assert (tmp_path / "memory.png").stat().st_size > 0
+
+
+def test_a_cell_that_fails_reads_so_and_the_others_stand() -> None:
+    spec = dict(model="hf", encoding="kerple", phase="forward", length=16, shape=dict(TINY_SHAPE), batch=1)
+    cell = _probe({**spec, "device": "cpu", "threads": 1}, timeout=120)
+    assert cell["error"].startswith("exit 1:") and "kerple" in cell["error"]
+    result = run(MemoryOptions(**TINY, encodings=["alibi"], lengths=[16], phases=["train"], peers=False))
+    assert [c["encoding"] for c in result["cells"]] == ["none", "alibi"]
+    assert "| alibi | " in format_report(result)
