@@ -32,7 +32,7 @@ def test_every_cell_is_measured_in_its_own_process_beside_none_and_the_hf_peer(t
 
 def test_a_cell_that_fails_reads_so_and_the_others_stand() -> None:
     spec = dict(model="hf", encoding="kerple", phase="forward", length=16, shape=dict(TINY_SHAPE), batch=1)
-    cell = _probe({**spec, "device": "cpu", "threads": 1}, timeout=120)
+    cell = _probe({**spec, "device": "cpu", "threads": 1}, timeout=120, release_freed=True)
     assert cell["error"].startswith("exit 1:") and "kerple" in cell["error"]
     result = run(MemoryOptions(**TINY, encodings=["alibi"], lengths=[16], phases=["train"], peers=False))
     assert [c["encoding"] for c in result["cells"]] == ["none", "alibi"]

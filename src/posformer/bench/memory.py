@@ -13,6 +13,7 @@ Hugging Face's T5 encoder (t5), BLOOM (alibi), Llama (rope) and BERT with relati
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from posformer.positions import registry
 from posformer.utils.options import check_options, option
 
 PHASES = ("forward", "train")
+MMAP_THRESHOLD = 2**20
 BASELINE = "none"
 
 
@@ -56,6 +58,11 @@ class MemoryOptions(ReportOptions):
     device: str = option("cpu", "cpu or cuda")
     timeout: int = option(900, "seconds per cell; past them the cell reads 'timeout'", minimum=1)
     plot: str | None = option(None, "also draw peak memory against length to this PNG", metavar="PATH")
+    release_freed: bool = option(
+        False,
+        f"run each cell with MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD} (glibc): blocks above 1 MiB come from mmap "
+        "and go back to the system when freed, so the CPU peak is what was live, not what glibc's heap kept",
+    )
 
 
 def run(options: MemoryOptions) -> dict[str, Any]:
@@ -75,8 +82,9 @@ def run(options: MemoryOptions) -> dict[str, Any]:
     for model, encoding, phase, length in tqdm(cells, desc="memory", unit="cell", disable=not options.progress):
         spec = dict(model=model, encoding=encoding, phase=phase, length=length, shape=shape, batch=options.batch)
         spec.update(device=options.device, threads=options.threads)
-        results.append({**spec, **_probe(spec, options.timeout)})
+        results.append({**spec, **_probe(spec, options.timeout, options.release_freed)})
     result = {"shape": shape, "batch": options.batch, "device": options.device, "threads": options.threads}
+    result["release_freed"] = options.release_freed
     result.update(lengths=list(options.lengths), phases=list(options.phases), cells=results)
     if options.plot:
         from posformer.plots.memory import draw_memory
@@ -85,12 +93,13 @@ def run(options: MemoryOptions) -> dict[str, Any]:
     return result
 
 
-def _probe(spec: dict[str, Any], timeout: int) -> dict[str, Any]:
+def _probe(spec: dict[str, Any], timeout: int, release_freed: bool = False) -> dict[str, Any]:
     """One cell in its own process: {peak_mb, seconds} or {error}."""
     command = [sys.executable, "-m", "posformer.bench.memory_probe", json.dumps(spec)]
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD)} if release_freed else None
     start = time.perf_counter()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"timeout ({timeout} s)"}
     if done.returncode < 0:
@@ -135,7 +144,8 @@ def format_report(result: dict[str, Any]) -> str:
     lines = [
         f"peak memory above the built model, {result['device']}, threads {result['threads']}; batch "
         f"{result['batch']}, d_model {shape['d_model']}, {shape['layers']} layers, {shape['heads']} heads, d_ff "
-        f"{shape['d_ff']}, vocab {shape['vocab']}; one process per cell",
+        f"{shape['d_ff']}, vocab {shape['vocab']}; one process per cell"
+        + (f", MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD}" if result.get("release_freed") else ""),
         "",
     ]
     for phase in result["phases"]:
