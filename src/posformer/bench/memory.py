@@ -73,8 +73,9 @@ def run(options: MemoryOptions) -> dict[str, Any]:
     unknown = sorted(set(names) - set(registry.names()))
     if unknown:
         raise ValueError(f"unknown encoding(s) {unknown}: expected names from {', '.join(registry.names())}")
-    shape = dict(d_model=options.d_model, layers=options.layers, heads=options.heads, d_ff=options.d_ff)
-    shape["vocab"] = options.vocab
+    shape = dict(
+        d_model=options.d_model, layers=options.layers, heads=options.heads, d_ff=options.d_ff, vocab=options.vocab
+    )
     models = [("posformer", name) for name in names]
     models += [("hf", name) for name in names if options.peers and name in PEERS]
     cells = [(m, e, phase, n) for phase in options.phases for m, e in models for n in options.lengths]

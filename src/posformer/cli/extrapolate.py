@@ -126,10 +126,11 @@ def task_settings_from_args(args: argparse.Namespace):
 
     from posformer.experiments.extrapolation.settings import ExtrapolationSettings
     from posformer.experiments.synthetic.settings import TaskSettings
+    from posformer.utils.options import flag_spelling
 
     task_knobs = {f.name for f in fields(TaskSettings)}
     keys = flag_keys(ExtrapolationSettings)
-    ignored = ["--" + key.replace("_", "-") for key in keys if key not in task_knobs and getattr(args, key) is not None]
+    ignored = [flag_spelling(key) for key in keys if key not in task_knobs and getattr(args, key) is not None]
     if ignored:
         raise ValueError(f"--task {args.task}: {', '.join(ignored)} apply to the language-model benchmark only")
     overrides = _overrides(args, [key for key in keys if key in task_knobs], "steps=200 or eval_examples=100")

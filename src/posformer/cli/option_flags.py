@@ -19,7 +19,7 @@ from dataclasses import MISSING
 from typing import Any, TypeVar
 
 from posformer.cli.arg_types import number_type
-from posformer.utils.options import Option, options
+from posformer.utils.options import Option, flag_spelling, options
 from posformer.utils.validation import number_interval
 
 T = TypeVar("T")
@@ -89,7 +89,7 @@ def set_only_help(cls: type, width: int = 100) -> str:
 
 def flag_name(opt: Option) -> str:
     """The flag of an option: its declared name, or `--` and the field's name with dashes."""
-    return opt.spec.flag if isinstance(opt.spec.flag, str) else "--" + opt.name.replace("_", "-")
+    return opt.spec.flag if isinstance(opt.spec.flag, str) else flag_spelling(opt.name)
 
 
 def _positional(opt: Option) -> bool:

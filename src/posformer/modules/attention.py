@@ -166,7 +166,6 @@ class Attention(nn.Module):
         k: Tensor,
         v: Tensor,
         mask: AttentionMask,
-        bias: Tensor | None,
         need_weights: bool,
         values: ValuesTerm | None = None,
         packing: TokenPacking | None = None,
@@ -176,8 +175,8 @@ class Attention(nn.Module):
         """The kernel (eager when the probabilities are asked for), then the output projection: (B, T, d_model),
         or (N, d_model) for the real tokens of a `packing`, and the probabilities asked for.
 
-        bias_rows: the bias asked for by rows of queries instead of `bias`; a bias too large to hold whole
-        (`bias_blocks.bias_block_rows`) is then used one block of queries at a time."""
+        bias_rows: the position bias, asked for by rows of queries; a bias too large to hold whole
+        (`bias_blocks.bias_block_rows`) is used one block of queries at a time."""
         dropout = self.dropout if self.training else 0.0
         batch, heads, length = q.shape[:3]
         rows = (
@@ -187,8 +186,7 @@ class Attention(nn.Module):
             out = attend_in_bias_blocks(q, k, v, mask, bias_rows, self.scale, dropout, values, rows)
             out, probs = mask.zero_dropped_queries(out), None
         else:
-            if bias_rows is not None:
-                bias = bias_rows(0, q.shape[-2], k.shape[-2])
+            bias = None if bias_rows is None else bias_rows(0, length, k.shape[-2])
             kernel = "eager" if need_weights else self.kernel
             out, probs = attend(q, k, v, mask, bias, self.scale, dropout, kernel, values, score_mod)
         out = out.transpose(1, 2)  # (B, T, H, dh)
@@ -244,14 +242,13 @@ class SelfAttention(Attention):
                 k,
                 v,
                 mask,
-                None,
                 need_weights,
                 values,
                 packing,
                 score_mod=self.position.score_mod(pos, k_pos, self.layer),
             )
         bias_rows = partial(self._bias_rows, q, k, pos, k_pos) if self.position.uses_bias else None
-        return self._attend(q, k, v, mask, None, need_weights, values, packing, bias_rows=bias_rows)
+        return self._attend(q, k, v, mask, need_weights, values, packing, bias_rows=bias_rows)
 
     def _bias_rows(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, start: int, end: int, keys: int
@@ -307,4 +304,4 @@ class CrossAttention(Attention):
             k = self.k_norm(k) if self.qk_norm else k
             if cache is not None:
                 cache.set(k, v)
-        return self._attend(q, k, v, mask, None, need_weights, packing=packing)
+        return self._attend(q, k, v, mask, need_weights, packing=packing)

@@ -126,6 +126,11 @@ def options(cls: type) -> list[Option]:
     return found
 
 
+def flag_spelling(name: str) -> str:
+    """The default flag of an option named `name`: `doc_stride` -> `--doc-stride`."""
+    return "--" + name.replace("_", "-")
+
+
 def _declaring_class(cls: type, name: str) -> type | None:
     """The nearest class in `cls`'s MRO that declares the field `name` with `option`."""
     for klass in cls.__mro__:

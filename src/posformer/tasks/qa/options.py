@@ -9,7 +9,7 @@ from typing import Any
 
 from posformer.train.settings import DEVICES, PRECISIONS
 from posformer.utils.options import check_options as check_declared_options
-from posformer.utils.options import option
+from posformer.utils.options import flag_spelling, option
 from posformer.utils.validation import fail
 
 HEADS = ("seq2seq", "span")
@@ -197,14 +197,9 @@ class ScoreOptions(QAColumns):
     out_file: str | None = option(None, "also write the scores (JSON) here")
 
 
-def flag(name: str) -> str:
-    """The flag of an option: `doc_stride` -> `--doc-stride`."""
-    return "--" + name.replace("_", "-")
-
-
 def check_options(o: QAJobOptions) -> None:
     """Every set option, named by its flag (`--doc-stride=0 is invalid: expected a positive integer`)."""
-    check_declared_options(o, name_of=flag)
+    check_declared_options(o, name_of=flag_spelling)
     if o.from_scratch and (o.head != "seq2seq" or o.model is not None):
         fail(
             "--from-scratch",

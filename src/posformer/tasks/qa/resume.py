@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from posformer.train.resume_check import ResumePolicy
+from posformer.utils.options import flag_spelling
 from posformer.utils.user_files import read_yaml_file
 
 APPLIED = (
@@ -45,7 +46,7 @@ def _name(key: str) -> str:
     section, _, option = key.partition(".")
     if section != "qa":
         return key
-    return "the steps" if option == "steps" else "--" + option.replace("_", "-")
+    return "the steps" if option == "steps" else flag_spelling(option)
 
 
 def qa_resume_policy() -> ResumePolicy:
