@@ -37,3 +37,19 @@ def test_a_cell_that_fails_reads_so_and_the_others_stand() -> None:
     result = run(MemoryOptions(**TINY, encodings=["alibi"], lengths=[16], phases=["train"], peers=False))
     assert [c["encoding"] for c in result["cells"]] == ["none", "alibi"]
     assert "| alibi | " in format_report(result)
+
+
+def test_the_json_holds_each_cell_as_soon_as_it_is_measured(tmp_path, monkeypatch) -> None:
+    """A long run stopped midway keeps what it measured: after each cell the JSON holds the cells so far."""
+    out = tmp_path / "memory.json"
+    seen = []
+
+    def probe(spec, timeout, release_freed=False):
+        seen.append(len(json.loads(out.read_text())["cells"]) if out.exists() else 0)
+        return {"peak_mb": float(spec["length"]), "seconds": 0.0}
+
+    monkeypatch.setattr("posformer.bench.memory._probe", probe)
+    run(MemoryOptions(**TINY, encodings=["alibi"], lengths=[16, 32], phases=["forward"], peers=False, json=str(out)))
+    assert seen == [0, 1, 2, 3]
+    written = json.loads(out.read_text())
+    assert [c["peak_mb"] for c in written["cells"]] == [16.0, 32.0, 16.0, 32.0] and written["unfinished"] == 0

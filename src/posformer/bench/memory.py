@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from posformer.bench.memory_probe import PEERS
 from posformer.bench.options import ReportOptions
+from posformer.checkpoints.atomic import write_json_atomic
 from posformer.positions import registry
 from posformer.utils.options import check_options, option
 
@@ -79,14 +80,15 @@ def run(options: MemoryOptions) -> dict[str, Any]:
     models = [("posformer", name) for name in names]
     models += [("hf", name) for name in names if options.peers and name in PEERS]
     cells = [(m, e, phase, n) for phase in options.phases for m, e in models for n in options.lengths]
-    results = []
+    result = {"shape": shape, "batch": options.batch, "device": options.device, "threads": options.threads}
+    result["release_freed"] = options.release_freed
+    result.update(lengths=list(options.lengths), phases=list(options.phases), cells=[])
     for model, encoding, phase, length in tqdm(cells, desc="memory", unit="cell", disable=not options.progress):
         spec = dict(model=model, encoding=encoding, phase=phase, length=length, shape=shape, batch=options.batch)
         spec.update(device=options.device, threads=options.threads)
-        results.append({**spec, **_probe(spec, options.timeout, options.release_freed)})
-    result = {"shape": shape, "batch": options.batch, "device": options.device, "threads": options.threads}
-    result["release_freed"] = options.release_freed
-    result.update(lengths=list(options.lengths), phases=list(options.phases), cells=results)
+        result["cells"].append({**spec, **_probe(spec, options.timeout, options.release_freed)})
+        if options.json:  # a long run stopped midway keeps the cells it measured
+            write_json_atomic(options.json, {**result, "unfinished": len(cells) - len(result["cells"])})
     if options.plot:
         from posformer.plots.memory import draw_memory
 

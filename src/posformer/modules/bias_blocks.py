@@ -67,14 +67,19 @@ def attend_in_bias_blocks(
     the backward, and the random state of its dropout is replayed.
     """
     length, keys_len = q.shape[-2], k.shape[-2]
+    training = torch.is_grad_enabled()
     outputs = []
+    out = None if training else q.new_empty((*q.shape[:-1], v.shape[-1]))
     for start in range(0, length, rows):
         end = min(start + rows, length)
         keys = end if mask.is_causal else keys_len  # a plain causal mask: no key past the block's last query
         block = partial(_block, mask, bias_rows, values, scale, dropout, start, end)
         args = (q[:, :, start:end], k[:, :, :keys], v[:, :, :keys])
-        outputs.append(checkpoint(block, *args, use_reentrant=False) if torch.is_grad_enabled() else block(*args))
-    return torch.cat(outputs, dim=-2)
+        if training:
+            outputs.append(checkpoint(block, *args, use_reentrant=False))
+        else:  # written in place: no block's output outlives its temporaries between them (the heap would keep them)
+            out[:, :, start:end] = block(*args)
+    return torch.cat(outputs, dim=-2) if training else out
 
 
 def _block(
