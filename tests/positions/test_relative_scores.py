@@ -60,22 +60,30 @@ def test_only_positions_that_count_up_in_one_row_are_diagonal() -> None:
     assert torch.equal(pair_rows(left_padded, left_padded, dist, -2), dist + 2)
 
 
+@pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("per_head", [False, True])
 @pytest.mark.parametrize("diagonal", [True, False])
-def test_a_narrow_block_scores_each_key_against_its_pairs_rows(per_head: bool, diagonal: bool) -> None:
-    """A block of 3 queries over 20 keys (the key side taken pair by pair) gives k_j . table[row_ij] written out."""
+def test_a_narrow_block_scores_each_key_against_its_pairs_rows(causal: bool, per_head: bool, diagonal: bool) -> None:
+    """A block of 3 queries over 21 keys (the key side taken pair by pair, or in tiles of keys when the positions
+    count up) gives k_j . table[row_ij] written out, at every pair a causal mask keeps."""
     torch.manual_seed(1)
-    q_pos, k_pos = torch.arange(30, 33)[None], torch.arange(13, 33)[None]  # the last 3 of 20 keys
-    dist = relative_distance(q_pos, k_pos).clamp(min=0)
-    index = pair_rows(q_pos, k_pos, dist, 0) if diagonal else dist.expand(2, 3, 20)
+    first_query = 30 if causal else 20  # the last 3 of 21 keys (a partial tile), or 3 amid them
+    q_pos, k_pos = torch.arange(first_query, first_query + 3)[None], torch.arange(12, 33)[None]
+    dist = relative_distance(q_pos, k_pos)
+    low = 0 if causal else int(dist.min())
+    dist = dist.clamp(min=0) if causal else dist
+    index = pair_rows(q_pos, k_pos, dist, low) if diagonal else (dist - low).expand(2, 3, 21)
+    dist = dist - low  # each pair's table row
     assert isinstance(index, Diagonal) == diagonal
     table = torch.randn(*((3,) if per_head else ()), int(dist.max()) + 1, 4, dtype=torch.float64, requires_grad=True)
-    k = torch.randn(2, 3, 20, 4, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 3, 21, 4, dtype=torch.float64, requires_grad=True)
     scores = key_position_scores(k, table, index, q_len=3)
-    vectors = table[:, dist[0]] if per_head else table[dist[0]][None].expand(3, 3, 20, 4)  # (H, Tq, Tk, dh)
+    vectors = table[:, dist[0]] if per_head else table[dist[0]][None].expand(3, 3, 21, 4)  # (H, Tq, Tk, dh)
     expected = torch.einsum("bhjd,hijd->bhij", k, vectors)
-    torch.testing.assert_close(scores, expected)
-    weights = torch.randn_like(scores)
+    kept = (k_pos[:, None, :] <= q_pos[:, :, None]) | (not causal)
+    kept = kept[:, None].expand_as(scores)  # a masked pair reads any value
+    torch.testing.assert_close(scores[kept], expected[kept])
+    weights = torch.randn_like(scores) * kept
     grads = torch.autograd.grad((scores * weights).sum(), (k, table))
     expected_grads = torch.autograd.grad((expected * weights).sum(), (k, table))
     for got, want in zip(grads, expected_grads):

@@ -103,9 +103,11 @@ def key_position_scores(k: Tensor, table: Tensor, index: Tensor | Diagonal, q_le
     keys (`bias_blocks`), where R spans them all, each pair's row is gathered instead: (Tq, Tk) per head.
     """
     queries = q_len if isinstance(index, Diagonal) else index.shape[-2]
-    if NARROW_BLOCK * queries <= k.shape[-2]:
-        rows = _diagonal_rows(index, queries, k.shape[-2], k.device) if isinstance(index, Diagonal) else index
-        return _key_scores_of_pairs(k, table, rows)
+    narrow = NARROW_BLOCK * queries <= k.shape[-2]
+    if narrow and isinstance(index, Diagonal):
+        return _diagonal_key_scores_in_tiles(k, table, index.offset, q_len)
+    if narrow:
+        return _key_scores_of_pairs(k, table, index)
     if isinstance(index, Diagonal):  # the pair (i, j) is row offset + i - j for key j
         return _diagonal_scores(k, table, index.offset, q_len).transpose(-1, -2)
     scores = torch.matmul(k, table.transpose(-1, -2).to(k.dtype))  # (B, H, Tk, R)
@@ -117,9 +119,33 @@ def key_position_scores(k: Tensor, table: Tensor, index: Tensor | Diagonal, q_le
 NARROW_BLOCK = 4  # keys per query at which a key's scores are taken pair by pair
 
 
-def _diagonal_rows(index: Diagonal, q_len: int, k_len: int, device: torch.device) -> Tensor:
-    """The table row of each pair of a `Diagonal`, offset + i - j: (1, Tq, Tk) long."""
-    return (index.offset + torch.arange(q_len, device=device)[:, None] - torch.arange(k_len, device=device))[None]
+def _diagonal_key_scores_in_tiles(k: Tensor, table: Tensor, offset: int, q_len: int) -> Tensor:
+    """s_ij = k_j . table[offset + i - j] for a few queries over many keys: k (B, H, Tk, dh), table (R, dh) or
+    (H, R, dh) -> (B, H, Tq, Tk). A pair whose row falls outside the table (a masked one) reads 0.
+
+    The keys go in tiles of Tq: a tile's pairs read Tq + Tq - 1 consecutive rows of the table (upside down, so
+    that later keys read later rows), which the tile scores at once, (Tq, 2 Tq - 1), and skews as
+    `_diagonal_scores` does. Memory and work are twice the block's (Tq, Tk) scores per head, where gathering each
+    pair's row would be dh times them."""
+    keys = k.shape[-2]
+    tile = q_len
+    tiles = -(-keys // tile)
+    k = F.pad(k, (0, 0, 0, tiles * tile - keys)).unflatten(-2, (tiles, tile))  # (B, H, n, tile, dh)
+    span = q_len + tile - 1
+    # key j reads row offset + i - j of the table, row R - 1 - offset - i + j of it upside down; tile t spans
+    # upside-down rows first + t * tile + [0, span) with first = R - 1 - offset - (q_len - 1), padded to exist
+    flipped, length = table.flip(-2), table.shape[-2]
+    first = length - 1 - offset - (q_len - 1)
+    before, after = max(0, -first), max(0, first + (tiles - 1) * tile + span - length)
+    flipped = F.pad(flipped, (0, 0, before, after)).to(k.dtype)
+    windows = flipped.narrow(-2, first + before, (tiles - 1) * tile + span).unfold(-2, span, tile)  # (.., n, dh, span)
+    if table.dim() == 3:
+        windows = windows[None]  # (1, H, n, dh, span)
+    scores = torch.matmul(k, windows).contiguous()  # (B, H, n, tile, span): tile key jj, window row jj + q_len-1-i
+    *lead, _, _ = scores.shape
+    strides = scores.stride()[:-2] + (span + 1, 1)  # key jj reads window rows jj .. jj + q_len - 1: i reversed
+    skewed = scores.as_strided((*lead, tile, q_len), strides, scores.storage_offset())
+    return skewed.flip(-1).flatten(-3, -2)[..., :keys, :].transpose(-1, -2)
 
 
 def _key_scores_of_pairs(k: Tensor, table: Tensor, rows: Tensor) -> Tensor:
