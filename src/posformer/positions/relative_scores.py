@@ -100,7 +100,8 @@ def key_position_scores(k: Tensor, table: Tensor, index: Tensor | Diagonal, q_le
     q_len = Tq -> (B, H, Tq, Tk).
 
     Every key scored against every table row costs (Tk, R) per head; for a block of a few queries against many
-    keys (`bias_blocks`), where R spans them all, each pair's row is gathered instead: (Tq, Tk) per head.
+    keys (`bias_blocks`), where R spans them all, the keys are scored in tiles against the rows their pairs read
+    (a `Diagonal`), or each pair's row is gathered (any other index): (Tq, Tk) per head.
     """
     queries = q_len if isinstance(index, Diagonal) else index.shape[-2]
     narrow = NARROW_BLOCK * queries <= k.shape[-2]
