@@ -88,3 +88,29 @@ def test_a_narrow_block_scores_each_key_against_its_pairs_rows(causal: bool, per
     expected_grads = torch.autograd.grad((expected * weights).sum(), (k, table))
     for got, want in zip(grads, expected_grads):
         torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("q_len", [2, 12])  # a narrow block of queries, and a wide one
+def test_a_table_longer_than_the_pairs_read_gives_the_same_scores(q_len: int) -> None:
+    """A table of every distance of a long sequence, read by a block that spans a few of them: the diagonal scores
+    (which read only the rows the pairs use) equal the gathered ones, values and gradients."""
+    torch.manual_seed(q_len)
+    k_pos = torch.arange(40, 52)[None]
+    q_pos = k_pos[:, -q_len:]
+    dist = relative_distance(q_pos, k_pos)
+    extra, low = 30, int(dist.min())  # 30 unread rows on each side
+    table = torch.randn(2, int(dist.max()) - low + 1 + 2 * extra, 4, dtype=torch.float64, requires_grad=True)
+    q = torch.randn(1, 2, q_len, 4, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(1, 2, 12, 4, dtype=torch.float64, requires_grad=True)
+
+    def scores_and_grads(index):
+        scores = query_position_scores(q, table, index, 12) + key_position_scores(k, table, index, q_len)
+        return scores, torch.autograd.grad((scores * scores.detach().cos()).sum(), (q, k, table))
+
+    diagonal = pair_rows(q_pos, k_pos, dist, low - extra)
+    assert isinstance(diagonal, Diagonal)
+    strided, strided_grads = scores_and_grads(diagonal)
+    gathered, gathered_grads = scores_and_grads(dist - low + extra)
+    torch.testing.assert_close(strided, gathered)
+    for got, want in zip(strided_grads, gathered_grads):
+        torch.testing.assert_close(got, want)

@@ -83,8 +83,18 @@ def query_position_scores(q: Tensor, table: Tensor, index: Tensor | Diagonal, k_
     index: (B or 1, Tq, Tk) long in [0, R), or a `Diagonal` with k_len = Tk -> (B, H, Tq, Tk).
     """
     if isinstance(index, Diagonal):  # the table upside down: row offset + i - j is row R - 1 - offset - i + j
-        return _diagonal_scores(q, table.flip(-2), table.shape[-2] - 1 - index.offset, k_len)
+        table, offset = _rows_read(table, index.offset, q.shape[-2], k_len)
+        return _diagonal_scores(q, table.flip(-2), table.shape[-2] - 1 - offset, k_len)
     return gather_pairs(torch.matmul(q, table.transpose(-1, -2).to(q.dtype)), index)
+
+
+def _rows_read(table: Tensor, offset: int, q_len: int, k_len: int) -> tuple[Tensor, int]:
+    """The rows of table (R, dh) or (H, R, dh) that the pairs of a `Diagonal` read, offset + i - j for i < q_len and
+    j < k_len, as a view, and the offset into it: a block of queries reads Tq + Tk - 1 rows of a table that may
+    span every distance of the whole sequence."""
+    low = min(max(0, offset - (k_len - 1)), table.shape[-2] - 1)
+    high = max(min(table.shape[-2], offset + q_len), low + 1)
+    return table[..., low:high, :], offset - low
 
 
 def gather_pairs(scores: Tensor, index: Tensor) -> Tensor:
@@ -105,12 +115,13 @@ def key_position_scores(k: Tensor, table: Tensor, index: Tensor | Diagonal, q_le
     """
     queries = q_len if isinstance(index, Diagonal) else index.shape[-2]
     narrow = NARROW_BLOCK * queries <= k.shape[-2]
-    if narrow and isinstance(index, Diagonal):
-        return _diagonal_key_scores_in_tiles(k, table, index.offset, q_len)
+    if isinstance(index, Diagonal):  # the pair (i, j) is row offset + i - j for key j
+        table, offset = _rows_read(table, index.offset, q_len, k.shape[-2])
+        if narrow:
+            return _diagonal_key_scores_in_tiles(k, table, offset, q_len)
+        return _diagonal_scores(k, table, offset, q_len).transpose(-1, -2)
     if narrow:
         return _key_scores_of_pairs(k, table, index)
-    if isinstance(index, Diagonal):  # the pair (i, j) is row offset + i - j for key j
-        return _diagonal_scores(k, table, index.offset, q_len).transpose(-1, -2)
     scores = torch.matmul(k, table.transpose(-1, -2).to(k.dtype))  # (B, H, Tk, R)
     b, h, tk, _ = scores.shape
     picked = scores.gather(-1, index.transpose(-1, -2)[:, None].expand(b, h, tk, index.shape[-2]))  # (B, H, Tk, Tq)
