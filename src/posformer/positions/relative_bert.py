@@ -84,16 +84,21 @@ class RelativeKey(PositionEncoding):
         In a causal stack a key after its query is masked, and its bias never used: i - j < 0 is read as
         0, so the table rows scored are the T distances attention can use, not 2T - 1.
         """
-        dist = relative_distance(q_pos, k_pos)
+        low = int((q_pos.amin(-1) - k_pos.amax(-1)).min())  # per batch row, as the pairs are
+        high = int((q_pos.amax(-1) - k_pos.amin(-1)).max())
         if self.causal:
-            dist = dist.clamp(min=0)
-        low, high = int(dist.min()), int(dist.max())
+            low, high = max(low, 0), max(high, 0)
         if low < -(self.max_positions - 1) or high > self.max_positions - 1:
             raise ValueError(
                 f"relative distances in [{low}, {high}] exceed the table of position={self.name!r} "
                 f"(|i - j| <= {self.max_positions - 1}, Config.max_positions={self.max_positions})"
             )
-        return low, high, pair_rows(q_pos, k_pos, dist, low)
+
+        def distances() -> Tensor:
+            dist = relative_distance(q_pos, k_pos)
+            return dist.clamp(min=0) if self.causal else dist
+
+        return low, high, pair_rows(q_pos, k_pos, distances, low)
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         table, index = self.table_and_index(q_pos, k_pos, layer)

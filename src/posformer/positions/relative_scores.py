@@ -19,6 +19,7 @@ copy for a backward instead of a scatter.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -39,12 +40,13 @@ def counts_up(pos: Tensor) -> bool:
     return pos.shape[0] == 1 and (pos.shape[1] < 2 or bool((pos[0, 1:] - pos[0, :-1] == 1).all()))
 
 
-def pair_rows(q_pos: Tensor, k_pos: Tensor, dist: Tensor, low: int) -> Tensor | Diagonal:
+def pair_rows(q_pos: Tensor, k_pos: Tensor, dist: Tensor | Callable[[], Tensor], low: int) -> Tensor | Diagonal:
     """The table row of each pair, dist - low with dist (B or 1, Tq, Tk) the distances i - j of these
-    positions; a `Diagonal` when both count up by one (row q_pos[0] - k_pos[0] - low + i - j)."""
+    positions (or what makes them, called only when needed); a `Diagonal` when both count up by one
+    (row q_pos[0] - k_pos[0] - low + i - j)."""
     if counts_up(q_pos) and counts_up(k_pos):
         return Diagonal(int(q_pos[0, 0]) - int(k_pos[0, 0]) - low)
-    return dist - low
+    return (dist if isinstance(dist, Tensor) else dist()) - low
 
 
 def _diagonal_scores(x: Tensor, table: Tensor, first: int, cols: int) -> Tensor:
