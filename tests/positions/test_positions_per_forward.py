@@ -68,3 +68,33 @@ def test_batch_rows_takes_one_row_only_when_the_rows_are_one_by_construction() -
     assert batch_rows(copied) is copied
     single = torch.arange(6)[None]
     assert batch_rows(single) is single
+
+
+def test_a_range_is_read_from_a_wider_one_and_grows_by_doubling() -> None:
+    """per_forward_range: the values of a range equal computing them directly; ranges that grow one block at a
+    time (a long causal forward) are computed O(log) times; under gradients, or outside a forward, every call
+    computes."""
+    from posformer.positions.per_forward import PerForward
+
+    def squares(low: int, high: int) -> torch.Tensor:
+        return torch.arange(low, high + 1, dtype=torch.float64)[:, None] ** 2
+
+    computed = []
+
+    def counted(low: int, high: int) -> torch.Tensor:
+        computed.append((low, high))
+        return squares(low, high)
+
+    memo = PerForward()
+    with torch.no_grad(), memo.forward_scope():
+        for end in range(16, 1025, 16):  # the distances 0 .. end - 1 of a causal block ending at `end`
+            torch.testing.assert_close(memo.per_forward_range("r", 0, end - 1, counted), squares(0, end - 1))
+        torch.testing.assert_close(memo.per_forward_range("r", -40, 10, counted), squares(-40, 10))
+    assert computed == [(0, 15), (0, 31), (0, 63), (0, 127), (0, 255), (0, 511), (0, 1023), (-1024, 1023)]
+    computed.clear()
+    with torch.no_grad():
+        memo.per_forward_range("r", 0, 3, counted)
+    with memo.forward_scope():  # gradients on
+        memo.per_forward_range("r", 0, 3, counted)
+        memo.per_forward_range("r", 0, 3, counted)
+    assert len(computed) == 3

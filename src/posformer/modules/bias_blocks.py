@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from posformer.ops.masks import AttentionMask
+from posformer.ops.masks import AttentionMask, causal_allowed
 from posformer.ops.softmax_attention import softmax_attention
 
 # bias_rows(start, end, keys): the bias of queries [start, end) over the first `keys` keys, (B or 1, H, end - start,
@@ -97,13 +97,26 @@ def _block(
     """One block: queries [start, end) (q: (B, H, rows, dh)) over the keys k, v: (B, Hkv, keys, dh)."""
     keys = k.shape[-2]
     bias = bias_rows(start, end, keys)
-    additive = mask.rows(start, end, keys, q.dtype, q.device)
-    if bias is not None:
-        bias = bias.to(q.dtype)
-        additive = (bias if additive is None else torch.where(additive < 0, additive, bias)).contiguous()
+    if bias is not None and mask.is_causal:
+        additive = _with_causal_rows(bias.to(q.dtype), start)
+    else:
+        additive = mask.rows(start, end, keys, q.dtype, q.device)
+        if bias is not None:
+            bias = bias.to(q.dtype)
+            additive = (bias if additive is None else torch.where(additive < 0, additive, bias)).contiguous()
     if values is not None:
         term = partial(values, rows=slice(start, end))
         return softmax_attention(q, k, v, additive, None, scale, dropout, term)[0]
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=additive, scale=scale, dropout_p=dropout, enable_gqa=k.shape[1] != q.shape[1]
     )
+
+
+def _with_causal_rows(bias: Tensor, start: int) -> Tensor:
+    """bias (B or 1, H, rows, start + rows) of the queries [start, start + rows) with the keys after each query
+    set to the mask's value; contiguous. Only the last rows x rows keys hold any such pair: the mask is not
+    built over all the keys."""
+    rows = bias.shape[-2]
+    hidden = ~causal_allowed(rows, rows, bias.device)
+    tail = bias[..., start:].masked_fill(hidden, torch.finfo(bias.dtype).min)
+    return torch.cat([bias[..., :start], tail], dim=-1)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import torch
 from torch import Tensor
 
 Result = TypeVar("Result")
@@ -26,7 +27,7 @@ def batch_rows(pos: Tensor) -> Tensor:
 class PerForward:
     """`forward_scope` and `per_forward`, the memo of one forward that `PositionEncoding` takes."""
 
-    _per_forward: dict[Hashable, tuple[Tensor, Tensor, Any]] | None = None
+    _per_forward: dict[Hashable, tuple[Any, Any, Any]] | None = None
 
     @contextmanager
     def forward_scope(self) -> Iterator[None]:
@@ -57,3 +58,30 @@ class PerForward:
         if memo is not None:
             memo[key] = (q_pos, k_pos, value)
         return value
+
+    def per_forward_range(self, key: Hashable, low: int, high: int, compute: Callable[[int, int], Tensor]) -> Tensor:
+        """compute(low, high): values (..., high - low + 1, n) of the integers low..high (say, distances), read
+        from a wider range this forward computed for `key` when one covers them.
+
+        Made for the blocks of a long forward (`modules.bias_blocks`), where each block asks for a range a little
+        past the last: a range that is not covered is computed twice as wide in the direction it grows, so that a
+        forward computes O(log T) ranges. Only the last key's range is kept (the layers run one after another),
+        and only without gradients: under them each block computes its own (a checkpointed block recomputes
+        what it used).
+        """
+        memo = self._per_forward
+        if memo is None or torch.is_grad_enabled():
+            return compute(low, high)
+        first, last = low, high
+        hit = memo.get("range")
+        if hit is not None and hit[0] == key:
+            first, values = hit[1], hit[2]
+            last = first + values.shape[-2] - 1
+            if first <= low and high <= last:
+                return values[..., low - first : high - first + 1, :]
+            span = last - first + 1
+            first = min(low, first - span) if low < first else first
+            last = max(high, last + span) if high > last else last
+        values = compute(first, last)
+        memo["range"] = (key, first, values)
+        return values[..., low - first : high - first + 1, :]

@@ -83,28 +83,40 @@ class TransformerXL(PositionEncoding):
         angles = dist.to(torch.float32)[:, None] * self.inv_freq
         return sinusoidal_angles_to_table(angles, "half")
 
-    def distances(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor | Diagonal]:
-        """The (clamped) distances i - j that occur, R_d of each: (R, d_model), and each pair's row in it:
-        (B or 1, Tq, Tk) or a `Diagonal`; computed once per forward."""
+    def distances(self, q_pos: Tensor, k_pos: Tensor) -> tuple[int, int, Tensor | Diagonal]:
+        """The (clamped) distances i - j that occur, low..high, and each pair's row among them: (B or 1, Tq, Tk)
+        or a `Diagonal`; computed once per forward."""
         return self.per_forward("distances", q_pos, k_pos, self._distances)
 
-    def _distances(self, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor | Diagonal]:
-        dist = relative_distance(q_pos, k_pos)
+    def _distances(self, q_pos: Tensor, k_pos: Tensor) -> tuple[int, int, Tensor | Diagonal]:
+        low = int((q_pos.amin(-1) - k_pos.amax(-1)).min())  # per batch row, as the pairs are
+        high = int((q_pos.amax(-1) - k_pos.amin(-1)).max())
         if self.causal:  # a key after its query is masked and its bias never used
-            dist = dist.clamp(min=0)
-        low, high = int(dist.min()), int(dist.max())
+            low, high = max(low, 0), max(high, 0)
+
+        def clamped() -> Tensor:
+            dist = relative_distance(q_pos, k_pos)
+            return dist.clamp(min=0) if self.causal else dist
+
         if self.clamp_len > 0 and max(-low, high) > self.clamp_len:
             low, high = max(low, -self.clamp_len), min(high, self.clamp_len)
-            index = dist.clamp(-self.clamp_len, self.clamp_len) - low
-        else:
-            index = pair_rows(q_pos, k_pos, dist, low)
-        return self.sinusoid(torch.arange(low, high + 1, device=dist.device)), index
+            return low, high, clamped().clamp(-self.clamp_len, self.clamp_len) - low
+        return low, high, pair_rows(q_pos, k_pos, clamped, low)
+
+    def position_vectors(self, low: int, high: int, layer: int, device: torch.device) -> Tensor:
+        """W_R,l R_d for the distances d = low..high: (H, R, dh). The blocks of a long forward without gradients
+        share them (`per_forward_range`): each would project the sinusoids of every distance again."""
+
+        def project(first: int, last: int) -> Tensor:
+            w = self.proj[layer]
+            r = w(self.sinusoid(torch.arange(first, last + 1, device=device)).to(w.weight.dtype))  # (R, H * dh)
+            return r.unflatten(-1, (self.n_heads, self.head_dim)).transpose(0, 1)
+
+        return self.per_forward_range(("position_vectors", layer), low, high, project)
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
-        sinusoids, index = self.distances(q_pos, k_pos)
-        w = self.proj[layer]
-        r = w(sinusoids.to(w.weight.dtype))  # (R, H * dh)
-        r = r.unflatten(-1, (self.n_heads, self.head_dim)).transpose(0, 1)  # (H, R, dh)
+        low, high, index = self.distances(q_pos, k_pos)
+        r = self.position_vectors(low, high, layer, q.device)  # (H, R, dh)
         i = layer if self.u.shape[0] > 1 else 0
         u, v = self.u[i], self.v[i]  # (H, dh)
         # the scale multiplies the (T, dh) operands, not the (T, T) scores
