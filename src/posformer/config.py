@@ -59,7 +59,7 @@ class Config:
     (its defaults, then the values given) and tagged with it: changing `position`
     (`replace`, a preset override) starts from the new encoding's defaults. `attn_impl` picks the attention
     kernel: "sdpa" (PyTorch's fused kernel), "eager" (plain matmuls) or "flex" (FlexAttention, the
-    position bias as a `score_mod`: encodings without a bias or with one of the distance alone, no
+    position bias as a `score_mod`: every encoding but Shaw, CoPE and Transformer-XL, no
     attention dropout, forward only on the CPU; see `posformer.ops.flex`); encodings that need the
     probabilities use eager regardless.
     `qk_norm` normalises each head's query and key vector (the `norm` kind over head_dim, its own
@@ -239,13 +239,13 @@ class Config:
                 f"an encoding of bidirectional attention too with arch={self.arch!r} "
                 f"({self.position} counts the keys before each query: arch='decoder' only)",
             )
-        if self.attn_impl == "flex" and not positions.get(self.position).flex_compatible():
+        unfit = positions.get(self.position).flex_unfit() if self.attn_impl == "flex" else None
+        if unfit is not None:
             flex = ", ".join(name for name in positions.names() if positions.get(name).flex_compatible())
             _fail(
                 "attn_impl",
                 "flex",
-                f"'sdpa' or 'eager' with position={self.position!r}, whose bias depends on more "
-                f"than the distance (FlexAttention takes: {flex})",
+                f"'sdpa' or 'eager' with position={self.position!r}: {unfit} (FlexAttention takes: {flex})",
             )
 
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_positions", "num_labels"):

@@ -245,7 +245,7 @@ class SelfAttention(Attention):
                 need_weights,
                 values,
                 packing,
-                score_mod=self.position.score_mod(pos, k_pos, self.layer),
+                score_mod=self.position.score_mod(q, k, pos, k_pos, self.layer),
             )
         bias_rows = partial(self._bias_rows, q, k, pos, k_pos) if self.position.uses_bias else None
         return self._attend(q, k, v, mask, need_weights, values, packing, bias_rows=bias_rows)

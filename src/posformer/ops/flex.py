@@ -1,14 +1,31 @@
-"""FlexAttention (`Config.attn_impl="flex"`): the position bias as a `score_mod`, never a (B, H, T, S) tensor.
+"""FlexAttention (`Config.attn_impl="flex"`): the position bias as a `score_mod` and the mask as a block mask, never
+a (B, H, T, S) bias nor a (B, T, S) mask.
 
-PyTorch's FlexAttention compiles the attention, the encoding's bias (a lookup in a
-(heads, distances) table, `PositionEncoding.score_mod`) and the mask into one
-kernel of flash-attention class, which skips the blocks a causal mask hides. It
-runs under `torch.compile`, compiled here once per shape (static shapes: Inductor's
-CPU template fails to build with dynamic ones in torch 2.13); past
-`torch._dynamo.config.recompile_limit` shapes PyTorch runs its unfused version and warns. A decoding step (one
-query) instead adds its (H, S) bias, read from the same score_mod, in SDPA. On the
-CPU PyTorch gives FlexAttention a forward only: training there needs attn_impl
-"sdpa" (the same model and weights). On a GPU, heads narrower than 16 are padded with zero columns.
+PyTorch's FlexAttention compiles the attention, the encoding's bias (`PositionEncoding.score_mod`) and the mask into
+one kernel of flash-attention class, which skips the blocks the mask hides. The mask (padding, causal order, a
+sliding window) reaches it as a block mask made from its rule (`flex_blocks`); the bias as a score_mod that reads
+tensors of O(T) per head at most:
+
+- a distance table (H, distances): ALiBi, T5, KERPLE (`distance_table.DistanceTable`);
+- a table per query and per key over the relative-position rows, looked up at the row of each pair: BERT's
+  relative_key and relative_key_query (B, H, T, distances), DeBERTa's c2p and p2c (B, H, T, 2 buckets)
+  (`positions.pair_scores`);
+- FIRE's narrow MLP, evaluated in the kernel from its weights, of a (distances,) table and a (B, T) normaliser.
+
+Refused (`PositionEncoding.flex_unfit`, checked by `Config`): Shaw (its values term a^V needs the probabilities),
+CoPE (its positions are counted from the attention scores themselves) and Transformer-XL ((q_i + v).W_R R_{i-j} is
+a product over the head dim for each pair, at unbounded distances: no table per query of bounded width).
+
+It runs under `torch.compile`, compiled once per shape (static shapes: with dynamic ones, Inductor's CPU template
+fails to build a kernel that reads a mask_mod's tensor, `cur_kvSplitSize1` undeclared, in torch 2.13), with a
+recompile limit of its own (`RECOMPILE_LIMIT`, isolated from other compiled functions): past torch's global limit of
+8 compiled variants, PyTorch would run its unfused version, which materialises the (B, H, T, S) scores (out of
+memory on an H200 at T = 32,768). The numbers a score_mod or mask_mod reads are tensors, not Python ints, which
+`torch.compile` would guard on, compiling once per value. A decoding step (one query) instead adds its (H, S) bias,
+read from the same score_mod, in SDPA. On the CPU PyTorch gives FlexAttention a forward only: training there needs
+attn_impl "sdpa" (the same model and weights). Heads narrower than `MIN_HEAD_DIM` are padded with zero columns, which
+change neither q.k nor the kept output: on a GPU below 16, on the CPU below 32 (torch 2.13's CPU kernel returns wrong
+values, or NaN, for heads of 8 or 16 when the number of keys is 8 more than a multiple of 16; 24 and up are right).
 Shapes: B batch, H query heads, Hkv key/value heads, T query length, S key length, dh head dim.
 """
 
@@ -21,40 +38,24 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from posformer.ops.flex_blocks import block_mask
 from posformer.ops.masks import AttentionMask
 
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]  # FlexAttention's (score, b, h, q, kv)
 
-GPU_MIN_HEAD_DIM = 16  # the GPU kernel's matrix products (Triton's tl.dot) take no narrower heads
+# the narrowest head each device's kernel is given: on a GPU, the matrix products (Triton's tl.dot) take no narrower;
+# on the CPU, narrower ones go wrong at some key counts
+MIN_HEAD_DIM = {"cpu": 32, "cuda": 16}
+# compiled variants of the kernel (shapes, dtypes, encodings' score_mods, masks): torch's accumulated_recompile_limit,
+# its cap over all compiled regions of one function
+RECOMPILE_LIMIT = 256
 
 
 @functools.cache
 def _kernel() -> Callable[..., Tensor]:
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention, dynamic=False)
-
-
-@functools.lru_cache(maxsize=32)
-def _causal_blocks(q_len: int, k_len: int, device: str):
-    """The block mask of query i seeing keys 0..i (the top-left causal order of `AttentionMask.is_causal`)."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    return create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, None, None, q_len, k_len, device=device)
-
-
-def _with_mask(score_mod: ScoreMod | None, additive: Tensor | None, q_len: int, k_len: int) -> ScoreMod | None:
-    """score_mod followed by adding the materialised mask additive (B or 1, 1, T or 1, S); either may be None."""
-    if additive is None:
-        return score_mod
-    one_row = additive.shape[0] == 1
-    additive = additive.expand(-1, -1, q_len, k_len)
-
-    def masked(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        score = score if score_mod is None else score_mod(score, b, h, q_idx, kv_idx)
-        return score + additive[0 if one_row else b, 0, q_idx, kv_idx].to(score.dtype)
-
-    return masked
+    return torch.compile(flex_attention, dynamic=False, recompile_limit=RECOMPILE_LIMIT, isolate_recompiles=True)
 
 
 def flex_attend(
@@ -71,15 +72,22 @@ def flex_attend(
             "inference under torch.no_grad(), or train with attn_impl='sdpa' (the same weights) or on a GPU"
         )
     gqa = k.shape[1] != q.shape[1]
-    scores = _with_mask(score_mod, mask.additive, q.shape[2], k.shape[2])
-    if q.shape[2] == 1:  # a decoding step: one query, S bias values a head, and a kernel compiled per key length
-        bias = None if scores is None else _evaluated(scores, q.shape[0], q.shape[1], k.shape[2], q.device).to(q.dtype)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale, enable_gqa=gqa)
-    blocks = _causal_blocks(q.shape[2], k.shape[2], str(q.device)) if mask.is_causal else None
-    head_dim = q.shape[-1]
-    if q.device.type != "cpu" and head_dim < GPU_MIN_HEAD_DIM:  # zero columns change neither q.k nor the kept output
-        q, k, v = (F.pad(t, (0, GPU_MIN_HEAD_DIM - head_dim)) for t in (q, k, v))
-    out = _kernel()(q, k, v, score_mod=scores, block_mask=blocks, scale=scale, enable_gqa=gqa)
+    if q.shape[2] == 1:  # a decoding step: one query, S bias values a head, and no kernel compiled per key length
+        additive = mask.materialized(1, k.shape[2], q.dtype, q.device)
+        if score_mod is not None:
+            bias = _evaluated(score_mod, q.shape[0], q.shape[1], k.shape[2], q.device).to(q.dtype)
+            additive = bias if additive is None else torch.where(additive < 0, additive, bias)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=additive, scale=scale, enable_gqa=gqa)
+    if mask.rule is None:
+        blocks = None
+    else:
+        if "flex" not in mask.kernel_memo:  # once for all the layers of a forward
+            mask.kernel_memo["flex"] = block_mask(mask.rule)
+        blocks = mask.kernel_memo["flex"]
+    head_dim, narrowest = q.shape[-1], MIN_HEAD_DIM.get(q.device.type, MIN_HEAD_DIM["cuda"])
+    if head_dim < narrowest:  # zero columns change neither q.k nor the kept output
+        q, k, v = (F.pad(t, (0, narrowest - head_dim)) for t in (q, k, v))
+    out = _kernel()(q, k, v, score_mod=score_mod, block_mask=blocks, scale=scale, enable_gqa=gqa)
     return out[..., :head_dim]
 
 

@@ -1,29 +1,98 @@
-"""Attention masks: key padding, causal order, sliding windows and padded queries, combined once per forward."""
+"""Attention masks: key padding, causal order, sliding windows and padded queries, combined once per forward.
+
+A mask is held as its rule (`MaskRule`: which keys each query sees, O(B Tk)) and made a tensor only for a kernel
+that asks for one (`AttentionMask.additive`, `AttentionMask.rows`); FlexAttention reads the rule as a block mask.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+
+
+@dataclass(frozen=True, eq=False)
+class MaskRule:
+    """Which keys each of q_len queries sees among k_len keys: key j of batch row b is seen by query i when
+    key_keep[b, j] (every key when key_keep is None) and, when causal, offset + i - window < j <= offset + i with
+    offset = k_len - q_len, the keys before the first query (a cache); no lower bound without a window.
+
+    key_keep: (B, Tk) bool or None.
+    """
+
+    q_len: int
+    k_len: int
+    device: torch.device
+    key_keep: Tensor | None = None
+    causal: bool = False
+    window: int | None = None
+
+    @property
+    def offset(self) -> int:
+        return self.k_len - self.q_len
+
+    def allowed(self, start: int, end: int, keys: int) -> Tensor:
+        """Whether queries [start, end) see each of the first `keys` keys: (B or 1, 1, end - start, keys) bool,
+        or (B, 1, 1, keys) when every query sees the same keys (no causal order)."""
+        keep = None if self.key_keep is None else self.key_keep[:, None, None, :keys]
+        if not self.causal:
+            return torch.ones(1, 1, 1, keys, dtype=torch.bool, device=self.device) if keep is None else keep
+        last = torch.arange(start, end, device=self.device)[:, None] + self.offset  # each query's last key
+        cols = torch.arange(keys, device=self.device)
+        allowed = cols <= last
+        if self.window is not None:
+            allowed = allowed & (cols > last - self.window)
+        return allowed[None, None] if keep is None else allowed & keep
+
+    def query_keep(self) -> Tensor | None:
+        """(B, Tq) bool: whether each query sees any key; None when every query does (synchronises the host once).
+        From a running count of the kept keys, O(B Tk)."""
+        if self.key_keep is None:
+            return None
+        before = F.pad(self.key_keep.long().cumsum(-1), (1, 0))  # (B, Tk + 1): the kept keys before key j
+        if not self.causal:
+            seen = before[:, -1:].expand(-1, self.q_len)
+        else:
+            last = torch.arange(self.q_len, device=self.device) + self.offset
+            first = torch.zeros_like(last) if self.window is None else (last - self.window + 1).clamp(min=0)
+            seen = before[:, last + 1] - before[:, first]
+        keep = seen > 0
+        return None if bool(keep.all()) else keep
 
 
 @dataclass
 class AttentionMask:
     """What one attention call may attend to.
 
-    additive: (B or 1, 1, Tq, Tk) with 0 where allowed and the dtype's most
-      negative finite value where not, or None when nothing is masked beyond
-      `is_causal`. Finite, so a row with nothing to attend to gives a uniform
-      (not NaN) distribution, and that row is then zeroed by `query_keep`.
-    is_causal: a plain causal mask with Tq == Tk and nothing else (the SDPA fast path).
+    rule: which keys each query sees (`MaskRule`), or None when every query sees every key.
+    is_causal: a plain causal mask with Tq == Tk and nothing else (the SDPA fast path); its rule says so too.
     query_keep: (B, Tq) bool, False for padded queries whose output is zeroed, or None.
+    dtype: the dtype of the tensor forms (`additive`, `rows`, `materialized`).
+    kernel_memo: what a kernel derives from the mask once for all the layers of a forward (FlexAttention's block
+      mask), by key.
     """
 
-    additive: Tensor | None = None
+    rule: MaskRule | None = None
     is_causal: bool = False
     query_keep: Tensor | None = None
+    dtype: torch.dtype = torch.float32
+    kernel_memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    _additive: Tensor | None = field(default=None, repr=False, compare=False)
     _with_last_bias: tuple[Tensor, Tensor] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def additive(self) -> Tensor | None:
+        """(B or 1, 1, Tq or 1, Tk) with 0 where allowed and the dtype's most negative finite value where not, or
+        None when nothing is masked beyond `is_causal`; made on first use. Finite, so a row with nothing to attend
+        to gives a uniform (not NaN) distribution, and that row is then zeroed by `query_keep`."""
+        if self.rule is None or self.is_causal:
+            return None
+        if self._additive is None:
+            self._additive = additive_of(self.rule.allowed(0, self.rule.q_len, self.rule.k_len), self.dtype)
+        return self._additive
 
     def materialized(self, q_len: int, k_len: int, dtype: torch.dtype, device: torch.device) -> Tensor | None:
         """The mask as an additive tensor, the causal part included (for the eager path and biases)."""
@@ -32,17 +101,14 @@ class AttentionMask:
         return causal_additive(q_len, k_len, dtype, device)
 
     def rows(self, start: int, end: int, keys: int, dtype: torch.dtype, device: torch.device) -> Tensor | None:
-        """The additive mask of queries [start, end) over the first `keys` keys, (B or 1, 1, end - start, keys),
-        or None: for attention in blocks of queries. A plain causal mask is made for the block alone (its queries
-        are the last `end - start` of the first `end` keys), so `keys` must be `end` then."""
-        if self.is_causal:
-            if keys != end:
-                raise ValueError(f"a causal block of queries [{start}, {end}) reads keys [0, {end}), not {keys}")
-            return causal_additive(end - start, end, dtype, device)
-        if self.additive is None:
+        """The additive mask of queries [start, end) over the first `keys` keys, (B or 1, 1, end - start or 1,
+        keys), or None: for attention in blocks of queries, made for the block alone. Under a plain causal mask the
+        block's queries are the last `end - start` of the first `end` keys, so `keys` must be `end` then."""
+        if self.is_causal and keys != end:
+            raise ValueError(f"a causal block of queries [{start}, {end}) reads keys [0, {end}), not {keys}")
+        if self.rule is None:
             return None
-        query_rows = slice(None) if self.additive.shape[-2] == 1 else slice(start, end)  # one row: every query's
-        return self.additive[..., query_rows, :keys]
+        return additive_of(self.rule.allowed(start, end, keys), dtype)
 
     def zero_dropped_queries(self, out: Tensor) -> Tensor:
         """out: (B, H, Tq, dh) with the rows of the queries `query_keep` drops set to zero."""
@@ -67,22 +133,22 @@ class AttentionMask:
         return combined
 
 
+def additive_of(allowed: Tensor, dtype: torch.dtype) -> Tensor:
+    """allowed (bool, any shape) -> 0 where True, the dtype's most negative finite value where False."""
+    return torch.zeros((), dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
 def causal_allowed(q_len: int, k_len: int, device: torch.device, window: int | None = None) -> Tensor:
     """(Tq, Tk) bool: query i, the (k_len - q_len + i)-th token, sees keys j <= k_len - q_len + i; with a
     sliding `window` W only the last W of them, j > k_len - q_len + i - W."""
-    offset = k_len - q_len
-    rows = torch.arange(q_len, device=device)[:, None] + offset
-    keys = torch.arange(k_len, device=device)[None, :]
-    allowed = keys <= rows
-    return allowed if window is None else allowed & (keys > rows - window)
+    return MaskRule(q_len, k_len, device, causal=True, window=window).allowed(0, q_len, k_len)[0, 0]
 
 
 def causal_additive(
     q_len: int, k_len: int, dtype: torch.dtype, device: torch.device, window: int | None = None
 ) -> Tensor:
     """(1, 1, Tq, Tk) additive causal mask (within a sliding `window` when one is given)."""
-    allowed = causal_allowed(q_len, k_len, device, window)
-    return torch.zeros((), dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
+    return additive_of(causal_allowed(q_len, k_len, device, window), dtype)[None, None]
 
 
 def build_mask(
@@ -98,22 +164,15 @@ def build_mask(
     attention, a sliding `window` (each query sees its last `window` key slots, itself included, counted
     over the cached and new tokens, pads included, as Hugging Face's Mistral counts them).
 
-    Returns the cheapest `AttentionMask` that expresses the combination. A query
-    left with no key to attend to (a left pad under a causal mask) gets a zero output.
+    Returns the cheapest `AttentionMask` that expresses the combination, holding its rule, not a (Tq, Tk)
+    tensor. A query left with no key to attend to (a left pad under a causal mask) gets a zero output.
     """
     if window is not None and (not causal or k_len <= window):
         window = None  # no key is ever farther than the window
     if key_keep is not None and bool(key_keep.all()):
         key_keep = None
-    if key_keep is None:
-        if not causal or (q_len == 1 and window is None):
-            return AttentionMask()
-        if q_len == k_len and window is None:
-            return AttentionMask(is_causal=True)
-        return AttentionMask(additive=causal_additive(q_len, k_len, dtype, device, window))
-    allowed = key_keep[:, None, None, :]  # (B, 1, 1, Tk)
-    if causal:
-        allowed = allowed & causal_allowed(q_len, k_len, device, window)
-    query_keep = allowed.any(-1).squeeze(1)  # (B, Tq)
-    additive = torch.zeros((), dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
-    return AttentionMask(additive=additive, query_keep=None if bool(query_keep.all()) else query_keep)
+    if key_keep is None and (not causal or (q_len == 1 and window is None)):
+        return AttentionMask(dtype=dtype)
+    rule = MaskRule(q_len, k_len, device, key_keep, causal, window)
+    is_causal = key_keep is None and q_len == k_len and window is None
+    return AttentionMask(rule, is_causal, rule.query_keep(), dtype)

@@ -48,9 +48,12 @@ class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
       compiles_whole: False when a tensor's shape depends on the positions' values
         (a table sliced to the distances that occur), so that `torch.compile`
         breaks its graph there, once per forward; True: one graph per forward.
+      flex_refusal: why FlexAttention cannot take the bias, for an encoding with a bias and no `score_mod`
+        (`Config` names it when refusing attn_impl="flex").
 
-    An encoding whose bias depends on the distance alone also overrides `distance_bias`;
-    `score_mod` then hands that bias to FlexAttention (`Config.attn_impl="flex"`) as a table.
+    An encoding with a bias gives FlexAttention (`Config.attn_impl="flex"`) its form there, `score_mod`: one
+    whose bias depends on the distance alone overrides `distance_bias`, which `score_mod` reads as a table; any
+    other overrides `score_mod` itself.
 
     What the hooks lean on lives beside this file: how the parameters are resolved and checked
     (`params.ParameterRules`: `resolve_params`, `check_config`, `max_length`, `param_error`, ...), the values a
@@ -68,6 +71,7 @@ class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
     extrapolates: ClassVar[bool] = True
     causal_only: ClassVar[bool] = False
     compiles_whole: ClassVar[bool] = True
+    flex_refusal: ClassVar[str] = "its bias has no FlexAttention form (no score_mod)"
 
     def __init__(
         self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
@@ -83,11 +87,18 @@ class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
 
     @classmethod
     def flex_compatible(cls) -> bool:
-        """Whether FlexAttention can take the whole encoding: no attention bias at all, or one that depends on
-        the distance alone (`distance_bias`); and no values term (`sdpa_compatible`)."""
-        return cls.sdpa_compatible and (
-            cls.bias is PositionEncoding.bias or cls.distance_bias is not DistanceTable.distance_bias
-        )
+        """Whether FlexAttention can take the whole encoding: no values term (`sdpa_compatible`), and no attention
+        bias at all or one it can add as a `score_mod` (a `distance_bias`, or a `score_mod` of its own)."""
+        return cls.flex_unfit() is None
+
+    @classmethod
+    def flex_unfit(cls) -> str | None:
+        """Why FlexAttention cannot take the encoding, or None when it can (`flex_compatible`)."""
+        if not cls.sdpa_compatible:
+            return "its values term needs the attention probabilities"
+        if cls.bias is PositionEncoding.bias or cls.distance_bias is not DistanceTable.distance_bias:
+            return None
+        return None if cls.score_mod is not DistanceTable.score_mod else cls.flex_refusal
 
     def check_positions(self, pos: Tensor) -> None:
         """Raise `ValueError` when `pos` (B, T) holds positions this encoding cannot represent."""

@@ -104,6 +104,7 @@ class ContextualPosition(PositionEncoding):
 
     defaults = {"npos_max": 64}
     causal_only = True
+    flex_refusal = "its positions are counted from the attention scores (sums of gates over the keys)"
 
     @classmethod
     def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:

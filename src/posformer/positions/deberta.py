@@ -38,6 +38,10 @@ copying the layer's query and key weights into `pos_query_proj[l]` and
 (-1: Config.max_positions), `norm_rel_ebd` ("none" or "layer_norm"),
 `pos_att_type` (a list of "c2p" and/or "p2c"). Any length (distances beyond the
 buckets share the last ones).
+
+Through FlexAttention (`score_mod`) the queries are scored against K^r_l and the keys against Q^r_l, (B, H, T,
+2 span) each, and each pair's scores read at the row of its distance, from a (distances,) lookup of the buckets
+(`pair_scores`), with the scale above.
 """
 
 from __future__ import annotations
@@ -49,8 +53,10 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import Tensor, nn
 
+from posformer.ops.flex import ScoreMod
 from posformer.ops.linear import Linear
 from posformer.positions.base import PositionEncoding
+from posformer.positions.pair_scores import distance_span, pair_score_mod
 from posformer.positions.registry import register
 from posformer.positions.relative_scores import (
     Diagonal,
@@ -201,3 +207,23 @@ class DeBERTa(PositionEncoding):
                 key_position_scores(k, self._heads(self.pos_query_proj[layer], table, rows), index, q.shape[-2])
             )
         return sum(terms[1:], terms[0])
+
+    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> ScoreMod:
+        """scale * (c2p + p2c) as FlexAttention's score_mod: q scored against K^r_l and k against Q^r_l, (B, H, T,
+        2 span) each, read at the row idx(i, j) of each pair from a lookup of the distances that occur
+        (`pair_scores.pair_score_mod`)."""
+        low, rows = self.per_forward("flex_rows", q_pos, k_pos, self._flex_rows)
+        table = self.relative_embeddings()
+        queries = keys = None  # as `bias` computes them: the scale on the (T, dh) operands
+        if "c2p" in self.kinds:
+            queries = torch.matmul(q * self.scale, self._heads(self.pos_key_proj[layer], table, None).mT.to(q.dtype))
+        if "p2c" in self.kinds:
+            k = expand_heads(k, q.shape[1]) * self.scale
+            keys = torch.matmul(k, self._heads(self.pos_query_proj[layer], table, None).mT.to(k.dtype))
+        return pair_score_mod(q_pos, k_pos, low, rows, queries, keys)
+
+    def _flex_rows(self, q_pos: Tensor, k_pos: Tensor) -> tuple[int, Tensor]:
+        """(low, rows): the smallest distance i - j of a pair and the table row of each distance from it to the
+        largest, (D,) long."""
+        low, high = distance_span(q_pos, k_pos)
+        return low, self._rows(torch.arange(low, high + 1, device=q_pos.device))

@@ -1,8 +1,11 @@
-"""An encoding's bias as FlexAttention reads it: a (heads, distances) table looked up in a `score_mod`.
+"""An encoding's bias as FlexAttention reads it: a `score_mod`, by default a (heads, distances) table looked up.
 
 An encoding whose bias depends on the distance key_pos - query_pos alone overrides `distance_bias`; `score_mod`
 then builds its table over the distances a forward spans, once per forward and layer, and FlexAttention
-(`Config.attn_impl="flex"`) adds it inside its kernel, never as a (B, H, T, S) tensor.
+(`Config.attn_impl="flex"`) adds it inside its kernel, never as a (B, H, T, S) tensor. An encoding whose bias is
+not a table of the distance overrides `score_mod` itself (relative_key, DeBERTa, FIRE), reading tensors of O(T)
+per head at most. The numbers a score_mod reads are tensors, never Python ints: `torch.compile` would compile the
+kernel once per value of an int.
 """
 
 from __future__ import annotations
@@ -15,29 +18,31 @@ from posformer.positions.per_forward import batch_rows
 
 
 class DistanceTable:
-    """`distance_bias` (the hook) and `score_mod` (its FlexAttention form), which `PositionEncoding` takes; uses
-    `per_forward` (`PerForward`)."""
+    """`distance_bias` (the hook) and `score_mod` (the bias in FlexAttention's form), which `PositionEncoding`
+    takes; uses `per_forward` (`PerForward`)."""
 
     def distance_bias(self, rel: Tensor, layer: int = 0) -> Tensor | None:
         """rel: (R,) relative distances key_pos - query_pos -> the bias (H, R) the encoding adds at them,
         for encodings whose bias depends on distance alone; None for the others."""
         return None
 
-    def score_mod(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> ScoreMod | None:
-        """This encoding's bias as a FlexAttention `score_mod` (score, b, h, q_idx, kv_idx) -> score + bias, or
-        None when it adds none. Reads `distance_bias` over the distances these positions span, (H, R),
-        built once per forward and layer; q_pos (B or 1, Tq), k_pos (B or 1, Tk)."""
+    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> ScoreMod | None:
+        """This encoding's bias as a FlexAttention `score_mod` (score, b, h, q_idx, kv_idx) -> score + bias, equal to
+        `bias(q, k, q_pos, k_pos, layer)` at every pair it does not mask; None when it adds none.
+
+        q: (B, H, Tq, dh), k: (B, Hkv, Tk, dh), q_pos: (B or 1, Tq), k_pos: (B or 1, Tk). This default reads
+        `distance_bias` over the distances these positions span, (H, R), built once per forward and layer."""
         if type(self).distance_bias is DistanceTable.distance_bias:
             return None
         low, table = self.per_forward(
             ("score_table", layer), q_pos, k_pos, lambda q_rows, k_rows: self._score_table(q_rows, k_rows, layer)
         )
-        q_rows, k_rows = batch_rows(q_pos), batch_rows(k_pos)
-        q_one, k_one = q_rows.shape[0] == 1, k_rows.shape[0] == 1
+        batch = q.shape[0]
+        k_rows = batch_rows(k_pos).expand(batch, -1)
+        q_rows = (batch_rows(q_pos) + low).expand(batch, -1)  # so that key - query - low is a row of the table
 
         def add_bias(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-            rel = k_rows[0 if k_one else b, kv_idx] - q_rows[0 if q_one else b, q_idx]
-            return score + table[h, rel - low].to(score.dtype)
+            return score + table[h, k_rows[b, kv_idx] - q_rows[b, q_idx]].to(score.dtype)
 
         return add_bias
 

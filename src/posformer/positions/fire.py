@@ -22,6 +22,10 @@ sharing across layers works and is cheaper); `shared=False`: one per layer.
 The MLP weights are plain parameters initialised as PyTorch's `nn.Linear`
 default (uniform in +-1/sqrt(fan_in)), the paper code's init; the model-wide
 normal init of `nn.Linear` layers does not touch them.
+
+Through FlexAttention (`score_mod`) the MLP runs inside the kernel, one hidden unit after another, on
+psi(|i - j|) from a table of the distances that occur divided by psi(max(L, i)) per query: O(T) tensors, and
+mlp_width multiply-adds per pair and head.
 """
 
 from __future__ import annotations
@@ -33,7 +37,10 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from posformer.ops.flex import ScoreMod
 from posformer.positions.base import PositionEncoding
+from posformer.positions.pair_scores import distance_span
+from posformer.positions.per_forward import batch_rows
 from posformer.positions.registry import register
 from posformer.positions.sizes import Sizes
 
@@ -89,13 +96,19 @@ class FIRE(PositionEncoding):
 
     def normalized_distance(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         """psi(|i - j|) / psi(max(L, i)): q_pos (B, Tq), k_pos (B, Tk) -> (B, Tq, Tk) float32."""
-        g = self.group(layer)
-        c = self.c[g].abs().float()
-        threshold = (self.L_mult[g].float() * self.init_L.float()).abs()
         i = q_pos.to(torch.float32)
         distance = (i[:, :, None] - k_pos[:, None, :].to(torch.float32)).abs()
-        normalizer = torch.log(c * torch.maximum(i, threshold) + 1) + EPS  # (B, Tq)
-        return torch.log(c * distance + 1) / normalizer[:, :, None]
+        return self.psi(distance, layer) / self.normalizer(q_pos, layer)[:, :, None]
+
+    def psi(self, distance: Tensor, layer: int) -> Tensor:
+        """psi(distance) = log(c * distance + 1): distance (...) float32 -> (...) float32."""
+        return torch.log(self.c[self.group(layer)].abs().float() * distance + 1)
+
+    def normalizer(self, q_pos: Tensor, layer: int) -> Tensor:
+        """psi(max(L, i)) + eps: q_pos (B, Tq) -> (B, Tq) float32."""
+        g = self.group(layer)
+        threshold = (self.L_mult[g].float() * self.init_L.float()).abs()
+        return self.psi(torch.maximum(q_pos.to(torch.float32), threshold), layer) + EPS
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         """-> f_theta(normalized distance): (B or 1, H, Tq, Tk); computed once per forward for each group of
@@ -106,3 +119,32 @@ class FIRE(PositionEncoding):
             k_pos,
             lambda q_rows, k_rows: self.mlp(self.normalized_distance(q_rows, k_rows, layer), layer).permute(0, 3, 1, 2),
         )
+
+    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> ScoreMod:
+        """The bias as FlexAttention's score_mod: f_theta evaluated in the kernel, one hidden unit after another,
+        on psi(|i - j|) (a (distances,) table) over psi(max(L, i)) (per query, (B, Tq))."""
+        g = self.group(layer)
+        low, psi, normalizer = self.per_forward(
+            ("flex", g), q_pos, k_pos, lambda q_rows, k_rows: self._flex_tables(q_rows, k_rows, layer)
+        )
+        batch = q.shape[0]
+        q_rows = (batch_rows(q_pos) - low).expand(batch, -1)  # q_rows - k_rows: a pair's distance less low
+        k_rows = batch_rows(k_pos).expand(batch, -1)
+        normalizer = normalizer.expand(batch, -1)
+        w1, b1, w2, b2 = self.w1[g], self.b1[g], self.w2[g], self.b2[g]
+
+        def add_bias(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+            x = (psi[q_rows[b, q_idx] - k_rows[b, kv_idx]] / normalizer[b, q_idx]).to(w1.dtype)
+            out = torch.relu(x * w1[0] + b1[0]) * w2[0, h]
+            for unit in range(1, w1.shape[0]):
+                out = out + torch.relu(x * w1[unit] + b1[unit]) * w2[unit, h]
+            return score + (out + b2[h]).to(score.dtype)
+
+        return add_bias
+
+    def _flex_tables(self, q_pos: Tensor, k_pos: Tensor, layer: int) -> tuple[int, Tensor, Tensor]:
+        """(low, psi, normalizer): the smallest distance i - j of a pair, psi(|d|) of each distance d from low to the
+        largest, (D,) float32, and psi(max(L, i)) + eps, (B or 1, Tq) float32."""
+        low, high = distance_span(q_pos, k_pos)
+        distance = torch.arange(low, high + 1, device=q_pos.device).abs().to(torch.float32)
+        return low, self.psi(distance, layer), self.normalizer(q_pos, layer)

@@ -15,6 +15,9 @@ factor `scale`. Note that the key term uses the same row i - j as the query term
 (Hugging Face's `einsum("bhrd,lrd->bhlr", key, E)`). Positions must lie in
 [0, max_positions): the table cannot extrapolate.
 
+Through FlexAttention (`score_mod`) the queries (and keys) are scored against the rows of E_l that the pairs
+use, (B, H, T, R) with R <= 2 * max_positions - 1, and each pair's score is read at its row (`pair_scores`).
+
 Parameters: `distance[l].weight`, (2 * max_positions - 1, head_dim), is Hugging
 Face's `encoder.layer.{l}.attention.self.distance_embedding.weight`.
 """
@@ -24,9 +27,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
+from posformer.ops.flex import ScoreMod
 from posformer.positions.base import PositionEncoding
+from posformer.positions.pair_scores import distance_span, pair_score_mod
 from posformer.positions.registry import register
 from posformer.positions.relative_scores import (
     Diagonal,
@@ -88,17 +94,22 @@ class RelativeKey(PositionEncoding):
         high = int((q_pos.amax(-1) - k_pos.amin(-1)).max())
         if self.causal:
             low, high = max(low, 0), max(high, 0)
-        if low < -(self.max_positions - 1) or high > self.max_positions - 1:
-            raise ValueError(
-                f"relative distances in [{low}, {high}] exceed the table of position={self.name!r} "
-                f"(|i - j| <= {self.max_positions - 1}, Config.max_positions={self.max_positions})"
-            )
+        low, high = self._checked(low, high)
 
         def distances() -> Tensor:
             dist = relative_distance(q_pos, k_pos)
             return dist.clamp(min=0) if self.causal else dist
 
         return low, high, pair_rows(q_pos, k_pos, distances, low)
+
+    def _checked(self, low: int, high: int) -> tuple[int, int]:
+        """low, high: distances i - j; ValueError when they reach beyond the table."""
+        if low < -(self.max_positions - 1) or high > self.max_positions - 1:
+            raise ValueError(
+                f"relative distances in [{low}, {high}] exceed the table of position={self.name!r} "
+                f"(|i - j| <= {self.max_positions - 1}, Config.max_positions={self.max_positions})"
+            )
+        return low, high
 
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         table, index = self.table_and_index(q_pos, k_pos, layer)
@@ -107,6 +118,26 @@ class RelativeKey(PositionEncoding):
         if self.key_term:
             scores = scores + key_position_scores(expand_heads(k, q.shape[1]) * self.scale, table, index, q_len)
         return scores
+
+    def score_mod(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> ScoreMod:
+        """The bias as FlexAttention's score_mod: q (and k) scored against the rows of E_l the pairs use, (B, H, T, R)
+        with R <= T in a causal stack, and each pair's score read at the row of its distance
+        (`pair_scores.pair_score_mod`)."""
+        low, first, last, rows = self.per_forward("flex_rows", q_pos, k_pos, self._flex_rows)
+        offset = self.max_positions - 1
+        table = self.distance[layer].weight[first + offset : last + offset + 1].T  # (dh, R)
+        queries = torch.matmul(q * self.scale, table.to(q.dtype))  # as `query_position_scores` computes them
+        keys = torch.matmul(expand_heads(k, q.shape[1]) * self.scale, table.to(k.dtype)) if self.key_term else None
+        return pair_score_mod(q_pos, k_pos, low, rows, queries, keys)
+
+    def _flex_rows(self, q_pos: Tensor, k_pos: Tensor) -> tuple[int, int, int, Tensor]:
+        """(low, first, last, rows): the smallest distance i - j of a pair, the first and last distances whose
+        rows of E_l the pairs read (in a causal stack i - j < 0 reads as 0), and the row each distance from low
+        reads, counted from the first: (D,) long."""
+        low, high = self._checked(*distance_span(q_pos, k_pos))
+        first, last = (max(low, 0), max(high, 0)) if self.causal else (low, high)
+        dist = torch.arange(low, high + 1, device=q_pos.device)
+        return low, first, last, dist.clamp(min=first) - first
 
 
 @register("relative_key_query")

@@ -52,6 +52,10 @@ class TransformerXL(PositionEncoding):
 
     defaults = {"base": 10000.0, "untie_r": True, "clamp_len": -1}
     compiles_whole = False  # the sinusoids computed: the span of distances that occur (`_distances`)
+    flex_refusal = (
+        "its bias (q_i + v).W_R R_{i-j} is a product over the head dim for each pair, at any distance (no bounded "
+        "table per query)"
+    )
 
     @classmethod
     def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
