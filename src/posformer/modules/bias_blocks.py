@@ -64,17 +64,26 @@ def attend_in_bias_blocks(
 
     q: (B, H, T, dh); k, v: (B, Hkv, S, dh) -> (B, H, T, dh). Queries that `mask.query_keep` drops are not zeroed
     here (`attend` does it). With gradients on, each block is checkpointed: its bias and scores are recomputed in
-    the backward, and the random state of its dropout is replayed.
+    the backward, and the random state of its dropout is replayed. Without, each block writes its rows of one
+    output: small block outputs kept in a list between the large tensors each block frees keep glibc's heap from
+    reusing them (a no-grad forward of alibi at T = 16,384, d_model 192, 4 layers: 935 MiB resident above the model
+    that way, 184 MiB this way).
     """
     length, keys_len = q.shape[-2], k.shape[-2]
-    outputs = []
+    outputs, out = [], None
     for start in range(0, length, rows):
         end = min(start + rows, length)
         keys = end if mask.is_causal else keys_len  # a plain causal mask: no key past the block's last query
         block = partial(_block, mask, bias_rows, values, scale, dropout, start, end)
         args = (q[:, :, start:end], k[:, :, :keys], v[:, :, :keys])
-        outputs.append(checkpoint(block, *args, use_reentrant=False) if torch.is_grad_enabled() else block(*args))
-    return torch.cat(outputs, dim=-2)
+        if torch.is_grad_enabled():
+            outputs.append(checkpoint(block, *args, use_reentrant=False))
+            continue
+        rows_out = block(*args)
+        if out is None:
+            out = rows_out.new_empty(*rows_out.shape[:-2], length, rows_out.shape[-1])
+        out[..., start:end, :] = rows_out
+    return torch.cat(outputs, dim=-2) if outputs else out
 
 
 def _block(
