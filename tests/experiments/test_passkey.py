@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import posformer as pf
-from posformer.experiments.passkey import PasskeyMix, passkey_grid, passkey_prompt
+from posformer.experiments.passkey import PasskeyMix, passkey_grid, passkey_prompt, random_keys
 from posformer.train.batches import WindowBatches
 
 
@@ -56,3 +56,21 @@ def test_passkey_mix_replaces_the_asked_fraction_and_resumes_identically():
     assert torch.equal(first.next_batch(8)["input_ids"], resumed.next_batch(8)["input_ids"])
     with pytest.raises(ValueError, match="passkey_fraction"):
         PasskeyMix(WindowBatches(ids, 32, seed=3), _bytes, 32, 0.5, seed=3)
+
+
+def test_retrieval_reads_only_the_answer_logits_and_batches_by_tokens():
+    torch.manual_seed(0)
+    model = pf.Transformer(
+        pf.Config(arch="decoder", vocab_size=256, d_model=16, n_layers=1, n_heads=2, position="rope")
+    ).eval()
+    prompts = [passkey_prompt(_bytes, 80, 0.5, key) for key in random_keys(3, 0)]
+    with torch.no_grad():  # the whole logits of each prompt alone
+        agree = [
+            model(p.ids[None, :-1]).logits[0, p.answer_start - 1 :].argmax(-1) == p.ids[p.answer_start :]
+            for p in prompts
+        ]
+    counted = []
+    grid = passkey_grid(model, _bytes, [80], [0.5], trials=3, batch_tokens=160, advance=counted.append)
+    assert counted == [160, 80]  # batches of 160 // 80 = 2 prompts
+    assert grid["80"]["0.5"]["exact"] == pytest.approx(sum(float(a.all()) for a in agree) / 3)
+    assert grid["80"]["0.5"]["digits"] == pytest.approx(sum(float(a.float().mean()) for a in agree) / 3)

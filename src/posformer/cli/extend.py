@@ -44,6 +44,10 @@ too, is scored by perplexity at L, 2L, ... target_len and 2 target_len on the sa
 bootstrap intervals over blocks) and by passkey retrieval (Mohtashami & Jaggi 2023) on a length x depth
 grid (exact match of greedy decoding).
 
+Before any work, the memory of scoring at each length and of a fine-tuning step at target_len is estimated and
+compared with what the device has free (`experiments.memory_fit`): what would not fit is refused up front, named
+with its estimate. Progress bars count the tokens scored (perplexity, then passkey).
+
 RUN: a row of `posformer extrapolate` (OUTPUT/rows/rope): its corpus, held-out books and L are read from
 its run_config.yaml. Any other posformer run or checkpoint works with --text FILE (first 90% fine-tune
 text, last 10% evaluation) and --train-len L when the run does not record it.

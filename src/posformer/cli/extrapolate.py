@@ -44,6 +44,12 @@ aggregated token-weighted; the same eval_tokens tokens (a multiple of the longes
 length) serve every length and row. The ratios carry 95% intervals from a paired bootstrap
 over blocks of the longest eval length (the same text at every length).
 
+Long lengths: windows past eval_batch_tokens are scored one at a time, the vocabulary logits a chunk of rows at
+a time, and a bias by blocks of queries: memory grows linearly with the length. Before any work, the
+memory of each row's training step and of each evaluation length is estimated and compared with what the device
+has free (`experiments.memory_fit`): a length that would not fit is refused up front, named with its estimate.
+A progress bar counts the tokens each row's evaluation has scored.
+
 --set passkey_fraction=F replaces a fraction F of the training windows by passkey prompts of
 L tokens, so the models learn retrieval that `posformer extend` then tests at longer lengths.
 

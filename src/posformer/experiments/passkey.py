@@ -14,6 +14,7 @@ decoding writes, see `experiments.synthetic.evaluation`); the digit accuracy cou
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -93,10 +94,14 @@ class PasskeyMix:
 
 
 @torch.no_grad()
-def retrieval(model: Transformer, prompts: list[PasskeyPrompt], batch_size: int = 16) -> tuple[float, float]:
+def retrieval(
+    model: Transformer, prompts: list[PasskeyPrompt], batch_size: int = 16, advance: Callable[[int], None] | None = None
+) -> tuple[float, float]:
     """(fraction of prompts whose key greedy decoding writes exactly, fraction of key tokens predicted right).
 
-    Every prompt must have the same length and answer length (one grid cell)."""
+    Every prompt must have the same length and answer length (one grid cell). The head reads only the positions
+    that predict the answer (`logits_to_keep`): a prompt of 64k tokens makes logits for a few of them. `advance`
+    is told the tokens of each batch scored."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -106,10 +111,13 @@ def retrieval(model: Transformer, prompts: list[PasskeyPrompt], batch_size: int 
             batch = prompts[start : start + batch_size]
             ids = torch.stack([p.ids for p in batch]).to(device)
             begin = batch[0].answer_start
-            predicted = model(ids[:, :-1]).logits[:, begin - 1 :].argmax(-1)  # predicts ids[:, begin:]
+            keep = ids.shape[1] - begin  # the logits of input positions begin - 1 .. length - 2
+            predicted = model(ids[:, :-1], logits_to_keep=keep).logits.argmax(-1)  # predicts ids[:, begin:]
             agree = predicted == ids[:, begin:]
             exact += int(agree.all(-1).sum())
             right, tokens = right + int(agree.sum()), tokens + agree.numel()
+            if advance is not None:
+                advance(ids.numel())
     finally:
         model.train(was_training)
     return exact / len(prompts), right / tokens
@@ -122,27 +130,39 @@ def passkey_grid(
     depths: list[float],
     trials: int,
     seed: int = 0,
-    batch_size: int = 16,
+    batch_tokens: int = 8192,
+    advance: Callable[[int], None] | None = None,
 ) -> dict[str, dict[str, dict[str, float] | None]]:
     """{str(length): {str(depth): {"exact": ..., "digits": ...} or None when the prompt cannot fit}}.
 
     The same `trials` keys at every cell. Keys whose answer tokenizes to a different number of tokens than the
-    first key's are grouped apart so a batch has one shape."""
+    first key's are grouped apart so a batch has one shape. A batch holds batch_tokens // length prompts, one at
+    least; `advance` is told the tokens of each batch scored, and of each cell that cannot fit (`grid_tokens` in
+    all).
+    """
     keys = random_keys(trials, seed)
     grid: dict[str, dict[str, dict[str, float] | None]] = {}
     for length in lengths:
         grid[str(length)] = {}
+        batch_size = max(1, batch_tokens // length)
         for depth in depths:
             prompts = [passkey_prompt(encode, length, depth, key) for key in keys]
             if any(p is None for p in prompts):
                 grid[str(length)][str(depth)] = None
+                if advance is not None:
+                    advance(trials * length)
                 continue
             groups: dict[int, list[PasskeyPrompt]] = {}
             for p in prompts:
                 groups.setdefault(p.answer_start, []).append(p)
             exact = digits = 0.0
             for group in groups.values():
-                e, d = retrieval(model, group, batch_size)
+                e, d = retrieval(model, group, batch_size, advance)
                 exact, digits = exact + e * len(group), digits + d * len(group)
             grid[str(length)][str(depth)] = {"exact": exact / trials, "digits": digits / trials}
     return grid
+
+
+def grid_tokens(lengths: list[int], depths: list[float], trials: int) -> int:
+    """The tokens `passkey_grid` reads (what a progress bar counts): trials prompts of each length at each depth."""
+    return sum(lengths) * len(depths) * trials

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from tqdm.auto import tqdm
 
 from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
 from posformer.checkpoints.native import save_pretrained
@@ -27,12 +28,14 @@ from posformer.experiments.extension.methods import check_rope_model, extended_p
 from posformer.experiments.extension.settings import ExtendSettings
 from posformer.experiments.extension.source import Source, load_source
 from posformer.experiments.extrapolation import data
-from posformer.experiments.extrapolation.evaluation import block_losses
+from posformer.experiments.extrapolation.evaluation import block_losses, tokens_read
 from posformer.experiments.extrapolation.experiment import open_results
 from posformer.experiments.extrapolation.layout import ExperimentLayout
-from posformer.experiments.passkey import passkey_grid
+from posformer.experiments.memory_fit import Need, check_fit, evaluation_advice, evaluation_need, training_need
+from posformer.experiments.passkey import grid_tokens, passkey_grid
 from posformer.model import Transformer
 from posformer.train.batches import WindowBatches
+from posformer.train.distributed import resolve_device
 from posformer.train.metrics_log import MetricsLog
 from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
 
@@ -55,23 +58,41 @@ class Extension:
         }
 
     def score(self, model: Transformer, row: str) -> dict:
-        """{"ppl": {set: {len: ppl}}, "blocks": {set: {len: {nll, count}}}, "passkey": grid} of one model."""
+        """{"ppl": {set: {len: ppl}}, "blocks": {set: {len: {nll, count}}}, "passkey": grid} of one model; a
+        progress bar counts the tokens read (perplexity, then passkey)."""
         s, started = self.s, time.monotonic()
         ppl: dict = {name: {} for name in self.streams}
         blocks: dict = {name: {} for name in self.streams}
-        for n in s.eval_lens:
-            for name, streams in self.streams.items():
-                losses = block_losses(
-                    model, streams, n, max(s.eval_lens), batch_tokens=s.eval_batch_tokens, precision=s.precision
-                )
-                ppl[name][str(n)] = losses.perplexity()
-                blocks[name][str(n)] = {"nll": losses.nll.tolist(), "count": losses.count.tolist()}
-        grid = passkey_grid(model, self.source.encode, s.passkey_lengths, s.passkey_depths, s.passkey_trials, s.seed)
+        read = sum(tokens_read(streams, n) for n in s.eval_lens for streams in self.streams.values())
+        with self._bar(f"ppl {row}", read) as bar:
+            for n in s.eval_lens:
+                for name, streams in self.streams.items():
+                    bar.set_postfix_str(f"{name} @ {n}")
+                    losses = block_losses(
+                        model,
+                        streams,
+                        n,
+                        max(s.eval_lens),
+                        batch_tokens=s.eval_batch_tokens,
+                        precision=s.precision,
+                        advance=bar.update,
+                    )
+                    ppl[name][str(n)] = losses.perplexity()
+                    blocks[name][str(n)] = {"nll": losses.nll.tolist(), "count": losses.count.tolist()}
+        lengths, depths, trials = s.passkey_lengths, s.passkey_depths, s.passkey_trials
+        with self._bar(f"passkey {row}", grid_tokens(lengths, depths, trials)) as bar:
+            grid = passkey_grid(
+                model, self.source.encode, lengths, depths, trials, s.seed, s.eval_batch_tokens, bar.update
+            )
         self.log(
             f"{row}: ppl {', '.join(f'{n}: {v:.3f}' for n, v in next(iter(ppl.values())).items())}; "
             f"passkey {report.mean_exact(grid):.2f} ({time.monotonic() - started:.0f} s)"
         )
         return {"ppl": ppl, "blocks": blocks, "passkey": grid}
+
+    def _bar(self, desc: str, total: int) -> tqdm:
+        """A progress bar of `total` tokens (off with --no-progress)."""
+        return tqdm(total=total, desc=desc, unit="tok", unit_scale=True, dynamic_ncols=True, disable=not self.progress)
 
     def run_method(self, method: str) -> dict[str, dict]:
         """{row: record} for `method`: its eval-time row (not for none) and its fine-tuned row (steps > 0)."""
@@ -123,7 +144,7 @@ class Extension:
         extra = [] if previous is None else [[f * length / previous[0] for f in previous[1]]]
         result = search_long_factors(
             model,
-            self.source.train_ids[: s.longrope_tokens],
+            self.source.train_ids[: max(s.longrope_tokens, length)],  # one window of `length` at least
             length,
             s.train_len,
             s.longrope_population,
@@ -222,6 +243,25 @@ def save(results: dict, layout: ExperimentLayout) -> None:
         report.plot_passkey(results, layout.root / "passkey.png")
 
 
+def memory_needs(settings: ExtendSettings, model: Transformer, device: torch.device) -> list[Need]:
+    """The estimated peak of scoring at each eval and passkey length, of the LongRoPE search at its lengths, and
+    of a fine-tuning step at target_len (and at LongRoPE's stages); the source model and an extended copy held."""
+    s, needs = settings, []
+    cfg = model.cfg.replace(max_positions=max(model.cfg.max_positions, *s.eval_lens, *s.passkey_lengths))
+    scored = {*s.eval_lens, *s.passkey_lengths}
+    if "longrope" in s.methods:
+        scored |= {s.target_len, *s.longrope_stages}
+    for n in sorted(scored):
+        batch = max(1, s.eval_batch_tokens // n)
+        advice = evaluation_advice(n, batch, "eval_lens and passkey_lengths: --set KNOB=[...]")
+        needs.append(evaluation_need(cfg, n, batch, "scoring", advice, device, 2))
+    if s.steps > 0:
+        advice = "Lower batch_size (--batch-size) or target_len, or give --steps 0 (eval-time scaling only)."
+        for n in {s.target_len, *(s.longrope_stages if "longrope" in s.methods else [])}:
+            needs.append(training_need(cfg, n, s.batch_size, "fine-tuning", advice, device, 2))
+    return needs
+
+
 def run_extend(
     settings: ExtendSettings,
     run_dir: str | Path,
@@ -240,6 +280,8 @@ def run_extend(
         raise ValueError(f"extend: {run_dir} does not record its training length; give --train-len")
     settings.resolve(source.train_len)
     check_rope_model(source.model, str(run_dir))
+    device = resolve_device(settings.device)
+    check_fit("extend", memory_needs(settings, source.model, device), device)  # before any scoring or training
     results = open_results(settings, layout, benchmark="extend")
     recorded = results.get("source", {}).get("run")
     if recorded is not None and recorded != str(Path(run_dir).resolve()):

@@ -161,18 +161,20 @@ def eval_streams(tokenizer, docs: dict[str, str], budget: int, multiple: int) ->
     are dropped; a clear error if none is left.
     """
     per_doc = max(multiple, budget // len(docs) // multiple * multiple)
-    streams = {}
+    streams, found = {}, {}
     for name, text in docs.items():
         ids = encode(tokenizer, _from_middle(text), max_chars=per_doc * 12)
         if ids.numel() < per_doc:
             ids = encode(tokenizer, text, max_chars=per_doc * 12)
         n = min(per_doc, ids.numel() // multiple * multiple)
+        found[name] = ids.numel()
         if n:
             streams[name] = ids[:n]
     if not streams:
+        counts = ", ".join(f"{name}: {n:,}" for name, n in found.items())
         raise ValueError(
-            f"extrapolate: the evaluation documents {list(docs)} are shorter than the longest eval "
-            f"length {multiple} tokens"
+            f"the evaluation documents are shorter than the longest eval length, {multiple:,} tokens ({counts} "
+            f"tokens): evaluate at most {max(found.values()):,} tokens, or on a longer corpus"
         )
     return streams
 

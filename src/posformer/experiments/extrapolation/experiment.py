@@ -25,14 +25,16 @@ from posformer import positions
 from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
 from posformer.data.shared import default_data_dir
 from posformer.experiments.extrapolation import data
-from posformer.experiments.extrapolation.evaluation import block_losses
+from posformer.experiments.extrapolation.evaluation import block_losses, represents, tokens_read
 from posformer.experiments.extrapolation.layout import ExperimentLayout
 from posformer.experiments.extrapolation.report import markdown, plot
 from posformer.experiments.extrapolation.settings import ExtrapolationSettings, model_config
+from posformer.experiments.memory_fit import Need, check_fit, evaluation_advice, evaluation_need, training_need
 from posformer.experiments.passkey import PasskeyMix
 from posformer.model import Transformer
 from posformer.positions.rotary import Rescalable
 from posformer.train.batches import WindowBatches
+from posformer.train.distributed import resolve_device
 from posformer.train.metrics_log import MetricsLog
 from posformer.train.rng import seed_everything
 from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
@@ -165,10 +167,17 @@ class Experiment:
             raise ValueError(f"position={model.cfg.position!r} has no context-extension method {scaling!r}")
         table: dict[str, dict[str, float | None]] = {name: {} for name in self.streams}
         blocks: dict[str, dict[str, dict]] = {name: {} for name in self.streams}
+        stride = s.stride or s.train_len // 2
         bar = tqdm(
-            total=len(s.eval_lens) * len(self.streams),
+            total=sum(
+                tokens_read(streams, n, s.protocol, stride)
+                for n in s.eval_lens
+                if represents(model.cfg, n)
+                for streams in self.streams.values()
+            ),
             desc=f"eval {row}",
-            unit="length",
+            unit="tok",
+            unit_scale=True,
             dynamic_ncols=True,
             disable=not self.progress,
         )
@@ -188,14 +197,14 @@ class Experiment:
                     n,
                     max(s.eval_lens),
                     s.protocol,
-                    s.stride or s.train_len // 2,
+                    stride,
                     s.eval_batch_tokens,
                     s.precision,
+                    bar.update,
                 )
                 table[name][str(n)] = None if losses is None else losses.perplexity()
                 if losses is not None:
                     blocks[name][str(n)] = {"nll": losses.nll.tolist(), "count": losses.count.tolist()}
-                bar.update(1)
         bar.close()
         return table, blocks
 
@@ -259,6 +268,21 @@ class Experiment:
         return rows
 
 
+def memory_needs(settings: ExtrapolationSettings, rows: list[str], device: torch.device) -> list[Need]:
+    """The estimated peak of each row's training step and of its evaluation at each length it represents (the
+    reference model, the row's and a RoPE scaling's rescaled copy held at once)."""
+    s, needs = settings, []
+    for position in rows:
+        cfg = model_config(s, position, s.vocab_size)
+        advice = "Lower batch_size (--batch-size) or train_len."
+        needs.append(training_need(cfg, s.train_len, s.batch_size, f"training the {position} row", advice, device, 2))
+        for n in (n for n in s.eval_lens if represents(cfg, n)):
+            batch = max(1, s.eval_batch_tokens // n)
+            advice = evaluation_advice(n, batch, "--eval-lens")
+            needs.append(evaluation_need(cfg, n, batch, f"evaluating the {position} row", advice, device, 3))
+    return needs
+
+
 def run_extrapolation(
     settings: ExtrapolationSettings, output_dir: str | Path, log: Callable[[str], None] = print, progress: bool = True
 ) -> dict:
@@ -268,6 +292,8 @@ def run_extrapolation(
     if settings.threads is not None:
         torch.set_num_threads(settings.threads)
     results = open_results(settings, layout)
+    rows, device = [p for p in settings.positions if p not in results["rows"]], resolve_device(settings.device)
+    check_fit("extrapolate", memory_needs(settings, rows, device), device)  # before any data is read or trained
     started = time.monotonic()
     experiment = Experiment(settings, layout, log, progress)
     results["data"] = experiment.summary
