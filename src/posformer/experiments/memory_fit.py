@@ -17,7 +17,8 @@ throughout; bf16 autocast needs less), in bytes:
                  (`evaluation._token_nll` never holds (B, T, V))
     bias         with a bias encoding, BIAS_COPIES times one (B, H, rows, T) float32 block of it
                  (`bias_blocks.bias_block_rows`; the whole (B, H, T, T) when it is small)
-    runtime      RUNTIME: what a first forward adds besides (library buffers, the allocator's slack)
+    runtime      RUNTIME: what a run adds besides: library buffers, the allocator's slack, the experiment's texts,
+                 token streams and tokenizer (set from two whole runs, below)
   a training step: 16 P (weights, gradients and AdamW's two moments) and 4 P for each other model held, 4 B T
     n_layers (TRAIN_WIDTH_D d + TRAIN_WIDTH_F f) (what each layer keeps for the backward), and the head, bias and
     runtime terms above.
@@ -28,24 +29,30 @@ estimates without the weights, which were built before the measure):
 
 | phase | encoding | T | measured MiB | estimate MiB |
 |---|---|---:|---:|---:|
-| evaluation | rope | 4,096 | 225 | 294 |
-| evaluation | rope | 16,384 | 358 | 408 |
-| evaluation | rope | 65,536 | 671 | 864 |
-| evaluation | alibi | 4,096 | 167 | 310 |
-| evaluation | alibi | 16,384 | 191 | 424 |
-| evaluation | alibi | 65,536 | 638 | 928 |
-| evaluation | t5 | 16,384 | 208 | 424 |
-| evaluation | shaw | 16,384 | 235 | 424 |
-| training step | rope | 4,096 | 468 | 637 |
-| training step | rope | 8,192 | 843 | 989 |
-| training step | rope | 4 x 2,048 | 848 | 989 |
+| evaluation | rope | 4,096 | 225 | 422 |
+| evaluation | rope | 16,384 | 358 | 536 |
+| evaluation | rope | 65,536 | 671 | 992 |
+| evaluation | alibi | 4,096 | 167 | 438 |
+| evaluation | alibi | 16,384 | 191 | 552 |
+| evaluation | alibi | 65,536 | 638 | 1,056 |
+| evaluation | t5 | 16,384 | 208 | 552 |
+| evaluation | shaw | 16,384 | 235 | 552 |
+| training step | rope | 4,096 | 468 | 765 |
+| training step | rope | 8,192 | 843 | 1,117 |
+| training step | rope | 4 x 2,048 | 848 | 1,117 |
 
-The estimate is above every measured peak: 1.1x to 1.4x for rope, up to 2.2x where a bias encoding's blocks hold
-less than the runtime and bias terms allow. Two runs of the same probe differed by up to 90 MiB (rope at 16,384:
-266 and 358), so the margin is not slack to trim. Not covered: a training step of a bias encoding in blocks of
-queries (long training lengths, which neither command trains at: `extrapolate` trains at train_len, where the bias
-is whole, and `extend` fine-tunes RoPE) keeps more than its live memory in glibc's heap (alibi at 8,192: 1,472 MiB
-measured, about 1,050 estimated).
+Two runs of the same probe differed by up to 90 MiB (rope at 16,384: 266 and 358). Whole runs, peak resident
+memory (`/usr/bin/time -v`) against the largest estimate plus the process at the check (Python and torch: 0.22 GiB;
+extend has read the source run's model, texts and token streams: 0.47 GiB):
+  `extrapolate --preset cpu --positions rope,alibi --eval-lens 128,1024,8192,65536`: 1.25 GiB measured,
+  1.06 + 0.22 estimated (alibi at 65,536);
+  `extend --preset cpu --target-len 32768 --steps 2 --batch-size 1`: 3.22 GiB measured, 3.17 + 0.47 estimated
+  (the fine-tuning step at 32,768).
+So the estimate is above every measurement: one window alone by 1.5x to 1.7x at 65,536 and up to 2.9x at short
+lengths, where the runtime term dominates; a whole run by 2% (extrapolate) and 13% (extend). Not covered: a
+training step of a bias encoding in blocks of queries (long training lengths, which neither command trains at:
+`extrapolate` trains at train_len, where the bias is whole, and `extend` fine-tunes RoPE) keeps more than its live
+memory in glibc's heap (alibi at 8,192: 1,472 MiB measured, about 1,130 estimated).
 """
 
 from __future__ import annotations
@@ -65,7 +72,7 @@ from posformer.ops.linear_cross_entropy import chunk_rows
 ATTENTION_WIDTH = 8  # d-wide float32 tensors per token alive at once in a no-grad attention (module docstring)
 TRAIN_WIDTH_D, TRAIN_WIDTH_F = 16, 5  # float32 values per token and layer kept for the backward of a training step
 BIAS_COPIES = 4  # the bias block, the mask's rows, their combination and the scores
-RUNTIME = 128 * 2**20
+RUNTIME = 256 * 2**20
 MEMINFO = Path("/proc/meminfo")
 GIB = 2**30
 

@@ -22,6 +22,15 @@ def mean_exact(grid: dict) -> float:
     return sum(cells) / len(cells) if cells else 0.0
 
 
+def ratio_cell(ratio: float, a: dict, b: dict) -> str:
+    """The ratio with its paired 95% bootstrap interval over the blocks {"nll", "count"} of a and b; the ratio alone
+    when there is one block (the evaluation text holds a single window of the longest length)."""
+    if len(a["nll"]) < 2:
+        return f"{ratio:.3f}"
+    low, high = ratio_interval((a["nll"], a["count"]), (b["nll"], b["count"]))
+    return f"{ratio:.3f} [{low:.3f}, {high:.3f}]"
+
+
 def _scored(results: dict) -> dict[str, dict]:
     return {row: r for row, r in results["rows"].items() if "ppl" in r}
 
@@ -49,7 +58,7 @@ def summary_table(results: dict, eval_set: str) -> str:
     for row, r in _scored(results).items():
         ratio = r["ppl"][eval_set][target] / base
         a, b = r["blocks"][eval_set][target], source["blocks"][eval_set][str(train_len)]
-        low, high = ratio_interval((a["nll"], a["count"]), (b["nll"], b["count"]))
+        cell = ratio_cell(ratio, a, b)
         fitted = [c for c in r["passkey"].get(target, {}).values() if c is not None]
         passkey = (
             "n/a"
@@ -59,9 +68,7 @@ def summary_table(results: dict, eval_set: str) -> str:
                 f"{sum(c['digits'] for c in fitted) / len(fitted):.2f}"
             )
         )
-        body.append(
-            [row, r["stage"], f"{r['ppl'][eval_set][target]:.3f}", f"{ratio:.3f} [{low:.3f}, {high:.3f}]", passkey]
-        )
+        body.append([row, r["stage"], f"{r['ppl'][eval_set][target]:.3f}", cell, passkey])
     return markdown_table(
         [
             "row",
@@ -97,9 +104,8 @@ def comparisons_table(results: dict, eval_set: str) -> str:
         if a not in rows or b not in rows:
             continue
         x, y = rows[a]["blocks"][eval_set][target], rows[b]["blocks"][eval_set][target]
-        low, high = ratio_interval((x["nll"], x["count"]), (y["nll"], y["count"]))
         ratio = rows[a]["ppl"][eval_set][target] / rows[b]["ppl"][eval_set][target]
-        body.append([claim, f"ppl({a}) / ppl({b})", f"{ratio:.3f} [{low:.3f}, {high:.3f}]"])
+        body.append([claim, f"ppl({a}) / ppl({b})", ratio_cell(ratio, x, y)])
     return markdown_table(["claim", "ratio", f"at {target}"], body)
 
 
