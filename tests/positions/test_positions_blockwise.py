@@ -22,10 +22,12 @@ BIAS_CASES = [
 
 
 def blocks_of(monkeypatch: pytest.MonkeyPatch, rows: int, cfg: pf.Config, batch: int) -> None:
-    """Make every bias of this model's shape run in blocks of `rows` queries."""
+    """Make every bias of this model's shape run in blocks of `rows` queries (the encoding's own size of a block
+    set aside)."""
     row_bytes = batch * cfg.n_heads * LENGTH * 4
     monkeypatch.setitem(bias_blocks.BIAS_BYTES, "cpu", (rows * row_bytes, rows * row_bytes))
     monkeypatch.setattr(bias_blocks, "MIN_BLOCK_ROWS", 1)
+    monkeypatch.setattr(pf.positions.get(cfg.position), "cpu_bias_block_bytes", None)
     assert bias_blocks.bias_block_rows(batch, cfg.n_heads, LENGTH, LENGTH, torch.device("cpu")) == rows
 
 
@@ -136,6 +138,7 @@ def test_the_largest_tensor_of_a_long_forward_grows_linearly(name, monkeypatch) 
     model = pf.Transformer(cfg).eval()
     monkeypatch.setitem(bias_blocks.BIAS_BYTES, "cpu", (2**12, 2**12))  # blocks of 4 queries at T = 128 (2 heads)
     monkeypatch.setattr(bias_blocks, "MIN_BLOCK_ROWS", 1)
+    monkeypatch.setattr(pf.positions.get(name), "cpu_bias_block_bytes", None)
     short, long = (largest_tensor_of_a_forward(model, length) for length in (128, 256))
     assert long < 256 * 256, (short, long)
     assert long <= 2.5 * short, (short, long)

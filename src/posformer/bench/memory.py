@@ -26,6 +26,7 @@ from posformer.bench.memory_probe import PEERS
 from posformer.bench.options import ReportOptions
 from posformer.checkpoints.atomic import write_json_atomic
 from posformer.positions import registry
+from posformer.positions.base import PositionEncoding
 from posformer.utils.options import check_options, option
 
 PHASES = ("forward", "train")
@@ -59,6 +60,11 @@ class MemoryOptions(ReportOptions):
     device: str = option("cpu", "cpu or cuda")
     timeout: int = option(900, "seconds per cell; past them the cell reads 'timeout'", minimum=1)
     plot: str | None = option(None, "also draw peak memory against length to this PNG", metavar="PATH")
+    whole_bias: bool = option(
+        False,
+        "also measure each encoding that has a bias with the bias computed whole, in one piece, at every length (the "
+        "path before blocks of queries; rows 'NAME whole'), its memory and seconds beside the blocks'",
+    )
     release_freed: bool = option(
         False,
         f"run each cell with MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD} (glibc): blocks above 1 MiB come from mmap "
@@ -78,6 +84,8 @@ def run(options: MemoryOptions) -> dict[str, Any]:
         d_model=options.d_model, layers=options.layers, heads=options.heads, d_ff=options.d_ff, vocab=options.vocab
     )
     models = [("posformer", name) for name in names]
+    if options.whole_bias:
+        models += [("whole", name) for name in names if registry.get(name).bias is not PositionEncoding.bias]
     models += [("hf", name) for name in names if options.peers and name in PEERS]
     cells = [(m, e, phase, n) for phase in options.phases for m, e in models for n in options.lengths]
     result = {"shape": shape, "batch": options.batch, "device": options.device, "threads": options.threads}
@@ -116,30 +124,34 @@ def _probe(spec: dict[str, Any], timeout: int, release_freed: bool = False) -> d
     return json.loads(lines[-1])
 
 
-def table(result: dict[str, Any], phase: str) -> list[str]:
-    """The markdown table of one phase: a row per model, peak MB per length, and x none at the longest length."""
+def table(result: dict[str, Any], phase: str, value: str = "peak_mb") -> list[str]:
+    """The markdown table of one phase: a row per model, its `value` per length ("peak_mb" or "seconds"), and x
+    none at the longest length."""
     lengths = result["lengths"]
     cells = {(c["model"], c["encoding"], c["length"]): c for c in result["cells"] if c["phase"] == phase}
     rows = dict.fromkeys((m, e) for m, e, _ in cells)
     longest = lengths[-1]
-    base = cells.get(("posformer", BASELINE, longest), {}).get("peak_mb")
+    base = cells.get(("posformer", BASELINE, longest), {}).get(value)
+    head = phase if value == "peak_mb" else f"{phase}, seconds"
     lines = [
-        f"| {phase} | " + " | ".join(f"T = {n:,}" for n in lengths) + f" | x none at {longest:,} |",
+        f"| {head} | " + " | ".join(f"T = {n:,}" for n in lengths) + f" | x none at {longest:,} |",
         "|---|" + "---:|" * (len(lengths) + 1),
     ]
     for model, encoding in rows:
-        label = encoding if model == "posformer" else f"HF {encoding}"
-        values = [_cell(cells.get((model, encoding, n))) for n in lengths]
-        peak = cells.get((model, encoding, longest), {}).get("peak_mb")
-        ratio = f"{peak / base:.2f}" if peak is not None and base else "n/a"
+        label = {"posformer": encoding, "whole": f"{encoding} whole", "hf": f"HF {encoding}"}[model]
+        values = [_cell(cells.get((model, encoding, n)), value) for n in lengths]
+        measured = cells.get((model, encoding, longest), {}).get(value)
+        ratio = f"{measured / base:.2f}" if measured is not None and base else "n/a"
         lines.append(f"| {label} | " + " | ".join(values) + f" | {ratio} |")
     return lines
 
 
-def _cell(cell: dict[str, Any] | None) -> str:
+def _cell(cell: dict[str, Any] | None, value: str) -> str:
     if cell is None:
         return "-"
-    return f"{cell['peak_mb']:,.0f} MB" if "peak_mb" in cell else cell["error"].split(" ")[0]
+    if value not in cell:
+        return cell["error"].split(" ")[0]
+    return f"{cell[value]:,.0f} MB" if value == "peak_mb" else f"{cell[value]:,.1f}"
 
 
 def format_report(result: dict[str, Any]) -> str:
@@ -152,7 +164,7 @@ def format_report(result: dict[str, Any]) -> str:
         "",
     ]
     for phase in result["phases"]:
-        lines += table(result, phase) + [""]
+        lines += table(result, phase) + [""] + table(result, phase, "seconds") + [""]
     lines.append(
         "forward: one no-grad forward; train: forward, backward and an AdamW step. The code: posformer.bench.memory."
     )

@@ -3,6 +3,8 @@ or a training step adds above the built model.
 
     python -m posformer.bench.memory_probe '{"model": "posformer", "encoding": "t5", "length": 4096, ...}'
 
+model: "posformer", "whole" (posformer's with every bias computed in one piece, never in blocks) or "hf".
+
 prints one JSON line: {"peak_mb": ..., "seconds": ...}, or {"error": "..."} when the step fails (out of memory). On
 the CPU the peak is the process's resident high-water mark (`ru_maxrss`) after the step minus the one before it, so
 the model's own memory is left out; on a GPU, torch's peak of allocated memory above what was allocated before.
@@ -21,6 +23,7 @@ from torch import nn
 
 import posformer as pf
 from posformer.bench.positions import positions_config
+from posformer.modules import bias_blocks
 
 # posformer's encoding -> the Hugging Face model that has it, built from a config of the benchmark's shape
 PEERS = ("t5", "alibi", "rope", "relative_key")
@@ -79,6 +82,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     device = torch.device(spec.get("device", "cpu"))
     torch.set_num_threads(spec.get("threads") or torch.get_num_threads())
     torch.manual_seed(0)
+    if spec["model"] == "whole":  # this process alone: every bias computed in one piece, as before the blocks
+        bias_blocks.BIAS_BYTES[device.type] = (2**62, bias_blocks.BIAS_BYTES["cpu"][1])
     build = hf_model if spec["model"] == "hf" else posformer_model
     model = build(spec["encoding"], spec["shape"], spec["length"]).to(device)
     ids = torch.randint(0, spec["shape"]["vocab"], (spec.get("batch", 1), spec["length"]), device=device)

@@ -171,16 +171,20 @@ class Attention(nn.Module):
         packing: TokenPacking | None = None,
         score_mod: ScoreMod | None = None,
         bias_rows: BiasRows | None = None,
+        cpu_block_bytes: int | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """The kernel (eager when the probabilities are asked for), then the output projection: (B, T, d_model),
         or (N, d_model) for the real tokens of a `packing`, and the probabilities asked for.
 
         bias_rows: the position bias, asked for by rows of queries; a bias too large to hold whole
-        (`bias_blocks.bias_block_rows`) is used one block of queries at a time."""
+        (`bias_blocks.bias_block_rows`; cpu_block_bytes: the encoding's size of a block on the CPU) is used one block
+        of queries at a time."""
         dropout = self.dropout if self.training else 0.0
         batch, heads, length = q.shape[:3]
         rows = (
-            None if need_weights or bias_rows is None else bias_block_rows(batch, heads, length, k.shape[-2], q.device)
+            None
+            if need_weights or bias_rows is None
+            else bias_block_rows(batch, heads, length, k.shape[-2], q.device, cpu_block_bytes)
         )
         if rows is not None:
             out = attend_in_bias_blocks(q, k, v, mask, bias_rows, self.scale, dropout, values, rows)
@@ -248,7 +252,10 @@ class SelfAttention(Attention):
                 score_mod=self.position.score_mod(q, k, pos, k_pos, self.layer),
             )
         bias_rows = partial(self._bias_rows, q, k, pos, k_pos) if self.position.uses_bias else None
-        return self._attend(q, k, v, mask, need_weights, values, packing, bias_rows=bias_rows)
+        return self._attend(
+            q, k, v, mask, need_weights, values, packing, bias_rows=bias_rows,
+            cpu_block_bytes=self.position.cpu_bias_block_bytes,
+        )  # fmt: skip
 
     def _bias_rows(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, start: int, end: int, keys: int

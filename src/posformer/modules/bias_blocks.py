@@ -39,10 +39,15 @@ BIAS_BYTES = {"cpu": (64 * 2**20, 4 * 2**20), "cuda": (2**30, 256 * 2**20)}
 MIN_BLOCK_ROWS = 16
 
 
-def bias_block_rows(batch: int, heads: int, q_len: int, k_len: int, device: torch.device) -> int | None:
+def bias_block_rows(
+    batch: int, heads: int, q_len: int, k_len: int, device: torch.device, cpu_block_bytes: int | None = None
+) -> int | None:
     """Queries per block for a bias of this shape on `device`, or None when the whole (batch, heads, q_len, k_len)
-    float32 bias is small enough to compute at once (`BIAS_BYTES`)."""
+    float32 bias is small enough to compute at once (`BIAS_BYTES`). cpu_block_bytes: the bytes of a block's bias on
+    the CPU in place of BIAS_BYTES's (`PositionEncoding.cpu_bias_block_bytes`)."""
     whole, block = BIAS_BYTES.get(device.type, BIAS_BYTES["cpu"])
+    if device.type == "cpu" and cpu_block_bytes is not None:
+        block = cpu_block_bytes
     row_bytes = batch * heads * k_len * 4
     if row_bytes * q_len <= whole:
         return None

@@ -72,6 +72,10 @@ class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
     causal_only: ClassVar[bool] = False
     compiles_whole: ClassVar[bool] = True
     flex_refusal: ClassVar[str] = "its bias has no FlexAttention form (no score_mod)"
+    # the bytes of one block's float32 bias on the CPU when the bias is computed in blocks of queries
+    # (`modules.bias_blocks`), None for the default: an encoding whose every block pays for a table of every
+    # distance of the sequence asks for larger blocks, which share that cost
+    cpu_bias_block_bytes: ClassVar[int | None] = None
 
     def __init__(
         self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1

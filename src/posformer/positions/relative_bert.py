@@ -145,3 +145,4 @@ class RelativeKeyQuery(RelativeKey):
     """bias_ij = scale * (q_i . E_l[i - j] + k_j . E_l[i - j]); one table per layer."""
 
     key_term = True
+    cpu_bias_block_bytes = 16 * 2**20  # 16k forward 16.6 s a layer, 30.6 s at 4 MiB (docs/memory.md)
