@@ -142,3 +142,27 @@ def test_the_largest_tensor_of_a_long_forward_grows_linearly(name, monkeypatch) 
     short, long = (largest_tensor_of_a_forward(model, length) for length in (128, 256))
     assert long < 256 * 256, (short, long)
     assert long <= 2.5 * short, (short, long)
+
+
+def test_an_encodings_own_block_size_sets_its_rows_on_the_cpu_only(monkeypatch) -> None:
+    """`cpu_bias_block_bytes` replaces the CPU's block budget for that encoding (DeBERTa: 8 rows where the budget
+    gives 4), and leaves a GPU's alone."""
+    cfg = config("deberta", "decoder", max_positions=64)
+    model = pf.Transformer(cfg).eval()
+    row_bytes = cfg.n_heads * LENGTH * 4
+    monkeypatch.setitem(bias_blocks.BIAS_BYTES, "cpu", (row_bytes, 4 * row_bytes))
+    monkeypatch.setattr(bias_blocks, "MIN_BLOCK_ROWS", 1)
+    monkeypatch.setattr(type(model.decoder.position), "cpu_bias_block_bytes", 8 * row_bytes)
+    seen_rows = []
+    original = type(model.decoder.position).bias
+
+    def recording(self, q, k, q_pos, k_pos, layer):
+        seen_rows.append(q.shape[-2])
+        return original(self, q, k, q_pos, k_pos, layer)
+
+    monkeypatch.setattr(type(model.decoder.position), "bias", recording)
+    with torch.no_grad():
+        model(torch.randint(1, cfg.vocab_size, (1, LENGTH)))
+    assert seen_rows[: cfg.n_layers * 2] == [8, 5] * cfg.n_layers
+    gpu_rows = bias_blocks.bias_block_rows(1, 4, 2**15, 2**15, torch.device("cuda"), cpu_block_bytes=2**10)
+    assert gpu_rows == bias_blocks.bias_block_rows(1, 4, 2**15, 2**15, torch.device("cuda"))
