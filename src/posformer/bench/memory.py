@@ -26,7 +26,6 @@ from posformer.bench.memory_probe import PEERS
 from posformer.bench.options import ReportOptions
 from posformer.checkpoints.atomic import write_json_atomic
 from posformer.positions import registry
-from posformer.positions.base import PositionEncoding
 from posformer.utils.options import check_options, option
 
 PHASES = ("forward", "train")
@@ -85,7 +84,7 @@ def run(options: MemoryOptions) -> dict[str, Any]:
     )
     models = [("posformer", name) for name in names]
     if options.whole_bias:
-        models += [("whole", name) for name in names if registry.get(name).bias is not PositionEncoding.bias]
+        models += [("whole", name) for name in names if registry.get(name).has_bias()]
     models += [("hf", name) for name in names if options.peers and name in PEERS]
     cells = [(m, e, phase, n) for phase in options.phases for m, e in models for n in options.lengths]
     result = {"shape": shape, "batch": options.batch, "device": options.device, "threads": options.threads}

@@ -83,7 +83,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(spec.get("threads") or torch.get_num_threads())
     torch.manual_seed(0)
     if spec["model"] == "whole":  # this process alone: every bias computed in one piece, as before the blocks
-        bias_blocks.BIAS_BYTES[device.type] = (2**62, bias_blocks.BIAS_BYTES["cpu"][1])
+        bias_blocks.BIAS_BYTES[device.type] = (2**62, 2**62)
     build = hf_model if spec["model"] == "hf" else posformer_model
     model = build(spec["encoding"], spec["shape"], spec["length"]).to(device)
     ids = torch.randint(0, spec["shape"]["vocab"], (spec.get("batch", 1), spec["length"]), device=device)

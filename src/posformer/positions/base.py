@@ -134,9 +134,14 @@ class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
         """probs: (B, H, Tq, Tk) -> a term (B, H, Tq, dh) added to the attention output, or None."""
         return None
 
+    @classmethod
+    def has_bias(cls) -> bool:
+        """Whether the encoding adds an attention bias (defines the `bias` hook)."""
+        return cls.bias is not PositionEncoding.bias
+
     @property
     def uses_bias(self) -> bool:
-        return type(self).bias is not PositionEncoding.bias
+        return self.has_bias()
 
     @property
     def uses_values(self) -> bool:
