@@ -369,6 +369,7 @@ def test_a_hook_of_one_encoding_is_declared_in_its_own_file() -> None:
         "scalings",
         "rescaled_params",
         "stale_beyond",
+        "stale_at",
         "saturation_distance",
         "init_weights_",
         "default_attn_scale",

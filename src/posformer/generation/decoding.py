@@ -17,9 +17,10 @@ class Decoding:
     the prefix (and the encoder) once; `step(new)` feeds one token per row;
     `reorder(index)` selects rows (beam search) in the cache and in the state.
     The cache is allocated once for the prefix and `max_new_tokens` more tokens. When a step takes a
-    decoder past the length at which its encoding's cached keys go stale (`positions.rotary.GoesStale`:
-    LongRoPE switching to its long factors), the whole sequence is run again into a fresh cache (Hugging
-    Face's Phi-3 drops its cache there too); only such a decoder keeps every token so far (`sequence`).
+    decoder to a length at which its encoding's cached keys are stale (`positions.rotary.GoesStale`:
+    LongRoPE switching to its long factors, once; dynamic YaRN past its fixed length, at every step), the
+    whole sequence is run again into a fresh cache (Hugging Face's Phi-3 drops its cache there too), so
+    every step's logits are those of a full pass; only such a decoder keeps every token so far (`sequence`).
     """
 
     def __init__(self, model, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int) -> None:
@@ -65,7 +66,7 @@ class Decoding:
             self.pos = self.pos[:, -1:] + 1
             if self.stale_beyond is not None:
                 self.sequence = torch.cat((self.sequence, new), dim=1)
-            if self.stale_beyond is not None and int(self.pos.max()) == self.stale_beyond:  # L just passed it
+            if self.stale_beyond is not None and self.model.decoder.stale_at(int(self.pos.max()) + 1):
                 self.cache = Cache(len(self.model.decoder.layers), capacity=self.capacity)
                 every = (self.mask.cumsum(-1) - 1).clamp(min=0)
                 out = self.model(

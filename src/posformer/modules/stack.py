@@ -82,6 +82,11 @@ class Stack(nn.Module):
         lengths = (e.stale_beyond() for e in self.encodings if isinstance(e, GoesStale))
         return min((n for n in lengths if n is not None), default=None)
 
+    def stale_at(self, length: int) -> bool:
+        """Whether a forward of `length` (largest position + 1) finds an encoding's keys cached by shorter
+        forwards stale (`positions.rotary.GoesStale`)."""
+        return any(e.stale_at(length) for e in self.encodings if isinstance(e, GoesStale))
+
     def forward(
         self,
         x: Tensor,

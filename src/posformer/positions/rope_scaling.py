@@ -9,6 +9,12 @@ A scaling is None or a dict {"type": ..., "factor": ..., <the type's keys>}:
   "yarn"     YaRN (Peng et al. 2023): a ramp between extrapolated and interpolated
              frequencies over the dims between beta_fast and beta_slow rotations, and an
              attention factor 0.1 * ln(factor) + 1 on cos and sin.
+  "dynamic_yarn"  dynamic YaRN (Peng et al. 2023, section 3.3 "Dynamic Scaling"): "yarn" with the factor
+             s = max(factor, L / original_max_position_embeddings) for the current length L; s = 1
+             (factor 1, L <= original) is RoPE unscaled. factor 1 is the paper's training-free form
+             s = max(1, L / L0); factor > 1 is a model fine-tuned with YaRN at that factor, scaled further
+             once L passes factor * L0 (`LlamaDynamicYaRNScaledRotaryEmbedding(finetuned=True)` of the
+             paper's code, github.com/jquesnelle/yarn). Hugging Face has no such type.
   "llama3"   Llama 3.1: low frequencies / factor, high kept, a smooth ramp between.
   "longrope" LongRoPE (Ding et al. 2024; Phi-3): theta_i / short_factor[i] while the current length
              L <= original_max_position_embeddings, theta_i / long_factor[i] beyond it, and an
@@ -16,8 +22,8 @@ A scaling is None or a dict {"type": ..., "factor": ..., <the type's keys>}:
 
 The arithmetic repeats Hugging Face `transformers.modeling_rope_utils` (4.57.6) operation
 for operation, so the results agree to the last bit; the tests compare against it.
-Unlike Hugging Face, "dynamic", "yarn", "llama3" and "longrope" require original_max_position_embeddings
-(Hugging Face falls back to `config.max_position_embeddings`).
+Unlike Hugging Face, "dynamic", "yarn", "dynamic_yarn", "llama3" and "longrope" require
+original_max_position_embeddings (Hugging Face falls back to `config.max_position_embeddings`).
 """
 
 from __future__ import annotations
@@ -31,18 +37,20 @@ from torch import Tensor
 from posformer.positions.base import frequencies
 from posformer.utils.validation import is_number
 
-SCALING_TYPES = ("linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
-LENGTH_DEPENDENT = ("dynamic", "longrope")  # the frequencies depend on the current length
+SCALING_TYPES = ("linear", "ntk", "dynamic", "yarn", "dynamic_yarn", "llama3", "longrope")
+LENGTH_DEPENDENT = ("dynamic", "dynamic_yarn", "longrope")  # the frequencies depend on the current length
 REQUIRED_KEYS = {
     "linear": ("factor",),
     "ntk": ("factor",),
     "dynamic": ("factor", "original_max_position_embeddings"),
     "yarn": ("factor", "original_max_position_embeddings"),
+    "dynamic_yarn": ("factor", "original_max_position_embeddings"),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
     "longrope": ("factor", "short_factor", "long_factor", "original_max_position_embeddings"),
 }
 OPTIONAL_KEYS = {  # None stands for "absent", as in Hugging Face
     "yarn": ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"),
+    "dynamic_yarn": ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate"),  # the factor follows s
     "longrope": ("attention_factor",),
 }
 
@@ -91,7 +99,7 @@ def check_scaling(scaling: Any, dim: int, label: str = "scaling") -> None:
                 raise bad(key, "a number > 0")
         if scaling["high_freq_factor"] <= scaling["low_freq_factor"]:
             raise bad("high_freq_factor", f"a number > low_freq_factor={scaling['low_freq_factor']!r}")
-    if kind == "yarn":
+    if kind in ("yarn", "dynamic_yarn"):
         for key in ("beta_fast", "beta_slow", "attention_factor"):
             if scaling.get(key) is not None and (not is_number(scaling[key]) or scaling[key] <= 0):
                 raise bad(key, "a number > 0 (or None for the default)")
@@ -133,9 +141,32 @@ def scaled_inv_freq(dim: int, base: float, scaling: dict | None, seq_len: int | 
         return frequencies(dim, base * ((factor * seq_len / original) - (factor - 1)) ** (dim / (dim - 2))), 1.0
     if kind == "yarn":
         return _yarn(dim, base, scaling)
+    if kind == "dynamic_yarn":
+        s = dynamic_yarn_factor(scaling, seq_len)
+        return (frequencies(dim, base), 1.0) if s == 1 else _yarn(dim, base, {**scaling, "factor": s})
     if kind == "longrope":
         return _longrope(dim, base, scaling, seq_len)
     return _llama3(dim, base, scaling), 1.0
+
+
+def dynamic_yarn_factor(scaling: dict, seq_len: int | None) -> float:
+    """The YaRN factor s = max(factor, seq_len / original_max_position_embeddings) of a "dynamic_yarn" scaling
+    for a forward of seq_len positions (None: as at initialisation, s = factor)."""
+    factor = float(scaling["factor"])
+    return factor if seq_len is None else max(factor, seq_len / scaling["original_max_position_embeddings"])
+
+
+def fixed_up_to(scaling: dict) -> int:
+    """The longest length L whose forward uses the frequencies of initialisation (seq_len None), for a scaling
+    in LENGTH_DEPENDENT: original_max_position_embeddings, and for "dynamic_yarn" the longest L with
+    L / original <= factor (compared as `dynamic_yarn_factor` compares them)."""
+    original = scaling["original_max_position_embeddings"]
+    if scaling["type"] != "dynamic_yarn":
+        return original
+    factor, n = float(scaling["factor"]), math.floor(scaling["factor"] * original)
+    if (n + 1) / original <= factor:  # the product rounded down past an integer
+        return n + 1
+    return n - 1 if n / original > factor else n
 
 
 def _longrope(dim: int, base: float, scaling: dict, seq_len: int | None) -> tuple[Tensor, float]:

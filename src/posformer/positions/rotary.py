@@ -5,7 +5,7 @@ Two layouts of the rotated pairs:
                  (`precompute_freqs_cis` / `apply_rotary_emb`).
   "half":        dims (i, i + d/2) form a pair, Hugging Face `rotate_half`.
 Only the first `rotary_fraction * head_dim` dims are rotated (GPT-NeoX partial rotary).
-Context-extension scalings (linear, ntk, dynamic, yarn, llama3, longrope) live in `rope_scaling`.
+Context-extension scalings (linear, ntk, dynamic, yarn, dynamic_yarn, llama3, longrope) live in `rope_scaling`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from torch import Tensor
 from posformer.positions.base import PositionEncoding
 from posformer.positions.params import PositionParams
 from posformer.positions.registry import register
-from posformer.positions.rope_scaling import LENGTH_DEPENDENT, check_scaling, scaled_inv_freq
+from posformer.positions.rope_scaling import LENGTH_DEPENDENT, check_scaling, fixed_up_to, scaled_inv_freq
 from posformer.positions.rotation import Rotation
 from posformer.positions.sizes import Sizes
 
@@ -32,15 +32,15 @@ def rope_inv_freq(
     """The inverse frequencies of RoPE with an optional context-extension scaling.
 
     dim: the rotary dimension (even); base: theta; scaling: None or a dict
-    {"type": one of linear, ntk, dynamic, yarn, llama3, longrope, "factor": ..., <the type's keys>}
+    {"type": one of linear, ntk, dynamic, yarn, dynamic_yarn, llama3, longrope, "factor": ..., <the type's keys>}
     (see `posformer.positions.rope_scaling`); seq_len: the current length (largest
-    position + 1), used by "dynamic" and "longrope" only (None: as at initialisation).
+    position + 1), used by "dynamic", "dynamic_yarn" and "longrope" only (None: as at initialisation).
 
     Returns `(inv_freq, attention_factor)`:
       inv_freq: (dim/2,) float32 on the CPU; pair i of a vector at position m is
         rotated by the angle m * inv_freq[i]. Unscaled, inv_freq[i] = base^(-2i/dim).
       attention_factor: a Python float by which cos and sin are multiplied (so q.k is
-        multiplied by its square); 1.0 for every type except "yarn" and "longrope".
+        multiplied by its square); 1.0 for every type except "yarn", "dynamic_yarn" and "longrope".
     Equal to Hugging Face `ROPE_INIT_FUNCTIONS[type](config, device, seq_len)` for linear,
     dynamic, yarn, llama3 and longrope. Raises `ValueError` naming the offending key.
     """
@@ -143,13 +143,17 @@ class Rescalable(Protocol):
 
 @runtime_checkable
 class GoesStale(Protocol):
-    """An encoding whose keys cached at short lengths stop matching a longer forward (LongRoPE).
+    """An encoding whose keys cached at short lengths stop matching a longer forward (LongRoPE, dynamic YaRN).
 
-    `stale_beyond()` is that length L0, or None when the keys never go stale; generation (`Stack.stale_beyond`)
-    runs the whole sequence again once, when the length first exceeds L0.
+    `stale_beyond()` is the longest length L0 up to which cached keys stay valid, or None when they never go
+    stale; `stale_at(L)` says whether a forward whose largest position is L - 1 finds the keys cached by
+    shorter forwards stale: LongRoPE at L = L0 + 1 only (it switches once), dynamic YaRN at every L > L0 (its
+    frequencies follow L). Generation (`Stack.stale_at`) then runs the whole sequence again.
     """
 
     def stale_beyond(self) -> int | None: ...
+
+    def stale_at(self, length: int) -> bool: ...
 
 
 @register("rope")
@@ -160,18 +164,20 @@ class Rotary(PositionEncoding):
     round(p * r/2) highest frequencies rotate; the pairs of the lower ones get angle 0 and pass
     unrotated (p = 1: RoPE, p = 0: no rotation at all).
     `scaling` (None or a dict, see `rope_inv_freq`) extends the context. Its attention
-    factor multiplies cos and sin, as in Hugging Face. "dynamic" and "longrope" choose the
-    frequencies in every forward from L = the largest position of that forward + 1
+    factor multiplies cos and sin, as in Hugging Face. "dynamic", "dynamic_yarn" and "longrope"
+    choose the frequencies in every forward from L = the largest position of that forward + 1
     (over q_pos and k_pos, all rows; LongRoPE switches from its short to its long factors
-    exactly when L exceeds original_max_position_embeddings): as in Hugging Face, keys
-    already in a KV cache keep the frequencies they were rotated with, so once L exceeds
+    exactly when L exceeds original_max_position_embeddings). Keys already in a KV cache keep
+    the frequencies they were rotated with: for LongRoPE and dynamic YaRN generation runs the
+    sequence again when they go stale (`GoesStale`), so it equals greedy decoding by full passes;
+    for "dynamic" (NTK), as in Hugging Face, it does not, and once L exceeds
     original_max_position_embeddings cached decoding no longer equals a full pass.
     For "dynamic" Hugging Face additionally keeps the grown frequencies while L stays above
     the original length (its `max_seq_len_cached`); here each forward depends on its own L only.
     """
 
     defaults = {"theta": 10000.0, "layout": "half", "rotary_fraction": 1.0, "scaling": None, "frequency_fraction": 1.0}
-    scalings: ClassVar[tuple[str, ...]] = ("linear", "ntk", "dynamic", "yarn", "llama3")
+    scalings: ClassVar[tuple[str, ...]] = ("linear", "ntk", "dynamic", "yarn", "dynamic_yarn", "llama3")
 
     @classmethod
     def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
@@ -187,14 +193,16 @@ class Rotary(PositionEncoding):
         """`params` extended by the method `kind` (one of `scalings`) to read `new_len` tokens after training at
         `trained_len` (`Rescalable`): scaling {"type": kind, "factor": new_len / trained_len}; the methods that
         switch on the length get original_max_position_embeddings = trained_len, llama3 Llama 3.1's frequency
-        factors. Raises `ValueError` for any other `kind`."""
+        factors. "dynamic_yarn" is then YaRN at new_len / trained_len up to new_len tokens and scales further
+        past them; new_len = trained_len gives its training-free form, s = max(1, L / trained_len).
+        Raises `ValueError` for any other `kind`."""
         if kind not in cls.scalings:
             raise ValueError(
                 f"position={cls.name!r} has no context-extension method {kind!r}; "
                 f"its methods: {', '.join(cls.scalings)}"
             )
         scaling: dict[str, Any] = {"type": kind, "factor": new_len / trained_len}
-        if kind in ("dynamic", "yarn", "llama3"):
+        if kind in ("dynamic", "yarn", "dynamic_yarn", "llama3"):
             scaling["original_max_position_embeddings"] = trained_len
         if kind == "llama3":
             scaling.update(low_freq_factor=1.0, high_freq_factor=4.0)
@@ -214,17 +222,28 @@ class Rotary(PositionEncoding):
 
     @property
     def length_dependent(self) -> bool:
-        """Whether the frequencies depend on the current length ("dynamic", "longrope")."""
+        """Whether the frequencies depend on the current length ("dynamic", "dynamic_yarn", "longrope")."""
         return self.scaling is not None and self.scaling["type"] in LENGTH_DEPENDENT
 
     def stale_beyond(self) -> int | None:
-        """LongRoPE's original length: past it every key is rotated with the long factors (`GoesStale`)."""
-        longrope = self.scaling is not None and self.scaling["type"] == "longrope"
-        return self.scaling["original_max_position_embeddings"] if longrope else None
+        """The longest length whose forward rotates keys as every shorter one did (`GoesStale`): LongRoPE's
+        original length, dynamic YaRN's `rope_scaling.fixed_up_to`; None for the others (dynamic NTK included,
+        whose cached keys stay as Hugging Face leaves them)."""
+        if self.scaling is None or self.scaling["type"] not in ("longrope", "dynamic_yarn"):
+            return None
+        return fixed_up_to(self.scaling)
+
+    def stale_at(self, length: int) -> bool:
+        """Whether a forward of `length` (largest position + 1) finds keys cached by shorter forwards rotated
+        with other frequencies (`GoesStale`): LongRoPE just past its switch, dynamic YaRN at every longer L."""
+        beyond = self.stale_beyond()
+        if beyond is None:
+            return False
+        return length > beyond if self.scaling["type"] == "dynamic_yarn" else length == beyond + 1
 
     def frequencies_for(self, seq_len: int | None) -> tuple[Tensor, float]:
         """inv_freq (r/2,) and attention factor for a forward whose largest position is seq_len - 1."""
-        if not self.length_dependent or seq_len is None or seq_len <= self.scaling["original_max_position_embeddings"]:
+        if not self.length_dependent or seq_len is None or seq_len <= fixed_up_to(self.scaling):
             return self.inv_freq, self.attention_factor
         inv_freq, factor = rope_inv_freq(self.rotary_dim, self.theta, self.scaling, seq_len=seq_len)
         inv_freq = inv_freq.to(self.inv_freq.device, torch.promote_types(self.inv_freq.dtype, torch.float32))
