@@ -90,9 +90,38 @@ def test_yarn_and_longrope_equal_hugging_face():
     torch.testing.assert_close(lr.frequencies_for(TRAIN_LEN)[0], _rope_model().decoder.position.inv_freq)
 
 
+@torch.no_grad()
+def test_dynamic_yarn_is_rope_up_to_l_and_yarn_at_each_longer_length():
+    """Eval-time: the factor from each forward's length, s = max(1, l / L): the source model's logits up to L,
+    YaRN's at l / L past it (so at target_len those of the yarn row). Fine-tuned: YaRN at target_len / L up to
+    target_len (the fine-tune is yarn's), the factor l / L past it."""
+    model = _rope_model().eval()
+    eval_time = extended_params(model, "dynyarn", TARGET, TRAIN_LEN)
+    tuned = extended_params(model, "dynyarn", TARGET, TRAIN_LEN, fine_tuned=True)
+    assert extended_params(model, "yarn", TARGET, TRAIN_LEN, fine_tuned=True) == extended_params(
+        model, "yarn", TARGET, TRAIN_LEN
+    )
+    assert eval_time["scaling"] == {"type": "dynamic_yarn", "factor": 1.0, "original_max_position_embeddings": 16}
+    assert tuned["scaling"] == {**eval_time["scaling"], "factor": TARGET / TRAIN_LEN}
+    ids = torch.randint(0, 50, (2, 2 * TARGET), generator=torch.Generator().manual_seed(3))
+
+    def yarn_at(n: int) -> pf.Transformer:
+        return with_params(model, extended_params(model, "yarn", n, TRAIN_LEN), TARGET)
+
+    dynamic, dynamic_tuned = with_params(model, eval_time, TARGET), with_params(model, tuned, TARGET)
+    for n, expected, expected_tuned in (
+        (TRAIN_LEN, model, yarn_at(TARGET)),
+        (TRAIN_LEN + 1, yarn_at(TRAIN_LEN + 1), yarn_at(TARGET)),
+        (TARGET, yarn_at(TARGET), yarn_at(TARGET)),
+        (2 * TARGET, yarn_at(2 * TARGET), yarn_at(2 * TARGET)),
+    ):
+        assert torch.equal(dynamic(ids[:, :n]).logits, expected(ids[:, :n]).logits), n
+        assert torch.equal(dynamic_tuned(ids[:, :n]).logits, expected_tuned(ids[:, :n]).logits), n
+
+
 def test_extension_changes_the_scaling_and_nothing_else():
     model = _rope_model()
-    for method in ("none", "pi", "ntk", "yarn"):
+    for method in ("none", "pi", "ntk", "yarn", "dynyarn"):
         extended = with_params(model, extended_params(model, method, TARGET, TRAIN_LEN), TARGET)
         theirs = extended.state_dict()
         assert all(torch.equal(v, theirs[k]) for k, v in model.state_dict().items()) and set(theirs) == set(

@@ -116,6 +116,33 @@ def test_rerun_skips_recorded_methods_and_a_new_method_is_added(extended, capsys
     assert {"yarn", "yarn+ft"} <= set(json.loads((out / "results.json").read_text())["rows"])
 
 
+def test_dynamic_yarn_reads_l_as_the_source_and_fine_tunes_as_yarn(extended, tmp_path):
+    """--methods yarn,dynyarn: eval-time dynamic YaRN reads L = 16 exactly as the source and the target 64 exactly
+    as yarn, and reads 32 with its own factor 2. Its fine-tune is yarn's (the same batches and, at 64, the same
+    frequencies: the same weights bit for bit), so the fine-tuned rows agree up to 64 and part at 128, where
+    dynyarn+ft scales by 128 / 16."""
+    source, _ = extended
+    out = tmp_path / "e"
+    assert main(["extend", str(source), *EXTEND, "--methods", "yarn,dynyarn", "--output-dir", str(out)]) == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert set(rows) == {"source", "yarn", "yarn+ft", "dynyarn", "dynyarn+ft"}
+    assert rows["dynyarn"]["scaling"] == {"type": "dynamic_yarn", "factor": 1.0, "original_max_position_embeddings": 16}
+    assert rows["dynyarn+ft"]["scaling"] == {**rows["dynyarn"]["scaling"], "factor": 4.0}
+    for name in rows["source"]["ppl"]:
+
+        def ppl(row: str, n: int) -> float:
+            return rows[row]["ppl"][name][str(n)]
+
+        assert ppl("dynyarn", 16) == ppl("source", 16) and ppl("dynyarn", 64) == ppl("yarn", 64)
+        assert ppl("dynyarn", 32) != ppl("yarn", 32)
+        assert all(ppl("dynyarn+ft", n) == ppl("yarn+ft", n) for n in (16, 32, 64))
+        assert ppl("dynyarn+ft", 128) != ppl("yarn+ft", 128) and math.isfinite(ppl("dynyarn+ft", 128))
+    yarn, dynyarn = load_model(out / "rows" / "yarn"), load_model(out / "rows" / "dynyarn")
+    assert all(torch.equal(v, dynyarn.state_dict()[k]) for k, v in yarn.state_dict().items())
+    assert dynyarn.cfg.position_params["scaling"] == rows["dynyarn+ft"]["scaling"]
+    assert "| dynyarn+ft | fine-tuned |" in (out / "results.md").read_text()
+
+
 def test_steps_zero_scales_at_eval_time_only(extended, tmp_path):
     source, _ = extended
     assert (

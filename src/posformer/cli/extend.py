@@ -1,4 +1,5 @@
-"""`posformer extend`: extend a trained RoPE model's context (PI, NTK, YaRN, LongRoPE) and measure it."""
+"""`posformer extend`: extend a trained RoPE model's context (PI, NTK, YaRN, dynamic YaRN, LongRoPE) and measure
+it."""
 
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ From the same trained weights, for each --methods entry:
   pi        position interpolation (Chen et al. 2023): frequencies / s, s = target_len / L
   ntk       NTK-aware scaling: theta * s^(d/(d-2))
   yarn      YaRN (Peng et al. 2023): NTK-by-parts ramp and attention factor 0.1 ln s + 1
+  dynyarn   dynamic YaRN (Peng et al. 2023, section 3.3): YaRN with s = max(1, l / L) for each forward's length
+            l (RoPE unchanged up to L); fine-tuned as yarn (s = target_len / L), then scaled with the length
+            past target_len, s = max(target_len, l) / L
   longrope  LongRoPE (Ding et al. 2024): one factor per rotated pair, found by an evolutionary search
             (seeded with PI, NTK and YaRN) that minimises the perplexity at target_len on training text;
             the paper's recipe with --set longrope_stages=[256] (search and fine-tune at 256 first, then

@@ -1,5 +1,5 @@
-"""Context extension: `posformer extend` fine-tunes a trained RoPE model at a longer length with PI, NTK, YaRN or
-LongRoPE scaling and measures perplexity by length and passkey retrieval before and after.
+"""Context extension: `posformer extend` fine-tunes a trained RoPE model at a longer length with PI, NTK, YaRN,
+dynamic YaRN or LongRoPE scaling and measures perplexity by length and passkey retrieval before and after.
 
 | module | what |
 |---|---|

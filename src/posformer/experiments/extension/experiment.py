@@ -1,10 +1,11 @@
 """`posformer extend`: extend a trained RoPE model's context, the way the papers do, and measure what it gained.
 
-For each method (none, pi, ntk, yarn, longrope; `methods`), from the same trained weights:
-  1. eval-time: the method's RoPE scaling for factor target_len / L on the trained weights (not for none);
-  2. fine-tuned: the same scaling, then `steps` optimizer steps at target_len on the run's training text
-     (Chen et al. 2023 fine-tune PI for 1000 steps, Peng et al. 2023 YaRN for 400). Every method sees the same
-     batches in the same order.
+For each method (none, pi, ntk, yarn, dynyarn, longrope; `methods`), from the same trained weights:
+  1. eval-time: the method's RoPE scaling for factor target_len / L on the trained weights (not for none;
+     dynyarn: its factor from each forward's length);
+  2. fine-tuned: the same scaling (dynyarn: YaRN's at target_len, dynamic past it, `methods`), then `steps`
+     optimizer steps at target_len on the run's training text (Chen et al. 2023 fine-tune PI for 1000 steps,
+     Peng et al. 2023 YaRN for 400). Every method sees the same batches in the same order.
 Every model (the source too) is scored by perplexity at each eval length on the same held-out tokens, with
 bootstrap intervals over blocks of the longest eval length, and by passkey retrieval on a length x depth grid.
 Results go to OUTPUT/results.json and results.md after each method (atomically) and ppl.png, passkey.png; the
@@ -98,7 +99,9 @@ class Extension:
         """{row: record} for `method`: its eval-time row (not for none) and its fine-tuned row (steps > 0)."""
         s, model = self.s, self.source.model
         search = self._search(model, s.target_len) if method == "longrope" else None
-        params = extended_params(model, method, s.target_len, s.train_len, search and search["long_factor"])
+        long_factor = search and search["long_factor"]
+        params = extended_params(model, method, s.target_len, s.train_len, long_factor)
+        tune_params = extended_params(model, method, s.target_len, s.train_len, long_factor, fine_tuned=True)
         rows: dict[str, dict] = {}
         if method != "none":
             rows[method] = {
@@ -115,7 +118,7 @@ class Extension:
             if method == "longrope" and (s.longrope_stages or s.longrope_short):
                 tuned, record = self._longrope_recipe(params)
             else:
-                tuned, record = self._fine_tune(model, params, s.target_len, s.steps, method)
+                tuned, record = self._fine_tune(model, tune_params, s.target_len, s.steps, method)
         except TrainingStopped as err:
             self.log(f"{method}: {err}")
             rows[row] = {"method": method, "stage": "fine-tuned", "error": str(err)}

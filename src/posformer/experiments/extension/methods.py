@@ -4,6 +4,11 @@ none      RoPE unchanged: plain extrapolation (fine-tuned, the "direct fine-tuni
 pi        position interpolation (Chen et al. 2023): every frequency / (target_len / trained_len)
 ntk       NTK-aware scaling (bloc97 2023): theta * s^(d/(d-2)), s = target_len / trained_len
 yarn      YaRN (Peng et al. 2023): NTK-by-parts ramp and the 0.1 ln s + 1 attention factor
+dynyarn   dynamic YaRN (Peng et al. 2023, section 3.3): YaRN with s = max(1, l / trained_len) for each forward's
+          length l (RoPE unchanged up to trained_len). Fine-tuned ("+ft") as the paper uses it: YaRN fine-tuned at
+          s = target_len / trained_len (at target_len the dynamic factor is that s, so the fine-tune is yarn's),
+          then scaled dynamically, s = max(target_len, l) / trained_len: as yarn+ft up to target_len, beyond it
+          the factor grows with l (the paper code's `finetuned=True`, github.com/jquesnelle/yarn)
 longrope  LongRoPE (Ding et al. 2024): one searched factor per rotated pair (`longrope.search_long_factors`),
           used past trained_len; below it RoPE is unchanged (short factors 1)
 """
@@ -14,7 +19,7 @@ from typing import Any
 
 from posformer.model import Transformer
 
-METHODS = ("none", "pi", "ntk", "yarn", "longrope")
+METHODS = ("none", "pi", "ntk", "yarn", "dynyarn", "longrope")
 SCALING_OF = {"pi": "linear", "ntk": "ntk", "yarn": "yarn"}
 
 
@@ -48,14 +53,22 @@ def longrope_scaling(long_factor: list[float], target_len: int, trained_len: int
 
 
 def extended_params(
-    model: Transformer, method: str, target_len: int, trained_len: int, long_factor: list[float] | None = None
+    model: Transformer,
+    method: str,
+    target_len: int,
+    trained_len: int,
+    long_factor: list[float] | None = None,
+    fine_tuned: bool = False,
 ) -> dict[str, Any]:
-    """The model's position_params extended by `method` from trained_len to target_len (longrope: `long_factor`)."""
+    """The model's position_params extended by `method` from trained_len to target_len (longrope: `long_factor`);
+    `fine_tuned`: those of the method's fine-tune, which differ from its eval-time ones for dynyarn only."""
     from posformer.positions.rotary import Rotary
 
     params = dict(model.cfg.position_params)
     if method == "none":
         return params
+    if method == "dynyarn":  # the training-free form reads any length: its factor comes from the length alone
+        return Rotary.rescaled_params(params, "dynamic_yarn", target_len if fine_tuned else trained_len, trained_len)
     if method == "longrope":
         if long_factor is None:
             raise ValueError("extend: longrope needs its searched long factors")
