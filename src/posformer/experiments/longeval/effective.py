@@ -43,11 +43,11 @@ def effective_length(means: Mapping[int, float], threshold: float) -> int | None
     return found
 
 
-def rule_text(threshold: float, reference: int | None) -> str:
-    """The rule in words, for a report."""
+def rule_text(threshold: float, reference: int | None, score: float) -> str:
+    """The rule in words, for a report: `threshold` as asked, `score` what it comes to (`threshold_for`)."""
     if reference is None:
-        return f"the longest length up to which the mean exact match exceeds {threshold:.3f} at every length (RULER)"
+        return f"the longest length up to which the mean exact match exceeds {score:.3f} at every length (RULER)"
     return (
-        f"the longest length up to which the mean exact match exceeds {threshold:.3f} x the mean at {reference} "
-        "at every length"
+        f"the longest length up to which the mean exact match exceeds {threshold:g} x the mean at {reference} "
+        f"= {score:.3f} at every length"
     )

@@ -8,7 +8,8 @@ from posformer.experiments.longeval.grid import ANY_DEPTH
 
 
 def _score(value: float, chance: float) -> str:
-    return f"{value:.2f}" + ("" if value > chance else " (at chance)")
+    """A score, marked when it is not above a chance below 1 (a single needle's chance is 1: its only candidate)."""
+    return f"{value:.2f}" + (" (at chance)" if value <= chance < 1 else "")
 
 
 def _effective(found: dict) -> str:

@@ -74,7 +74,7 @@ def summarise(results: dict, grid: Grid, threshold: float, reference: int | None
         results["effective_length"] = {
             "length": effective_length(means, score),
             "threshold": score,
-            "rule": rule_text(score, reference),
+            "rule": rule_text(threshold, reference, score),
             "reference_length": reference,
             "lengths": sorted(means),
         }
