@@ -14,9 +14,13 @@ from posformer.data.shared import default_data_dir
 from posformer.experiments.extrapolation.settings import HELD_OUT_BOOKS
 from posformer.experiments.longeval.grid import trial_generator
 from posformer.experiments.longeval.haystacks import book_files, book_ids
-from posformer.experiments.longeval.items import pool
+from posformer.experiments.longeval.items import WORDS, pool
 from posformer.experiments.longeval.mix import SuiteMix
+from posformer.experiments.longeval.needles import MANY, NEEDLE
 from posformer.experiments.longeval.tasks import TASKS
+from posformer.experiments.longeval.variables import QUESTION, STATEMENT
+from posformer.experiments.longeval.word_lists import COMMON_QUESTION, FREQUENT_QUESTION, HEADER
+from posformer.experiments.passkey import FILLER
 from posformer.train.batches import WindowBatches
 
 BOOK = book_bytes()
@@ -64,6 +68,11 @@ def test_the_item_pools_split_every_kind_and_keep_a_quarter_for_evaluation():
         assert not train & held and 0.15 < len(held) / len(train | held) < 0.35
     numbers = pool("number", "eval")
     assert {n[0] for n in numbers} == set("123456789") and {n[-1] for n in numbers} == set("0123456789")
+
+
+def test_no_word_of_the_pools_is_a_word_of_the_filler_or_of_a_template():
+    fixed = " ".join([FILLER, *NEEDLE, *MANY, *STATEMENT, *QUESTION, HEADER, COMMON_QUESTION, FREQUENT_QUESTION])
+    assert not set(WORDS) & set(re.findall(r"[a-z]+", fixed.lower()))
 
 
 def test_train_and_eval_haystacks_come_from_different_books():

@@ -46,16 +46,17 @@ class Haystack:
 
 
 def noise(encode: Encode, room: int) -> Haystack:
-    """`room` tokens of the filler " The grass is green. The sky is blue. ..." repeated (the last sentence cut at
-    a token), a boundary before each sentence."""
+    """The last `room` tokens of the filler " The grass is green. The sky is blue. ..." repeated: the text ends with
+    a whole sentence (the first one may be cut at a token), a boundary before each sentence."""
     sentences = [encode(sentence) for sentence in SENTENCES]
     ids: list[int] = []
-    boundaries = {0, room}
+    starts = []
     while len(ids) < room:
         for sentence in sentences:
+            starts.append(len(ids))
             ids += sentence
-            boundaries.add(min(len(ids), room))
-    return Haystack(ids[:room], sorted(boundaries))
+    cut = len(ids) - room
+    return Haystack(ids[cut:], sorted({0, room} | {b - cut for b in starts if b >= cut}))
 
 
 def book(haystack_ids: Tensor | None, room: int, rng: torch.Generator, task: str, encode: Encode) -> Haystack:
