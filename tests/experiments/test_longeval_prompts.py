@@ -87,6 +87,7 @@ def test_the_asked_needle_sits_at_the_boundary_nearest_its_depth(task):
             assert offset == nearest, (task, length, depth)
             if TASKS[task].haystack == "noise":
                 assert abs(offset - target) <= max(len(s) for s in SENTENCES) / 2
+            assert haystack[-1] in ".!?;\n"  # the question follows a sentence (or line) end
 
 
 def test_a_length_too_short_for_a_task_is_refused_naming_both():

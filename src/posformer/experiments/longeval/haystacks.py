@@ -23,6 +23,7 @@ from posformer.experiments.passkey import FILLER
 
 BOOK_SEPARATOR = "\n\n"
 SKIP_FRACTION = 0.05  # the front matter of a book (title page, contents) is skipped
+END_SEARCH = 256  # how far back a book window may move to end at a sentence end
 SENTENCES = tuple(re.findall(r" [^.]*\.", FILLER))
 ENDS = (".", "!", "?", ";", "\n", '."', '!"', '?"', ".\u201d", "!\u201d", "?\u201d")  # a needle may follow these
 
@@ -60,8 +61,9 @@ def noise(encode: Encode, room: int) -> Haystack:
 
 
 def book(haystack_ids: Tensor | None, room: int, rng: torch.Generator, task: str, encode: Encode) -> Haystack:
-    """`room` consecutive tokens of haystack_ids (N,) from a random offset; a boundary after each token of `ENDS`
-    (those that are one token under `encode`)."""
+    """`room` consecutive tokens of haystack_ids (N,) ending at a random place, moved back to just after the last
+    token of `ENDS` (those one token long under `encode`) within END_SEARCH tokens, so that the question follows a
+    sentence end; a boundary after each such token."""
     if haystack_ids is None:
         raise ValueError(f"longeval: task {task!r} hides its needles in book text: give haystack_ids (book tokens)")
     if haystack_ids.numel() < room:
@@ -69,9 +71,11 @@ def book(haystack_ids: Tensor | None, room: int, rng: torch.Generator, task: str
             f"longeval: task {task!r} needs {room} tokens of book text and the haystack holds "
             f"{haystack_ids.numel()}: give a longer text"
         )
-    start = randint(rng, haystack_ids.numel() - room + 1)
-    ids = haystack_ids[start : start + room].tolist()
     ends = {found[0] for found in map(encode, ENDS) if len(found) == 1}
+    end = randint(rng, haystack_ids.numel() - room + 1) + room
+    before = haystack_ids[max(room, end - END_SEARCH) : end].tolist()  # the window ends at a sentence end if it can
+    end -= next((k for k, token in enumerate(reversed(before)) if token in ends), 0)
+    ids = haystack_ids[end - room : end].tolist()
     return Haystack(ids, sorted({0, room} | {i + 1 for i, token in enumerate(ids) if token in ends and i < room}))
 
 
