@@ -106,3 +106,9 @@ def test_a_length_past_learned_positions_is_refused(saved, tmp_path, capsys):
     _, learned, _ = saved
     assert main(["longeval", str(learned), *ARGS[:2], "--tasks", "vt", "--output-dir", str(tmp_path)]) == 2
     assert "'learned' positions, which stop at 256 tokens" in capsys.readouterr().err
+
+
+def test_a_missing_model_is_named(tmp_path, capsys):
+    assert main(["longeval", str(tmp_path / "none"), *ARGS[:2], "--output-dir", str(tmp_path / "out")]) == 2
+    assert f"{tmp_path / 'none'} does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -108,7 +108,7 @@ class NeedleTask:
             depths[asked[0] * self.values] = depth
         needles = [self._needle(encode, keys[k], value) for k, value in lines]
         question = self._question(encode, [keys[k] for k in asked])
-        slots = [value for k in asked for key, value in lines if key == k]
+        slots = [value for k in asked for owner, value in lines if owner == k]
         answer = listing(encode, slots, SEPARATOR)
         room = room_for(self.name, length, *map(len, needles), len(question), len(answer))
         if self.haystack == "noise":

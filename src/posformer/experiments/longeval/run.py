@@ -95,12 +95,10 @@ def run_longeval(settings: LongevalSettings, log: Callable[[str], None] = print)
         raise ValueError(f"longeval: --reference-length {reference} is not among --lengths {lengths}")
     for task in s.tasks:
         get_task(task)
-    out = Path(s.output_dir)
-    check_output_dir(out)
-    if not Path(s.model).exists():
-        raise FileNotFoundError(f"longeval: model {s.model} does not exist")
     encode = load_encode(s.model)
     check_request(s.tasks, lengths, s.depths, s.trials, encode)
+    out = Path(s.output_dir)
+    check_output_dir(out)
     model = load_model(s.model, dtype=getattr(torch, s.dtype), device=str(resolve_device(s.device)))
     check_model(model, s.model, lengths)
     haystack = None

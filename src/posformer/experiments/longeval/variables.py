@@ -72,8 +72,8 @@ class VariableTracking:
             sources = [value] + chain[:-1]
             statements.append(
                 [
-                    pieces(encode, STATEMENT[0], " " + v, STATEMENT[1], " " + s, STATEMENT[2])
-                    for v, s in zip(chain, sources)
+                    pieces(encode, STATEMENT[0], " " + name, STATEMENT[1], " " + source, STATEMENT[2])
+                    for name, source in zip(chain, sources)
                 ]
             )
         interleaved = shuffled(rng, [c for c in range(self.chains) for _ in range(self.hops + 1)])

@@ -93,12 +93,14 @@ class CommonWords:
         fixed = (len(encode(HEADER)), len(encode(COMMON_QUESTION)), sum(tokens[w] for w in common))
         room = room_for(self.name, length, *fixed)
         round_cost = self.repeats * sum(tokens[w] for w in common)
-        items, used, placed = [], 0, 0
+        items: list[str] = []
+        used = placed = 0
         while True:
             if placed % len(rare) == 0:  # a round starts with the common words
                 if used + round_cost > room:
                     break
-                items, used = items + common * self.repeats, used + round_cost
+                items += common * self.repeats
+                used += round_cost
             word = rare[placed % len(rare)]
             if used + tokens[word] > room:
                 break
