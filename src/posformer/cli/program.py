@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from posformer.cli import bench, convert, extend, extrapolate, generate, info, plot, qa, train
+from posformer.cli import bench, convert, extend, extrapolate, generate, info, longeval, plot, qa, train
 from posformer.cli.command import Command, add_commands
 
 COMMANDS: tuple[Command, ...] = (
@@ -21,6 +21,7 @@ COMMANDS: tuple[Command, ...] = (
     qa.COMMAND,
     extrapolate.COMMAND,
     extend.COMMAND,
+    longeval.COMMAND,
     plot.COMMAND,
 )
 EPILOG = "Run `posformer COMMAND --help` for the options of each command."

@@ -14,8 +14,9 @@ decoding writes, see `experiments.synthetic.evaluation`); the digit accuracy cou
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -26,6 +27,14 @@ FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. T
 KEY_LINE = " The pass key is {key}."
 QUESTION = " The pass key is"
 ANSWER = " {key}"
+
+
+class AnswerPrompt(Protocol):
+    """What `retrieval` scores: ids (T,), the whole sequence, the answer last from index answer_start (a
+    `PasskeyPrompt`, or a prompt of the long-context suite)."""
+
+    ids: Tensor
+    answer_start: int
 
 
 @dataclass(frozen=True)
@@ -95,7 +104,10 @@ class PasskeyMix:
 
 @torch.no_grad()
 def retrieval(
-    model: Transformer, prompts: list[PasskeyPrompt], batch_size: int = 16, advance: Callable[[int], None] | None = None
+    model: Transformer,
+    prompts: Sequence[AnswerPrompt],
+    batch_size: int = 16,
+    advance: Callable[[int], None] | None = None,
 ) -> tuple[float, float]:
     """(fraction of prompts whose key greedy decoding writes exactly, fraction of key tokens predicted right).
 
