@@ -108,6 +108,27 @@ def test_cli_writes_every_row_and_only_the_fine_tune_changes_the_weights(extende
     assert all(math.isfinite(v) for r in (source_row, eval_time) for v in next(iter(r.values())).values())
 
 
+def test_every_row_is_scored_on_the_suite_where_its_prompts_fit(extended):
+    from posformer.experiments.extension.source import load_source
+    from posformer.experiments.extension.suite import common_means
+    from posformer.experiments.longeval.tasks import get_task
+
+    source, out = extended
+    results = json.loads((out / "results.json").read_text())
+    encode = load_source(source, None).encode
+    for row, record in results["rows"].items():
+        for task in results["config"]["suite_tasks"]:
+            fitting = [n for n in results["config"]["passkey_lengths"] if n >= get_task(task).minimum_length(encode)]
+            assert [int(n) for n in record["suite"].get(task, {})] == fitting, (row, task)
+        means = common_means(record["suite"])
+        assert means and all(0 <= v <= 1 for v in means.values())
+    report = (out / "results.md").read_text()
+    assert "## Long-context suite: mean exact match by length, effective length" in report
+    assert "### suite, pi+ft: exact match by task and length" in report
+    for name in ("suite.png", "effective_length.png"):
+        assert (out / name).stat().st_size > 0
+
+
 def test_rerun_skips_recorded_methods_and_a_new_method_is_added(extended, capsys):
     source, out = extended
     assert main(["extend", str(source), *EXTEND, "--methods", "none,pi,longrope,yarn", "--output-dir", str(out)]) == 0
@@ -158,6 +179,7 @@ def test_steps_zero_scales_at_eval_time_only(extended, tmp_path):
     [
         (["--target-len", "16"], "target_len=16 is invalid"),
         (["--target-len", "64", "--methods", "pi,rope"], "methods='rope' is invalid"),
+        (["--target-len", "64", "--set", "suite_tasks=[needle]"], "suite_tasks='needle' is invalid"),
         ([], "--target-len is required"),
     ],
 )

@@ -7,7 +7,8 @@ For each method (none, pi, ntk, yarn, dynyarn, longrope; `methods`), from the sa
      optimizer steps at target_len on the run's training text (Chen et al. 2023 fine-tune PI for 1000 steps,
      Peng et al. 2023 YaRN for 400). Every method sees the same batches in the same order.
 Every model (the source too) is scored by perplexity at each eval length on the same held-out tokens, with
-bootstrap intervals over blocks of the longest eval length, and by passkey retrieval on a length x depth grid.
+bootstrap intervals over blocks of the longest eval length, by passkey retrieval on a length x depth grid, and by
+the long-context suite's tasks on the same grid (`extension.suite`: exact match, effective length).
 Results go to OUTPUT/results.json and results.md after each method (atomically) and ppl.png, passkey.png; the
 fine-tune of method m is the Trainer run OUTPUT/rows/m (resumable; `posformer generate --model OUTPUT/rows/m`).
 """
@@ -23,15 +24,18 @@ from tqdm.auto import tqdm
 
 from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
 from posformer.checkpoints.native import save_pretrained
-from posformer.experiments.extension import report
+from posformer.experiments.extension import report, suite_report
 from posformer.experiments.extension.longrope import search_long_factors, search_short_factors
 from posformer.experiments.extension.methods import check_rope_model, extended_params, with_params
 from posformer.experiments.extension.settings import ExtendSettings
 from posformer.experiments.extension.source import Source, load_source
+from posformer.experiments.extension.suite import fitting_lengths, score_suite, suite_tokens
 from posformer.experiments.extrapolation import data
 from posformer.experiments.extrapolation.evaluation import block_losses, tokens_read
 from posformer.experiments.extrapolation.experiment import open_results
 from posformer.experiments.extrapolation.layout import ExperimentLayout
+from posformer.experiments.longeval.haystacks import book_ids
+from posformer.experiments.longeval.tasks import get_task
 from posformer.experiments.memory_fit import Need, check_fit, evaluation_advice, evaluation_need, training_need
 from posformer.experiments.passkey import grid_tokens, passkey_grid
 from posformer.model import Transformer
@@ -51,12 +55,16 @@ class Extension:
         layout: ExperimentLayout,
         log: Callable[[str], None],
         progress: bool,
+        data_dir: str | None = None,
     ):
         self.s, self.source, self.layout, self.log, self.progress = settings, source, layout, log, progress
         self.streams = {
             name: data.eval_streams(source.tokenizer, docs, settings.eval_tokens, max(settings.eval_lens))
             for name, docs in source.eval_docs.items()
         }
+        self.suite_cells = fitting_lengths(settings.suite_tasks, settings.passkey_lengths, source.encode)
+        books = [t for t, lengths in self.suite_cells.items() if lengths and get_task(t).haystack == "book"]
+        self.haystack_ids = book_ids(source.encode, "eval", data_dir) if books else None
 
     def score(self, model: Transformer, row: str) -> dict:
         """{"ppl": {set: {len: ppl}}, "blocks": {set: {len: {nll, count}}}, "passkey": grid} of one model; a
@@ -85,11 +93,26 @@ class Extension:
             grid = passkey_grid(
                 model, self.source.encode, lengths, depths, trials, s.seed, s.eval_batch_tokens, bar.update
             )
+        scored = {"ppl": ppl, "blocks": blocks, "passkey": grid}
+        if self.suite_cells:
+            total = suite_tokens(self.suite_cells, depths, s.suite_trials)
+            with self._bar(f"suite {row}", total) as bar:
+                scored["suite"] = score_suite(
+                    model,
+                    self.source.encode,
+                    self.suite_cells,
+                    depths,
+                    s.suite_trials,
+                    s.seed,
+                    self.haystack_ids,
+                    s.eval_batch_tokens,
+                    bar.update,
+                )
         self.log(
             f"{row}: ppl {', '.join(f'{n}: {v:.3f}' for n, v in next(iter(ppl.values())).items())}; "
             f"passkey {report.mean_exact(grid):.2f} ({time.monotonic() - started:.0f} s)"
         )
-        return {"ppl": ppl, "blocks": blocks, "passkey": grid}
+        return scored
 
     def _bar(self, desc: str, total: int) -> tqdm:
         """A progress bar of `total` tokens (off with --no-progress)."""
@@ -244,6 +267,9 @@ def save(results: dict, layout: ExperimentLayout) -> None:
     if results["rows"]:
         report.plot_ppl(results, layout.root / "ppl.png")
         report.plot_passkey(results, layout.root / "passkey.png")
+    if suite_report.suite_rows(results):
+        suite_report.plot_suite(results, layout.root / "suite.png")
+        suite_report.plot_effective(results, layout.root / "effective_length.png")
 
 
 def memory_needs(settings: ExtendSettings, model: Transformer, device: torch.device) -> list[Need]:
@@ -297,7 +323,7 @@ def run_extend(
     }
     save(results, layout)  # the configuration is on record before any training: a resume with other settings fails
     started = time.monotonic()
-    extension = Extension(settings, source, layout, log, progress)
+    extension = Extension(settings, source, layout, log, progress, data_dir)
     results["data"] = {
         "eval_sets": {
             name: {"tokens": sum(t.numel() for t in st.values()), "documents": {d: t.numel() for d, t in st.items()}}

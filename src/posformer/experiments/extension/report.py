@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from posformer.experiments.extension import suite_report
 from posformer.experiments.extrapolation.bootstrap import ratio_interval
 from posformer.experiments.extrapolation.report import markdown_table, ppl_interval_of
 
@@ -155,7 +156,7 @@ def markdown(results: dict) -> str:
             f"{', '.join(f'{v:.2f}' for v in found['long_factor'])}.\n"
         )
     parts += [recipe_line(r) for r in results["rows"].values() if r.get("stages") or r.get("short_search")]
-    return "\n".join(parts)
+    return "\n".join(parts + suite_report.markdown(results))
 
 
 def recipe_line(row: dict) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from posformer.experiments.extension.methods import METHODS
+from posformer.experiments.longeval.tasks import TASKS
 from posformer.experiments.presets import from_preset
 from posformer.experiments.training_knobs import TrainingKnobs
 from posformer.utils.options import option
@@ -23,6 +24,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         eval_batch_tokens=4096,
         passkey_depths=[0.0, 0.5, 1.0],
         passkey_trials=4,
+        suite_tasks=["single_noise", "vt"],
+        suite_trials=2,
         longrope_population=4,
         longrope_generations=2,
         longrope_tokens=4096,
@@ -84,6 +87,17 @@ class ExtendSettings(TrainingKnobs):
         flag=False,
     )
     passkey_trials: int = option(20, "passkey keys per grid cell", flag=False)
+    suite_tasks: list[str] = option(
+        default_factory=lambda: list(TASKS),
+        help="long-context suite tasks (`posformer longeval`) scored at the passkey lengths and depths ([]: none)",
+        flag=False,
+    )
+    suite_trials: int = option(10, "suite prompts per task, length and depth", flag=False)
+    suite_threshold: float = option(
+        0.5,
+        "effective length: the fraction of the source's mean suite score at train_len a length must exceed",
+        flag=False,
+    )
     longrope_population: int = option(8, "LongRoPE search: candidates per generation", flag=False)
     longrope_generations: int = option(4, "LongRoPE search: generations", flag=False)
     longrope_tokens: int = option(16_384, "LongRoPE search: training tokens scoring each candidate", flag=False)
@@ -142,12 +156,18 @@ class ExtendSettings(TrainingKnobs):
             fail("extend: passkey_depths", self.passkey_depths, "a non-empty list of numbers in [0, 1]")
         for depth in self.passkey_depths:
             check_number("extend: passkey_depths", depth, 0.0, 1.0)
+        if not isinstance(self.suite_tasks, list) or len(set(self.suite_tasks)) != len(self.suite_tasks):
+            fail("extend: suite_tasks", self.suite_tasks, f"a list of distinct tasks from {', '.join(TASKS)}")
+        for task in self.suite_tasks:
+            check_choice("extend: suite_tasks", task, list(TASKS))
+        check_number("extend: suite_threshold", self.suite_threshold, 0.0, 1.0, low_open=True)
         check_int("extend: steps", self.steps, minimum=0)
         for name in (
             "batch_size",
             "eval_tokens",
             "eval_batch_tokens",
             "passkey_trials",
+            "suite_trials",
             "longrope_population",
             "longrope_generations",
             "longrope_tokens",

@@ -96,17 +96,20 @@ def load_corpus(corpus: str, data_dir: str | Path, held_out: list[str], wikitext
     return result
 
 
-def train_bpe(texts: dict[str, str], vocab_size: int, max_chars: int):
+def train_bpe(texts: dict[str, str], vocab_size: int, max_chars: int, split_digits: bool = False):
     """A byte-level BPE `PreTrainedTokenizerFast` trained on at most `max_chars` characters.
 
-    The cap is spread evenly over the documents (a prefix of each), so every book counts.
+    The cap is spread evenly over the documents (a prefix of each), so every book counts. `split_digits`: every
+    digit is a token of its own (LLaMA's rule), so a number reads the same digit by digit wherever it sits.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     share = max(1, max_chars // max(1, len(texts)))
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    digits = pre_tokenizers.Digits(individual_digits=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([digits, byte_level]) if split_digits else byte_level
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

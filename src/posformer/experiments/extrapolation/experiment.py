@@ -29,6 +29,7 @@ from posformer.experiments.extrapolation.evaluation import block_losses, represe
 from posformer.experiments.extrapolation.layout import ExperimentLayout
 from posformer.experiments.extrapolation.report import markdown, plot
 from posformer.experiments.extrapolation.settings import ExtrapolationSettings, model_config
+from posformer.experiments.longeval.mix import SuiteMix
 from posformer.experiments.memory_fit import Need, check_fit, evaluation_advice, evaluation_need, training_need
 from posformer.experiments.passkey import PasskeyMix
 from posformer.model import Transformer
@@ -153,9 +154,13 @@ class Experiment:
         self.log(
             f"training a byte-level BPE tokenizer (vocab {self.s.vocab_size}, {self.s.tokenizer_chars:,} characters)"
         )
-        tokenizer = data.train_bpe(texts, self.s.vocab_size, self.s.tokenizer_chars)
+        tokenizer = data.train_bpe(texts, self.s.vocab_size, self.s.tokenizer_chars, self.s.split_digits)
         tokenizer.save_pretrained(str(folder))
         return tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        """text -> ids with the experiment's tokenizer, no special tokens (the prompts mixed into training)."""
+        return data.encode(self.tokenizer, text).tolist()
 
     def evaluate(self, model: Transformer, row: str, scaling: str | None = None) -> tuple[dict, dict]:
         """(ppl, blocks): {eval set: {str(eval_len): ppl or None}} and {eval set: {str(eval_len): {"nll": [...],
@@ -215,14 +220,11 @@ class Experiment:
         self.log(f"\n== {position}: {model.num_parameters():,} parameters, training in {run_dir}")
         started = time.monotonic()
         batches = WindowBatches(self.train_ids, s.train_len, s.seed)
+        encode = self.encode
         if s.passkey_fraction > 0:
-            batches = PasskeyMix(
-                batches,
-                lambda text: data.encode(self.tokenizer, text).tolist(),
-                s.train_len,
-                s.passkey_fraction,
-                s.seed,
-            )
+            batches = PasskeyMix(batches, encode, s.train_len, s.passkey_fraction, s.seed)
+        if s.suite_fraction > 0:
+            batches = SuiteMix(batches, encode, s.train_len, s.suite_fraction, s.seed, s.suite_tasks, self.train_ids)
         trainer = Trainer(
             model,
             batches,

@@ -157,6 +157,18 @@ class ExtrapolationSettings(TrainingKnobs):
         help="{row: Config.position_params} for the rows that differ from the defaults",
         flag=False,
     )
+    split_digits: bool = option(
+        False, "BPE: every digit a token of its own (LLaMA), so a number reads the same wherever it sits", flag=False
+    )
+    suite_fraction: float = option(
+        0.0,
+        "fraction of training windows replaced by training-split prompts of the long-context suite (`longeval`; "
+        "their keys, values and books are disjoint from its evaluation prompts)",
+        flag=False,
+    )
+    suite_tasks: list[str] | None = option(
+        None, "the suite tasks mixed in by suite_fraction (null: every task)", flag=False
+    )
     passkey_fraction: float = option(
         0.0,
         "fraction of training windows replaced by passkey prompts of train_len tokens, so that the models learn "
@@ -234,6 +246,13 @@ class ExtrapolationSettings(TrainingKnobs):
         for name in ("lr", "min_lr_ratio", "weight_decay"):
             check_number(_knob(name), getattr(self, name), low=0)
         check_number(_knob("passkey_fraction"), self.passkey_fraction, 0.0, 1.0)
+        check_number(_knob("suite_fraction"), self.suite_fraction, 0.0, 1.0)
+        if self.suite_tasks is not None:
+            from posformer.experiments.longeval.tasks import TASKS
+
+            tasks = self.suite_tasks
+            if not isinstance(tasks, list) or not tasks or any(t not in TASKS for t in tasks):
+                fail(_knob("suite_tasks"), self.suite_tasks, f"null or a non-empty list drawn from {', '.join(TASKS)}")
         check_field_kinds(self, "extrapolate: ")
 
 
