@@ -200,7 +200,9 @@ def test_rope_parameters_carry_over_and_a_method_keeps_rope_weights_keys() -> No
 )
 def test_a_bad_parameter_is_named(name: str, params: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        pf.Config(arch="decoder", vocab_size=53, d_model=32, n_layers=1, n_heads=4, position=name, position_params=params)
+        pf.Config(
+            arch="decoder", vocab_size=53, d_model=32, n_layers=1, n_heads=4, position=name, position_params=params
+        )
 
 
 def test_flex_attention_is_refused_by_name() -> None:
