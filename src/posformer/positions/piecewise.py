@@ -37,7 +37,8 @@ from posformer.positions.sizes import Sizes
 
 
 class Regime(NamedTuple):
-    """The pairs (i, j) where `pairs` holds score a query rotated at q_at[i] against its key moved as `Remap` says.
+    """The pairs (i, j) where `pairs` holds score a query rotated at q_at[i] against its key moved as `Remap` says;
+    the regimes of a method are disjoint.
 
     pairs: bool, broadcastable to (B or 1, Tq, Tk); q_at: (B or 1, Tq) integer positions."""
 
@@ -135,16 +136,17 @@ class PiecewiseRotary(PositionEncoding):
         q_pos, k_pos = batch_rows(q_pos), batch_rows(k_pos)
         dtype = torch.promote_types(q.dtype, torch.float32)
         q_in, k_in = q.to(dtype), k.to(dtype)
-        plain = pair_scores(q_in, k_in)
         remap = self.remap(q_pos, k_pos)
-        moved_k = self._moved(k_in, k_pos, remap.k_at)
-        bias = torch.zeros_like(plain)
-        for regime in remap.regimes:
-            scores = pair_scores(self._moved(q_in, q_pos, regime.q_at), moved_k)
-            bias = torch.where(regime.pairs[:, None], scores - plain, bias)
-        bias = bias * self.scale
+        bias = q_in.new_zeros((*q.shape[:3], k.shape[2])) if not remap.regimes else None
+        if remap.regimes:
+            plain, moved_k = pair_scores(q_in, k_in), self._moved(k_in, k_pos, remap.k_at)
+        for regime in remap.regimes:  # disjoint: each pair's difference is written once, in place (3 blocks at most)
+            scores = pair_scores(self._moved(q_in, q_pos, regime.q_at), moved_k).sub_(plain)
+            scores.masked_fill_(~regime.pairs[:, None], 0.0)
+            bias = scores if bias is None else bias.add_(scores)
+        bias.mul_(self.scale)
         hidden = self.hidden(q_pos, k_pos)
-        return bias if hidden is None else bias.masked_fill(hidden[:, None], torch.finfo(q.dtype).min)
+        return bias if hidden is None else bias.masked_fill_(hidden[:, None], torch.finfo(q.dtype).min)
 
     def _moved(self, x: Tensor, at: Tensor, to: Tensor | None) -> Tensor:
         """x (B, n, T, dh) rotated at positions `at` (B or 1, T) -> rotated at `to` (B or 1, T) instead (None: x)."""
