@@ -215,23 +215,32 @@ def test_flex_attention_is_refused_by_name() -> None:
 def test_sixteen_times_the_training_length_runs_in_blocks_of_queries(name: str, monkeypatch) -> None:
     """At 16 x the training length with the bias budget shrunk so that it is asked for in blocks (as a long
     sequence is at the real budget), every bias the encoding makes covers one block of queries, never (T, T),
-    and the logits are those of the whole bias."""
+    and the logits and gradients (each block checkpointed) are those of the whole bias. (The real budget at
+    16,384 tokens: docs/positions.md.)"""
     import posformer.modules.bias_blocks as bias_blocks
 
     cfg = pf.Config(
         arch="decoder", vocab_size=53, d_model=32, n_layers=2, n_heads=4, position=name,
         position_params=pf.positions.get(name).for_lengths({}, 256, 16), max_positions=16, init_std=0.3,
     )  # fmt: skip
-    model = pf.Transformer(cfg).eval()
+    model = pf.Transformer(cfg).double()
     ids = torch.randint(1, 53, (1, 256))
-    with torch.no_grad():
-        whole = model(ids).logits
-        shapes = []
-        bias = type(model.decoder.position).bias
-        monkeypatch.setattr(
-            type(model.decoder.position), "bias", lambda self, *a: shapes.append(a[0].shape[-2]) or bias(self, *a)
-        )
-        monkeypatch.setitem(bias_blocks.BIAS_BYTES, "cpu", (1024, 32 * 4 * 256 * 4))
-        blocked = model(ids).logits
-    torch.testing.assert_close(blocked, whole, rtol=1e-5, atol=1e-5)
-    assert shapes and max(shapes) == 32 and len(shapes) == 2 * 256 // 32
+
+    def logits_and_grads():
+        model.zero_grad()
+        out = model(ids, labels=ids)
+        out.loss.backward()
+        return out.logits, [p.grad.clone() for p in model.parameters()]
+
+    whole, whole_grads = logits_and_grads()
+    shapes = []
+    bias = type(model.decoder.position).bias
+    monkeypatch.setattr(
+        type(model.decoder.position), "bias", lambda self, *a: shapes.append(a[0].shape[-2]) or bias(self, *a)
+    )
+    monkeypatch.setitem(bias_blocks.BIAS_BYTES, "cpu", (1024, 32 * 4 * 256 * 4))
+    blocked, blocked_grads = logits_and_grads()
+    torch.testing.assert_close(blocked, whole, rtol=1e-10, atol=1e-10)
+    for grad, expected in zip(blocked_grads, whole_grads):
+        torch.testing.assert_close(grad, expected, rtol=1e-9, atol=1e-9)
+    assert shapes and max(shapes) == 32 and len(shapes) == 2 * 2 * 256 // 32  # forward and recomputed in backward
