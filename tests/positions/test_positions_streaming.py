@@ -80,3 +80,14 @@ def test_only_streaming_without_a_sliding_window_gets_a_cache_that_drops_keys() 
     assert streaming_model(sliding_window=8).new_cache().keys_seen is None  # its mask counts the cache's slots
     for name in ("rope", "rerope"):
         assert streaming_model(position=name, position_params={}).new_cache(64).keys_seen is None
+
+
+def test_beam_search_of_a_left_padded_batch_over_the_bounded_cache_equals_it_over_every_key(monkeypatch) -> None:
+    """Beams reorder the cache's rows; the slots dropped are shared by the rows, so the result is that of a cache
+    that keeps every key (the full pass's hiding)."""
+    model = streaming_model()
+    ids = torch.randint(1, 53, (2, 6))
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1] * 6])
+    bounded = model.generate(ids, attention_mask=mask, max_new_tokens=30, num_beams=3)
+    monkeypatch.setattr(model.decoder, "keys_seen", lambda: None)
+    assert torch.equal(model.generate(ids, attention_mask=mask, max_new_tokens=30, num_beams=3), bounded)
