@@ -24,7 +24,15 @@ pytestmark = pytest.mark.filterwarnings("error:flex_attention called without tor
 
 
 def test_flex_takes_every_encoding_but_those_whose_bias_it_cannot_express() -> None:
-    assert set(pf.positions.names()) - set(FLEX) == {"shaw", "cope", "transformer_xl"}
+    assert set(pf.positions.names()) - set(FLEX) == {
+        "shaw",
+        "cope",
+        "transformer_xl",
+        "rerope",
+        "self_extend",
+        "dual_chunk",
+        "streaming",
+    }
     assert {"alibi", "t5", "kerple", "fire", "relative_key", "relative_key_query", "deberta"} <= set(BIASED)
 
 

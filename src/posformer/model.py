@@ -164,17 +164,21 @@ class Transformer(nn.Module):
         memory_mask: Tensor | None = None,
         output_attentions: bool = False,
     ) -> tuple[Tensor, list[Tensor]]:
-        """Run the decoder stack on (B, T) ids after `len(cache)` cached positions -> (B, T, d_model).
+        """Run the decoder stack on (B, T) ids after the `cache.seen` positions given to the cache -> (B, T, d_model).
 
-        attention_mask covers the cached positions too: (B, len(cache) + T).
+        attention_mask covers the cached positions too: (B, cache.seen + T). A cache that drops keys no query
+        sees any more (`Cache.make_room`) holds fewer, `len(cache)`, and the mask is narrowed to them.
         """
         check_token_ids(input_ids, "decoder input_ids", self.cfg.vocab_size)
         batch, length = input_ids.shape
-        past = 0 if cache is None else len(cache)
+        past = 0 if cache is None else cache.seen
         keep = self._keep(attention_mask, batch, past + length, "attention_mask (cached + new positions)")
         pos = self._positions(position_ids, input_ids, past, "position_ids")
+        if cache is not None:
+            keep = cache.make_room(pos, keep)
+        keys = length + (0 if cache is None else len(cache))
         x = self._embed(input_ids, stack="decoder")
-        masks = {w: build_mask(keep, True, length, past + length, x.dtype, x.device, w) for w in self.decoder.windows}
+        masks = {w: build_mask(keep, True, length, keys, x.dtype, x.device, w) for w in self.decoder.windows}
         memory_attn = None
         if memory is not None:
             if memory.shape[0] != batch:
@@ -232,7 +236,7 @@ class Transformer(nn.Module):
         )
         self._check_head_options(logits_to_keep, return_logits, labels)
         if use_cache and cache is None and cfg.arch != "encoder":
-            cache = Cache(len(self.decoder.layers))
+            cache = self.new_cache()
         out = ModelOutput(cache=cache)
         if cfg.arch == "encoder":
             hidden, out.attentions = self.encode(
@@ -383,6 +387,13 @@ class Transformer(nn.Module):
         shifted[:, 1:] = labels[:, :-1]
         pad = cfg.pad_token_id if cfg.pad_token_id is not None else start
         return shifted.masked_fill(shifted == IGNORE_INDEX, pad)
+
+    def new_cache(self, capacity: int | None = None) -> Cache:
+        """An empty KV cache for the decoder, with room for `capacity` positions at once (None: grown as needed).
+        When the decoder's encoding says which keys no later query sees (StreamingLLM), the cache drops them and
+        its memory stays bounded however long the decoding; it then ignores `capacity`."""
+        keys_seen = self.decoder.keys_seen()
+        return Cache(len(self.decoder.layers), None if keys_seen is not None else capacity, keys_seen)
 
     def generate(self, input_ids: Tensor, max_new_tokens: int = 32, **kwargs) -> Tensor | tuple[Tensor, Tensor]:
         """Autoregressive decoding over the KV cache; see `posformer.generation.generate`."""

@@ -14,7 +14,16 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 import posformer as pf
 from posformer.experiments.extension.longrope import search_long_factors, search_short_factors, seed_factors
-from posformer.experiments.extension.methods import check_rope_model, extended_params, longrope_scaling, with_params
+from posformer.experiments.extension.methods import (
+    FINE_TUNED,
+    METHODS,
+    PIECEWISE,
+    check_rope_model,
+    extended_params,
+    longrope_scaling,
+    position_of,
+    with_params,
+)
 from posformer.experiments.extension.settings import ExtendSettings
 from posformer.experiments.extrapolation.evaluation import perplexity
 
@@ -206,3 +215,40 @@ def test_longrope_stages_split_the_steps_and_bad_stages_are_named():
     with pytest.raises(ValueError, match="steps=2 is invalid"):
         ExtendSettings(target_len=512, steps=2, longrope_stages=[256]).resolve(64)
     assert ExtendSettings(target_len=512, steps=0, longrope_stages=[256]).resolve(64).steps == 0  # eval-time only
+
+
+def test_piecewise_methods_keep_the_weights_change_the_position_and_choose_the_papers_parameters():
+    """ReRoPE, Self-Extend, dual chunk attention and StreamingLLM from L=16 to 64: the rope parameters carried
+    over, each method's own chosen from L (and the target) as its module says, every weight copied; a text within
+    the method's window reads as in the trained model."""
+    model = _rope_model(theta=500.0).eval()
+    chosen = {  # the method's parameters, and the longest text it reads as RoPE
+        "rerope": ({"window": 4}, 4),
+        "self_extend": ({"neighbor_window": 4, "group_size": 16}, 4),  # 4 + 60 / 16 < 16 / 2; G = 15 would not
+        "dual_chunk": ({"chunk_size": 12, "local_size": 2}, 12),
+        "streaming": ({"sinks": 4, "window": 12}, 16),
+    }
+    ids = torch.randint(0, 50, (2, TRAIN_LEN), generator=torch.Generator().manual_seed(3))
+    for method, (own, covered) in chosen.items():
+        params = extended_params(model, method, TARGET, TRAIN_LEN)
+        assert params == {**model.cfg.position_params, **own}
+        extended = with_params(model, params, TARGET, position_of(method))
+        assert extended.cfg.position == method and extended.cfg.max_positions == TARGET
+        assert all(torch.equal(v, extended.state_dict()[k]) for k, v in model.state_dict().items())
+        ours, new = model.cfg.to_dict(), extended.cfg.to_dict()
+        assert {k for k in ours if ours[k] != new[k]} == {"position", "position_params", "max_positions"}
+        with torch.no_grad():
+            torch.testing.assert_close(extended(ids[:, :covered]).logits, model(ids[:, :covered]).logits)
+            assert not torch.allclose(extended(ids).logits, model(ids).logits) or covered == TRAIN_LEN
+    assert set(METHODS) - set(FINE_TUNED) == set(PIECEWISE)
+
+
+def test_a_model_without_rope_is_refused_by_name_for_every_method():
+    alibi = pf.Transformer(
+        pf.Config(arch="decoder", vocab_size=50, d_model=32, n_layers=1, n_heads=2, position="alibi")
+    )
+    for method in METHODS:
+        with pytest.raises(ValueError, match=f"method '{method}' extends RoPE, and this model uses position 'alibi'"):
+            extended_params(alibi, method, TARGET, TRAIN_LEN, [1.0] * 8)
+    with pytest.raises(ValueError, match=r"position 'alibi'; the context-extension methods \(rerope, streaming\)"):
+        check_rope_model(alibi, "runs/x", ["rerope", "streaming"])

@@ -11,9 +11,12 @@ import math
 import pytest
 import torch
 
+import posformer as pf
 from posformer.checkpoints.native import save_pretrained
 from posformer.cli import main
-from posformer.loading import load_model
+from posformer.data.text import default_corpus
+from posformer.experiments.extension.methods import PIECEWISE
+from posformer.loading import checkpoint_dir, load_model, tokenizer_paths
 
 ROW = [
     "--preset",
@@ -305,3 +308,38 @@ def test_the_short_factor_readjustment_runs_without_stages(extended, tmp_path):
     assert row["stages"] == [] and "longrope_search" not in row and row["steps"] == 2
     scaling = load_model(out / "rows" / "longrope" / "readjusted").cfg.position_params["scaling"]
     assert scaling["short_factor"] == row["short_search"]["short_factor"]
+
+
+def test_the_training_free_methods_run_end_to_end_with_their_papers_parameters(extended, tmp_path):
+    """ReRoPE, Self-Extend, dual chunk attention and StreamingLLM: one eval-time row each, scored on the same
+    grids, with the parameters chosen from L = 16 and the target 64; nothing fine-tuned (they are training-free)."""
+    source, _ = extended
+    out = tmp_path / "e"
+    assert main(["extend", str(source), *EXTEND, "--methods", ",".join(PIECEWISE), "--output-dir", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["rows"]) == {"source", *PIECEWISE} and not (out / "rows").exists()
+    chosen = {
+        "rerope": {"window": 4},
+        "self_extend": {"group_size": 16, "neighbor_window": 4},
+        "dual_chunk": {"chunk_size": 12, "local_size": 2},
+        "streaming": {"sinks": 4, "window": 12},
+    }
+    for method, params in chosen.items():
+        row = results["rows"][method]
+        assert (row["stage"], row["position"], row["method_params"]) == ("eval-time", method, params)
+        assert row["ppl"].keys() == results["rows"]["source"]["ppl"].keys()
+        assert all(math.isfinite(v) for by_length in row["ppl"].values() for v in by_length.values())
+        assert row["passkey"].keys() == results["rows"]["source"]["passkey"].keys()
+    report = (out / "results.md").read_text()
+    assert "ppl(streaming) / ppl(source)" in report and "rerope: window=4" in report
+
+
+def test_a_source_without_rope_is_refused_naming_its_position_and_the_methods(extended, tmp_path, capsys):
+    source, _ = extended
+    trained = load_model(source)
+    alibi = pf.Transformer(trained.cfg.replace(position="alibi"))
+    files = {name: path.read_text(encoding="utf-8") for name, path in tokenizer_paths(checkpoint_dir(source)).items()}
+    save_pretrained(alibi, tmp_path / "alibi", files)
+    args = ["--methods", "rerope,self_extend", "--text", str(default_corpus()), "--train-len", "16"]
+    assert main(["extend", str(tmp_path / "alibi"), *EXTEND, *args, "--output-dir", str(tmp_path / "e")]) != 0
+    assert "uses position 'alibi'; the context-extension methods (rerope, self_extend)" in capsys.readouterr().err

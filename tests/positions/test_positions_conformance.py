@@ -13,6 +13,7 @@ import torch
 import posformer as pf
 from posformer.positions.deberta import OwnAttnScale
 from posformer.positions.rotary import GoesStale, Rescalable
+from posformer.positions.streaming import ForgetsKeys
 from posformer.positions.t5 import Saturating, SchemeInitialised
 
 TRAIN_LENGTH = 16
@@ -373,8 +374,16 @@ def test_a_hook_of_one_encoding_is_declared_in_its_own_file() -> None:
         "saturation_distance",
         "init_weights_",
         "default_attn_scale",
+        "keys_seen",
     )
     assert not [hook for hook in hooks if hasattr(pf.positions.PositionEncoding, hook)]
-    owners = {Rescalable: "rope", GoesStale: "rope", Saturating: "t5", SchemeInitialised: "t5", OwnAttnScale: "deberta"}
+    owners = {
+        Rescalable: "rope",
+        GoesStale: "rope",
+        Saturating: "t5",
+        SchemeInitialised: "t5",
+        OwnAttnScale: "deberta",
+        ForgetsKeys: "streaming",
+    }
     for protocol, owner in owners.items():
         assert [name for name in pf.positions.names() if isinstance(pf.positions.get(name), protocol)] == [owner]

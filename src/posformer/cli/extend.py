@@ -1,5 +1,5 @@
-"""`posformer extend`: extend a trained RoPE model's context (PI, NTK, YaRN, dynamic YaRN, LongRoPE) and measure
-it."""
+"""`posformer extend`: extend a trained RoPE model's context (PI, NTK, YaRN, dynamic YaRN, LongRoPE, and the
+training-free ReRoPE, Self-Extend, dual chunk attention and StreamingLLM) and measure it."""
 
 from __future__ import annotations
 
@@ -42,8 +42,14 @@ From the same trained weights, for each --methods entry:
             the paper's recipe with --set longrope_stages=[256] (search and fine-tune at 256 first, then
             search again and fine-tune at the target) and --set longrope_short=true (then search the short
             factors that restore the perplexity at L; the model is saved to rows/longrope/readjusted)
-each method is scored at eval time (its scaling on the trained weights) and after --steps optimizer steps
-at target_len on the run's training text (every method sees the same batches). Every model, the source
+  training-free, RoPE with a piecewise (query, key) distance, parameters chosen from L as the papers do:
+  rerope       ReRoPE (Su 2023): distance i - j below a window w = L/4, w beyond
+  self_extend  Self-Extend (Jin et al. 2024): exact within W = L/4, grouped positions (group G) beyond
+  dual_chunk   dual chunk attention (An et al. 2024): positions within chunks of 3L/4 - L/8
+  streaming    StreamingLLM (Xiao et al. 2024): 4 attention sinks and the last L - 4 tokens, cache positions
+each method is scored at eval time (its scaling or distance on the trained weights) and, the RoPE scalings,
+after --steps optimizer steps at target_len on the run's training text (every method sees the same
+batches). Every model, the source
 too, is scored by perplexity at L, 2L, ... target_len and 2 target_len on the same held-out tokens (95%
 bootstrap intervals over blocks) and by passkey retrieval (Mohtashami & Jaggi 2023) on a length x depth
 grid (exact match of greedy decoding).

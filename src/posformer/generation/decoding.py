@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from posformer.modules.cache import Cache
 from posformer.utils.validation import check_token_in_vocabulary
 
 
@@ -44,7 +43,7 @@ class Decoding:
             self.tokens = input_ids.new_full((batch, 1), cfg.decoder_start_token_id)
             self.length = 1
         self.capacity = self.tokens.shape[1] + max_new_tokens
-        self.cache = Cache(len(model.decoder.layers), capacity=self.capacity)
+        self.cache = model.new_cache(self.capacity)
 
     def start(self) -> Tensor:
         """Run the prefix; the next-token logits (B, V) in float32."""
@@ -67,7 +66,7 @@ class Decoding:
             if self.stale_beyond is not None:
                 self.sequence = torch.cat((self.sequence, new), dim=1)
             if self.stale_beyond is not None and self.model.decoder.stale_at(int(self.pos.max()) + 1):
-                self.cache = Cache(len(self.model.decoder.layers), capacity=self.capacity)
+                self.cache = self.model.new_cache(self.capacity)
                 every = (self.mask.cumsum(-1) - 1).clamp(min=0)
                 out = self.model(
                     self.sequence, attention_mask=self.mask, position_ids=every, cache=self.cache, logits_to_keep=1

@@ -6,9 +6,16 @@ Shapes: B batch, Hkv key/value heads, S positions filled so far, C capacity
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import torch
 from torch import Tensor
 
 from posformer.utils.validation import check_int, fail
+
+# keys_seen(k_pos, q_pos): k_pos (B, S) the cached keys' positions, q_pos (B, T) the next queries' -> (B, S) bool,
+# whether a query at q_pos or later may still see each key (`positions.streaming.ForgetsKeys`)
+KeysSeen = Callable[[Tensor, Tensor], Tensor]
 
 
 class LayerCache:
@@ -70,6 +77,14 @@ class LayerCache:
         if self._k is not None:
             self._k, self._v, self._pos = (buffer.index_select(0, index) for buffer in (self._k, self._v, self._pos))
 
+    def keep_slots(self, index: Tensor) -> None:
+        """Keep the filled slots `index` (S',) long, increasing, at the front of the buffers; drop the others."""
+        kept = index.numel()
+        self._k[:, :, :kept] = self._k[:, :, index]
+        self._v[:, :, :kept] = self._v[:, :, index]
+        self._pos[:, :kept] = self._pos[:, index]
+        self.length = kept
+
     def _allocate(self, k: Tensor, v: Tensor, pos: Tensor, capacity: int) -> None:
         batch, heads, _, dim = k.shape
         self._k = k.new_empty(batch, heads, capacity, dim)
@@ -107,18 +122,55 @@ class Cache:
     `capacity`: the positions to allocate room for at once (generation passes the
     prefix length + max_new_tokens); None: room for the first call, grown when full.
     For an encoder-decoder model it also keeps the encoder output and its mask.
+
+    `keys_seen` (`KeysSeen`), for an encoding under which old keys fall out of sight (StreamingLLM): before each
+    call the cache drops the keys no query of that call or later sees (`make_room`), the same slots in every layer,
+    so that it holds a bounded number of keys however long the decoding. `len(cache)` counts the keys held,
+    `seen` every position given to it.
     """
 
-    def __init__(self, n_layers: int, capacity: int | None = None) -> None:
+    def __init__(self, n_layers: int, capacity: int | None = None, keys_seen: KeysSeen | None = None) -> None:
         check_int("n_layers", n_layers)
         self.self_attn = [LayerCache(capacity) for _ in range(n_layers)]
         self.cross_attn = [MemoryCache() for _ in range(n_layers)]
         self.encoder_hidden: Tensor | None = None
         self.encoder_mask: Tensor | None = None
+        self.keys_seen = keys_seen
+        self.dropped = 0
+        self._columns: Tensor | None = None  # (S,): the index among the positions given of each slot held
 
     def __len__(self) -> int:
-        """How many positions the self-attention cache already holds."""
+        """How many positions the self-attention cache holds."""
         return len(self.self_attn[0])
+
+    @property
+    def seen(self) -> int:
+        """How many positions have been given to the cache: those it holds and those it dropped."""
+        return len(self) + self.dropped
+
+    def make_room(self, pos: Tensor, keep: Tensor | None) -> Tensor | None:
+        """Before a call on new positions pos (B, T): drop the slots that `keys_seen` says no query at pos or later
+        sees. keep: the padding mask (B, seen + T) of every position given and the new ones, or None -> its columns
+        of the slots held and the new positions, (B, len + T), or None."""
+        layer = self.self_attn[0]
+        if self.keys_seen is not None and layer.pos is not None:
+            seen = self.keys_seen(layer.pos, pos).any(0)  # (S,): a slot stays while any row may see it
+            if not bool(seen.all()):
+                index = seen.nonzero().squeeze(-1)
+                self._columns = self._held(pos.device)[index]
+                self.dropped += len(self) - index.numel()
+                for cache in self.self_attn:
+                    cache.keep_slots(index)
+        if keep is None or self._columns is None:
+            return keep
+        return keep[:, self._held(keep.device, pos.shape[1])]
+
+    def _held(self, device: torch.device, new: int = 0) -> Tensor:
+        """The index among the positions given of each slot held, then of `new` positions to come: (S + new,).
+        The slots appended since the last drop follow on from the positions dropped."""
+        kept = 0 if self._columns is None else self._columns.numel()
+        after = torch.arange(kept + self.dropped, self.seen + new, device=device)
+        return after if self._columns is None else torch.cat((self._columns.to(device), after))
 
     def reorder(self, index: Tensor) -> None:
         """Select batch rows (beam search) of every layer and of the encoder output: index (B',)."""

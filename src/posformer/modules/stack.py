@@ -9,17 +9,19 @@ from __future__ import annotations
 import json
 from contextlib import ExitStack
 
+import torch
 from torch import Tensor, nn
 
 from posformer import positions
 from posformer.config import Config
 from posformer.modules.blocks import Block
-from posformer.modules.cache import Cache
+from posformer.modules.cache import Cache, KeysSeen
 from posformer.modules.norms import make_norm
 from posformer.ops.masks import AttentionMask
 from posformer.ops.packing import TokenPacking
 from posformer.positions.base import PositionEncoding
 from posformer.positions.rotary import GoesStale
+from posformer.positions.streaming import ForgetsKeys
 
 
 class Stack(nn.Module):
@@ -86,6 +88,19 @@ class Stack(nn.Module):
         """Whether a forward of `length` (largest position + 1) finds an encoding's keys cached by shorter
         forwards stale (`positions.rotary.GoesStale`)."""
         return any(e.stale_at(length) for e in self.encodings if isinstance(e, GoesStale))
+
+    def keys_seen(self) -> KeysSeen | None:
+        """Which cached keys a later query may still see, when every encoding of the stack forgets keys
+        (`positions.streaming.ForgetsKeys`): a key stays while one of them sees it. None when one keeps every key,
+        or when a layer has a sliding window (its mask counts the cache's slots)."""
+        encodings = self.encodings
+        if any(w is not None for w in self.windows) or not all(isinstance(e, ForgetsKeys) for e in encodings):
+            return None
+
+        def seen(k_pos: Tensor, q_pos: Tensor) -> Tensor:
+            return torch.stack([e.keys_seen(k_pos, q_pos) for e in encodings]).any(0)
+
+        return seen
 
     def forward(
         self,

@@ -5,14 +5,18 @@ from posformer.positions.alibi import ALiBi, alibi_slopes
 from posformer.positions.base import PositionEncoding
 from posformer.positions.cope import ContextualPosition
 from posformer.positions.deberta import DeBERTa, log_bucket_position
+from posformer.positions.dual_chunk import DualChunk
 from posformer.positions.fire import FIRE
 from posformer.positions.kerple import KerpleLog
 from posformer.positions.params import PositionParams
 from posformer.positions.registry import build, get, names, register, usable
 from posformer.positions.relative_bert import RelativeKey, RelativeKeyQuery
+from posformer.positions.rerope import ReRoPE
 from posformer.positions.rotary import Rotary, apply_rotary, rope_inv_freq
+from posformer.positions.self_extend import SelfExtend
 from posformer.positions.shaw import Shaw
 from posformer.positions.sizes import Sizes
+from posformer.positions.streaming import Streaming
 from posformer.positions.t5 import T5Bias, t5_bucket
 from posformer.positions.transformer_xl import TransformerXL
 from posformer.positions.xpos import XPos
@@ -47,4 +51,8 @@ __all__ = [
     "DeBERTa",
     "log_bucket_position",
     "ContextualPosition",
+    "ReRoPE",
+    "SelfExtend",
+    "DualChunk",
+    "Streaming",
 ]

@@ -77,6 +77,29 @@ def check_rotary_params(cls: type[PositionEncoding], params: Mapping[str, Any], 
     return dim
 
 
+def check_rope_params(cls: type[PositionEncoding], params: Mapping[str, Any], head_dim: int) -> int:
+    """Validate the parameters of `rope` (theta, layout, rotary_fraction, scaling, frequency_fraction) of an
+    encoding `cls` that takes them, for heads of `head_dim`; return the rotary dimension."""
+    dim = check_rotary_params(cls, params, head_dim)
+    check_scaling(params["scaling"], dim, "Config.position_params['scaling']")
+    p = params["frequency_fraction"]
+    if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 <= p <= 1:
+        raise cls.param_error(cls.name, "frequency_fraction", p, "a number in [0, 1] (p-RoPE's p)")
+    return dim
+
+
+def rope_frequencies(head_dim: int, params: Mapping[str, Any]) -> tuple[int, Tensor, Tensor, float]:
+    """What `rope`'s checked parameters give heads of `head_dim`: (r, kept, inv_freq, attention_factor) with r the
+    rotary dimension, kept (r/2,) float32 1 for the pairs that rotate (p-RoPE's `frequency_fraction`) and 0 for
+    the others, inv_freq (r/2,) the inverse frequencies times kept, and the scaling's attention factor (as at
+    initialisation, for a scaling that depends on the length)."""
+    dim = rotary_dim(head_dim, float(params["rotary_fraction"]))
+    scaling = None if params["scaling"] is None else dict(params["scaling"])
+    kept = (torch.arange(dim // 2) < round(float(params["frequency_fraction"]) * dim / 2)).float()
+    inv_freq, factor = rope_inv_freq(dim, float(params["theta"]), scaling)
+    return dim, kept, inv_freq * kept, factor
+
+
 def rope_cos_sin(pos: Tensor, inv_freq: Tensor, factor: float = 1.0) -> tuple[Tensor, Tensor]:
     """pos: (B, T), inv_freq: (r/2,) -> factor * cos, factor * sin of the angles: (B, 1, T, r/2).
 
@@ -182,11 +205,7 @@ class Rotary(PositionEncoding):
     @classmethod
     def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
         super().check_config(sizes, params, causal)
-        dim = check_rotary_params(cls, params, sizes.head_dim)
-        check_scaling(params["scaling"], dim, "Config.position_params['scaling']")
-        p = params["frequency_fraction"]
-        if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 <= p <= 1:
-            raise cls.param_error(cls.name, "frequency_fraction", p, "a number in [0, 1] (p-RoPE's p)")
+        check_rope_params(cls, params, sizes.head_dim)
 
     @classmethod
     def rescaled_params(cls, params: Mapping[str, Any], kind: str, new_len: int, trained_len: int) -> PositionParams:
@@ -212,13 +231,11 @@ class Rotary(PositionEncoding):
         self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
     ) -> None:
         super().__init__(sizes, params, causal, n_layers)
-        self.rotary_dim = rotary_dim(sizes.head_dim, float(self.params["rotary_fraction"]))
         self.theta = float(self.params["theta"])
         self.scaling = None if self.params["scaling"] is None else dict(self.params["scaling"])
-        kept = round(float(self.params["frequency_fraction"]) * self.rotary_dim / 2)
-        self.register_buffer("kept", (torch.arange(self.rotary_dim // 2) < kept).float(), persistent=False)
-        inv_freq, self.attention_factor = rope_inv_freq(self.rotary_dim, self.theta, self.scaling)
-        self.register_buffer("inv_freq", inv_freq * self.kept, persistent=False)
+        self.rotary_dim, kept, inv_freq, self.attention_factor = rope_frequencies(sizes.head_dim, self.params)
+        self.register_buffer("kept", kept, persistent=False)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     @property
     def length_dependent(self) -> bool:

@@ -1,9 +1,11 @@
 """Context extension: `posformer extend` fine-tunes a trained RoPE model at a longer length with PI, NTK, YaRN,
-dynamic YaRN or LongRoPE scaling and measures perplexity by length and passkey retrieval before and after.
+dynamic YaRN or LongRoPE scaling, runs the training-free RoPE variants with a piecewise distance (ReRoPE,
+Self-Extend, dual chunk attention, StreamingLLM), and measures perplexity by length, passkey retrieval and the
+long-context suite before and after.
 
 | module | what |
 |---|---|
-| methods | the methods' RoPE parameters, and a model with new position parameters and the same weights |
+| methods | the methods' position settings, and a model with new position settings and the same weights |
 | longrope | LongRoPE's evolutionary search of one rescale factor per rotated pair |
 | source | the trained run: model, tokenizer, training length, training and evaluation text |
 | settings | the knobs and the presets (quick, cpu) |

@@ -1,11 +1,13 @@
 """`posformer extend`: extend a trained RoPE model's context, the way the papers do, and measure what it gained.
 
-For each method (none, pi, ntk, yarn, dynyarn, longrope; `methods`), from the same trained weights:
-  1. eval-time: the method's RoPE scaling for factor target_len / L on the trained weights (not for none;
-     dynyarn: its factor from each forward's length);
-  2. fine-tuned: the same scaling (dynyarn: YaRN's at target_len, dynamic past it, `methods`), then `steps`
-     optimizer steps at target_len on the run's training text (Chen et al. 2023 fine-tune PI for 1000 steps,
-     Peng et al. 2023 YaRN for 400). Every method sees the same batches in the same order.
+For each method (none, pi, ntk, yarn, dynyarn, longrope, rerope, self_extend, dual_chunk, streaming; `methods`),
+from the same trained weights:
+  1. eval-time: the method's RoPE scaling for factor target_len / L (dynyarn: its factor from each forward's
+     length), or its RoPE with a piecewise distance, on the trained weights (not for none);
+  2. fine-tuned, for the methods whose papers fine-tune (`methods.FINE_TUNED`: the scalings): the same scaling
+     (dynyarn: YaRN's at target_len, dynamic past it, `methods`), then `steps` optimizer steps at target_len on the
+     run's training text (Chen et al. 2023 fine-tune PI for 1000 steps, Peng et al. 2023 YaRN for 400). Every
+     method sees the same batches in the same order.
 Every model (the source too) is scored by perplexity at each eval length on the same held-out tokens, with
 bootstrap intervals over blocks of the longest eval length, by passkey retrieval on a length x depth grid, and by
 the long-context suite's tasks on the same grid (`extension.suite`: exact match, effective length).
@@ -22,11 +24,19 @@ from typing import Callable
 import torch
 from tqdm.auto import tqdm
 
+from posformer import positions
 from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
 from posformer.checkpoints.native import save_pretrained
 from posformer.experiments.extension import report, suite_report
 from posformer.experiments.extension.longrope import search_long_factors, search_short_factors
-from posformer.experiments.extension.methods import check_rope_model, extended_params, with_params
+from posformer.experiments.extension.methods import (
+    FINE_TUNED,
+    PIECEWISE,
+    check_rope_model,
+    extended_params,
+    position_of,
+    with_params,
+)
 from posformer.experiments.extension.settings import ExtendSettings
 from posformer.experiments.extension.source import Source, load_source
 from posformer.experiments.extension.suite import fitting_lengths, score_suite, suite_tokens
@@ -119,12 +129,14 @@ class Extension:
         return tqdm(total=total, desc=desc, unit="tok", unit_scale=True, dynamic_ncols=True, disable=not self.progress)
 
     def run_method(self, method: str) -> dict[str, dict]:
-        """{row: record} for `method`: its eval-time row (not for none) and its fine-tuned row (steps > 0)."""
+        """{row: record} for `method`: its eval-time row (not for none) and, for a method that is fine-tuned
+        (`FINE_TUNED`), its fine-tuned row (steps > 0)."""
         s, model = self.s, self.source.model
         search = self._search(model, s.target_len) if method == "longrope" else None
         long_factor = search and search["long_factor"]
         params = extended_params(model, method, s.target_len, s.train_len, long_factor)
         tune_params = extended_params(model, method, s.target_len, s.train_len, long_factor, fine_tuned=True)
+        position = position_of(method)
         rows: dict[str, dict] = {}
         if method != "none":
             rows[method] = {
@@ -132,9 +144,10 @@ class Extension:
                 "stage": "eval-time",
                 "scaling": params.get("scaling"),
                 "longrope_search": search,
-                **self.score(with_params(model, params, s.target_len), method),
+                **self._piecewise_record(method, params),
+                **self.score(with_params(model, params, s.target_len, position), method),
             }
-        if s.steps == 0:
+        if s.steps == 0 or method not in FINE_TUNED:
             return rows
         row = f"{method}+ft"
         try:
@@ -155,6 +168,14 @@ class Extension:
             **self.score(tuned, row),
         }
         return rows
+
+    @staticmethod
+    def _piecewise_record(method: str, params: dict) -> dict:
+        """For a method of RoPE with a piecewise distance: its encoding and the parameters it chose ({} else)."""
+        if method not in PIECEWISE:
+            return {}
+        own = {k: v for k, v in params.items() if k not in positions.get("rope").defaults}
+        return {"position": position_of(method), "method_params": own}
 
     def _log_generation(self, generation: int, ppl: float) -> None:
         """A LongRoPE search's progress: the best perplexity after each generation."""
@@ -273,18 +294,20 @@ def save(results: dict, layout: ExperimentLayout) -> None:
 
 
 def memory_needs(settings: ExtendSettings, model: Transformer, device: torch.device) -> list[Need]:
-    """The estimated peak of scoring at each eval and passkey length, of the LongRoPE search at its lengths, and
-    of a fine-tuning step at target_len (and at LongRoPE's stages); the source model and an extended copy held."""
+    """The estimated peak of scoring at each eval and passkey length (as RoPE and as each piecewise method, whose
+    bias is computed in blocks), of the LongRoPE search at its lengths, and of a fine-tuning step at target_len
+    (and at LongRoPE's stages) when a method is fine-tuned; the source model and an extended copy held."""
     s, needs = settings, []
     cfg = model.cfg.replace(max_positions=max(model.cfg.max_positions, *s.eval_lens, *s.passkey_lengths))
     scored = {*s.eval_lens, *s.passkey_lengths}
     if "longrope" in s.methods:
         scored |= {s.target_len, *s.longrope_stages}
+    scorers = {"scoring": cfg} | {f"scoring {m}": cfg.replace(position=m) for m in s.methods if m in PIECEWISE}
     for n in sorted(scored):
         batch = max(1, s.eval_batch_tokens // n)
         advice = evaluation_advice(n, batch, "eval_lens and passkey_lengths: --set KNOB=[...]")
-        needs.append(evaluation_need(cfg, n, batch, "scoring", advice, device, 2))
-    if s.steps > 0:
+        needs += [evaluation_need(c, n, batch, what, advice, device, 2) for what, c in scorers.items()]
+    if s.steps > 0 and any(m in FINE_TUNED for m in s.methods):
         advice = "Lower batch_size (--batch-size) or target_len, or give --steps 0 (eval-time scaling only)."
         for n in {s.target_len, *(s.longrope_stages if "longrope" in s.methods else [])}:
             needs.append(training_need(cfg, n, s.batch_size, "fine-tuning", advice, device, 2))
@@ -308,7 +331,7 @@ def run_extend(
     if source.train_len is None and settings.train_len is None:
         raise ValueError(f"extend: {run_dir} does not record its training length; give --train-len")
     settings.resolve(source.train_len)
-    check_rope_model(source.model, str(run_dir))
+    check_rope_model(source.model, str(run_dir), settings.methods)
     device = resolve_device(settings.device)
     check_fit("extend", memory_needs(settings, source.model, device), device)  # before any scoring or training
     results = open_results(settings, layout, benchmark="extend")

@@ -1,30 +1,45 @@
-"""The context-extension methods of `posformer extend`: RoPE parameters that read target_len tokens.
+"""The context-extension methods of `posformer extend`: the RoPE model's position settings that read target_len
+tokens, with its weights unchanged.
 
-none      RoPE unchanged: plain extrapolation (fine-tuned, the "direct fine-tuning" baseline of Chen et al. 2023)
-pi        position interpolation (Chen et al. 2023): every frequency / (target_len / trained_len)
-ntk       NTK-aware scaling (bloc97 2023): theta * s^(d/(d-2)), s = target_len / trained_len
-yarn      YaRN (Peng et al. 2023): NTK-by-parts ramp and the 0.1 ln s + 1 attention factor
-dynyarn   dynamic YaRN (Peng et al. 2023, section 3.3): YaRN with s = max(1, l / trained_len) for each forward's
-          length l (RoPE unchanged up to trained_len). Fine-tuned ("+ft") as the paper uses it: YaRN fine-tuned at
-          s = target_len / trained_len (at target_len the dynamic factor is that s, so the fine-tune is yarn's),
-          then scaled dynamically, s = max(target_len, l) / trained_len: as yarn+ft up to target_len, beyond it
-          the factor grows with l (the paper code's `finetuned=True`, github.com/jquesnelle/yarn)
-longrope  LongRoPE (Ding et al. 2024): one searched factor per rotated pair (`longrope.search_long_factors`),
-          used past trained_len; below it RoPE is unchanged (short factors 1)
+RoPE scalings (position "rope", a `scaling`; s = target_len / trained_len), fine-tuned after the eval-time row:
+none         RoPE unchanged: plain extrapolation (fine-tuned, the "direct fine-tuning" baseline of Chen et al. 2023)
+pi           position interpolation (Chen et al. 2023): every frequency / s
+ntk          NTK-aware scaling (bloc97 2023): theta * s^(d/(d-2))
+yarn         YaRN (Peng et al. 2023): NTK-by-parts ramp and the 0.1 ln s + 1 attention factor
+dynyarn      dynamic YaRN (Peng et al. 2023, section 3.3): YaRN with s = max(1, l / trained_len) for each
+             forward's length l (RoPE unchanged up to trained_len). Fine-tuned ("+ft") as the paper uses it: YaRN
+             fine-tuned at s (at target_len the dynamic factor is s, so the fine-tune is yarn's), then scaled
+             dynamically, s = max(target_len, l) / trained_len (the paper code's `finetuned=True`,
+             github.com/jquesnelle/yarn)
+longrope     LongRoPE (Ding et al. 2024): one searched factor per rotated pair (`longrope.search_long_factors`),
+             used past trained_len; below it RoPE is unchanged (short factors 1)
+
+RoPE with a piecewise (query, key) distance (position of the method's name, `positions.piecewise`), training-free
+as their papers use them: an eval-time row only. Each encoding's `for_lengths` chooses its parameters:
+rerope       ReRoPE (Su 2023): window w = trained_len / 4 (the reference README's w = 1024 at 4096)
+self_extend  Self-Extend (Jin et al. 2024): W = trained_len / 4 and the smallest group G with
+             W + (target_len - W) / G < trained_len / 2 (the reference README's empirical rule, cautious end)
+dual_chunk   dual chunk attention (An et al. 2024): chunk_size = 3 trained_len / 4, local_size = trained_len / 8
+             (ChunkLlama's `replace_with_chunkllama`)
+streaming    StreamingLLM (Xiao et al. 2024): 4 sinks and a window of trained_len - 4 (a cache of trained_len)
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from posformer import positions
 from posformer.model import Transformer
 
-METHODS = ("none", "pi", "ntk", "yarn", "dynyarn", "longrope")
+SCALINGS = ("none", "pi", "ntk", "yarn", "dynyarn", "longrope")
+PIECEWISE = ("rerope", "self_extend", "dual_chunk", "streaming")  # each the name of its encoding
+METHODS = SCALINGS + PIECEWISE
+FINE_TUNED = SCALINGS  # the methods whose papers fine-tune; the others are training-free
 SCALING_OF = {"pi": "linear", "ntk": "ntk", "yarn": "yarn"}
 
 
-def check_rope_model(model: Transformer, where: str) -> None:
-    """Raise ValueError unless `model` uses RoPE everywhere without a scaling yet (what the methods extend)."""
+def check_rope_model(model: Transformer, where: str, methods: tuple[str, ...] | list[str] = METHODS) -> None:
+    """Raise ValueError unless `model` uses RoPE everywhere without a scaling yet (what `methods` extend)."""
     cfg = model.cfg
     if cfg.arch != "decoder":
         raise ValueError(f"extend: {where} is a {cfg.arch!r} model; extend fine-tunes a causal LM (arch 'decoder')")
@@ -32,7 +47,8 @@ def check_rope_model(model: Transformer, where: str) -> None:
         raise ValueError(
             f"extend: {where} uses position {cfg.position!r}"
             + (" with per-layer settings" if cfg.layer_types else "")
-            + "; the context-extension methods rescale RoPE: give a run whose model has position 'rope'"
+            + f"; the context-extension methods ({', '.join(methods)}) rescale or remap RoPE: give a run whose "
+            "model has position 'rope'"
         )
     if cfg.position_params.get("scaling") is not None:
         raise ValueError(
@@ -52,6 +68,11 @@ def longrope_scaling(long_factor: list[float], target_len: int, trained_len: int
     }
 
 
+def position_of(method: str) -> str:
+    """The position encoding of a model extended by `method`: "rope" for a scaling, else the method's own."""
+    return method if method in PIECEWISE else "rope"
+
+
 def extended_params(
     model: Transformer,
     method: str,
@@ -60,11 +81,19 @@ def extended_params(
     long_factor: list[float] | None = None,
     fine_tuned: bool = False,
 ) -> dict[str, Any]:
-    """The model's position_params extended by `method` from trained_len to target_len (longrope: `long_factor`);
-    `fine_tuned`: those of the method's fine-tune, which differ from its eval-time ones for dynyarn only."""
+    """The position_params, for `position_of(method)`, of the model extended by `method` from trained_len to
+    target_len (longrope: `long_factor`); `fine_tuned`: those of the method's fine-tune, which differ from its
+    eval-time ones for dynyarn only. Raises ValueError naming the method when the model is not a rope one."""
     from posformer.positions.rotary import Rotary
 
+    if model.cfg.position != "rope":
+        raise ValueError(
+            f"extend: method {method!r} extends RoPE, and this model uses position {model.cfg.position!r}: "
+            "give a model with position 'rope'"
+        )
     params = dict(model.cfg.position_params)
+    if method in PIECEWISE:
+        return dict(positions.get(method).for_lengths(params, target_len, trained_len))
     if method == "none":
         return params
     if method == "dynyarn":  # the training-free form reads any length: its factor comes from the length alone
@@ -78,9 +107,16 @@ def extended_params(
     return Rotary.rescaled_params(params, SCALING_OF[method], target_len, trained_len)
 
 
-def with_params(model: Transformer, params: dict[str, Any], max_positions: int) -> Transformer:
-    """A new model with `model`'s weights (copied) and these position_params; the same device and dtype."""
-    cfg = model.cfg.replace(position_params=params, max_positions=max(max_positions, model.cfg.max_positions))
+def with_params(
+    model: Transformer, params: dict[str, Any], max_positions: int, position: str | None = None
+) -> Transformer:
+    """A new model with `model`'s weights (copied) and these position_params, of `position` (None: the model's);
+    the same device and dtype."""
+    cfg = model.cfg.replace(
+        position=position or model.cfg.position,
+        position_params=params,
+        max_positions=max(max_positions, model.cfg.max_positions),
+    )
     parameter = next(model.parameters())
     extended = Transformer(cfg).to(device=parameter.device, dtype=parameter.dtype)
     extended.load_state_dict(model.state_dict())

@@ -12,7 +12,7 @@ from posformer.experiments.extrapolation.report import markdown_table, ppl_inter
 PANELS_PER_LINE = 4
 STAGE_NOTE = {
     "trained": "the trained model, RoPE unchanged",
-    "eval-time": "the method's scaling on the trained weights",
+    "eval-time": "the method's scaling, or its piecewise RoPE distance, on the trained weights",
     "fine-tuned": "the method's scaling, then fine-tuned at the target length",
 }
 
@@ -93,6 +93,11 @@ COMPARISONS = [  # (what the ratio tests, numerator row, denominator row): below
     ("eval-time, LongRoPE's searched factors vs YaRN", "longrope", "yarn"),
     ("PI fine-tuned vs plain extrapolation (the trained model)", "pi+ft", "source"),
     ("PI fine-tuned vs plain extrapolation fine-tuned (PI paper: PI better)", "pi+ft", "none+ft"),
+    ("training-free, ReRoPE vs plain extrapolation (the trained model)", "rerope", "source"),
+    ("training-free, Self-Extend vs plain extrapolation (the trained model)", "self_extend", "source"),
+    ("training-free, dual chunk attention vs plain extrapolation (the trained model)", "dual_chunk", "source"),
+    ("training-free, StreamingLLM vs plain extrapolation (the trained model)", "streaming", "source"),
+    ("training-free, Self-Extend vs eval-time YaRN", "self_extend", "yarn"),
 ]
 
 
@@ -156,7 +161,14 @@ def markdown(results: dict) -> str:
             f"{', '.join(f'{v:.2f}' for v in found['long_factor'])}.\n"
         )
     parts += [recipe_line(r) for r in results["rows"].values() if r.get("stages") or r.get("short_search")]
+    chosen = [f"{row}: {_params(r['method_params'])}" for row, r in results["rows"].items() if r.get("method_params")]
+    if chosen:
+        parts.append(f"Piecewise RoPE distances, parameters from L and the target: {'; '.join(chosen)}.\n")
     return "\n".join(parts + suite_report.markdown(results))
+
+
+def _params(params: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
 def recipe_line(row: dict) -> str:

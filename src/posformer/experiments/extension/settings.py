@@ -65,7 +65,11 @@ class ExtendSettings(TrainingKnobs):
         aliases=("--method",),
         metavar="METHOD",
     )
-    steps: int = option(200, "fine-tuning steps at target_len (0: eval-time scaling only, nothing fine-tuned)")
+    steps: int = option(
+        200,
+        "fine-tuning steps at target_len of the methods that are fine-tuned, the RoPE scalings (0: eval-time only, "
+        "nothing fine-tuned)",
+    )
     batch_size: int = option(8, "sequences of target_len tokens per step")
     lr: float = option(3e-4, "peak fine-tuning learning rate (cosine schedule with warm-up)")
     warmup: int = 20
