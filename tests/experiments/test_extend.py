@@ -227,13 +227,14 @@ def test_piecewise_methods_keep_the_weights_change_the_position_and_choose_the_p
         "self_extend": ({"neighbor_window": 4, "group_size": 16}, 4),  # 4 + 60 / 16 < 16 / 2; G = 15 would not
         "dual_chunk": ({"chunk_size": 12, "local_size": 2}, 12),
         "streaming": ({"sinks": 4, "window": 12}, 16),
+        "window": ({"sinks": 0, "window": 16}, 16),
     }
     ids = torch.randint(0, 50, (2, TRAIN_LEN), generator=torch.Generator().manual_seed(3))
     for method, (own, covered) in chosen.items():
         params = extended_params(model, method, TARGET, TRAIN_LEN)
         assert params == {**model.cfg.position_params, **own}
         extended = with_params(model, params, TARGET, position_of(method))
-        assert extended.cfg.position == method and extended.cfg.max_positions == TARGET
+        assert extended.cfg.position == position_of(method) and extended.cfg.max_positions == TARGET
         assert all(torch.equal(v, extended.state_dict()[k]) for k, v in model.state_dict().items())
         ours, new = model.cfg.to_dict(), extended.cfg.to_dict()
         assert {k for k in ours if ours[k] != new[k]} == {"position", "position_params", "max_positions"}

@@ -15,7 +15,7 @@ import posformer as pf
 from posformer.checkpoints.native import save_pretrained
 from posformer.cli import main
 from posformer.data.text import default_corpus
-from posformer.experiments.extension.methods import PIECEWISE
+from posformer.experiments.extension.methods import PIECEWISE, position_of
 from posformer.loading import checkpoint_dir, load_model, tokenizer_paths
 
 ROW = [
@@ -323,15 +323,17 @@ def test_the_training_free_methods_run_end_to_end_with_their_papers_parameters(e
         "self_extend": {"group_size": 16, "neighbor_window": 4},
         "dual_chunk": {"chunk_size": 12, "local_size": 2},
         "streaming": {"sinks": 4, "window": 12},
+        "window": {"sinks": 0, "window": 16},
     }
     for method, params in chosen.items():
         row = results["rows"][method]
-        assert (row["stage"], row["position"], row["method_params"]) == ("eval-time", method, params)
+        assert (row["stage"], row["position"], row["method_params"]) == ("eval-time", position_of(method), params)
         assert row["ppl"].keys() == results["rows"]["source"]["ppl"].keys()
         assert all(math.isfinite(v) for by_length in row["ppl"].values() for v in by_length.values())
         assert row["passkey"].keys() == results["rows"]["source"]["passkey"].keys()
     report = (out / "results.md").read_text()
     assert "ppl(streaming) / ppl(source)" in report and "rerope: window=4" in report
+    assert "ppl(streaming) / ppl(window)" in report
 
 
 def test_a_source_without_rope_is_refused_naming_its_position_and_the_methods(extended, tmp_path, capsys):

@@ -47,12 +47,14 @@ From the same trained weights, for each --methods entry:
   self_extend  Self-Extend (Jin et al. 2024): exact within W = L/4, grouped positions (group G) beyond
   dual_chunk   dual chunk attention (An et al. 2024): positions within chunks of 3L/4 - L/8
   streaming    StreamingLLM (Xiao et al. 2024): 4 attention sinks and the last L - 4 tokens, cache positions
+  window       StreamingLLM's baseline: the last L tokens, no sinks
 each method is scored at eval time (its scaling or distance on the trained weights) and, the RoPE scalings,
 after --steps optimizer steps at target_len on the run's training text (every method sees the same
-batches). Every model, the source
-too, is scored by perplexity at L, 2L, ... target_len and 2 target_len on the same held-out tokens (95%
-bootstrap intervals over blocks) and by passkey retrieval (Mohtashami & Jaggi 2023) on a length x depth
-grid (exact match of greedy decoding).
+batches). Every model, the source too, is scored by perplexity at L, 2L, ... target_len and 2 target_len on
+the same held-out tokens (95% bootstrap intervals over blocks), by passkey retrieval (Mohtashami & Jaggi
+2023) on a length x depth grid (exact match of greedy decoding), and by the long-context suite of
+`posformer longeval` on the same grid (--set suite_tasks=[...]; [] for none), with an effective length per
+row.
 
 Before any work, the memory of scoring at each length and of a fine-tuning step at target_len is estimated and
 compared with what the device has free (`experiments.memory_fit`): what would not fit is refused up front, named

@@ -302,7 +302,9 @@ def memory_needs(settings: ExtendSettings, model: Transformer, device: torch.dev
     scored = {*s.eval_lens, *s.passkey_lengths}
     if "longrope" in s.methods:
         scored |= {s.target_len, *s.longrope_stages}
-    scorers = {"scoring": cfg} | {f"scoring {m}": cfg.replace(position=m) for m in s.methods if m in PIECEWISE}
+    scorers = {"scoring": cfg} | {
+        f"scoring {m}": cfg.replace(position=position_of(m)) for m in s.methods if m in PIECEWISE
+    }
     for n in sorted(scored):
         batch = max(1, s.eval_batch_tokens // n)
         advice = evaluation_advice(n, batch, "eval_lens and passkey_lengths: --set KNOB=[...]")

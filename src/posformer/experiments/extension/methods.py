@@ -22,6 +22,7 @@ self_extend  Self-Extend (Jin et al. 2024): W = trained_len / 4 and the smallest
 dual_chunk   dual chunk attention (An et al. 2024): chunk_size = 3 trained_len / 4, local_size = trained_len / 8
              (ChunkLlama's `replace_with_chunkllama`)
 streaming    StreamingLLM (Xiao et al. 2024): 4 sinks and a window of trained_len - 4 (a cache of trained_len)
+window       StreamingLLM's baseline, window attention: the encoding `streaming` without sinks, a window of trained_len
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from posformer import positions
 from posformer.model import Transformer
 
 SCALINGS = ("none", "pi", "ntk", "yarn", "dynyarn", "longrope")
-PIECEWISE = ("rerope", "self_extend", "dual_chunk", "streaming")  # each the name of its encoding
+PIECEWISE = ("rerope", "self_extend", "dual_chunk", "streaming", "window")
+ENCODING_OF = {"window": "streaming"}  # the others are the name of their encoding
 METHODS = SCALINGS + PIECEWISE
 FINE_TUNED = SCALINGS  # the methods whose papers fine-tune; the others are training-free
 SCALING_OF = {"pi": "linear", "ntk": "ntk", "yarn": "yarn"}
@@ -70,7 +72,7 @@ def longrope_scaling(long_factor: list[float], target_len: int, trained_len: int
 
 def position_of(method: str) -> str:
     """The position encoding of a model extended by `method`: "rope" for a scaling, else the method's own."""
-    return method if method in PIECEWISE else "rope"
+    return ENCODING_OF.get(method, method) if method in PIECEWISE else "rope"
 
 
 def extended_params(
@@ -93,7 +95,10 @@ def extended_params(
         )
     params = dict(model.cfg.position_params)
     if method in PIECEWISE:
-        return dict(positions.get(method).for_lengths(params, target_len, trained_len))
+        encoding = positions.get(position_of(method))
+        if method == "window":
+            return dict(encoding.resolve_params({**params, "sinks": 0, "window": trained_len}))
+        return dict(encoding.for_lengths(params, target_len, trained_len))
     if method == "none":
         return params
     if method == "dynyarn":  # the training-free form reads any length: its factor comes from the length alone

@@ -97,6 +97,7 @@ COMPARISONS = [  # (what the ratio tests, numerator row, denominator row): below
     ("training-free, Self-Extend vs plain extrapolation (the trained model)", "self_extend", "source"),
     ("training-free, dual chunk attention vs plain extrapolation (the trained model)", "dual_chunk", "source"),
     ("training-free, StreamingLLM vs plain extrapolation (the trained model)", "streaming", "source"),
+    ("StreamingLLM's sinks vs window attention without them (StreamingLLM paper: sinks better)", "streaming", "window"),
     ("training-free, Self-Extend vs eval-time YaRN", "self_extend", "yarn"),
 ]
 
