@@ -13,7 +13,7 @@ from posformer.checkpoints.native import save_pretrained
 from posformer.cli import main
 from posformer.data.text import default_corpus
 from posformer.experiments.extrapolation import data
-from posformer.experiments.extrapolation.settings import HELD_OUT_BOOKS
+from posformer.experiments.extrapolation.data import HELD_OUT_BOOKS
 
 TASKS = "single_noise,multikey,vt,cwe"
 ARGS = ["--lengths", "256,512", "--tasks", TASKS, "--depths", "0,1", "--trials", "2", "--no-progress"]

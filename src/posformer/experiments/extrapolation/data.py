@@ -27,6 +27,7 @@ from posformer.data.text import default_corpus
 from posformer.utils.validation import fail
 
 CORPORA = ("gutenberg", "shakespeare")
+HELD_OUT_BOOKS = ["middlemarch.txt", "the-republic.txt", "ulysses.txt"]  # the Gutenberg books kept out of training
 EOS = "<|endoftext|>"
 START = re.compile(r"^\*\*\* ?START OF.*$", re.MULTILINE)
 END = re.compile(r"^\*\*\* ?END OF.*$", re.MULTILINE)

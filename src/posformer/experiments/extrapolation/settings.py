@@ -9,7 +9,7 @@ from typing import Any
 
 from posformer import positions
 from posformer.config import Config
-from posformer.experiments.extrapolation.data import CORPORA
+from posformer.experiments.extrapolation.data import CORPORA, HELD_OUT_BOOKS
 from posformer.experiments.extrapolation.evaluation import PROTOCOLS
 from posformer.experiments.presets import from_preset
 from posformer.experiments.training_knobs import TrainingKnobs
@@ -19,7 +19,6 @@ from posformer.utils.validation import check_choice, check_field_kinds, check_in
 
 DEFAULT_ROWS = ["none", "sinusoidal", "learned", "rope", "alibi", "t5", "shaw", "fire", "kerple", "xpos"]
 ROPE_SCALINGS = ["linear", "ntk", "dynamic", "yarn"]
-HELD_OUT_BOOKS = ["middlemarch.txt", "the-republic.txt", "ulysses.txt"]
 
 PRESETS: dict[str, dict[str, Any]] = {
     # a smoke run: under a minute on one CPU thread, no data outside the package

@@ -82,7 +82,7 @@ def book(haystack_ids: Tensor | None, room: int, rng: torch.Generator, task: str
 def book_files(split: str, data_dir: str | Path | None = None) -> list[Path]:
     """The Gutenberg books of `split`: "eval" the held-out books of `posformer extrapolate`, "train" the others."""
     from posformer.data.shared import default_data_dir
-    from posformer.experiments.extrapolation.settings import HELD_OUT_BOOKS
+    from posformer.experiments.extrapolation.data import HELD_OUT_BOOKS
 
     check_split(split)
     folder = Path(data_dir if data_dir is not None else default_data_dir()) / "gutenberg"
