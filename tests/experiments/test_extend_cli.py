@@ -132,6 +132,30 @@ def test_every_row_is_scored_on_the_suite_where_its_prompts_fit(extended):
         assert (out / name).stat().st_size > 0
 
 
+def test_without_the_books_the_suite_drops_its_book_tasks_and_says_so(extended, tmp_path, monkeypatch, capsys):
+    source, _ = extended
+    monkeypatch.setenv("POSFORMER_DATA_DIR", str(tmp_path / "nowhere"))
+    text = tmp_path / "text.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 400)
+    args = [
+        *EXTEND,
+        "--methods",
+        "pi",
+        "--steps",
+        "0",
+        "--text",
+        str(text),
+        "--train-len",
+        "16",
+        "--set",
+        "suite_tasks=[single_noise,multikey]",
+    ]
+    assert main(["extend", str(source), *args, "--output-dir", str(tmp_path / "e")]) == 0
+    assert "suite: tasks multikey skipped" in capsys.readouterr().out
+    results = json.loads((tmp_path / "e" / "results.json").read_text())
+    assert set(results["rows"]["source"]["suite"]) == {"single_noise"}
+
+
 def test_rerun_skips_recorded_methods_and_a_new_method_is_added(extended, capsys):
     source, out = extended
     assert main(["extend", str(source), *EXTEND, "--methods", "none,pi,longrope,yarn", "--output-dir", str(out)]) == 0

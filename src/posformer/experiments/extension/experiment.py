@@ -73,8 +73,21 @@ class Extension:
             for name, docs in source.eval_docs.items()
         }
         self.suite_cells = fitting_lengths(settings.suite_tasks, settings.passkey_lengths, source.encode)
+        self.haystack_ids = self._held_out_books(data_dir)
+
+    def _held_out_books(self, data_dir: str | None) -> torch.Tensor | None:
+        """The held-out books' tokens for the suite's book tasks; without the books (a --text run on a machine
+        without ../shared/data), those tasks are dropped with a message naming them and the folder."""
         books = [t for t, lengths in self.suite_cells.items() if lengths and get_task(t).haystack == "book"]
-        self.haystack_ids = book_ids(source.encode, "eval", data_dir) if books else None
+        if not books:
+            return None
+        try:
+            return book_ids(self.source.encode, "eval", data_dir)
+        except FileNotFoundError as err:
+            self.log(f"suite: tasks {', '.join(books)} skipped: {err}")
+            for task in books:
+                del self.suite_cells[task]
+            return None
 
     def score(self, model: Transformer, row: str) -> dict:
         """{"ppl": {set: {len: ppl}}, "blocks": {set: {len: {nll, count}}}, "passkey": grid} of one model; a
