@@ -64,6 +64,9 @@ class Config:
     probabilities use eager regardless.
     `qk_norm` normalises each head's query and key vector (the `norm` kind over head_dim, its own
     weights in every attention layer) before the position encoding rotates them (Qwen3, Gemma 3).
+    `key_smear` mixes each key with its predecessor's through a learned per-head weight before the position
+    encoding (Olsson et al.'s smeared keys, `posformer.modules.key_smear`): one layer can then match a query
+    against the token before each key, as induction heads do. No Hugging Face family has it (`to_hf` refuses).
     `sliding_window` W limits the decoder's self-attention to each query's last W tokens, itself
     included (Mistral; `posformer.ops.masks.build_mask`), counted over the cache and the input; the
     KV cache keeps every key and the mask hides the older ones. None: no window.
@@ -130,6 +133,7 @@ class Config:
     ffn_bias: bool = True
     attn_scale: float | None = None
     qk_norm: bool = False
+    key_smear: bool = False
     sliding_window: int | None = None
     query_temperature: dict | None = None
     random_positions: int | None = None

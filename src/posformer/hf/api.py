@@ -154,6 +154,11 @@ def to_hf(model: Transformer, out_dir: str | os.PathLike, rope_parameters: bool 
             "to_hf: Config.hf_model_type is None, so the Hugging Face family to write is unknown; "
             f"set it to one of: {', '.join(supported())}"
         )
+    if cfg.key_smear:
+        raise UnsupportedCheckpoint(
+            "to_hf: Config.key_smear=True (smeared keys): no Hugging Face family mixes each key with its "
+            "predecessor's, so the export would not give the same logits"
+        )
     family = family_for(cfg.hf_model_type, "to_hf")
     hf_config = family.config_to_hf(cfg)
     if rope_parameters:

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from posformer.config import Config
 from posformer.modules.bias_blocks import BiasRows, ValuesTerm, attend_in_bias_blocks, bias_block_rows
 from posformer.modules.cache import LayerCache, MemoryCache
+from posformer.modules.key_smear import KeySmear, predecessor_real
 from posformer.modules.norms import make_norm
 from posformer.ops.causal_blocks import causal_blocks_attention, query_blocks, use_causal_blocks
 from posformer.ops.flex import ScoreMod, flex_attend
@@ -200,7 +201,8 @@ class Attention(nn.Module):
 
 class SelfAttention(Attention):
     """Self-attention with the position hooks of its stack's encoding, at its layer index, and any query
-    temperature (`Config.query_temperature`) after them.
+    temperature (`Config.query_temperature`) after them; with `Config.key_smear`, each key mixed with its
+    predecessor's before them (`modules.key_smear`).
 
     One fused `qkv` projection. The encoding is held, not registered: the stack
     owns it (one copy in `state_dict`, `parameters()` and `.to()`).
@@ -211,6 +213,7 @@ class SelfAttention(Attention):
         self.qkv = Linear(cfg.d_model, self.q_dim + 2 * self.kv_dim, bias=cfg.qkv_bias)
         self._head_norms(cfg)
         self.out = self._output_projection(cfg)
+        self.key_smear = KeySmear(self.n_kv_heads) if cfg.key_smear else None
         object.__setattr__(self, "position", position)
         self.layer = layer
         self.temperature = cfg.query_temperature
@@ -233,6 +236,8 @@ class SelfAttention(Attention):
         q, k, v = self._heads(q, self.n_heads), self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
+        if self.key_smear is not None:
+            k = self._smeared(k, mask, cache)
         q, k = self.position.rotate(q, k, pos, pos, self.layer)
         if self.temperature is not None:
             q = (q * query_temperature(pos, **self.temperature)).to(q.dtype)
@@ -256,6 +261,15 @@ class SelfAttention(Attention):
             q, k, v, mask, need_weights, values, packing, bias_rows=bias_rows,
             cpu_block_bytes=self.position.cpu_bias_block_bytes,
         )  # fmt: skip
+
+    def _smeared(self, k: Tensor, mask: AttentionMask, cache: LayerCache | None) -> Tensor:
+        """k (B, Hkv, T, dh) mixed with each predecessor's key: the cache's last key before the first; the cache
+        then keeps this call's last."""
+        keep = None if mask.rule is None else mask.rule.key_keep
+        smeared = self.key_smear(k, None if cache is None else cache.last_key, predecessor_real(keep, k.shape[2]))
+        if cache is not None:
+            cache.last_key = k[:, :, -1:]
+        return smeared
 
     def _bias_rows(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, start: int, end: int, keys: int

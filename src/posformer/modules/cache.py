@@ -30,6 +30,9 @@ class LayerCache:
     `k`, `v` (B, Hkv, S, dh) and `pos` (B, S) are views of the filled part: a
     later `append` or `reorder` may overwrite them, so clone what must outlive
     the next step. Gradients flow into the cache, but not back across steps.
+
+    `last_key` (B, Hkv, 1, dh): the key of the last position given, as projected, before any mix or position
+    encoding, for a layer whose keys mix in their predecessor's (`modules.key_smear`); None otherwise.
     """
 
     def __init__(self, capacity: int | None = None) -> None:
@@ -40,6 +43,7 @@ class LayerCache:
         self._k: Tensor | None = None
         self._v: Tensor | None = None
         self._pos: Tensor | None = None
+        self.last_key: Tensor | None = None
 
     def __len__(self) -> int:
         return self.length
@@ -76,6 +80,8 @@ class LayerCache:
         """Select batch rows (beam search): index (B',); the buffers keep their capacity."""
         if self._k is not None:
             self._k, self._v, self._pos = (buffer.index_select(0, index) for buffer in (self._k, self._v, self._pos))
+        if self.last_key is not None:
+            self.last_key = self.last_key.index_select(0, index)
 
     def keep_slots(self, index: Tensor) -> None:
         """Keep the filled slots `index` (S',) long, increasing, at the front of the buffers; drop the others."""

@@ -156,6 +156,12 @@ class ExtrapolationSettings(TrainingKnobs):
         help="{row: Config.position_params} for the rows that differ from the defaults",
         flag=False,
     )
+    key_smear: bool = option(
+        False,
+        "mix each key with its predecessor's (Olsson et al.'s smeared keys, Config.key_smear): induction, and so "
+        "retrieval by content, forms far sooner",
+        flag=False,
+    )
     split_digits: bool = option(
         False, "BPE: every digit a token of its own (LLaMA), so a number reads the same wherever it sits", flag=False
     )
@@ -268,7 +274,7 @@ def d_ff(d_model: int) -> int:
 def model_config(s: ExtrapolationSettings, position: str, vocab_size: int) -> Config:
     """The row's decoder: identical for every row but the position encoding.
 
-    Pre-norm RMSNorm, SwiGLU, no biases, tied embeddings, token embeddings times sqrt(d_model)
+    Pre-norm RMSNorm, SwiGLU, no biases, smeared keys if `key_smear`, tied embeddings, token embeddings times sqrt(d_model)
     (Vaswani et al.; without it the unit-size sinusoids drown the 0.02-std embeddings), attention
     scale 1/sqrt(head size) for every row (T5's own default is 1.0). max_positions: the longest eval length, except
     for encodings that cannot extrapolate (learned): exactly train_len.
@@ -294,4 +300,5 @@ def model_config(s: ExtrapolationSettings, position: str, vocab_size: int) -> Co
         tie_embeddings=True,
         scale_embeddings=True,
         attn_scale=1.0 / math.sqrt(s.d_model // s.heads),
+        key_smear=s.key_smear,
     )
