@@ -274,8 +274,8 @@ def d_ff(d_model: int) -> int:
 def model_config(s: ExtrapolationSettings, position: str, vocab_size: int) -> Config:
     """The row's decoder: identical for every row but the position encoding.
 
-    Pre-norm RMSNorm, SwiGLU, no biases, smeared keys if `key_smear`, tied embeddings, token embeddings times sqrt(d_model)
-    (Vaswani et al.; without it the unit-size sinusoids drown the 0.02-std embeddings), attention
+    Pre-norm RMSNorm, SwiGLU, no biases, smeared keys if `key_smear`, tied embeddings, token embeddings times
+    sqrt(d_model) (Vaswani et al.; without it the unit-size sinusoids drown the 0.02-std embeddings), attention
     scale 1/sqrt(head size) for every row (T5's own default is 1.0). max_positions: the longest eval length, except
     for encodings that cannot extrapolate (learned): exactly train_len.
     """
