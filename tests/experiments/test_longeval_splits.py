@@ -125,7 +125,7 @@ def test_suite_mix_replaces_the_asked_fraction_with_training_prompts_and_resumes
         (dict(seq_len=64, tasks=["vt"]), "task 'vt' needs prompts of at least"),
         (dict(seq_len=320, tasks=["multikey"]), "task 'multikey' hides its needles in book text"),
         (dict(seq_len=320, tasks=["nope"]), "unknown task 'nope'"),
-        (dict(seq_len=320, tasks=["vt"], fraction=1.5), "fraction=1.5 is out of range"),
+        (dict(seq_len=320, tasks=["vt"], fraction=1.5), "fraction=1.5 is invalid: expected a number in [0, 1]"),
     ],
 )
 def test_suite_mix_refuses_what_it_cannot_draw(kwargs, message):

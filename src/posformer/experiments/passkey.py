@@ -21,6 +21,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from posformer.experiments.row_mix import RowMix
 from posformer.model import Transformer
 
 FILLER = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
@@ -71,35 +72,20 @@ def random_keys(count: int, seed: int | torch.Generator) -> list[str]:
     return [str(k) for k in torch.randint(10_000, 100_000, (count,), generator=g).tolist()]
 
 
-class PasskeyMix:
+class PasskeyMix(RowMix):
     """Training batches with a fraction of their rows replaced by passkey prompts of the same length (random key,
     uniform depth), so that a model learns retrieval within its training length; `posformer extend` then measures
-    whether the skill survives at longer lengths. Wraps any batches object of the Trainer (next_batch,
-    state_dict, load_state_dict); the choice of rows is a function of (seed, batch number), so a resumed run
-    draws the same prompts."""
+    whether the skill survives at longer lengths (`RowMix`: resumable, the same prompts after a resume)."""
 
     def __init__(self, batches, encode, seq_len: int, fraction: float, seed: int) -> None:
         if passkey_prompt(encode, seq_len, 0.0, "10000") is None:
             raise ValueError(f"passkey_fraction: a passkey prompt needs more than seq_len={seq_len} tokens")
-        self.batches, self.encode, self.seq_len, self.fraction, self.seed = batches, encode, seq_len, fraction, seed
-        self.drawn = 0
+        super().__init__(batches, seq_len, fraction, seed, "passkey_fraction")
+        self.encode = encode
 
-    def next_batch(self, global_size: int, rank: int = 0, world_size: int = 1) -> dict[str, Tensor]:
-        batch = self.batches.next_batch(global_size, rank, world_size)
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.drawn * world_size + rank)
-        self.drawn += 1
-        ids = batch["input_ids"].clone()
-        for row in torch.nonzero(torch.rand(ids.shape[0], generator=g) < self.fraction).flatten().tolist():
-            depth = float(torch.rand((), generator=g))
-            ids[row] = passkey_prompt(self.encode, self.seq_len, depth, random_keys(1, g)[0]).ids
-        return {"input_ids": ids, "labels": ids}
-
-    def state_dict(self) -> dict:
-        return {"batches": self.batches.state_dict(), "drawn": self.drawn}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.batches.load_state_dict(state["batches"])
-        self.drawn = int(state["drawn"])
+    def make_row(self, g: torch.Generator) -> Tensor:
+        depth = float(torch.rand((), generator=g))
+        return passkey_prompt(self.encode, self.seq_len, depth, random_keys(1, g)[0]).ids
 
 
 @torch.no_grad()
