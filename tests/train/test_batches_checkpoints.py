@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 import posformer as pf
+from posformer.experiments.copy_rows import CopyMix
 from posformer.experiments.passkey import PasskeyMix
 from posformer.experiments.synthetic.dataset import TaskBatches
 from posformer.loading import load_model
@@ -35,6 +36,7 @@ def _text_ids() -> torch.Tensor:
 KINDS = {
     "windows": lambda: WindowBatches(_text_ids(), SEQ_LEN, seed=1),
     "passkey mix": lambda: PasskeyMix(WindowBatches(_text_ids(), SEQ_LEN, seed=1), _bytes, SEQ_LEN, 0.5, seed=1),
+    "copy mix": lambda: CopyMix(WindowBatches(_text_ids(), SEQ_LEN, seed=1), SEQ_LEN, 0.5, seed=1, vocab_size=256),
     "task": lambda: TaskBatches("copy", 6, 1),
 }
 

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from posformer import positions
 from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
 from posformer.data.shared import default_data_dir
+from posformer.experiments.copy_rows import CopyMix
 from posformer.experiments.extrapolation import data
 from posformer.experiments.extrapolation.evaluation import block_losses, represents, tokens_read
 from posformer.experiments.extrapolation.layout import ExperimentLayout
@@ -221,6 +222,8 @@ class Experiment:
         started = time.monotonic()
         batches = WindowBatches(self.train_ids, s.train_len, s.seed)
         encode = self.encode
+        if s.copy_fraction > 0:
+            batches = CopyMix(batches, s.train_len, s.copy_fraction, s.seed, self.vocab_size)
         if s.passkey_fraction > 0:
             batches = PasskeyMix(batches, encode, s.train_len, s.passkey_fraction, s.seed)
         if s.suite_fraction > 0:

@@ -174,6 +174,12 @@ class ExtrapolationSettings(TrainingKnobs):
     suite_tasks: list[str] | None = option(
         None, "the suite tasks mixed in by suite_fraction (null: every task)", flag=False
     )
+    copy_fraction: float = option(
+        0.0,
+        "fraction of training windows replaced by random tokens in which one segment reappears at a random later "
+        "offset: only copying by content predicts it (a warm-up for induction heads, docs/longeval.md)",
+        flag=False,
+    )
     passkey_fraction: float = option(
         0.0,
         "fraction of training windows replaced by passkey prompts of train_len tokens, so that the models learn "
@@ -251,6 +257,7 @@ class ExtrapolationSettings(TrainingKnobs):
         for name in ("lr", "min_lr_ratio", "weight_decay"):
             check_number(_knob(name), getattr(self, name), low=0)
         check_number(_knob("passkey_fraction"), self.passkey_fraction, 0.0, 1.0)
+        check_number(_knob("copy_fraction"), self.copy_fraction, 0.0, 1.0)
         check_number(_knob("suite_fraction"), self.suite_fraction, 0.0, 1.0)
         if self.suite_tasks is not None:
             from posformer.experiments.longeval.tasks import TASKS

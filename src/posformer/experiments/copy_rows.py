@@ -1,0 +1,42 @@
+"""Rows that only copying by content predicts: random tokens in which one segment reappears at a random later
+offset. `CopyMix` mixes them into training as a warm-up for induction heads (docs/longeval.md, Learnability);
+`examples/copy_by_content.py` trains on nothing else."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from posformer.experiments.row_mix import RowMix
+
+
+def repeated_segment_row(
+    length: int, vocab_size: int, shortest: int, longest: int, g: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """(ids (length,) uniform over the vocabulary, with ids[again : again + size] = ids[first : first + size] for a
+    size uniform in [shortest, longest] and first + size <= again; repeated (length,) bool: True on the repeat's
+    tokens after its first, those a copy by content predicts)."""
+    if not 1 <= shortest <= longest or 2 * longest > length:
+        raise ValueError(f"copy rows: segments of {shortest}-{longest} tokens: expected 1 <= shortest <= longest <= "
+                         f"length / 2 = {length / 2:g}")  # fmt: skip
+    ids = torch.randint(0, vocab_size, (length,), generator=g)
+    size = int(torch.randint(shortest, longest + 1, (), generator=g))
+    first = int(torch.randint(0, length - 2 * size + 1, (), generator=g))
+    again = int(torch.randint(first + size, length - size + 1, (), generator=g))
+    ids[again : again + size] = ids[first : first + size]
+    repeated = torch.zeros(length, dtype=torch.bool)
+    repeated[again + 1 : again + size] = True
+    return ids, repeated
+
+
+class CopyMix(RowMix):
+    """Replaces a fraction of each batch's rows by `repeated_segment_row`s of 4 to seq_len / 4 tokens (`RowMix`:
+    resumable, the same rows after a resume)."""
+
+    def __init__(self, batches, seq_len: int, fraction: float, seed: int, vocab_size: int) -> None:
+        super().__init__(batches, seq_len, fraction, seed, "copy_fraction")
+        self.vocab_size, self.longest = vocab_size, seq_len // 4
+        repeated_segment_row(seq_len, vocab_size, 4, self.longest, torch.Generator())  # refuses a seq_len < 16
+
+    def make_row(self, g: torch.Generator) -> Tensor:
+        return repeated_segment_row(self.seq_len, self.vocab_size, 4, self.longest, g)[0]
