@@ -50,3 +50,22 @@ def test_the_mix_replaces_the_asked_fraction_and_stacks_independently() -> None:
 def test_a_row_too_short_for_a_segment_is_refused() -> None:
     with pytest.raises(ValueError, match="copy rows"):
         CopyMix(WindowBatches(_stream(), 8, seed=0), 8, 0.5, seed=0, vocab_size=256)
+
+
+def test_the_warm_up_is_copy_rows_only_and_the_other_mixes_start_after_it() -> None:
+    copies = CopyMix(WindowBatches(_stream(), 64, seed=3), 64, 0.25, seed=3, vocab_size=256, warmup=3)
+    both = PasskeyMix(copies, lambda s: list(s.encode()), 64, 0.5, seed=3, start=3)
+    windows = WindowBatches(_stream(), 64, seed=3)
+    for number in range(8):
+        rows, plain = both.next_batch(16)["input_ids"], windows.next_batch(16)["input_ids"]
+        passkey = torch.tensor([b" pass key is" in bytes(r.tolist()) for r in rows])
+        changed = (rows != plain).any(-1)
+        if number < 3:
+            assert changed.all() and not passkey.any()
+        else:
+            assert passkey.any() and not changed.all()
+
+
+def test_a_negative_warm_up_is_refused() -> None:
+    with pytest.raises(ValueError, match="copy_warmup=-1 is invalid"):
+        CopyMix(WindowBatches(_stream(), 64, seed=0), 64, 0.5, seed=0, vocab_size=256, warmup=-1)

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from posformer.experiments.row_mix import RowMix
+from posformer.utils.validation import check_int
 
 
 def repeated_segment_row(
@@ -30,13 +31,19 @@ def repeated_segment_row(
 
 
 class CopyMix(RowMix):
-    """Replaces a fraction of each batch's rows by `repeated_segment_row`s of 4 to seq_len / 4 tokens (`RowMix`:
-    resumable, the same rows after a resume)."""
+    """Replaces every row of the first `warmup` batches, and a fraction of each later batch's rows, by
+    `repeated_segment_row`s of 4 to seq_len / 4 tokens (`RowMix`: resumable, the same rows after a resume). The
+    warm-up is where induction heads form (docs/longeval.md: in a language-modelling mix they did not); the mixes
+    stacked after it start after it (their `start`)."""
 
-    def __init__(self, batches, seq_len: int, fraction: float, seed: int, vocab_size: int) -> None:
+    def __init__(self, batches, seq_len: int, fraction: float, seed: int, vocab_size: int, warmup: int = 0) -> None:
         super().__init__(batches, seq_len, fraction, seed, "copy_fraction")
-        self.vocab_size, self.longest = vocab_size, seq_len // 4
+        check_int("copy_warmup", warmup, minimum=0)
+        self.vocab_size, self.longest, self.warmup = vocab_size, seq_len // 4, warmup
         repeated_segment_row(seq_len, vocab_size, 4, self.longest, torch.Generator())  # refuses a seq_len < 16
+
+    def fraction_now(self) -> float:
+        return 1.0 if self.drawn < self.warmup else self.fraction
 
     def make_row(self, g: torch.Generator) -> Tensor:
         return repeated_segment_row(self.seq_len, self.vocab_size, 4, self.longest, g)[0]

@@ -77,10 +77,10 @@ class PasskeyMix(RowMix):
     uniform depth), so that a model learns retrieval within its training length; `posformer extend` then measures
     whether the skill survives at longer lengths (`RowMix`: resumable, the same prompts after a resume)."""
 
-    def __init__(self, batches, encode, seq_len: int, fraction: float, seed: int) -> None:
+    def __init__(self, batches, encode, seq_len: int, fraction: float, seed: int, start: int = 0) -> None:
         if passkey_prompt(encode, seq_len, 0.0, "10000") is None:
             raise ValueError(f"passkey_fraction: a passkey prompt needs more than seq_len={seq_len} tokens")
-        super().__init__(batches, seq_len, fraction, seed, "passkey_fraction")
+        super().__init__(batches, seq_len, fraction, seed, "passkey_fraction", start)
         self.encode = encode
 
     def make_row(self, g: torch.Generator) -> Tensor:

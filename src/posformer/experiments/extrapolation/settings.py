@@ -180,6 +180,12 @@ class ExtrapolationSettings(TrainingKnobs):
         "offset: only copying by content predicts it (a warm-up for induction heads, docs/longeval.md)",
         flag=False,
     )
+    copy_warmup: int = option(
+        0,
+        "steps at the start whose every row is a copy row (copy_fraction's rows) and nothing else is mixed in: "
+        "where induction heads form before the language modelling (docs/longeval.md)",
+        flag=False,
+    )
     passkey_fraction: float = option(
         0.0,
         "fraction of training windows replaced by passkey prompts of train_len tokens, so that the models learn "
@@ -258,6 +264,7 @@ class ExtrapolationSettings(TrainingKnobs):
             check_number(_knob(name), getattr(self, name), low=0)
         check_number(_knob("passkey_fraction"), self.passkey_fraction, 0.0, 1.0)
         check_number(_knob("copy_fraction"), self.copy_fraction, 0.0, 1.0)
+        check_int(_knob("copy_warmup"), self.copy_warmup, minimum=0)
         check_number(_knob("suite_fraction"), self.suite_fraction, 0.0, 1.0)
         if self.suite_tasks is not None:
             from posformer.experiments.longeval.tasks import TASKS

@@ -29,8 +29,9 @@ class SuiteMix(RowMix):
         seed: int,
         tasks: list[str] | None = None,
         haystack_ids: Tensor | None = None,
+        start: int = 0,
     ) -> None:
-        super().__init__(batches, seq_len, fraction, seed, "longeval: fraction")
+        super().__init__(batches, seq_len, fraction, seed, "longeval: fraction", start)
         self.tasks = list(TASKS) if tasks is None else list(tasks)
         check_lengths(self.tasks, [seq_len], encode)
         books = [t for t in self.tasks if get_task(t).haystack == "book"]
