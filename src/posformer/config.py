@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from posformer import positions
+from posformer.config_layers import check_layer_types
 from posformer.positions.deberta import OwnAttnScale
 from posformer.positions.query_temperature import check_query_temperature
 from posformer.utils.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int, is_number
@@ -32,7 +33,6 @@ DEFAULT_HEAD = {"encoder": "masked_lm", "decoder": "causal_lm", "encoder_decoder
 # whether each stack an arch builds is causal, the decoder first (what an encoding's `check_config` is told)
 STACKS_CAUSAL = {"encoder": (False,), "decoder": (True,), "encoder_decoder": (True, False)}
 # the fields `Config.layer_settings` may change for the layers of one label
-LAYER_FIELDS = ("position", "position_params", "sliding_window", "query_temperature")
 
 
 def _fail(name: str, value: Any, expected: str) -> NoReturn:
@@ -303,49 +303,8 @@ class Config:
         sizes = positions.Sizes(self.d_model, self.n_heads, self.head_dim, self.max_positions)
         for causal in STACKS_CAUSAL[self.arch]:
             encoding.check_config(sizes, self.position_params, causal)
-        self._check_layer_types()
+        check_layer_types(self)
         check_field_kinds(self, "Config.")
-
-    def _check_layer_types(self) -> None:
-        """`layer_types` and `layer_settings` (see the class docstring); each label's settings resolved."""
-        if self.layer_types is None:
-            if self.layer_settings:
-                _fail("layer_settings", self.layer_settings, "{} without layer_types (they label the layers)")
-            return
-        if self.arch == "encoder_decoder":
-            _fail("layer_types", self.layer_types, "None with arch='encoder_decoder' (one stack's layers only)")
-        if (
-            not isinstance(self.layer_types, (list, tuple))
-            or len(self.layer_types) != self.n_layers
-            or not all(isinstance(label, str) and label for label in self.layer_types)
-        ):
-            _fail("layer_types", self.layer_types, f"a list of n_layers={self.n_layers} labels (strings)")
-        self.layer_types = list(self.layer_types)
-        if not isinstance(self.layer_settings, Mapping):
-            _fail("layer_settings", self.layer_settings, "a dict from a layer label to the fields it changes")
-        self.layer_settings = dict(self.layer_settings)
-        for label, settings in self.layer_settings.items():
-            where = f"layer_settings[{label!r}]"
-            if label not in self.layer_types:
-                labels = ", ".join(sorted(set(self.layer_types)))
-                _fail(where, settings, f"settings for a label of layer_types ({labels})")
-            if not isinstance(settings, Mapping) or set(settings) - set(LAYER_FIELDS):
-                _fail(where, settings, f"a dict of some of {', '.join(LAYER_FIELDS)}")
-            try:
-                layer = self.layer_config(label)
-            except ValueError as err:
-                raise ValueError(f"Config.{where}: {err}") from None
-            own = positions.get(layer.position)
-            if layer.position != self.position and own.embed is not positions.PositionEncoding.embed:
-                _fail(
-                    f"{where}['position']",
-                    layer.position,
-                    "an encoding of the attention layers (the config's own "
-                    f"position, {self.position!r}, embeds the tokens once for the whole stack)",
-                )
-            # tagged with their encoding, as `position_params` is: a label that keeps the config's own position
-            # starts from the new encoding's defaults when the config's position is swapped
-            self.layer_settings[label] = {name: getattr(layer, name) for name in settings}
 
     # ------------------------------------------------------------- round trips
     def to_dict(self) -> dict[str, Any]:

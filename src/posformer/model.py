@@ -15,7 +15,6 @@ from posformer.config import Config
 from posformer.generation import generate
 from posformer.modules.cache import Cache
 from posformer.modules.heads import (
-    IGNORE_INDEX,
     TOKEN_HEADS,
     build_head,
     check_labels,
@@ -27,11 +26,12 @@ from posformer.modules.heads import (
 from posformer.modules.init import deepnorm_alphas, deepnorm_init_, normal_init_, t5_init_
 from posformer.modules.outputs import ModelOutput
 from posformer.modules.random_positions import sample_positions
+from posformer.modules.shift_right import shift_right
 from posformer.modules.stack import Stack
 from posformer.ops.masks import build_mask
 from posformer.ops.packing import TokenPacking
 from posformer.utils.tensor_checks import check_in_range, check_shape, check_token_ids
-from posformer.utils.validation import check_int, check_token_in_vocabulary
+from posformer.utils.validation import check_int
 
 
 class Transformer(nn.Module):
@@ -361,32 +361,8 @@ class Transformer(nn.Module):
                 out.loss = token_loss(out.logits, labels, shift=kind == "causal_lm")
 
     def shift_right(self, labels: Tensor) -> Tensor:
-        """Decoder inputs for teacher forcing: [decoder_start, labels[:-1]], with -100 replaced by pad.
-
-        labels: (B, T) -> (B, T). `Config.decoder_start_token_id` and the pad (`Config.pad_token_id`,
-        else the start id) must be token ids in [0, vocab_size): a `ValueError` names the one that is not.
-        """
-        cfg = self.cfg
-        if not isinstance(labels, Tensor) or labels.dim() != 2:
-            shape = tuple(labels.shape) if isinstance(labels, Tensor) else type(labels).__name__
-            raise ValueError(
-                f"labels must be a tensor of shape (batch, length) to build decoder inputs from, got {shape}"
-            )
-        start = cfg.decoder_start_token_id
-        check_token_in_vocabulary(
-            "Config.decoder_start_token_id",
-            start,
-            cfg.vocab_size,
-            "shift_right starts the decoder inputs built from labels with it",
-        )
-        if cfg.pad_token_id is not None:
-            check_token_in_vocabulary(
-                "Config.pad_token_id", cfg.pad_token_id, cfg.vocab_size, "shift_right writes it where labels hold -100"
-            )
-        shifted = labels.new_full(labels.shape, start)
-        shifted[:, 1:] = labels[:, :-1]
-        pad = cfg.pad_token_id if cfg.pad_token_id is not None else start
-        return shifted.masked_fill(shifted == IGNORE_INDEX, pad)
+        """Decoder inputs for teacher forcing: labels (B, T) -> (B, T); see `modules.shift_right`."""
+        return shift_right(labels, self.cfg)
 
     def new_cache(self, capacity: int | None = None) -> Cache:
         """An empty KV cache for the decoder, with room for `capacity` positions at once (None: grown as needed).
