@@ -268,7 +268,7 @@ class SelfAttention(Attention):
         keep = None if mask.rule is None else mask.rule.key_keep
         smeared = self.key_smear(k, None if cache is None else cache.last_key, predecessor_real(keep, k.shape[2]))
         if cache is not None:
-            cache.last_key = k[:, :, -1:]
+            cache.last_key = k[:, :, -1:].clone()  # a view would keep the whole projection of a long prefix
         return smeared
 
     def _bias_rows(
