@@ -3,10 +3,13 @@
 Each row is `length` random tokens in which a segment of `--segment` tokens (uniform length) reappears at a
 random later offset. Only a model that finds the earlier occurrence by content (an induction head) predicts the
 repeat; a fixed offset cannot. Prints, every 50 steps, the training loss and the accuracy on the repeated tokens
-after the first of each repeat, on 64 fresh rows.
+after the first of each repeat, on 64 fresh rows. With --span S each row instead packs copies of S tokens back to
+back (segments of 4 to S / 4, `packed_copy_row`), and a second accuracy is printed on single-copy rows of the full
+length.
 
     python examples/copy_by_content.py --key-smear --steps 1500
     python examples/copy_by_content.py --steps 1500             # the same model without smeared keys
+    python examples/copy_by_content.py --key-smear --layers 4 --lr 5e-3 --span 48 --steps 900
 """
 
 from __future__ import annotations
@@ -18,13 +21,27 @@ import torch
 from torch import Tensor
 
 import posformer as pf
-from posformer.experiments.copy_rows import repeated_segment_row
+from posformer.experiments.copy_rows import packed_copy_row, repeated_segment_row
 
 
-def rows(count: int, length: int, vocab: int, shortest: int, longest: int, g: torch.Generator) -> tuple[Tensor, Tensor]:
-    """(ids (count, length), repeated (count, length) bool): `repeated_segment_row`s stacked."""
-    ids, repeated = zip(*(repeated_segment_row(length, vocab, shortest, longest, g) for _ in range(count)))
+def rows(
+    count: int, length: int, vocab: int, shortest: int, longest: int, g: torch.Generator, span: int | None = None
+) -> tuple[Tensor, Tensor]:
+    """(ids (count, length), repeated (count, length) bool): `repeated_segment_row`s stacked, or with `span`
+    `packed_copy_row`s."""
+    if span is not None:
+        ids, repeated = zip(*(packed_copy_row(length, span, vocab, g) for _ in range(count)))
+    else:
+        ids, repeated = zip(*(repeated_segment_row(length, vocab, shortest, longest, g) for _ in range(count)))
     return torch.stack(ids), torch.stack(repeated)
+
+
+def copy_accuracy(model: pf.Transformer, ids: Tensor, repeated: Tensor) -> float:
+    """The accuracy of the argmax on the tokens `repeated` marks, ids and repeated (n, length)."""
+    with torch.no_grad():
+        predicted = model.eval()(ids).logits[:, :-1].argmax(-1)
+    model.train()
+    return (predicted == ids[:, 1:])[repeated[:, 1:]].float().mean().item()
 
 
 def main() -> None:
@@ -33,6 +50,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--segment", default="8,32", help="shortest,longest repeated segment")
+    parser.add_argument("--span", type=int, help="pack copies of this many tokens in each row (at least 16)")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--batch-size", type=int, default=16)
@@ -43,6 +61,8 @@ def main() -> None:
     shortest, longest = (int(n) for n in args.segment.split(","))
     if not 1 <= shortest <= longest or 2 * longest > args.length:
         parser.error(f"--segment {args.segment}: expected 1 <= shortest <= longest <= --length / 2")
+    if args.span is not None and not 16 <= args.span <= args.length:
+        parser.error(f"--span {args.span}: expected 16 <= span <= --length")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     # the extrapolate benchmark's decoder (RMSNorm, SwiGLU, RoPE, tied and scaled embeddings), 128 wide
@@ -54,23 +74,24 @@ def main() -> None:
     model = pf.Transformer(cfg)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95))
     train, held = torch.Generator().manual_seed(args.seed), torch.Generator().manual_seed(args.seed + 1)
-    test_ids, test_repeated = rows(64, args.length, args.vocab_size, shortest, longest, held)
+    test_rows = rows(64, args.length, args.vocab_size, shortest, longest, held, args.span)
+    long_rows = rows(64, args.length, args.vocab_size, 4, args.length // 4, held) if args.span else None
     start = time.time()
     for step in range(1, args.steps + 1):
         for group in optimizer.param_groups:
             group["lr"] = args.lr * min(1.0, step / 50)
-        ids, _ = rows(args.batch_size, args.length, args.vocab_size, shortest, longest, train)
+        ids, _ = rows(args.batch_size, args.length, args.vocab_size, shortest, longest, train, args.span)
         loss = model(ids, labels=ids).loss
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         if step % 50 == 0:
-            with torch.no_grad():
-                predicted = model.eval()(test_ids).logits[:, :-1].argmax(-1)
-                model.train()
-            accuracy = (predicted == test_ids[:, 1:])[test_repeated[:, 1:]].float().mean().item()
-            print(f"step {step} {time.time() - start:.0f}s loss {loss.item():.3f} copy {accuracy:.2f}", flush=True)
+            accuracy = copy_accuracy(model, *test_rows)
+            line = f"step {step} {time.time() - start:.0f}s loss {loss.item():.3f} copy {accuracy:.2f}"
+            if long_rows is not None:
+                line += f" long {copy_accuracy(model, *long_rows):.2f}"
+            print(line, flush=True)
 
 
 if __name__ == "__main__":

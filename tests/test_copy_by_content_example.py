@@ -30,3 +30,15 @@ def test_a_segment_longer_than_half_the_row_is_refused(capsys, monkeypatch) -> N
     with pytest.raises(SystemExit):
         run_example(monkeypatch, "--length", "32", "--segment", "4,20")
     assert "--segment 4,20: expected 1 <= shortest <= longest <= --length / 2" in capsys.readouterr().err
+
+
+def test_packed_rows_print_the_accuracy_on_long_rows_too(capsys, monkeypatch) -> None:
+    run_example(monkeypatch, "--key-smear", "--steps", "50", "--length", "64", "--span", "32", "--vocab-size", "64")
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert " copy " in line and 0.0 <= float(line.split("long ")[1]) <= 1.0
+
+
+def test_a_span_under_16_tokens_is_refused(capsys, monkeypatch) -> None:
+    with pytest.raises(SystemExit):
+        run_example(monkeypatch, "--span", "8", "--length", "64")
+    assert "--span 8: expected 16 <= span <= --length" in capsys.readouterr().err

@@ -74,3 +74,4 @@ def test_retrieval_reads_only_the_answer_logits_and_batches_by_tokens():
     assert counted == [160, 80]  # batches of 160 // 80 = 2 prompts
     assert grid["80"]["0.5"]["exact"] == pytest.approx(sum(float(a.all()) for a in agree) / 3)
     assert grid["80"]["0.5"]["digits"] == pytest.approx(sum(float(a.float().mean()) for a in agree) / 3)
+    assert grid["80"]["0.5"]["hits"] == [int(a.all()) for a in agree]  # key by key, in the keys' order

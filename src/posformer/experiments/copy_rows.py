@@ -30,15 +30,39 @@ def repeated_segment_row(
     return ids, repeated
 
 
-class CopyMix(RowMix):
-    """Replaces every row of the first `warmup` batches, and a fraction of each later batch's rows, by
-    `repeated_segment_row`s of 4 to seq_len / 4 tokens (`RowMix`: resumable, the same rows after a resume). The
-    warm-up is where induction heads form (docs/longeval.md: in a language-modelling mix they did not); the mixes
-    stacked after it start after it (their `start`)."""
+def packed_copy_row(length: int, span: int, vocab_size: int, g: torch.Generator) -> tuple[Tensor, Tensor]:
+    """`repeated_segment_row`s of `span` tokens (segments of 4 to span / 4) back to back, the last one shorter
+    (random tokens alone when under 16): (ids (length,), repeated (length,) bool). Short copies packed in a long
+    row keep the share of tokens a copy predicts that a short row has, and induction forms as soon as in short
+    rows (docs/longeval.md)."""
+    if span < 16:
+        raise ValueError(f"copy_span: expected at least 16 tokens (segments of 4 to span / 4), got {span}")
+    pieces = []
+    for begin in range(0, length, span):
+        size = min(span, length - begin)
+        if size < 16:
+            pieces.append((torch.randint(0, vocab_size, (size,), generator=g), torch.zeros(size, dtype=torch.bool)))
+        else:
+            pieces.append(repeated_segment_row(size, vocab_size, 4, size // 4, g))
+    ids, repeated = zip(*pieces)
+    return torch.cat(ids), torch.cat(repeated)
 
-    def __init__(self, batches, seq_len: int, fraction: float, seed: int, vocab_size: int, warmup: int = 0) -> None:
+
+class CopyMix(RowMix):
+    """Replaces every row of the first `warmup` batches by `packed_copy_row`s of `span`-token copies, and a fraction
+    of each later batch's rows by `repeated_segment_row`s of 4 to seq_len / 4 tokens (`RowMix`: resumable, the same
+    rows after a resume). The warm-up is where induction heads form (docs/longeval.md: in a language-modelling mix
+    they did not); the mixes stacked after it start after it (their `start`). span=None: seq_len (one copy a row)."""
+
+    def __init__(
+        self, batches, seq_len: int, fraction: float, seed: int, vocab_size: int, warmup: int = 0,
+        span: int | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(batches, seq_len, fraction, seed, "copy_fraction")
         check_int("copy_warmup", warmup, minimum=0)
+        if span is not None:
+            check_int("copy_span", span, minimum=16)
+        self.span = seq_len if span is None else min(span, seq_len)
         self.vocab_size, self.longest, self.warmup = vocab_size, seq_len // 4, warmup
         repeated_segment_row(seq_len, vocab_size, 4, self.longest, torch.Generator())  # refuses a seq_len < 16
 
@@ -46,4 +70,6 @@ class CopyMix(RowMix):
         return 1.0 if self.drawn < self.warmup else self.fraction
 
     def make_row(self, g: torch.Generator) -> Tensor:
+        if self.drawn < self.warmup:
+            return packed_copy_row(self.seq_len, self.span, self.vocab_size, g)[0]
         return repeated_segment_row(self.seq_len, self.vocab_size, 4, self.longest, g)[0]

@@ -94,8 +94,9 @@ def retrieval(
     prompts: Sequence[AnswerPrompt],
     batch_size: int = 16,
     advance: Callable[[int], None] | None = None,
-) -> tuple[float, float]:
-    """(fraction of prompts whose key greedy decoding writes exactly, fraction of key tokens predicted right).
+) -> tuple[Tensor, Tensor]:
+    """(exact (n,) bool: greedy decoding writes prompt i's answer exactly; right (n,) float: the fraction of its
+    answer tokens predicted right), in the order of `prompts`.
 
     Every prompt must have the same length and answer length (one grid cell). The head reads only the positions
     that predict the answer (`logits_to_keep`): a prompt of 64k tokens makes logits for a few of them. `advance`
@@ -103,7 +104,7 @@ def retrieval(
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    exact, tokens, right = 0, 0, 0
+    exact, right = [], []
     try:
         for start in range(0, len(prompts), batch_size):
             batch = prompts[start : start + batch_size]
@@ -111,14 +112,14 @@ def retrieval(
             begin = batch[0].answer_start
             keep = ids.shape[1] - begin  # the logits of input positions begin - 1 .. length - 2
             predicted = model(ids[:, :-1], logits_to_keep=keep).logits.argmax(-1)  # predicts ids[:, begin:]
-            agree = predicted == ids[:, begin:]
-            exact += int(agree.all(-1).sum())
-            right, tokens = right + int(agree.sum()), tokens + agree.numel()
+            agree = (predicted == ids[:, begin:]).cpu()
+            exact.append(agree.all(-1))
+            right.append(agree.float().mean(-1))
             if advance is not None:
                 advance(ids.numel())
     finally:
         model.train(was_training)
-    return exact / len(prompts), right / tokens
+    return torch.cat(exact), torch.cat(right)
 
 
 def passkey_grid(
@@ -131,12 +132,13 @@ def passkey_grid(
     batch_tokens: int = 8192,
     advance: Callable[[int], None] | None = None,
 ) -> dict[str, dict[str, dict[str, float] | None]]:
-    """{str(length): {str(depth): {"exact": ..., "digits": ...} or None when the prompt cannot fit}}.
+    """{str(length): {str(depth): {"exact": ..., "digits": ..., "hits": [0 or 1 for each key]} or None when the
+    prompt cannot fit}}.
 
-    The same `trials` keys at every cell. Keys whose answer tokenizes to a different number of tokens than the
-    first key's are grouped apart so a batch has one shape. A batch holds batch_tokens // length prompts, one at
-    least; `advance` is told the tokens of each batch scored, and of each cell that cannot fit (`grid_tokens` in
-    all).
+    The same `trials` keys, in the same order, at every cell (so two models' hits pair up key by key). Keys whose
+    answer tokenizes to a different number of tokens than the first key's are grouped apart so a batch has one
+    shape. A batch holds batch_tokens // length prompts, one at least; `advance` is told the tokens of each batch
+    scored, and of each cell that cannot fit (`grid_tokens` in all).
     """
     keys = random_keys(trials, seed)
     grid: dict[str, dict[str, dict[str, float] | None]] = {}
@@ -150,14 +152,15 @@ def passkey_grid(
                 if advance is not None:
                     advance(trials * length)
                 continue
-            groups: dict[int, list[PasskeyPrompt]] = {}
-            for p in prompts:
-                groups.setdefault(p.answer_start, []).append(p)
-            exact = digits = 0.0
-            for group in groups.values():
-                e, d = retrieval(model, group, batch_size, advance)
-                exact, digits = exact + e * len(group), digits + d * len(group)
-            grid[str(length)][str(depth)] = {"exact": exact / trials, "digits": digits / trials}
+            groups: dict[int, list[int]] = {}
+            for i, p in enumerate(prompts):
+                groups.setdefault(p.answer_start, []).append(i)
+            hits, digits = torch.zeros(trials, dtype=torch.bool), torch.zeros(trials)
+            for members in groups.values():
+                hits[members], digits[members] = retrieval(model, [prompts[i] for i in members], batch_size, advance)
+            grid[str(length)][str(depth)] = {
+                "exact": hits.float().mean().item(), "digits": digits.mean().item(), "hits": hits.int().tolist()
+            }  # fmt: skip
     return grid
 
 

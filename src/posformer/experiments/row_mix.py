@@ -27,7 +27,7 @@ class RowMix:
         self.drawn = 0
 
     def make_row(self, g: torch.Generator) -> Tensor:
-        """One row (seq_len,) of token ids, drawn from `g`."""
+        """One row (seq_len,) of token ids, drawn from `g` (`drawn` batches before this one)."""
         raise NotImplementedError
 
     def fraction_now(self) -> float:
@@ -39,11 +39,10 @@ class RowMix:
         batch = self.batches.next_batch(global_size, rank, world_size)
         draw = self.seed * 1_000_003 + self.drawn * world_size + rank
         g = torch.Generator().manual_seed((draw * 4_294_967_311 + self.salt) % 2**63)
-        fraction = self.fraction_now()
-        self.drawn += 1
         ids = batch["input_ids"].clone()
-        for row in torch.nonzero(torch.rand(ids.shape[0], generator=g) < fraction).flatten().tolist():
+        for row in torch.nonzero(torch.rand(ids.shape[0], generator=g) < self.fraction_now()).flatten().tolist():
             ids[row] = self.make_row(g)
+        self.drawn += 1
         return {"input_ids": ids, "labels": ids}
 
     def state_dict(self) -> dict:

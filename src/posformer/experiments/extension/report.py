@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from posformer.experiments.extension import suite_report
+from posformer.experiments.extension.retrieval_claims import retrieval_claims_table
 from posformer.experiments.extrapolation.bootstrap import ratio_interval
 from posformer.experiments.extrapolation.report import markdown_table, ppl_interval_of
 
@@ -149,6 +150,13 @@ def markdown(results: dict) -> str:
             comparisons_table(results, name) + "\n",
             f"## {name}: perplexity by length [95% bootstrap interval]\n",
             ppl_table(results, name) + "\n",
+        ]
+    claims = retrieval_claims_table(results)
+    if claims:
+        parts += [
+            "## The papers' retrieval claims, paired: passkey exact match of one row minus another's, all depths "
+            "[95% bootstrap interval over the keys]\n",
+            claims + "\n",
         ]
     parts.append("## Passkey retrieval by length and depth: exact match / fraction of key tokens right\n")
     for row in rows:

@@ -1,4 +1,5 @@
-"""Confidence intervals of perplexities and of their ratios: the percentile bootstrap over evaluation blocks.
+"""Confidence intervals of perplexities and of their ratios: the percentile bootstrap over evaluation blocks; of a
+difference in exact match between two models: the same bootstrap over the prompts both were given.
 
 The evaluation tokens are cut into blocks of the longest eval length (`evaluation.BlockLosses`); a block holds
 the same text at every length. One resample draws as many blocks as there are, with replacement, and computes
@@ -59,3 +60,22 @@ def ratio_interval(
         )
     draws = _draws(len(a[0]), resamples, seed)
     return _quantiles(_log_ppl(*a, draws) - _log_ppl(*b, draws), level)
+
+
+def difference_interval(
+    a: Sequence[Sequence[float]],
+    b: Sequence[Sequence[float]],
+    resamples: int = RESAMPLES,
+    level: float = LEVEL,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """The `level` interval of mean(a) - mean(b), a and b (n, m) scores of the same n prompts (a key, say) in m
+    cells each (its depths): a resample draws n prompts with replacement, each with all its cells, for both."""
+    a_t, b_t = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    if a_t.shape != b_t.shape or a_t.dim() != 2:
+        raise ValueError(f"bootstrap: paired scores of shapes {tuple(a_t.shape)} and {tuple(b_t.shape)}; expected "
+                         "the same (prompts, cells)")  # fmt: skip
+    draws = _draws(a_t.shape[0], resamples, seed)
+    differences = a_t[draws].mean((1, 2)) - b_t[draws].mean((1, 2))
+    low, high = torch.quantile(differences, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64))
+    return float(low), float(high)

@@ -223,7 +223,9 @@ class Experiment:
         batches = WindowBatches(self.train_ids, s.train_len, s.seed)
         encode = self.encode
         if s.copy_fraction > 0 or s.copy_warmup > 0:
-            batches = CopyMix(batches, s.train_len, s.copy_fraction, s.seed, self.vocab_size, s.copy_warmup)
+            batches = CopyMix(
+                batches, s.train_len, s.copy_fraction, s.seed, self.vocab_size, s.copy_warmup, s.copy_span
+            )
         if s.passkey_fraction > 0:
             batches = PasskeyMix(batches, encode, s.train_len, s.passkey_fraction, s.seed, s.copy_warmup)
         if s.suite_fraction > 0:

@@ -186,6 +186,13 @@ class ExtrapolationSettings(TrainingKnobs):
         "where induction heads form before the language modelling (docs/longeval.md)",
         flag=False,
     )
+    copy_span: int = option(
+        48,
+        "tokens of each copy in a warm-up row: a row holds train_len / copy_span short copies back to back, so "
+        "induction forms as soon as in short rows at any train_len (docs/longeval.md)",
+        flag=False,
+        minimum=16,
+    )
     passkey_fraction: float = option(
         0.0,
         "fraction of training windows replaced by passkey prompts of train_len tokens, so that the models learn "
@@ -265,6 +272,7 @@ class ExtrapolationSettings(TrainingKnobs):
         check_number(_knob("passkey_fraction"), self.passkey_fraction, 0.0, 1.0)
         check_number(_knob("copy_fraction"), self.copy_fraction, 0.0, 1.0)
         check_int(_knob("copy_warmup"), self.copy_warmup, minimum=0)
+        check_int(_knob("copy_span"), self.copy_span, minimum=16)
         check_number(_knob("suite_fraction"), self.suite_fraction, 0.0, 1.0)
         if self.suite_tasks is not None:
             from posformer.experiments.longeval.tasks import TASKS

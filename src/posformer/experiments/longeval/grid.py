@@ -59,8 +59,8 @@ def score_prompts(
         groups.setdefault(p.answer_start, []).append(p)
     exact = tokens = 0.0
     for group in groups.values():
-        e, t = retrieval(model, group, batch_size, advance)
-        exact, tokens = exact + e * len(group), tokens + t * len(group)
+        hits, right = retrieval(model, group, batch_size, advance)
+        exact, tokens = exact + hits.sum().item(), tokens + right.sum().item()
     n = len(prompts)
     return {"exact": exact / n, "tokens": tokens / n, "chance": sum(p.chance for p in prompts) / n}
 
