@@ -201,12 +201,26 @@ def test_steps_zero_scales_at_eval_time_only(extended, tmp_path):
     assert not (tmp_path / "e" / "rows").exists()
 
 
+def test_a_fine_tune_can_keep_the_sources_passkey_mix(extended, tmp_path):
+    source, _ = extended
+    tuned = {}
+    for fraction in (0.0, 0.5):
+        out = tmp_path / str(fraction)
+        args = ["--methods", "yarn", "--set", f"passkey_fraction={fraction}", "--output-dir", str(out)]
+        assert main(["extend", str(source), *EXTEND, *args]) == 0
+        assert json.loads((out / "results.json").read_text())["config"]["passkey_fraction"] == fraction
+        tuned[fraction] = load_model(out / "rows" / "yarn").state_dict()
+    # the same seed, steps and start: only the passkey rows in the batches differ
+    assert any(not torch.equal(v, tuned[0.5][k]) for k, v in tuned[0.0].items())
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
         (["--target-len", "16"], "target_len=16 is invalid"),
         (["--target-len", "64", "--methods", "pi,rope"], "methods='rope' is invalid"),
         (["--target-len", "64", "--set", "suite_tasks=[needle]"], "suite_tasks='needle' is invalid"),
+        (["--target-len", "64", "--set", "passkey_fraction=2"], "passkey_fraction=2 is invalid"),
         ([], "--target-len is required"),
     ],
 )

@@ -19,6 +19,9 @@ def test_hits_are_regrouped_key_by_key_over_the_depths_that_fit() -> None:
     grid = _grid({"0.0": [1, 0, 1], "0.5": None, "1.0": [0, 0, 1]})
     assert hits_by_key(grid, 128) == [[1, 0], [0, 0], [1, 1]]
     assert hits_by_key(_grid({"0.0": None}), 128) is None
+    # beyond 64 tokens back: (1 - d) 128 > 64 holds at depth 0 only
+    assert hits_by_key(grid, 128, farther_than=64) == [[1], [0], [1]]
+    assert hits_by_key(grid, 128, farther_than=128) is None
 
 
 def test_the_interval_holds_the_difference_and_is_a_point_when_every_resample_agrees() -> None:
@@ -47,7 +50,7 @@ def test_mismatched_shapes_are_refused() -> None:
 
 def test_the_table_reads_each_claim_whose_rows_ran() -> None:
     results = {
-        "config": {"passkey_lengths": [128]},
+        "config": {"passkey_lengths": [128], "train_len": 128},
         "rows": {
             "source": {"passkey": _grid({"0.0": [1, 0, 0, 0], "1.0": [1, 0, 0, 1]})},
             "self_extend": {"passkey": _grid({"0.0": [1, 1, 1, 0], "1.0": [1, 1, 0, 1]})},
@@ -58,4 +61,6 @@ def test_the_table_reads_each_claim_whose_rows_ran() -> None:
     assert table is not None and "self_extend - source" in table and "+0.38 [" in table
     assert "yarn+ft" not in table  # its rows did not run
     assert difference_cell(None, [[1]]) == "n/a" and difference_cell([[1, 1]], [[0, 1]]) == "+0.50"
-    assert retrieval_claims_table({"config": {"passkey_lengths": [128]}, "rows": {}}) is None
+    results["config"]["train_len"] = 64
+    assert "+0.50 [" in retrieval_claims_table(results, beyond_train_len=True)  # depth 0 alone: 3 of 4 against 1
+    assert retrieval_claims_table({"config": {"passkey_lengths": [128], "train_len": 64}, "rows": {}}) is None

@@ -47,7 +47,7 @@ from posformer.experiments.extrapolation.layout import ExperimentLayout
 from posformer.experiments.longeval.haystacks import book_ids
 from posformer.experiments.longeval.tasks import get_task
 from posformer.experiments.memory_fit import Need, check_fit, evaluation_advice, evaluation_need, training_need
-from posformer.experiments.passkey import grid_tokens, passkey_grid
+from posformer.experiments.passkey import PasskeyMix, grid_tokens, passkey_grid
 from posformer.model import Transformer
 from posformer.train.batches import WindowBatches
 from posformer.train.distributed import resolve_device
@@ -236,9 +236,12 @@ class Extension:
         tuned = with_params(start, params, length)
         run_dir, started = self.layout.row_dir(name), time.monotonic()
         self.log(f"\n== {name}: fine-tuning {steps} steps at {length} in {run_dir}")
+        batches = WindowBatches(self.source.train_ids, length, s.seed)
+        if s.passkey_fraction > 0:
+            batches = PasskeyMix(batches, self.source.encode, length, s.passkey_fraction, s.seed)
         Trainer(
             tuned,
-            WindowBatches(self.source.train_ids, length, s.seed),
+            batches,
             s.trainer_settings(steps),
             run_dir,
             run_config={"extend": s.to_dict(), "model": tuned.cfg.to_dict()},

@@ -71,6 +71,12 @@ class ExtendSettings(TrainingKnobs):
         "nothing fine-tuned)",
     )
     batch_size: int = option(8, "sequences of target_len tokens per step")
+    passkey_fraction: float = option(
+        0.0,
+        "fraction of the fine-tuning windows replaced by passkey prompts of the fine-tuning length (0: text alone, "
+        "as the papers; a source trained with extrapolate's passkey_fraction can keep its own mix)",
+        flag=False,
+    )
     lr: float = option(3e-4, "peak fine-tuning learning rate (cosine schedule with warm-up)")
     warmup: int = 20
     train_len: int | None = option(None, "the length the run was trained at (default: from its run_config.yaml)")
@@ -165,6 +171,7 @@ class ExtendSettings(TrainingKnobs):
         for task in self.suite_tasks:
             check_choice("extend: suite_tasks", task, list(TASKS))
         check_number("extend: suite_threshold", self.suite_threshold, 0.0, 1.0, low_open=True)
+        check_number("extend: passkey_fraction", self.passkey_fraction, 0.0, 1.0)
         check_int("extend: steps", self.steps, minimum=0)
         for name in (
             "batch_size",
