@@ -104,6 +104,20 @@ def test_changed_config_is_refused(finished_run, capsys):
     assert "differing keys: lr" in capsys.readouterr().err
 
 
+def test_results_older_than_a_knob_resume_while_it_keeps_its_default(finished_run, capsys):
+    path = finished_run / "results.json"
+    written = json.loads(path.read_text())
+    try:
+        older = {**written, "config": {k: v for k, v in written["config"].items() if k != "copy_span"}}
+        path.write_text(json.dumps(older))  # as a run from before copy_span existed wrote it
+        assert main(["extrapolate", *TINY, "--output-dir", str(finished_run), "--resume"]) == 0
+        path.write_text(json.dumps(older))
+        assert main(["extrapolate", *TINY, "--output-dir", str(finished_run), "--set", "copy_span=32"]) == 2
+        assert "differing keys: copy_span" in capsys.readouterr().err
+    finally:
+        path.write_text(json.dumps(written))
+
+
 def test_half_trained_row_resumes_from_its_checkpoint(tmp_path, capsys):
     args = [*TINY, "--positions", "rope", "--output-dir", str(tmp_path)]
     with pytest.raises(KeyboardInterrupt):  # stop the row after its step-2 checkpoint

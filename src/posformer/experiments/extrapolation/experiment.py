@@ -12,6 +12,7 @@ Re-running into the same OUTPUT skips recorded rows and resumes a half-trained o
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import time
 from importlib import metadata
@@ -55,6 +56,17 @@ def versions() -> dict[str, str]:
     return found
 
 
+def default_values(settings) -> dict:
+    """{field: default} of a settings dataclass (the fields without one left out)."""
+    found = {}
+    for spec in dataclasses.fields(settings):
+        if spec.default is not dataclasses.MISSING:
+            found[spec.name] = spec.default
+        elif spec.default_factory is not dataclasses.MISSING:
+            found[spec.name] = spec.default_factory()
+    return found
+
+
 def open_results(settings: ExtrapolationSettings, layout: ExperimentLayout, benchmark: str = "extrapolation") -> dict:
     """The results recorded in `layout` (checked against `settings`, any object with `to_dict`: the task runs'
     `TaskSettings` too), or a fresh record of `benchmark`."""
@@ -63,8 +75,12 @@ def open_results(settings: ExtrapolationSettings, layout: ExperimentLayout, benc
     if path.is_file():
         saved = read_mapping_file(path, "the results file")
         old = saved.get("config") if isinstance(saved.get("config"), dict) else {}
+        defaults = default_values(settings)
         differ = sorted(
-            k for k in set(old) | set(config) if k not in IGNORED_FOR_RESUME and old.get(k) != config.get(k)
+            k
+            for k in set(old) | set(config)
+            if k not in IGNORED_FOR_RESUME
+            and old.get(k, defaults.get(k)) != config.get(k)  # a knob added since, at its default, still matches
         )
         if differ:
             raise ValueError(
