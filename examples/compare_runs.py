@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from posformer.experiments.extrapolation.bootstrap import ratio_interval
+from posformer.experiments.extension.report import ratio_cell
 
 
 def load(run: Path) -> dict:
@@ -40,10 +40,7 @@ def main() -> None:
                 if blocks["count"] != other[length]["count"]:
                     raise SystemExit(f"compare_runs: {eval_set} at {length}: the runs scored different blocks")
                 ratio = a["rows"][row]["ppl"][eval_set][length] / b["rows"][row]["ppl"][eval_set][length]
-                low, high = ratio_interval(
-                    (blocks["nll"], blocks["count"]), (other[length]["nll"], other[length]["count"])
-                )
-                print(f"  {length:>6}: {ratio:.3f} [{low:.3f}, {high:.3f}]")
+                print(f"  {length:>6}: {ratio_cell(ratio, blocks, other[length])}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ Re-running into the same OUTPUT skips recorded rows and resumes a half-trained o
 
 from __future__ import annotations
 
-import dataclasses
 import platform
 import time
 from importlib import metadata
@@ -41,6 +40,7 @@ from posformer.train.distributed import resolve_device
 from posformer.train.metrics_log import MetricsLog
 from posformer.train.rng import seed_everything
 from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
+from posformer.utils.options import options
 from posformer.utils.user_files import read_mapping_file
 
 IGNORED_FOR_RESUME = ("positions", "methods", "threads")  # rows (methods) may be added to a finished run
@@ -56,17 +56,6 @@ def versions() -> dict[str, str]:
     return found
 
 
-def default_values(settings) -> dict:
-    """{field: default} of a settings dataclass (the fields without one left out)."""
-    found = {}
-    for spec in dataclasses.fields(settings):
-        if spec.default is not dataclasses.MISSING:
-            found[spec.name] = spec.default
-        elif spec.default_factory is not dataclasses.MISSING:
-            found[spec.name] = spec.default_factory()
-    return found
-
-
 def open_results(settings: ExtrapolationSettings, layout: ExperimentLayout, benchmark: str = "extrapolation") -> dict:
     """The results recorded in `layout` (checked against `settings`, any object with `to_dict`: the task runs'
     `TaskSettings` too), or a fresh record of `benchmark`."""
@@ -75,7 +64,7 @@ def open_results(settings: ExtrapolationSettings, layout: ExperimentLayout, benc
     if path.is_file():
         saved = read_mapping_file(path, "the results file")
         old = saved.get("config") if isinstance(saved.get("config"), dict) else {}
-        defaults = default_values(settings)
+        defaults = {declared.name: declared.default for declared in options(type(settings))}
         differ = sorted(
             k
             for k in set(old) | set(config)
