@@ -33,6 +33,9 @@ class LayerCache:
 
     `last_key` (B, Hkv, 1, dh): the key of the last position given, as projected, before any mix or position
     encoding, for a layer whose keys mix in their predecessor's (`modules.key_smear`); None otherwise.
+
+    `sums` (B, H, S) float32: each key's running sum of its encoding's token terms (`positions.forgetting`), kept
+    beside the keys when `append` is given them; None otherwise. `last_sum` (B, H, 1): the carry of the next step.
     """
 
     def __init__(self, capacity: int | None = None) -> None:
@@ -43,6 +46,7 @@ class LayerCache:
         self._k: Tensor | None = None
         self._v: Tensor | None = None
         self._pos: Tensor | None = None
+        self._sums: Tensor | None = None
         self.last_key: Tensor | None = None
 
     def __len__(self) -> int:
@@ -60,11 +64,20 @@ class LayerCache:
     def pos(self) -> Tensor | None:
         return None if self._pos is None else self._pos[:, : self.length]
 
-    def append(self, k: Tensor, v: Tensor, pos: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Write this step's k, v (B, Hkv, T, dh) at positions pos (B, T); return all of k, v, pos so far."""
+    @property
+    def sums(self) -> Tensor | None:
+        return None if self._sums is None else self._sums[:, :, : self.length]
+
+    @property
+    def last_sum(self) -> Tensor | None:
+        return None if self._sums is None or not self.length else self._sums[:, :, self.length - 1 : self.length]
+
+    def append(self, k: Tensor, v: Tensor, pos: Tensor, sums: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Write this step's k, v (B, Hkv, T, dh) at positions pos (B, T), and the keys' running sums (B, H, T)
+        when given (every step then gives them); return all of k, v, pos so far."""
         new = k.shape[2]
         if self._k is None:
-            self._allocate(k, v, pos, max(new, self.capacity or 0))
+            self._allocate(k, v, pos, max(new, self.capacity or 0), sums)
         elif k.shape[0] != self._k.shape[0]:
             fail("k.shape[0] (batch)", k.shape[0], f"the cache's batch size {self._k.shape[0]}")
         elif self.length + new > self._k.shape[2]:
@@ -73,6 +86,8 @@ class LayerCache:
         self._k[:, :, self.length : end] = k
         self._v[:, :, self.length : end] = v
         self._pos[:, self.length : end] = pos
+        if self._sums is not None:
+            self._sums[:, :, self.length : end] = sums
         self.length = end
         return self.k, self.v, self.pos
 
@@ -80,6 +95,8 @@ class LayerCache:
         """Select batch rows (beam search): index (B',); the buffers keep their capacity."""
         if self._k is not None:
             self._k, self._v, self._pos = (buffer.index_select(0, index) for buffer in (self._k, self._v, self._pos))
+        if self._sums is not None:
+            self._sums = self._sums.index_select(0, index)
         if self.last_key is not None:
             self.last_key = self.last_key.index_select(0, index)
 
@@ -89,20 +106,25 @@ class LayerCache:
         self._k[:, :, :kept] = self._k[:, :, index]
         self._v[:, :, :kept] = self._v[:, :, index]
         self._pos[:, :kept] = self._pos[:, index]
+        if self._sums is not None:
+            self._sums[:, :, :kept] = self._sums[:, :, index]
         self.length = kept
 
-    def _allocate(self, k: Tensor, v: Tensor, pos: Tensor, capacity: int) -> None:
+    def _allocate(self, k: Tensor, v: Tensor, pos: Tensor, capacity: int, sums: Tensor | None) -> None:
         batch, heads, _, dim = k.shape
         self._k = k.new_empty(batch, heads, capacity, dim)
         self._v = v.new_empty(batch, heads, capacity, v.shape[3])
         self._pos = pos.new_empty(batch, capacity)
+        self._sums = None if sums is None else sums.new_empty(batch, sums.shape[1], capacity)
 
     def _grow(self, capacity: int) -> None:
-        k, v, pos = self.k, self.v, self.pos
-        self._allocate(k, v, pos, capacity)
+        k, v, pos, sums = self.k, self.v, self.pos, self.sums
+        self._allocate(k, v, pos, capacity, sums)
         self._k[:, :, : self.length] = k
         self._v[:, :, : self.length] = v
         self._pos[:, : self.length] = pos
+        if sums is not None:
+            self._sums[:, :, : self.length] = sums
 
 
 class MemoryCache:

@@ -7,6 +7,7 @@ from posformer.positions.cope import ContextualPosition
 from posformer.positions.deberta import DeBERTa, log_bucket_position
 from posformer.positions.dual_chunk import DualChunk
 from posformer.positions.fire import FIRE
+from posformer.positions.forgetting import ForgettingAttention
 from posformer.positions.kerple import KerpleLog
 from posformer.positions.params import PositionParams
 from posformer.positions.registry import build, get, names, register, usable
@@ -44,6 +45,7 @@ __all__ = [
     "alibi_slopes",
     "KerpleLog",
     "FIRE",
+    "ForgettingAttention",
     "RelativeKey",
     "RelativeKeyQuery",
     "Shaw",
