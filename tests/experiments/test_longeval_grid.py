@@ -21,6 +21,7 @@ from posformer.experiments.longeval.grid import (
     suite_grid,
     task_scores,
 )
+from posformer.experiments.longeval.items import WORDS
 
 BOOK = book_bytes()
 VOCAB = 256
@@ -53,7 +54,7 @@ def test_exact_match_counts_prompts_whose_every_answer_token_the_argmax_predicts
     answer_tokens = [len(p.ids) - p.answer_start for p in prompts]
     assert cell["exact"] == pytest.approx(1 - len(wrong) / len(prompts))
     assert cell["tokens"] == pytest.approx(1 - sum(1 / answer_tokens[i] for i in wrong) / len(prompts))
-    assert cell["chance"] == 1.0  # a single needle: its value is the only candidate
+    assert cell["chance"] == pytest.approx(1 / len(WORDS))  # a single needle: a blind guess among the words
 
 
 def test_the_grid_has_a_cell_per_task_length_and_depth_and_a_perfect_model_scores_one():

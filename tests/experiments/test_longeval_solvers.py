@@ -12,21 +12,35 @@ import pytest
 
 from longeval_text import book_bytes, decode, encode
 from posformer.experiments.longeval.grid import trial_generator
+from posformer.experiments.longeval.items import WORDS
 from posformer.experiments.longeval.tasks import TASKS
 
 BOOK = book_bytes()
 NEEDLE = re.compile(r" The key of ([a-z]+) is ([0-9a-z-]+)\.")
 
 
+def values_like(value: str) -> int:
+    """How many values have the form of `value`: 5-digit numbers, 8-hex-digit codes or the suite's words."""
+    if re.fullmatch(r"[0-9]{5}", value):
+        return 90_000
+    if re.fullmatch(r"[0-9a-f]{4}-[0-9a-f]{4}", value):
+        return 16**8
+    assert value in WORDS
+    return len(WORDS)
+
+
 def solve_needles(text: str) -> tuple[str, int]:
     """The values of the asked keys (every value of a key asked alone when it has several), in the order asked (a
-    key's values in the order they appear); the candidates: ordered picks of that many among the needles."""
+    key's values in the order they appear); the candidates: ordered picks of that many among the needles, or, for
+    a lone needle, every value of its form (a guess that never finds it)."""
     needles = NEEDLE.findall(text)
     one = re.search(r" The key of ([a-z]+) is$", text)
     asked = [one.group(1)] if one else re.search(r" The keys of (.+) are$", text).group(1).split(" and ")
     values = [v for key in asked for k, v in needles if k == key]
     if one:
         assert len(values) == 1  # a single needle of the asked key
+    if len(needles) == 1:
+        return " " + values[0], values_like(values[0])
     return " " + ", ".join(values), perm(len(needles), len(values))
 
 

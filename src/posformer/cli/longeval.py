@@ -30,10 +30,11 @@ is refused with the task and length named; so is a length past a learned positio
 
 Scoring: exact match of greedy decoding, from one teacher-forced pass (the argmax agrees with every answer token).
 Chance: the exact-match rate of a uniform guess among the prompt's candidates (its needle values, variables or
-listed words, in order): 1 for a single needle (finding and copying it is the whole task), 1/4 for multikey,
-about 1e-5 for cwe. The effective length: the longest length up to which the mean over tasks exceeds
---threshold at every length (RULER's rule and threshold, 0.856), or with --reference-length L a fraction
---threshold of the model's own mean at L (small models that never reach 0.856).
+listed words, in order): 1/4 for multikey, about 1e-5 for cwe; a single needle's value is the only one in its
+prompt, so its guess is among every value of its kind (1/90,000 for a 5-digit number). The effective length:
+the longest length up to which the mean over tasks exceeds --threshold at every length (RULER's rule and
+threshold, 0.856), or with --reference-length L a fraction --threshold of the model's own mean at L (small models
+that never reach 0.856).
 
 Outputs in --output-dir, written after each task: results.json (every cell: exact, answer tokens right, chance;
 means; the effective length; the settings) and results.md (task x length, chance, mean, effective length, depth

@@ -101,6 +101,12 @@ def draw(kind: str, split: str, count: int, g: torch.Generator) -> list[str]:
     return list(found)
 
 
+def value_space(kind: str) -> int:
+    """How many items of `kind` there are over both splits: a blind guess of one is right 1 time in this many."""
+    check_choice("longeval: item kind", kind, KINDS)
+    return 16**8 if kind == "uuid" else len(pool(kind, "train")) + len(pool(kind, "eval"))
+
+
 def max_tokens(kind: str, encode: Encode) -> int:
     """The most tokens " ITEM" of `kind` takes under `encode`, over both splits: the exact maximum over the pools of
     words and names, and for numbers and uuids their length in bytes (ASCII text takes at most a token a byte under

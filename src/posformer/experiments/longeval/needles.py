@@ -13,6 +13,10 @@ With one value and one query the asked needle sits at `depth`: after the haystac
 to round(depth * room) haystack tokens. Every other needle, and every needle of a multi-value or multi-query
 prompt, sits at a uniform random depth. RULER's instruction preamble and its "special magic" phrasing are left
 out so that a prompt fits 128 tokens.
+
+Chance: a uniform guess among the needles' values, in order (`perm(needles, answer slots)`); a single needle's
+value is the only one in its prompt, so its guess is among every value of its kind (`items.value_space`): what a
+model that never finds the needle gets.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from torch import Tensor
 
 from posformer.experiments.longeval import haystacks
 from posformer.experiments.longeval.draws import shuffled, uniform
-from posformer.experiments.longeval.items import Encode, check_split, draw, max_tokens
+from posformer.experiments.longeval.items import Encode, check_split, draw, max_tokens, value_space
 from posformer.experiments.longeval.prompt import (
     SuitePrompt,
     check_depth,
@@ -119,5 +123,5 @@ class NeedleTask:
         if self.values > 1:  # every value of the one key, in the order they appear
             slots = [lines[i][1] for i in order]
             answer = listing(encode, slots, SEPARATOR)
-        candidates = perm(len(lines), len(slots))
+        candidates = perm(len(lines), len(slots)) if len(lines) > 1 else value_space(self.value_kind)
         return finish(body, question, answer, listing_text(slots, SEPARATOR), candidates, length)

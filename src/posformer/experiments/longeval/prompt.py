@@ -20,9 +20,9 @@ from posformer.experiments.longeval.items import Encode
 @dataclass(frozen=True)
 class SuitePrompt:
     """ids: (length,) the whole sequence, answer included; answer_start: the index of the answer's first token;
-    answer: its text; candidates: how many answers a uniform guess among the prompt's candidates picks from (the
-    needle values, variables or listed words, in order when the answer lists several), so its chance of an exact
-    match is 1 / candidates."""
+    answer: its text; candidates: how many answers a uniform guess picks from (the prompt's needle values, variables
+    or listed words, in order when the answer lists several; every value of its kind for a single needle), so its
+    chance of an exact match is 1 / candidates."""
 
     ids: Tensor
     answer_start: int

@@ -8,8 +8,8 @@ from posformer.experiments.longeval.grid import ANY_DEPTH
 
 
 def _score(value: float, chance: float) -> str:
-    """A score, marked when it is not above a chance below 1 (a single needle's chance is 1: its only candidate)."""
-    return f"{value:.2f}" + (" (at chance)" if value <= chance < 1 else "")
+    """A score, marked when it is not above chance."""
+    return f"{value:.2f}" + (" (at chance)" if value <= chance else "")
 
 
 def _effective(found: dict) -> str:
@@ -56,7 +56,7 @@ def markdown(results: dict) -> str:
         f"Model: {model['path']} ({model['parameters']:,} parameters, position {model['position']!r}). "
         f"{cfg['trials']} prompts per task, length and depth, seed {cfg['seed']}; exact match of greedy decoding "
         "(teacher-forced). Chance: a uniform guess among the prompt's candidates (needle values, variables, listed "
-        "words), in order.\n",
+        "words), in order; for a single needle, among every value of its kind.\n",
         task_table(results) + "\n",
     ]
     found = results.get("effective_length")
