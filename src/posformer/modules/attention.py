@@ -24,7 +24,7 @@ from posformer.ops.masks import AttentionMask, causal_additive
 from posformer.ops.packing import TokenPacking
 from posformer.ops.softmax_attention import softmax_attention
 from posformer.positions.base import PositionEncoding
-from posformer.positions.forgetting import ReadsHidden, running_sums
+from posformer.positions.forgetting import ReadsHidden
 from posformer.positions.query_temperature import query_temperature
 
 
@@ -204,7 +204,7 @@ class SelfAttention(Attention):
     """Self-attention with the position hooks of its stack's encoding, at its layer index, and any query
     temperature (`Config.query_temperature`) after them; with `Config.key_smear`, each key mixed with its
     predecessor's before them (`modules.key_smear`). An encoding that reads the hidden states
-    (`positions.forgetting.ReadsHidden`) gets x, and its bias comes from the running sums of its token terms.
+    (`positions.forgetting.ReadsHidden`) gets x, and its bias comes from its token terms.
 
     One fused `qkv` projection. The encoding is held, not registered: the stack
     owns it (one copy in `state_dict`, `parameters()` and `.to()`).
@@ -243,20 +243,23 @@ class SelfAttention(Attention):
         q, k = self.position.rotate(q, k, pos, pos, self.layer)
         if self.temperature is not None:
             q = (q * query_temperature(pos, **self.temperature)).to(q.dtype)
-        q_sums = self._running_sums(x, packing, cache) if isinstance(self.position, ReadsHidden) else None
-        k_pos, k_sums = pos, q_sums
+        reads_hidden = isinstance(self.position, ReadsHidden)
+        q_terms, k_terms = self._hidden_terms(x, packing) if reads_hidden else (None, None)
+        k_pos = pos
         if cache is not None:
-            k, v, k_pos = cache.append(k, v, pos, q_sums)
-            k_sums = cache.sums
+            k, v, k_pos = cache.append(k, v, pos, k_terms)
+            k_terms = cache.terms
         values = partial(self._values, q_pos=pos, k_pos=k_pos) if self.position.uses_values else None
+        offset = k.shape[2] - q.shape[2]  # the index of the first query among the keys
         if self.kernel == "flex" and not need_weights:
-            if q_sums is not None:
-                score_mod = self.position.sums_score_mod(q_sums, k_sums, self.layer)
+            if reads_hidden:
+                q_index = torch.arange(offset, k.shape[2], device=q.device)
+                score_mod = self.position.terms_score_mod(q_terms, k_terms, q_index, self.layer)
             else:
                 score_mod = self.position.score_mod(q, k, pos, k_pos, self.layer)
             return self._attend(q, k, v, mask, need_weights, values, packing, score_mod=score_mod)
-        if q_sums is not None:
-            bias_rows = partial(self._sums_rows, q_sums, k_sums)
+        if reads_hidden:
+            bias_rows = partial(self._terms_rows, q_terms, k_terms, offset)
         else:
             bias_rows = partial(self._bias_rows, q, k, pos, k_pos) if self.position.uses_bias else None
         return self._attend(
@@ -273,14 +276,18 @@ class SelfAttention(Attention):
             cache.last_key = k[:, :, -1:].clone()  # a view would keep the whole projection of a long prefix
         return smeared
 
-    def _running_sums(self, x: Tensor, packing: TokenPacking | None, cache: LayerCache | None) -> Tensor:
-        """The running sums (B, H, T) of the encoding's token terms of x, carried on from the cache's last."""
-        terms = self._unpacked(self.position.token_terms(x, self.layer), packing).transpose(1, 2)
-        return running_sums(terms, None if cache is None else cache.last_sum)
+    def _hidden_terms(self, x: Tensor, packing: TokenPacking | None) -> tuple[Tensor | None, Tensor]:
+        """The encoding's query and key terms (B, H, T, d) of x (`ReadsHidden`), packed tokens unpacked first."""
+        return self.position.token_terms(x if packing is None else packing.unpack(x), self.layer)
 
-    def _sums_rows(self, q_sums: Tensor, k_sums: Tensor, start: int, end: int, keys: int) -> Tensor:
-        """The bias of queries [start, end) over the first `keys` keys, from the running sums (`ReadsHidden`)."""
-        return self.position.sums_bias(q_sums[:, :, start:end], k_sums[:, :, :keys], self.layer)
+    def _terms_rows(
+        self, q_terms: Tensor | None, k_terms: Tensor, offset: int, start: int, end: int, keys: int
+    ) -> Tensor:
+        """The bias of queries [start, end) over the first `keys` keys, from the hidden-state terms (`ReadsHidden`);
+        offset: the index of the first query among the keys."""
+        q_index = torch.arange(offset + start, offset + end, device=k_terms.device)
+        q_rows = None if q_terms is None else q_terms[:, :, start:end]
+        return self.position.terms_bias(q_rows, k_terms[:, :, :keys], q_index, self.layer)
 
     def _bias_rows(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, start: int, end: int, keys: int

@@ -34,8 +34,8 @@ class LayerCache:
     `last_key` (B, Hkv, 1, dh): the key of the last position given, as projected, before any mix or position
     encoding, for a layer whose keys mix in their predecessor's (`modules.key_smear`); None otherwise.
 
-    `sums` (B, H, S) float32: each key's running sum of its encoding's token terms (`positions.forgetting`), kept
-    beside the keys when `append` is given them; None otherwise. `last_sum` (B, H, 1): the carry of the next step.
+    `terms` (B, H, S, d): each key's terms of an encoding that reads the hidden states (`positions.forgetting`),
+    kept beside the keys when `append` is given them; None otherwise.
     """
 
     def __init__(self, capacity: int | None = None) -> None:
@@ -46,7 +46,7 @@ class LayerCache:
         self._k: Tensor | None = None
         self._v: Tensor | None = None
         self._pos: Tensor | None = None
-        self._sums: Tensor | None = None
+        self._terms: Tensor | None = None
         self.last_key: Tensor | None = None
 
     def __len__(self) -> int:
@@ -65,19 +65,15 @@ class LayerCache:
         return None if self._pos is None else self._pos[:, : self.length]
 
     @property
-    def sums(self) -> Tensor | None:
-        return None if self._sums is None else self._sums[:, :, : self.length]
+    def terms(self) -> Tensor | None:
+        return None if self._terms is None else self._terms[:, :, : self.length]
 
-    @property
-    def last_sum(self) -> Tensor | None:
-        return None if self._sums is None or not self.length else self._sums[:, :, self.length - 1 : self.length]
-
-    def append(self, k: Tensor, v: Tensor, pos: Tensor, sums: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """Write this step's k, v (B, Hkv, T, dh) at positions pos (B, T), and the keys' running sums (B, H, T)
-        when given (every step then gives them); return all of k, v, pos so far."""
+    def append(self, k: Tensor, v: Tensor, pos: Tensor, terms: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Write this step's k, v (B, Hkv, T, dh) at positions pos (B, T), and the keys' terms (B, H, T, d) when
+        given (every step then gives them); return all of k, v, pos so far."""
         new = k.shape[2]
         if self._k is None:
-            self._allocate(k, v, pos, max(new, self.capacity or 0), sums)
+            self._allocate(k, v, pos, max(new, self.capacity or 0), terms)
         elif k.shape[0] != self._k.shape[0]:
             fail("k.shape[0] (batch)", k.shape[0], f"the cache's batch size {self._k.shape[0]}")
         elif self.length + new > self._k.shape[2]:
@@ -86,8 +82,8 @@ class LayerCache:
         self._k[:, :, self.length : end] = k
         self._v[:, :, self.length : end] = v
         self._pos[:, self.length : end] = pos
-        if self._sums is not None:
-            self._sums[:, :, self.length : end] = sums
+        if self._terms is not None:
+            self._terms[:, :, self.length : end] = terms
         self.length = end
         return self.k, self.v, self.pos
 
@@ -95,8 +91,8 @@ class LayerCache:
         """Select batch rows (beam search): index (B',); the buffers keep their capacity."""
         if self._k is not None:
             self._k, self._v, self._pos = (buffer.index_select(0, index) for buffer in (self._k, self._v, self._pos))
-        if self._sums is not None:
-            self._sums = self._sums.index_select(0, index)
+        if self._terms is not None:
+            self._terms = self._terms.index_select(0, index)
         if self.last_key is not None:
             self.last_key = self.last_key.index_select(0, index)
 
@@ -106,25 +102,25 @@ class LayerCache:
         self._k[:, :, :kept] = self._k[:, :, index]
         self._v[:, :, :kept] = self._v[:, :, index]
         self._pos[:, :kept] = self._pos[:, index]
-        if self._sums is not None:
-            self._sums[:, :, :kept] = self._sums[:, :, index]
+        if self._terms is not None:
+            self._terms[:, :, :kept] = self._terms[:, :, index]
         self.length = kept
 
-    def _allocate(self, k: Tensor, v: Tensor, pos: Tensor, capacity: int, sums: Tensor | None) -> None:
+    def _allocate(self, k: Tensor, v: Tensor, pos: Tensor, capacity: int, terms: Tensor | None) -> None:
         batch, heads, _, dim = k.shape
         self._k = k.new_empty(batch, heads, capacity, dim)
         self._v = v.new_empty(batch, heads, capacity, v.shape[3])
         self._pos = pos.new_empty(batch, capacity)
-        self._sums = None if sums is None else sums.new_empty(batch, sums.shape[1], capacity)
+        self._terms = None if terms is None else terms.new_empty(batch, terms.shape[1], capacity, terms.shape[3])
 
     def _grow(self, capacity: int) -> None:
-        k, v, pos, sums = self.k, self.v, self.pos, self.sums
-        self._allocate(k, v, pos, capacity, sums)
+        k, v, pos, terms = self.k, self.v, self.pos, self.terms
+        self._allocate(k, v, pos, capacity, terms)
         self._k[:, :, : self.length] = k
         self._v[:, :, : self.length] = v
         self._pos[:, : self.length] = pos
-        if sums is not None:
-            self._sums[:, :, : self.length] = sums
+        if terms is not None:
+            self._terms[:, :, : self.length] = terms
 
 
 class MemoryCache:

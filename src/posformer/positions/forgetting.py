@@ -1,27 +1,34 @@
 """Forgetting attention (FoX; Lin et al. 2025, "Forgetting Transformer: Softmax Attention with a Forget Gate",
-ICLR 2025): a data-dependent ALiBi.
+ICLR 2025): a data-dependent ALiBi, and its per-row form.
 
-Each token t writes a forget gate per head, f_t = sigmoid(w_h . x_t + b_h), from the attention's input x_t; the
-logit of query i and key j <= i gains the log of every gate after the key up to the query:
+`fox`: each token t writes a forget gate per head, f_t = sigmoid(w_h . x_t + b_h), from the attention's input x_t;
+the logit of query i and key j <= i gains the log of every gate after the key up to the query:
 
     logits[b, h, i, j] = scale * q_i . k_j + sum_{t = j+1 .. i} log f_t = scale * q_i . k_j + c_i - c_j,
     c_i = sum_{t <= i} log f_t
 
 No other position information: gates of 1 give NoPE exactly, and a constant gate f gives ALiBi's bias
--m (i - j) with slope m = -log f. The gates count the tokens between key and query, so FoX needs a causal stack:
-arch "decoder" only. `gate_bias_init` (default 5: f ~ 0.993 at the start, x-transformers' `DataDependentAlibi`)
-initialises b; w starts from N(0, init_std), one (w, b) per layer and head.
+-m (i - j) with slope m = -log f. `gate_bias_init` (default 5: f ~ 0.993 at the start, x-transformers'
+`DataDependentAlibi`) initialises b; w starts from N(0, init_std), one (w, b) per layer and head.
+
+`fox_per_row` (x-transformers' `PerRowDataDependentAlibi`): the gate depends on the query as well, through small
+query and key vectors u_i, v_t of `gate_dim` per head projected from x (no bias):
+
+    logits[b, h, i, j] = scale * q_i . k_j + sum_{t = j .. i-1} log sigmoid(u_i . v_t / sqrt(gate_dim))
+
+Both count the tokens between key and query, so they need a causal stack: arch "decoder" only.
 
 The bias depends on the hidden states, which no hook of `PositionEncoding` sees: the attention asks the encoding
-for each token's term (`ReadsHidden.token_terms`), sums them along the sequence with a KV cache's sum as the carry
-(`running_sums`), and has `sums_bias` (or `sums_score_mod` under FlexAttention) turn the sums of its queries and
-keys into the bias. The cache keeps every key's sum, so cached decoding adds the same c_i - c_j as a full pass.
+for each token's terms (`ReadsHidden.token_terms`: a query part, or None, and a key part), keeps the key parts
+beside the keys in the KV cache, and has `terms_bias` (or `terms_score_mod` under FlexAttention) turn them into
+the bias. So cached decoding computes the bias from exactly the terms a full pass uses.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -35,40 +42,51 @@ from posformer.positions.sizes import Sizes
 
 @runtime_checkable
 class ReadsHidden(Protocol):
-    """An encoding whose bias depends on each token's hidden state, through a term per token summed along the
-    sequence (FoX's log forget gates).
+    """An encoding whose bias depends on each token's hidden state, through per-token terms.
 
-    `token_terms(x, layer)`: x (..., d_model), the attention's input -> (..., H) float32, each token's term per
-    head. `sums_bias(c_q, c_k, layer)`: the running sums at the queries (B, H, Tq) and keys (B, H, Tk) -> the bias
-    (B, H, Tq, Tk); `sums_score_mod(c_q, c_k, layer)` the same as a FlexAttention score_mod.
+    `token_terms(x, layer)`: x (B, T, d_model), the attention's input -> (query terms (B, H, T, dq) or None, key
+    terms (B, H, T, dk)), in float32 or wider; the KV cache keeps the key terms beside the keys.
+    `terms_bias(q_terms, k_terms, q_index, layer)`: the terms of Tq queries and of the first Tk keys, with each
+    query's index among the keys, q_index (Tq,) -> the bias (B, H, Tq, Tk); `terms_score_mod` (same arguments, the
+    whole queries and keys) gives it as a FlexAttention score_mod, or None when it has none.
     """
 
-    def token_terms(self, x: Tensor, layer: int) -> Tensor: ...
+    def token_terms(self, x: Tensor, layer: int) -> tuple[Tensor | None, Tensor]: ...
 
-    def sums_bias(self, c_q: Tensor, c_k: Tensor, layer: int) -> Tensor: ...
+    def terms_bias(self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int) -> Tensor: ...
 
-    def sums_score_mod(self, c_q: Tensor, c_k: Tensor, layer: int) -> ScoreMod: ...
+    def terms_score_mod(
+        self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int
+    ) -> ScoreMod | None: ...
 
 
-def running_sums(terms: Tensor, carry: Tensor | None) -> Tensor:
-    """terms (B, H, T) -> their cumulative sums along T, each plus carry (B, H, 1) (the sum before the first term;
-    None: 0), in float32 or wider."""
-    sums = terms.to(torch.promote_types(terms.dtype, torch.float32)).cumsum(-1)
-    return sums if carry is None else sums + carry
+def wide(x: Tensor) -> torch.dtype:
+    """float32, or x's dtype when wider (float64)."""
+    return torch.promote_types(x.dtype, torch.float32)
+
+
+class HiddenStateBias(PositionEncoding):
+    """What both forms share: decoder only, a bias (through `ReadsHidden`, not the `bias` hook)."""
+
+    causal_only = True
+
+    @classmethod
+    def has_bias(cls) -> bool:
+        """True: the bias comes through `terms_bias`, not the `bias` hook."""
+        return True
 
 
 @register("fox")
-class ForgettingAttention(PositionEncoding):
+class ForgettingAttention(HiddenStateBias):
     """FoX's forget-gate bias c_i - c_j (see the module docstring). position_params: gate_bias_init."""
 
     defaults = {"gate_bias_init": 5.0}
-    causal_only = True
 
     @classmethod
     def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
         super().check_config(sizes, params, causal)
         init = params["gate_bias_init"]
-        if not isinstance(init, (int, float)) or isinstance(init, bool) or not abs(init) < float("inf"):
+        if not isinstance(init, (int, float)) or isinstance(init, bool) or not abs(init) < math.inf:
             raise cls.param_error(cls.name, "gate_bias_init", init, "a finite number (the gates' initial logit)")
 
     def __init__(
@@ -78,26 +96,77 @@ class ForgettingAttention(PositionEncoding):
         self.gate_weight = nn.Parameter(torch.randn(n_layers, sizes.n_heads, sizes.d_model) * sizes.init_std)
         self.gate_bias = nn.Parameter(torch.full((n_layers, sizes.n_heads), float(self.params["gate_bias_init"])))
 
-    @classmethod
-    def has_bias(cls) -> bool:
-        """True: the bias comes through `sums_bias`, not the `bias` hook."""
-        return True
-
-    def token_terms(self, x: Tensor, layer: int) -> Tensor:
-        """x (..., d_model) -> log f (..., H) in float32 or wider, each token's log forget gate per head."""
-        dtype = torch.promote_types(x.dtype, torch.float32)
+    def log_gates(self, x: Tensor, layer: int) -> Tensor:
+        """x (..., d_model) -> log f (..., H): each token's log forget gate per head."""
+        dtype = wide(x)
         weight, bias = self.gate_weight[layer].to(dtype), self.gate_bias[layer].to(dtype)
         return F.logsigmoid(F.linear(x.to(dtype), weight, bias))
 
-    def sums_bias(self, c_q: Tensor, c_k: Tensor, layer: int) -> Tensor:
-        """c_q (B, H, Tq), c_k (B, H, Tk) -> c_q[i] - c_k[j]: (B, H, Tq, Tk) in their dtype (positive above the
-        diagonal, where the causal mask hides the pairs)."""
+    def token_terms(self, x: Tensor, layer: int) -> tuple[None, Tensor]:
+        """x (B, T, d_model) -> (None, log f (B, H, T, 1))."""
+        return None, self.log_gates(x, layer).transpose(1, 2)[..., None]
+
+    @staticmethod
+    def running_sums(k_terms: Tensor, q_index: Tensor) -> tuple[Tensor, Tensor]:
+        """(c at the queries (B, H, Tq), c at the keys (B, H, Tk)): the running sums of the keys' log gates."""
+        c_k = k_terms[..., 0].cumsum(-1)
+        return c_k[..., q_index], c_k
+
+    def terms_bias(self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int) -> Tensor:
+        """-> c_i - c_j (B, H, Tq, Tk) (positive above the diagonal, where the causal mask hides the pairs)."""
+        c_q, c_k = self.running_sums(k_terms, q_index)
         return c_q[..., :, None] - c_k[..., None, :]
 
-    def sums_score_mod(self, c_q: Tensor, c_k: Tensor, layer: int) -> ScoreMod:
-        """`sums_bias` as a FlexAttention score_mod, reading the sums (B, H, T) at each pair."""
+    def terms_score_mod(self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int) -> ScoreMod:
+        """`terms_bias` as a score_mod that reads the running sums (B, H, T) at each pair."""
+        c_q, c_k = self.running_sums(k_terms, q_index)
 
         def add_bias(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
             return score + (c_q[b, h, q_idx] - c_k[b, h, kv_idx]).to(score.dtype)
 
         return add_bias
+
+
+@register("fox_per_row")
+class PerRowForgetting(HiddenStateBias):
+    """The per-row forget gates of x-transformers' `PerRowDataDependentAlibi` (see the module docstring).
+    position_params: gate_dim (default 8)."""
+
+    defaults = {"gate_dim": 8}
+    flex_refusal: ClassVar[str] = "its bias sums gates that depend on the query over the keys up to it"
+
+    @classmethod
+    def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
+        super().check_config(sizes, params, causal)
+        dim = params["gate_dim"]
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
+            raise cls.param_error(cls.name, "gate_dim", dim, "an integer >= 1 (the gates' query and key size)")
+
+    def __init__(
+        self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
+    ) -> None:
+        super().__init__(sizes, params, causal, n_layers)
+        self.gate_dim = int(self.params["gate_dim"])
+        rows = 2 * sizes.n_heads * self.gate_dim  # (query or key, head, gate_dim), x-transformers' order
+        self.gate_weight = nn.Parameter(torch.randn(n_layers, rows, sizes.d_model) * sizes.init_std)
+
+    @classmethod
+    def flex_unfit(cls) -> str | None:
+        return cls.flex_refusal
+
+    def token_terms(self, x: Tensor, layer: int) -> tuple[Tensor, Tensor]:
+        """x (B, T, d_model) -> (u, v): the gates' queries and keys, each (B, H, T, gate_dim)."""
+        dtype = wide(x)
+        both = F.linear(x.to(dtype), self.gate_weight[layer].to(dtype))
+        u, v = both.unflatten(-1, (2, self.n_heads, self.gate_dim)).permute(2, 0, 3, 1, 4)
+        return u, v
+
+    def terms_bias(self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int) -> Tensor:
+        """-> sum over the keys t in [j, i) of log sigmoid(u_i . v_t / sqrt(gate_dim)): (B, H, Tq, Tk)."""
+        gates = F.logsigmoid(torch.matmul(q_terms, k_terms.transpose(-1, -2)) / math.sqrt(self.gate_dim))
+        before = torch.arange(k_terms.shape[-2], device=k_terms.device) < q_index[:, None]  # (Tq, Tk): t < i
+        gates = gates * before
+        return gates.flip(-1).cumsum(-1).flip(-1)
+
+    def terms_score_mod(self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int) -> None:
+        return None
