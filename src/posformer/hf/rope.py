@@ -80,6 +80,8 @@ def rope_params(hf: dict, default_theta: float = 10000.0, layer_type: str | None
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind == "default":
         return params
+    if kind == "proportional":
+        return _proportional(params, scaling)
     if kind not in SCALING_KEYS:
         raise unsupported(model_type, f"rope scaling type {kind!r} (supported: default, {', '.join(SCALING_KEYS)})")
     ours = {"type": kind}
@@ -94,6 +96,21 @@ def rope_params(hf: dict, default_theta: float = 10000.0, layer_type: str | None
         ours.update(_longrope_lengths(hf, scaling, v5))
     params["scaling"] = ours
     return params
+
+
+def _proportional(params: dict, scaling: dict) -> dict:
+    """transformers 5.x's "proportional" RoPE (Gemma): every pair of the head rotates with base^(-2i/head_dim), but
+    only the first floor(partial_rotary_factor * head_dim / 2), the highest frequencies; the others get frequency
+    0. That is p-RoPE: `frequency_fraction` p, not `rotary_fraction`. Its `factor` divides every frequency
+    (linear scaling)."""
+    ours = {"theta": params["theta"], "layout": "half"}
+    fraction = scaling.get("partial_rotary_factor")
+    if fraction is not None and float(fraction) != 1.0:
+        ours["frequency_fraction"] = float(fraction)
+    factor = float(scaling.get("factor") or 1.0)
+    if factor != 1.0:
+        ours["scaling"] = {"type": "linear", "factor": factor}
+    return ours
 
 
 def _longrope_lengths(hf: dict, scaling: dict, v5: bool) -> dict:
@@ -118,7 +135,8 @@ def rope_to_hf(cfg: Config, partial: bool = False) -> dict:
         )
     if params.get("frequency_fraction", 1.0) != 1.0:
         raise UnsupportedCheckpoint(
-            f"to_hf: p-RoPE (frequency_fraction={params['frequency_fraction']}) has no Hugging Face equivalent"
+            f"to_hf: p-RoPE (frequency_fraction={params['frequency_fraction']}) has no Hugging Face equivalent in "
+            "transformers 4.57.6 (5.x reads it as rope_type 'proportional')"
         )
     out = {
         "rope_theta": float(params.get("theta", 10000.0)),

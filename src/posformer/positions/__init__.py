@@ -8,6 +8,7 @@ from posformer.positions.deberta import DeBERTa, log_bucket_position
 from posformer.positions.dual_chunk import DualChunk
 from posformer.positions.fire import FIRE
 from posformer.positions.forgetting import ForgettingAttention
+from posformer.positions.hope import HighFrequencyRotary
 from posformer.positions.kerple import KerpleLog
 from posformer.positions.params import PositionParams
 from posformer.positions.registry import build, get, names, register, usable
@@ -36,6 +37,7 @@ __all__ = [
     "Learned",
     "sinusoidal_table",
     "Rotary",
+    "HighFrequencyRotary",
     "apply_rotary",
     "rope_inv_freq",
     "XPos",

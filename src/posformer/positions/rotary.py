@@ -10,6 +10,7 @@ Context-extension scalings (linear, ntk, dynamic, yarn, dynamic_yarn, llama3, lo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -95,7 +96,7 @@ def rope_frequencies(head_dim: int, params: Mapping[str, Any]) -> tuple[int, Ten
     initialisation, for a scaling that depends on the length)."""
     dim = rotary_dim(head_dim, float(params["rotary_fraction"]))
     scaling = None if params["scaling"] is None else dict(params["scaling"])
-    kept = (torch.arange(dim // 2) < round(float(params["frequency_fraction"]) * dim / 2)).float()
+    kept = (torch.arange(dim // 2) < math.floor(float(params["frequency_fraction"]) * dim / 2)).float()
     inv_freq, factor = rope_inv_freq(dim, float(params["theta"]), scaling)
     return dim, kept, inv_freq * kept, factor
 
@@ -184,8 +185,9 @@ class Rotary(PositionEncoding):
     """RoPE: score(q at m, k at n) depends on m - n only. Parameter-free; any length.
 
     `frequency_fraction` p (p-RoPE, Barbero et al. 2024, "Round and Round We Go!"): only the
-    round(p * r/2) highest frequencies rotate; the pairs of the lower ones get angle 0 and pass
-    unrotated (p = 1: RoPE, p = 0: no rotation at all).
+    floor(p * r/2) highest frequencies rotate; the pairs of the lower ones get angle 0 and pass
+    unrotated (p = 1: RoPE, p = 0: no rotation at all). transformers 5.x calls it "proportional" RoPE
+    (Gemma's configs), with p its `partial_rotary_factor`.
     `scaling` (None or a dict, see `rope_inv_freq`) extends the context. Its attention
     factor multiplies cos and sin, as in Hugging Face. "dynamic", "dynamic_yarn" and "longrope"
     choose the frequencies in every forward from L = the largest position of that forward + 1
