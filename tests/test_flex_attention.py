@@ -33,6 +33,7 @@ def test_flex_takes_every_encoding_but_those_whose_bias_it_cannot_express() -> N
         "dual_chunk",
         "streaming",
         "fox_per_row",
+        "stick_breaking",
     }
     assert {"alibi", "t5", "kerple", "fire", "relative_key", "relative_key_query", "deberta"} <= set(BIASED)
 

@@ -13,6 +13,7 @@ import torch
 import posformer as pf
 from posformer.positions.deberta import OwnAttnScale
 from posformer.positions.rotary import GoesStale, Rescalable
+from posformer.positions.stick_breaking import ReplacesSoftmax
 from posformer.positions.streaming import ForgetsKeys
 from posformer.positions.t5 import Saturating, SchemeInitialised
 
@@ -170,15 +171,20 @@ def test_sdpa_and_eager_paths_agree(name: str, arch: str) -> None:
 @pytest.mark.parametrize("name, arch", DECODING)
 def test_causal_attention_in_blocks_of_queries_changes_no_output_or_gradient(name: str, arch: str, monkeypatch) -> None:
     """Attention in blocks of 3 queries (`posformer.ops.causal_blocks`, whose default is 128) gives the logits and
-    gradients of one call over all of them, in float64, for a causal stack of every encoding: through SDPA, or
-    the eager path where the encoding adds a `values` term (Shaw)."""
+    gradients of one call over all of them, in float64, for a causal stack of every encoding: through SDPA, the
+    eager path where the encoding adds a `values` term (Shaw), or the weights of an encoding that replaces the
+    softmax (`ops.weighted_attention`)."""
     import posformer.modules.attention as attention
     import posformer.ops.causal_blocks as causal_blocks
+    import posformer.ops.weighted_attention as weighted_attention
 
-    query_blocks = causal_blocks.query_blocks
+    query_blocks, query_rows = causal_blocks.query_blocks, weighted_attention.query_rows
     blocked_calls = []
     for module in (attention, causal_blocks):
         monkeypatch.setattr(module, "query_blocks", lambda *args: blocked_calls.append(1) or query_blocks(*args))
+    monkeypatch.setattr(
+        weighted_attention, "query_rows", lambda n, rows: (rows < n and blocked_calls.append(1)) or query_rows(n, rows)
+    )
     cfg = config(name, arch)
     model = pf.Transformer(cfg).double()
     kwargs = inputs(cfg, length=10, tgt_length=10)
@@ -378,12 +384,13 @@ def test_a_hook_of_one_encoding_is_declared_in_its_own_file() -> None:
     )
     assert not [hook for hook in hooks if hasattr(pf.positions.PositionEncoding, hook)]
     owners = {
-        Rescalable: "rope",
-        GoesStale: "rope",
-        Saturating: "t5",
-        SchemeInitialised: "t5",
-        OwnAttnScale: "deberta",
-        ForgetsKeys: "streaming",
+        Rescalable: ["hope", "rope"],  # HoPE is RoPE with its low frequencies stopped
+        GoesStale: ["hope", "rope"],
+        Saturating: ["t5"],
+        SchemeInitialised: ["t5"],
+        OwnAttnScale: ["deberta"],
+        ForgetsKeys: ["streaming"],
+        ReplacesSoftmax: ["stick_breaking"],
     }
-    for protocol, owner in owners.items():
-        assert [name for name in pf.positions.names() if isinstance(pf.positions.get(name), protocol)] == [owner]
+    for protocol, owners_of_it in owners.items():
+        assert [name for name in pf.positions.names() if isinstance(pf.positions.get(name), protocol)] == owners_of_it

@@ -17,15 +17,18 @@ from posformer.modules.bias_blocks import BiasRows, ValuesTerm, attend_in_bias_b
 from posformer.modules.cache import LayerCache, MemoryCache
 from posformer.modules.key_smear import KeySmear, predecessor_real
 from posformer.modules.norms import make_norm
+from posformer.ops import causal_blocks
 from posformer.ops.causal_blocks import causal_blocks_attention, query_blocks, use_causal_blocks
 from posformer.ops.flex import ScoreMod, flex_attend
 from posformer.ops.linear import Linear
 from posformer.ops.masks import AttentionMask, causal_additive
 from posformer.ops.packing import TokenPacking
 from posformer.ops.softmax_attention import softmax_attention
+from posformer.ops.weighted_attention import weighted_attention
 from posformer.positions.base import PositionEncoding
 from posformer.positions.forgetting import ReadsHidden
 from posformer.positions.query_temperature import query_temperature
+from posformer.positions.stick_breaking import ReplacesSoftmax
 
 
 def attend(
@@ -195,9 +198,13 @@ class Attention(nn.Module):
             bias = None if bias_rows is None else bias_rows(0, length, k.shape[-2])
             kernel = "eager" if need_weights else self.kernel
             out, probs = attend(q, k, v, mask, bias, self.scale, dropout, kernel, values, score_mod)
+        return self._project(out, packing), probs
+
+    def _project(self, out: Tensor, packing: TokenPacking | None) -> Tensor:
+        """The heads' outputs (B, H, T, dh) through the output projection: (B, T, d_model), or (N, d_model) for the
+        real tokens of a `packing`."""
         out = out.transpose(1, 2)  # (B, T, H, dh)
-        out = out.flatten(2) if packing is None else packing.pack(out).flatten(1)
-        return self.out(out), probs
+        return self.out(out.flatten(2) if packing is None else packing.pack(out).flatten(1))
 
 
 class SelfAttention(Attention):
@@ -249,6 +256,8 @@ class SelfAttention(Attention):
         if cache is not None:
             k, v, k_pos = cache.append(k, v, pos, k_terms)
             k_terms = cache.terms
+        if isinstance(self.position, ReplacesSoftmax):
+            return self._weighted(q, k, v, mask, need_weights, packing)
         values = partial(self._values, q_pos=pos, k_pos=k_pos) if self.position.uses_values else None
         offset = k.shape[2] - q.shape[2]  # the index of the first query among the keys
         if self.kernel == "flex" and not need_weights:
@@ -266,6 +275,20 @@ class SelfAttention(Attention):
             q, k, v, mask, need_weights, values, packing, bias_rows=bias_rows,
             cpu_block_bytes=self.position.cpu_bias_block_bytes,
         )  # fmt: skip
+
+    def _weighted(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, need_weights: bool, packing: TokenPacking | None
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attention with the weights of an encoding that replaces the softmax (`ReplacesSoftmax`)."""
+        batch, heads, length = q.shape[:3]
+        rows = bias_block_rows(batch, heads, length, k.shape[-2], q.device)
+        recompute = rows is not None  # blocks for memory: recomputed in the backward
+        if mask.is_causal and q.device.type == "cpu" and length > causal_blocks.BLOCK_ROWS:  # blocks for speed
+            rows = min(rows or length, causal_blocks.BLOCK_ROWS)
+        weigh = partial(self.position.key_weights, layer=self.layer)
+        dropout = self.dropout if self.training else 0.0
+        out, weights = weighted_attention(q, k, v, mask, self.scale, weigh, rows, need_weights, dropout, recompute)
+        return self._project(out, packing), weights
 
     def _smeared(self, k: Tensor, mask: AttentionMask, cache: LayerCache | None) -> Tensor:
         """k (B, Hkv, T, dh) mixed with each predecessor's key: the cache's last key before the first; the cache

@@ -18,6 +18,7 @@ from posformer.positions.rotary import Rotary, apply_rotary, rope_inv_freq
 from posformer.positions.self_extend import SelfExtend
 from posformer.positions.shaw import Shaw
 from posformer.positions.sizes import Sizes
+from posformer.positions.stick_breaking import StickBreaking
 from posformer.positions.streaming import Streaming
 from posformer.positions.t5 import T5Bias, t5_bucket
 from posformer.positions.transformer_xl import TransformerXL
@@ -59,4 +60,5 @@ __all__ = [
     "SelfExtend",
     "DualChunk",
     "Streaming",
+    "StickBreaking",
 ]
