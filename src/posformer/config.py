@@ -95,6 +95,8 @@ class Config:
     `EncoderDecoderModel` with tie_encoder_decoder=False).
     `scale_tied_head` multiplies the hidden states by d_model**-0.5 before a tied
     LM head (T5 v1.0, Mesh TensorFlow).
+    `logit_scale` multiplies the logits of a causal or seq2seq LM head (Cohere's `logit_scale`); other heads
+    ignore it. Other than 1 only for a head without bias or transform (the head scales its input).
     `init` picks the weight initialisation (`posformer.modules.init`): "normal" draws every
     linear and embedding weight from N(0, init_std); "t5" is Mesh TensorFlow's
     fan-in scheme that T5 (attention scale 1.0) needs to train from scratch.
@@ -147,6 +149,7 @@ class Config:
     head_bias: bool = False
     head_transform: bool = False
     scale_tied_head: bool = False
+    logit_scale: float = 1.0
     type_vocab_size: int = 0
     head: str | None = None
     num_labels: int = 2
@@ -285,6 +288,9 @@ class Config:
             _fail("attention_dropout", self.attention_dropout, "0 with attn_impl='flex' (FlexAttention has no dropout)")
         for name in ("norm_eps", "init_std"):
             check_number(f"Config.{name}", getattr(self, name), 0.0, low_open=True)
+        check_number("Config.logit_scale", self.logit_scale, 0.0, low_open=True)
+        if self.logit_scale != 1 and (self.head_bias or self.head_transform):
+            _fail("logit_scale", self.logit_scale, "1 with an LM head bias or transform (it scales the head's input)")
         if self.attn_scale is not None and not (is_number(self.attn_scale) and self.attn_scale > 0):
             _fail("attn_scale", self.attn_scale, "a number > 0, or None for 1/sqrt(d_head)")
         if self.parallel_residual and (self.norm_placement != "pre" or self.arch == "encoder_decoder"):

@@ -59,6 +59,8 @@ class Case:
 CASES = {
     "bert": Case("BertConfig", "BertForMaskedLM", BERT_SIZES),
     "bloom": Case("BloomConfig", "BloomForCausalLM", dict(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=4)),
+    # Cohere2: 4 layers, so that the default pattern gives local layers and a global one
+    "cohere2": Case("Cohere2Config", "Cohere2ForCausalLM", dict(LLAMA_SIZES, num_hidden_layers=4)),
     "deberta-v2": Case("DebertaV2Config", "DebertaV2ForMaskedLM", BERT_SIZES),
     # Gemma 3: 6 layers, so that the default pattern gives local layers and a global one
     "gemma3_text": Case("Gemma3TextConfig", "Gemma3ForCausalLM", dict(LLAMA_SIZES, num_hidden_layers=6)),

@@ -160,6 +160,11 @@ def to_hf(model: Transformer, out_dir: str | os.PathLike, rope_parameters: bool 
             "predecessor's, so the export would not give the same logits"
         )
     family = family_for(cfg.hf_model_type, "to_hf")
+    if cfg.logit_scale != 1 and not family.logit_scale:
+        raise UnsupportedCheckpoint(
+            f"to_hf: Config.logit_scale={cfg.logit_scale}: {cfg.hf_model_type} does not scale its logits "
+            "(cohere2 does), so the export would not give the same logits"
+        )
     hf_config = family.config_to_hf(cfg)
     if rope_parameters:
         if "rope_theta" not in hf_config:

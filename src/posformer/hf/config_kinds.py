@@ -77,6 +77,7 @@ NUMBER_KEYS = (
     "rope_theta",
     "rope_local_base_freq",
     "partial_rotary_factor",
+    "logit_scale",
 )
 BOOL_KEYS = (
     "tie_word_embeddings",

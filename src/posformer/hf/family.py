@@ -27,6 +27,8 @@ class Family:
       for layouts an HF config switch changes (a tensor HF shares between two uses, a renamed head).
     finish_export: (model, HF config dict, exported state) -> None; edits both in place, for
       choices that depend on the weights themselves (writing a shared tensor once).
+    logit_scale: whether `config_to_hf` writes `Config.logit_scale` (`to_hf` refuses a scale other than 1
+      for the families that have none).
     """
 
     model_types: tuple[str, ...]
@@ -36,6 +38,7 @@ class Family:
     ignore: Callable[[Config], tuple[str, ...]] = lambda cfg: ()
     prepare_state: Callable[[Config, dict, dict[str, Tensor]], dict[str, Tensor]] = lambda cfg, hf, state: state
     finish_export: Callable[[nn.Module, dict, dict[str, Tensor]], None] = lambda model, hf, state: None
+    logit_scale: bool = False
 
 
 FAMILIES: dict[str, Family] = {}

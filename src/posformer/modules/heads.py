@@ -24,6 +24,7 @@ class LMHead(nn.Module):
     LayerNorm(act(dense(h))) with dense (d_model -> d_model) (BertLMHeadModel's
     `cls.predictions.transform`). With `Config.scale_tied_head` (T5 v1.0) and tied embeddings
     the hidden states are multiplied by d_model**-0.5; `Config.head_bias` adds a bias (Marian, BERT).
+    `Config.logit_scale` (Cohere) multiplies the logits: without a bias, the same as multiplying h.
     """
 
     def __init__(self, cfg: Config) -> None:
@@ -34,7 +35,8 @@ class LMHead(nn.Module):
             self.act = ACTIVATION_FNS.get(cfg.activation, ACTIVATION_FNS["gelu"])
             self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
         self.proj = Linear(cfg.d_model, cfg.vocab_size, bias=cfg.head_bias)
-        self.input_scale = cfg.d_model**-0.5 if cfg.scale_tied_head and cfg.tie_embeddings else 1.0
+        tied_scale = cfg.d_model**-0.5 if cfg.scale_tied_head and cfg.tie_embeddings else 1.0
+        self.input_scale = tied_scale * cfg.logit_scale
 
     def forward(self, h: Tensor) -> Tensor:
         return self.proj(self.features(h))
@@ -65,7 +67,7 @@ class MaskedLMHead(LMHead):
     """
 
     def __init__(self, cfg: Config) -> None:
-        super().__init__(cfg.replace(head_transform=True, head_bias=True, scale_tied_head=False))
+        super().__init__(cfg.replace(head_transform=True, head_bias=True, scale_tied_head=False, logit_scale=1.0))
 
 
 class SpanQAHead(nn.Module):
