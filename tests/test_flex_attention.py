@@ -81,18 +81,27 @@ def _dense_block_mask(rule: MaskRule):
             seen = seen & (kv_idx <= q_idx + rule.offset)
             if rule.window is not None:
                 seen = seen & (kv_idx > q_idx + rule.offset - rule.window)
+            if rule.chunk is not None:
+                lead = rule.lead()[b if rule.key_keep is not None else 0, 0]
+                seen = seen & ((kv_idx - lead) // rule.chunk == (q_idx + rule.offset - lead) // rule.chunk)
         return seen
 
     batch = 1 if rule.key_keep is None else rule.key_keep.shape[0]
     return create_block_mask(allowed, batch, None, rule.q_len, rule.k_len, device="cpu")
 
 
-@pytest.mark.parametrize("causal, window", [(False, None), (True, None), (True, 200), (True, 40)])
+@pytest.mark.parametrize(
+    "causal, window, chunk",
+    [(False, None, None), (True, None, None), (True, 200, None), (True, 40, None), (True, None, 100), (True, 40, 256)],
+)
 @pytest.mark.parametrize("q_len, k_len", [(300, 300), (130, 390), (1, 257), (128, 256)])
 @pytest.mark.parametrize("padding", ["none", "left", "scattered"])
-def test_block_mask_of_a_rule_is_the_one_pytorch_builds_from_the_dense_mask(causal, window, q_len, k_len, padding):
+def test_block_mask_of_a_rule_is_the_one_pytorch_builds_from_the_dense_mask(
+    causal, window, chunk, q_len, k_len, padding
+):
     """Padding (left, or keys dropped here and there, one row losing a whole block), causal order after cached
-    keys, windows narrower and wider than a block: the same partial and full blocks, in the same order."""
+    keys, windows narrower and wider than a block, chunks (counted from each row's first real key) narrower and
+    wider than a block: the same partial and full blocks, in the same order."""
     if padding == "none" and not causal:
         assert block_mask(MaskRule(q_len, k_len, torch.device("cpu"))) is None
         return
@@ -104,7 +113,7 @@ def test_block_mask_of_a_rule_is_the_one_pytorch_builds_from_the_dense_mask(caus
         if padding == "scattered":
             keep[1] = torch.rand(k_len, generator=generator) > 0.3
             keep[2, 128:256] = False
-    rule = MaskRule(q_len, k_len, torch.device("cpu"), keep, causal, window)
+    rule = MaskRule(q_len, k_len, torch.device("cpu"), keep, causal, window, chunk)
     ours, dense = block_mask(rule), _dense_block_mask(rule)
     for field in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"):
         assert torch.equal(getattr(ours, field), getattr(dense, field)), field
@@ -144,11 +153,12 @@ def test_flex_equals_sdpa_padded_and_at_shifted_positions(name: str, arch: str) 
         torch.testing.assert_close(flex(**kwargs).logits, sdpa(**kwargs).logits, atol=1e-5, rtol=1e-5)
 
 
-def test_flex_equals_sdpa_in_a_sliding_window_after_cached_keys() -> None:
-    """A left-padded prompt in two chunks, the second after the first's cached keys, each query seeing its last 3
-    key slots: the block mask of causal order after a cache, a window and padding at once, with an encoding that
-    scores queries and keys against its table."""
-    sdpa, flex = models("relative_key_query", "decoder", sliding_window=3)
+@pytest.mark.parametrize("reach", [{"sliding_window": 3}, {"attention_chunk": 3}])
+def test_flex_equals_sdpa_in_a_sliding_window_or_chunks_after_cached_keys(reach: dict) -> None:
+    """A left-padded prompt in two parts, the second after the first's cached keys, each query seeing its last 3
+    key slots, or the keys of its chunk of 3: the block mask of causal order after a cache, a window or chunks and
+    padding at once, with an encoding that scores queries and keys against its table."""
+    sdpa, flex = models("relative_key_query", "decoder", **reach)
     ids = inputs(sdpa.cfg)["input_ids"]
     logits = []
     with torch.no_grad():

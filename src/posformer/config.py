@@ -70,6 +70,9 @@ class Config:
     `sliding_window` W limits the decoder's self-attention to each query's last W tokens, itself
     included (Mistral; `posformer.ops.masks.build_mask`), counted over the cache and the input; the
     KV cache keeps every key and the mask hides the older ones. None: no window.
+    `attention_chunk` C limits it to the keys of the query's own chunk of C tokens, counted from each row's
+    first real token (Llama 4's chunked attention, `attention_chunk_size`; its RoPE layers chunk and its NoPE
+    layers do not, through `layer_types`). None: no chunks.
     `query_temperature` {"scale": s, "floor_size": f} multiplies each query at position p by
     1 + s * ln(1 + floor((p + 1) / f)) (log-n scaling, Llama 4's `attn_temperature_tuning`;
     `posformer.positions.query_temperature`). None: no temperature.
@@ -137,6 +140,7 @@ class Config:
     qk_norm: bool = False
     key_smear: bool = False
     sliding_window: int | None = None
+    attention_chunk: int | None = None
     query_temperature: dict | None = None
     random_positions: int | None = None
     layer_types: list[str] | None = None
@@ -257,7 +261,15 @@ class Config:
 
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_positions", "num_labels"):
             check_int(f"Config.{name}", getattr(self, name))
-        for name in ("n_decoder_layers", "n_kv_heads", "d_head", "d_ff", "sliding_window", "random_positions"):
+        for name in (
+            "n_decoder_layers",
+            "n_kv_heads",
+            "d_head",
+            "d_ff",
+            "sliding_window",
+            "attention_chunk",
+            "random_positions",
+        ):
             if getattr(self, name) is not None:
                 check_int(f"Config.{name}", getattr(self, name))
         check_int("Config.type_vocab_size", self.type_vocab_size, minimum=0)
@@ -272,12 +284,11 @@ class Config:
                 f"at most {longest}, the positions "
                 f"position={self.position!r} can represent (max_positions={self.max_positions})",
             )
-        if self.sliding_window is not None and self.arch == "encoder":
-            _fail(
-                "sliding_window",
-                self.sliding_window,
-                "None with arch='encoder' (the window slides over a decoder's causal self-attention)",
-            )
+        for name in ("sliding_window", "attention_chunk"):
+            if getattr(self, name) is not None and self.arch == "encoder":
+                _fail(
+                    name, getattr(self, name), "None with arch='encoder' (it limits a decoder's causal self-attention)"
+                )
         if self.d_head is None and self.d_model % self.n_heads != 0:
             _fail("n_heads", self.n_heads, f"a divisor of d_model={self.d_model} (or set d_head)")
         if self.n_heads % self.kv_heads != 0:

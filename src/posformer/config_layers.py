@@ -12,7 +12,7 @@ from posformer.utils.validation import fail
 if TYPE_CHECKING:
     from posformer.config import Config
 
-LAYER_FIELDS = ("position", "position_params", "sliding_window", "query_temperature")
+LAYER_FIELDS = ("position", "position_params", "sliding_window", "attention_chunk", "query_temperature")
 
 
 def _fail(name: str, value: Any, expected: str) -> None:

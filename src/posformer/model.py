@@ -28,7 +28,7 @@ from posformer.modules.outputs import ModelOutput
 from posformer.modules.random_positions import sample_positions
 from posformer.modules.shift_right import shift_right
 from posformer.modules.stack import Stack
-from posformer.ops.masks import build_mask
+from posformer.ops.masks import KeyReach, build_mask
 from posformer.ops.packing import TokenPacking
 from posformer.utils.tensor_checks import check_in_range, check_shape, check_token_ids
 from posformer.utils.validation import check_int
@@ -152,7 +152,7 @@ class Transformer(nn.Module):
         pos = self._positions(position_ids, input_ids, 0, "position_ids")
         x = self._embed(input_ids, token_type_ids)
         mask = build_mask(keep, False, length, length, x.dtype, x.device)
-        return self.encoder(x, pos, {None: mask}, need_weights=output_attentions, packing=TokenPacking.of(keep))
+        return self.encoder(x, pos, {KeyReach(): mask}, need_weights=output_attentions, packing=TokenPacking.of(keep))
 
     def decode(
         self,
@@ -178,7 +178,7 @@ class Transformer(nn.Module):
             keep = cache.make_room(pos, keep)
         keys = length + (0 if cache is None else len(cache))
         x = self._embed(input_ids, stack="decoder")
-        masks = {w: build_mask(keep, True, length, keys, x.dtype, x.device, w) for w in self.decoder.windows}
+        masks = {r: build_mask(keep, True, length, keys, x.dtype, x.device, *r) for r in self.decoder.reaches}
         memory_attn = None
         if memory is not None:
             if memory.shape[0] != batch:

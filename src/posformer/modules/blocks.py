@@ -12,7 +12,7 @@ from posformer.modules.attention import CrossAttention, SelfAttention
 from posformer.modules.cache import LayerCache, MemoryCache
 from posformer.modules.feedforward import FeedForward
 from posformer.modules.norms import make_norm
-from posformer.ops.masks import AttentionMask
+from posformer.ops.masks import AttentionMask, KeyReach
 from posformer.ops.packing import TokenPacking
 from posformer.positions.base import PositionEncoding
 
@@ -61,7 +61,7 @@ class Block(nn.Module):
         self.ffn_res = Residual(cfg, alpha)
         self.ffn = FeedForward(cfg)
         self.parallel = cfg.parallel_residual
-        self.window = cfg.sliding_window  # the sliding window of its self-attention (causal stacks), or None
+        self.reach = KeyReach(cfg.sliding_window, cfg.attention_chunk)  # its self-attention's window and chunk
 
     def forward(
         self,

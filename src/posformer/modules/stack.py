@@ -17,7 +17,7 @@ from posformer.config import Config
 from posformer.modules.blocks import Block
 from posformer.modules.cache import Cache, KeysSeen
 from posformer.modules.norms import make_norm
-from posformer.ops.masks import AttentionMask
+from posformer.ops.masks import AttentionMask, KeyReach
 from posformer.ops.packing import TokenPacking
 from posformer.positions.base import PositionEncoding
 from posformer.positions.rotary import GoesStale
@@ -60,7 +60,7 @@ class Stack(nn.Module):
             )
             for i, (c, owner) in enumerate(zip(layer_configs, owners))
         )
-        self.windows = list(dict.fromkeys(block.window for block in self.layers))  # each distinct one, None: none
+        self.reaches = list(dict.fromkeys(block.reach for block in self.layers))  # each distinct one
         self.norm = make_norm(cfg) if cfg.use_final_norm else None
 
     @staticmethod
@@ -92,9 +92,9 @@ class Stack(nn.Module):
     def keys_seen(self) -> KeysSeen | None:
         """Which cached keys a later query may still see, when every encoding of the stack forgets keys
         (`positions.streaming.ForgetsKeys`): a key stays while one of them sees it. None when one keeps every key,
-        or when a layer has a sliding window (its mask counts the cache's slots)."""
+        or when a layer has a sliding window or chunks (its mask counts the cache's slots)."""
         encodings = self.encodings
-        if any(w is not None for w in self.windows) or not all(isinstance(e, ForgetsKeys) for e in encodings):
+        if self.reaches != [KeyReach()] or not all(isinstance(e, ForgetsKeys) for e in encodings):
             return None
 
         def seen(k_pos: Tensor, q_pos: Tensor) -> Tensor:
@@ -106,7 +106,7 @@ class Stack(nn.Module):
         self,
         x: Tensor,
         pos: Tensor,
-        masks: dict[int | None, AttentionMask],
+        masks: dict[KeyReach, AttentionMask],
         cache: Cache | None = None,
         memory: Tensor | None = None,
         memory_mask: AttentionMask | None = None,
@@ -115,7 +115,7 @@ class Stack(nn.Module):
     ) -> tuple[Tensor, list[Tensor]]:
         """x: (B, T, d_model) token embeddings, pos: (B, T) -> hidden states (B, T, d_model).
 
-        masks: the self-attention mask for each sliding window of the stack's layers (`windows`; None: no window).
+        masks: the self-attention mask for each window and chunk of the stack's layers (`reaches`).
         memory: (B, S, d_model), the encoder output a decoder with cross-attention attends to.
         With a `packing`, the layers between the embeddings and the output run on the real tokens
         only, and the hidden states of padded positions are zeros.
@@ -135,7 +135,7 @@ class Stack(nn.Module):
             for i, block in enumerate(self.layers):
                 x, w = block(
                     x,
-                    masks[block.window],
+                    masks[block.reach],
                     pos,
                     cache=None if cache is None else cache.self_attn[i],
                     memory=memory,

@@ -2,7 +2,7 @@
 
 PyTorch's `create_block_mask` evaluates the mask_mod on every (query, key) pair, a (B, Tq, Tk) tensor (4 GiB of
 booleans for B = 4 at T = 32,768), to find which blocks of 128 x 128 pairs are empty, partial or full. A rule of
-padding, causal order and a window tells that from the blocks' bounds: the keys some query of a block of queries
+padding, causal order, a window and chunks tells that from the blocks' bounds: the keys some query of a block of queries
 sees form one range, those every query of it sees another, and a running count of the kept keys says how many of
 a key block's keys fall in a range. The result is the block mask `create_block_mask` would give, in
 O(B (Tk + blocks)).
@@ -32,6 +32,8 @@ def mask_mod(rule: MaskRule) -> MaskMod:
     keep, device = rule.key_keep, rule.device
     offset = torch.tensor(rule.offset, device=device)
     window = None if rule.window is None else torch.tensor(rule.window, device=device)
+    chunk = None if rule.chunk is None else torch.tensor(rule.chunk, device=device)
+    lead = rule.lead()[:, 0]  # (B or 1,)
 
     def kept(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return keep[b, kv_idx]
@@ -40,6 +42,9 @@ def mask_mod(rule: MaskRule) -> MaskMod:
         seen = kv_idx <= q_idx + offset
         if window is not None:
             seen = seen & (kv_idx > q_idx + offset - window)
+        if chunk is not None:
+            row_lead = lead[b] if keep is not None else lead[0]
+            seen = seen & ((kv_idx - row_lead) // chunk == (q_idx + offset - row_lead) // chunk)
         return seen if keep is None else seen & keep[b, kv_idx]
 
     return causal if rule.causal else kept
@@ -75,6 +80,9 @@ def _block_kinds(rule: MaskRule) -> tuple[Tensor, Tensor]:
             some_lo, every_lo = some_lo - rule.window + 1, every_lo - rule.window + 1
         else:
             some_lo = every_lo = torch.zeros_like(q_first)
+        if rule.chunk is not None:  # per row, (B or 1, Q blocks, 1): from the chunk of the first (last) query on
+            some_lo = torch.maximum(some_lo, rule.chunk_start(q_first[:, 0] + rule.offset)[..., None])
+            every_lo = torch.maximum(every_lo, rule.chunk_start(q_last[:, 0] + rule.offset)[..., None])
     else:
         some_lo = every_lo = torch.zeros_like(q_first)
         some_hi = every_hi = torch.full_like(q_first, rule.k_len - 1)
@@ -83,8 +91,14 @@ def _block_kinds(rule: MaskRule) -> tuple[Tensor, Tensor]:
     before = F.pad(keep.long().cumsum(-1), (1, 0))  # (B, Tk + 1): the kept keys before key j
 
     def kept_in(first: Tensor, last: Tensor) -> Tensor:  # kept keys in [first, last], (B, Q blocks, K blocks)
-        first, last = first.expand_as(whole), last.expand_as(whole)
-        return before[:, (last + 1).clamp(0, rule.k_len)] - before[:, first.clamp(0, rule.k_len)]
+        rows = max(before.shape[0], first.shape[0] if first.dim() == 3 else 1)
+        shape = (rows, *whole.shape)
+
+        def count(at: Tensor) -> Tensor:
+            at = at.clamp(0, rule.k_len).expand(shape)
+            return before.expand(rows, -1).gather(1, at.flatten(1)).view(shape)
+
+        return count(last + 1) - count(first)
 
     some = (lo <= hi) & (kept_in(lo, hi) > 0)
     every = whole & (every_lo <= k_first) & (k_last <= every_hi) & (kept_in(k_first, k_last) == BLOCK)

@@ -1,4 +1,4 @@
-"""Attention masks: key padding, causal order, sliding windows and padded queries, combined once per forward.
+"""Attention masks: key padding, causal order, sliding windows, chunks and padded queries, combined once per forward.
 
 A mask is held as its rule (`MaskRule`: which keys each query sees, O(B Tk)) and made a tensor only for a kernel
 that asks for one (`AttentionMask.additive`, `AttentionMask.rows`); FlexAttention reads the rule as a block mask.
@@ -7,18 +7,30 @@ that asks for one (`AttentionMask.additive`, `AttentionMask.rows`); FlexAttentio
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 
+class KeyReach(NamedTuple):
+    """How far back a causal layer's queries reach: a sliding `window` of slots and/or a `chunk` (Llama 4's chunked
+    attention: only the keys of the query's own chunk of `chunk` tokens); None for no such limit. The layers of a
+    stack that share one share a mask."""
+
+    window: int | None = None
+    chunk: int | None = None
+
+
 @dataclass(frozen=True, eq=False)
 class MaskRule:
     """Which keys each of q_len queries sees among k_len keys: key j of batch row b is seen by query i when
     key_keep[b, j] (every key when key_keep is None) and, when causal, offset + i - window < j <= offset + i with
-    offset = k_len - q_len, the keys before the first query (a cache); no lower bound without a window.
+    offset = k_len - q_len, the keys before the first query (a cache); no lower bound without a window. With a
+    `chunk` C, also (j - lead_b) // C == (offset + i - lead_b) // C, lead_b the left pads of row b (the slots
+    before its first kept key): chunks count from each row's first real token, as transformers 4.57.6's
+    `chunked_overlay` counts them.
 
     key_keep: (B, Tk) bool or None.
     """
@@ -29,10 +41,22 @@ class MaskRule:
     key_keep: Tensor | None = None
     causal: bool = False
     window: int | None = None
+    chunk: int | None = None
 
     @property
     def offset(self) -> int:
         return self.k_len - self.q_len
+
+    def lead(self) -> Tensor:
+        """(B, 1) the left pads of each row, or (1, 1) zeros without key_keep."""
+        if self.key_keep is None:
+            return torch.zeros(1, 1, dtype=torch.long, device=self.device)
+        return (self.key_keep.long().cumsum(-1) == 0).sum(-1, keepdim=True)
+
+    def chunk_start(self, slots: Tensor) -> Tensor:
+        """slots (T,) -> (B or 1, T): the first slot of each slot's chunk in each row (requires `chunk`)."""
+        lead = self.lead()
+        return lead + torch.div(slots[None] - lead, self.chunk, rounding_mode="floor") * self.chunk
 
     def allowed(self, start: int, end: int, keys: int) -> Tensor:
         """Whether queries [start, end) see each of the first `keys` keys: (B or 1, 1, end - start, keys) bool,
@@ -45,7 +69,10 @@ class MaskRule:
         allowed = cols <= last
         if self.window is not None:
             allowed = allowed & (cols > last - self.window)
-        return allowed[None, None] if keep is None else allowed & keep
+        allowed = allowed[None, None]
+        if self.chunk is not None:  # (B or 1, 1, rows, keys): from the first key of the query's chunk on
+            allowed = allowed & (cols >= self.chunk_start(last[:, 0])[:, None, :, None])
+        return allowed if keep is None else allowed & keep
 
     def query_keep(self) -> Tensor | None:
         """(B, Tq) bool: whether each query sees any key; None when every query does (synchronises the host once).
@@ -58,7 +85,10 @@ class MaskRule:
         else:
             last = torch.arange(self.q_len, device=self.device) + self.offset
             first = torch.zeros_like(last) if self.window is None else (last - self.window + 1).clamp(min=0)
-            seen = before[:, last + 1] - before[:, first]
+            first = first[None]
+            if self.chunk is not None:
+                first = torch.maximum(first, self.chunk_start(last)).clamp(min=0)
+            seen = before[:, last + 1] - before.gather(1, first.expand(before.shape[0], -1))
         keep = seen > 0
         return None if bool(keep.all()) else keep
 
@@ -159,20 +189,25 @@ def build_mask(
     dtype: torch.dtype,
     device: torch.device,
     window: int | None = None,
+    chunk: int | None = None,
 ) -> AttentionMask:
     """Combine a key padding mask (B, Tk) bool (True = a real token) with causal order and, for causal
     attention, a sliding `window` (each query sees its last `window` key slots, itself included, counted
-    over the cached and new tokens, pads included, as Hugging Face's Mistral counts them).
+    over the cached and new tokens, pads included, as Hugging Face's Mistral counts them) and a `chunk`
+    (each query sees the keys of its own chunk of `chunk` tokens, counted from the row's first real token:
+    `MaskRule`).
 
     Returns the cheapest `AttentionMask` that expresses the combination, holding its rule, not a (Tq, Tk)
     tensor. A query left with no key to attend to (a left pad under a causal mask) gets a zero output.
     """
     if window is not None and (not causal or k_len <= window):
         window = None  # no key is ever farther than the window
+    if chunk is not None and (not causal or k_len <= chunk):
+        chunk = None  # every real key is in the first chunk
     if key_keep is not None and bool(key_keep.all()):
         key_keep = None
-    if key_keep is None and (not causal or (q_len == 1 and window is None)):
+    if key_keep is None and (not causal or (q_len == 1 and window is None and chunk is None)):
         return AttentionMask(dtype=dtype)
-    rule = MaskRule(q_len, k_len, device, key_keep, causal, window)
-    is_causal = key_keep is None and q_len == k_len and window is None
+    rule = MaskRule(q_len, k_len, device, key_keep, causal, window, chunk)
+    is_causal = key_keep is None and q_len == k_len and window is None and chunk is None
     return AttentionMask(rule, is_causal, rule.query_keep(), dtype)
