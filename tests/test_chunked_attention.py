@@ -73,3 +73,18 @@ def test_a_chunk_as_long_as_the_keys_changes_nothing() -> None:
 def test_an_encoder_refuses_chunks_by_name() -> None:
     with pytest.raises(ValueError, match=r"Config.attention_chunk=4 is invalid: expected None with arch='encoder'"):
         config("rope", "encoder", attention_chunk=4)
+
+
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        ({"attention_sinks": True}, "attention_sinks=True"),
+        ({"layer_types": ["c", "g"], "layer_settings": {"c": {"attention_chunk": 4}}}, "attention_chunk=4"),
+    ],
+)
+def test_to_hf_refuses_what_no_family_writes(tmp_path, fields: dict, named: str) -> None:
+    """Chunks (in one layer type) and learned sinks: no family posformer writes has them (Llama 4 and GPT-OSS are
+    not among them), so the export is refused by name rather than written to give other logits."""
+    cfg = config("rope", "decoder", hf_model_type="llama", **fields)
+    with pytest.raises(pf.hf.UnsupportedCheckpoint, match=rf"Config.{named}"):
+        pf.to_hf(pf.Transformer(cfg), tmp_path)

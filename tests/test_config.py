@@ -109,11 +109,23 @@ def check_error(kwargs: dict, field: str, value_text: str | None = None) -> str:
 
 
 @pytest.mark.parametrize(
-    "field", ["arch", "norm", "norm_placement", "activation", "position", "attn_impl", "head", "init"]
+    "field", ["arch", "norm", "norm_placement", "qk_norm_over", "activation", "position", "attn_impl", "head", "init"]
 )
 def test_unknown_names(field):
     message = check_error({**TINY, field: "bogus_name"}, field, "'bogus_name'")
     assert f"Config.{field}=" in message
+
+
+def test_unknown_norm_placement_lists_the_choices():
+    message = check_error({**TINY, "norm_placement": "after"}, "norm_placement", "'after'")
+    for name in ("post", "pre", "sandwich", "output"):
+        assert name in message
+
+
+def test_qk_norm_over_other_than_head_needs_qk_norm():
+    message = check_error({**TINY, "qk_norm_over": "projection"}, "Config.qk_norm_over", "'projection'")
+    assert "qk_norm=True" in message
+    assert pf.Config(**TINY, qk_norm=True, qk_norm_over="projection").qk_norm_over == "projection"
 
 
 def test_unknown_name_lists_the_choices():

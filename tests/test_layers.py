@@ -129,7 +129,7 @@ def test_deepnorm_scales_residual_and_init() -> None:
     torch.testing.assert_close(res(x, torch.zeros_like), res.norm(alpha * x))
 
 
-@pytest.mark.parametrize("placement", ["pre", "post", "sandwich"])
+@pytest.mark.parametrize("placement", ["pre", "post", "sandwich", "output"])
 def test_residual_placements(placement: str) -> None:
     cfg = tiny(norm_placement=placement)
     res = pf.Transformer(cfg).decoder.layers[0].ffn_res
@@ -139,8 +139,38 @@ def test_residual_placements(placement: str) -> None:
         "pre": lambda: x + f(res.norm(x)),
         "post": lambda: res.norm(x + f(x)),
         "sandwich": lambda: x + res.post_norm(f(res.norm(x))),
+        "output": lambda: x + res.norm(f(x)),
     }[placement]()
     torch.testing.assert_close(res(x, f), expected)
+
+
+def test_output_placement_block_is_x_plus_the_norm_of_each_sublayer_output() -> None:
+    """norm_placement="output" (Olmo 2/3, EXAONE 4): attention and the FFN read their input unnormalised, and each
+    output goes through RMSNorm, w * y / sqrt(mean(y^2) + eps) computed here by hand, before the residual adds it."""
+    cfg = tiny(norm="rmsnorm", norm_eps=1e-6, norm_placement="output", position="rope", activation="swiglu")
+    model = pf.Transformer(cfg).eval()
+    block = model.decoder.layers[0]
+    with torch.no_grad():
+        for res in (block.attn_res, block.ffn_res):
+            res.norm.weight.normal_(1.0, 0.5)
+    seen = {}
+    block.register_forward_pre_hook(lambda m, args: seen.__setitem__("x", args[0]))
+    block.attn.register_forward_pre_hook(lambda m, args: seen.__setitem__("attn_in", args[0]))
+    block.attn.register_forward_hook(lambda m, args, out: seen.__setitem__("attn_out", out[0]))
+    block.ffn.register_forward_pre_hook(lambda m, args: seen.__setitem__("ffn_in", args[0]))
+    block.ffn.register_forward_hook(lambda m, args, out: seen.__setitem__("ffn_out", out))
+    block.register_forward_hook(lambda m, args, out: seen.__setitem__("y", out[0]))
+    with torch.no_grad():
+        model(torch.randint(0, cfg.vocab_size, (2, 7)))
+
+    def rms(y: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return weight * y / torch.sqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    assert block.attn_res.post_norm is None and block.ffn_res.post_norm is None
+    torch.testing.assert_close(seen["attn_in"], seen["x"], rtol=0, atol=0)
+    h = seen["x"] + rms(seen["attn_out"], block.attn_res.norm.weight)
+    torch.testing.assert_close(seen["ffn_in"], h)
+    torch.testing.assert_close(seen["y"], h + rms(seen["ffn_out"], block.ffn_res.norm.weight))
 
 
 def test_losses_ignore_minus_100() -> None:

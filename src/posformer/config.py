@@ -20,11 +20,13 @@ from posformer import positions
 from posformer.config_layers import check_layer_types
 from posformer.positions.deberta import OwnAttnScale
 from posformer.positions.query_temperature import check_query_temperature
+from posformer.positions.stick_breaking import ReplacesSoftmax
 from posformer.utils.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int, is_number
 
 ARCHS = ("encoder", "decoder", "encoder_decoder")
 NORMS = ("layernorm", "rmsnorm", "rmsnorm_unit_offset", "deepnorm")
-NORM_PLACEMENTS = ("post", "pre", "sandwich")
+NORM_PLACEMENTS = ("post", "pre", "sandwich", "output")
+QK_NORM_OVER = ("head", "projection")
 ATTN_IMPLS = ("sdpa", "eager", "flex")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish", "silu", "glu", "swiglu", "geglu", "geglu_tanh", "reglu")
 INITS = ("normal", "t5")
@@ -64,12 +66,18 @@ class Config:
     probabilities use eager regardless.
     `qk_norm` normalises each head's query and key vector (the `norm` kind over head_dim, its own
     weights in every attention layer) before the position encoding rotates them (Qwen3, Gemma 3).
+    `qk_norm_over` says over what: "head" (each head's vector, as above) or "projection" (the whole query
+    projection, n_heads * head_dim features, and the whole key projection, n_kv_heads * head_dim, before the
+    split into heads: Olmo 2 and 3); other than "head" only with `qk_norm`.
     `key_smear` mixes each key with its predecessor's through a learned per-head weight before the position
     encoding (Olsson et al.'s smeared keys, `posformer.modules.key_smear`): one layer can then match a query
     against the token before each key, as induction heads do. No Hugging Face family has it (`to_hf` refuses).
     `sliding_window` W limits the decoder's self-attention to each query's last W tokens, itself
     included (Mistral; `posformer.ops.masks.build_mask`), counted over the cache and the input; the
     KV cache keeps every key and the mask hides the older ones. None: no window.
+    `attention_sinks` gives each self-attention layer one learned logit per head that joins the softmax's
+    denominator, a key every query sees with a value of zero (GPT-OSS's `sinks`): a head can then attend to
+    nothing. Its attention runs the eager kernel (`posformer.ops.softmax_attention`), in blocks of queries.
     `attention_chunk` C limits it to the keys of the query's own chunk of C tokens, counted from each row's
     first real token (Llama 4's chunked attention, `attention_chunk_size`; its RoPE layers chunk and its NoPE
     layers do not, through `layer_types`). None: no chunks.
@@ -85,6 +93,10 @@ class Config:
     stack resolves each layer's config once, when it is built (`layer_config`); the config's own `position`
     embeds the tokens.
     `norm` "rmsnorm_unit_offset" is RMSNorm whose scale is 1 + weight, in float32 (Gemma).
+    `norm_placement` places the norm of each residual sub-layer f (attention, cross-attention, FFN;
+    `modules.blocks.Residual`): "pre" x + f(norm(x)); "post" norm(x + f(x)) (no final norm by default);
+    "sandwich" x + norm2(f(norm1(x))) (Gemma 2 and 3); "output" x + norm(f(x)), no norm before f, the
+    sub-layer's output normalised before the residual adds it (Olmo 2 and 3, EXAONE 4).
     `scale_embeddings` multiplies token embeddings by sqrt(d_model) (Vaswani et al.).
     `parallel_residual` computes attention and FFN from the same input,
     x + attn(norm1(x)) + ffn(norm2(x)) (GPT-NeoX, GPT-J); pre-norm, no cross-attention.
@@ -138,9 +150,11 @@ class Config:
     ffn_bias: bool = True
     attn_scale: float | None = None
     qk_norm: bool = False
+    qk_norm_over: str = "head"
     key_smear: bool = False
     sliding_window: int | None = None
     attention_chunk: int | None = None
+    attention_sinks: bool = False
     query_temperature: dict | None = None
     random_positions: int | None = None
     layer_types: list[str] | None = None
@@ -229,6 +243,7 @@ class Config:
             ("arch", ARCHS),
             ("norm", NORMS),
             ("norm_placement", NORM_PLACEMENTS),
+            ("qk_norm_over", QK_NORM_OVER),
             ("activation", ACTIVATIONS),
             ("attn_impl", ATTN_IMPLS),
             ("init", INITS),
@@ -284,6 +299,10 @@ class Config:
                 f"at most {longest}, the positions "
                 f"position={self.position!r} can represent (max_positions={self.max_positions})",
             )
+        if self.attention_sinks and self.attn_impl == "flex":
+            _fail("attention_sinks", True, "False with attn_impl='flex' (the sinks run the eager kernel)")
+        if self.attention_sinks and isinstance(positions.get(self.position), ReplacesSoftmax):
+            _fail("attention_sinks", True, f"False with position={self.position!r}, whose weights are no softmax")
         for name in ("sliding_window", "attention_chunk"):
             if getattr(self, name) is not None and self.arch == "encoder":
                 _fail(
@@ -304,6 +323,12 @@ class Config:
             _fail("logit_scale", self.logit_scale, "1 with an LM head bias or transform (it scales the head's input)")
         if self.attn_scale is not None and not (is_number(self.attn_scale) and self.attn_scale > 0):
             _fail("attn_scale", self.attn_scale, "a number > 0, or None for 1/sqrt(d_head)")
+        if self.qk_norm_over != "head" and not self.qk_norm:
+            _fail(
+                "qk_norm_over",
+                self.qk_norm_over,
+                "'head' unless qk_norm=True (it says what QK-norm normalises; there is none)",
+            )
         if self.parallel_residual and (self.norm_placement != "pre" or self.arch == "encoder_decoder"):
             _fail("parallel_residual", True, "False unless norm_placement='pre' and arch is 'encoder' or 'decoder'")
         if self.separate_decoder_embeddings and self.arch != "encoder_decoder":

@@ -42,7 +42,7 @@ def _cohere2(model_class=Cohere2ForCausalLM, **changes):
 @pytest.mark.parametrize("length", [11, 40], ids=["short", "long"])
 def test_against_hf_cohere2_local_and_global_layers(tmp_path, length):
     model = check_family(_cohere2(), Cohere2ForCausalLM, tmp_path, padded_batch(97, length=length))
-    found = [(block.window, block.attn.position.name) for block in model.decoder.layers]
+    found = [(block.reach.window, block.attn.position.name) for block in model.decoder.layers]
     assert found == [(4, "rope"), (None, "none"), (4, "rope"), (None, "none")]
     assert model.cfg.position_params["layout"] == "interleaved" and model.cfg.logit_scale == 0.25
 
@@ -63,7 +63,7 @@ def test_against_hf_cohere2_default_pattern_base_model(tmp_path):
     """No layer_types: every 4th layer is global; the base model's hidden states (no logit scale)."""
     hf = _cohere2(Cohere2Model, layer_types=None)
     model = check_family(hf, Cohere2Model, tmp_path, padded_batch(97, length=20), field="last_hidden_state")
-    assert [block.window for block in model.decoder.layers] == [4, 4, 4, None]
+    assert [block.reach.window for block in model.decoder.layers] == [4, 4, 4, None]
 
 
 def test_cohere2_generates_hf_tokens_at_short_and_long_inputs(tmp_path):

@@ -62,6 +62,8 @@ CASES = {
     # Cohere2: 4 layers, so that the default pattern gives local layers and a global one
     "cohere2": Case("Cohere2Config", "Cohere2ForCausalLM", dict(LLAMA_SIZES, num_hidden_layers=4)),
     "deberta-v2": Case("DebertaV2Config", "DebertaV2ForMaskedLM", BERT_SIZES),
+    # EXAONE 4: 4 layers, so that the default pattern gives local RoPE layers and a global NoPE one
+    "exaone4": Case("Exaone4Config", "Exaone4ForCausalLM", dict(LLAMA_SIZES, num_hidden_layers=4)),
     # Gemma 3: 6 layers, so that the default pattern gives local layers and a global one
     "gemma3_text": Case("Gemma3TextConfig", "Gemma3ForCausalLM", dict(LLAMA_SIZES, num_hidden_layers=6)),
     "gpt2": Case(
@@ -91,6 +93,8 @@ CASES = {
     ),
     "mistral": Case("MistralConfig", "MistralForCausalLM", LLAMA_SIZES),
     "mt5": Case("MT5Config", "MT5ForConditionalGeneration", T5_SIZES, seq2seq=True),
+    # Olmo 3: 4 layers, so that the default pattern gives local layers and a global one
+    "olmo3": Case("Olmo3Config", "Olmo3ForCausalLM", dict(LLAMA_SIZES, num_hidden_layers=4)),
     # Phi-3's pad id (32000 by default, also its eos) must lie inside the vocabulary (HF's padding_idx)
     "phi3": Case("Phi3Config", "Phi3ForCausalLM", dict(LLAMA_SIZES, pad_token_id=VOCAB - 1, eos_token_id=VOCAB - 1)),
     "qwen2": Case("Qwen2Config", "Qwen2ForCausalLM", LLAMA_SIZES),

@@ -45,7 +45,7 @@ def _gemma3(model_class=Gemma3ForCausalLM, **changes):
 @pytest.mark.parametrize("length", [11, 40], ids=["short", "long"])
 def test_against_hf_gemma3_local_and_global_layers(tmp_path, length):
     model = check_family(_gemma3(), Gemma3ForCausalLM, tmp_path, padded_batch(97, length=length))
-    found = [(block.window, block.attn.position.params["theta"]) for block in model.decoder.layers]
+    found = [(block.reach.window, block.attn.position.params["theta"]) for block in model.decoder.layers]
     assert found == [(4, 10.0), (None, 1e6), (4, 10.0), (None, 1e6)]
     assert model.decoder.layers[1].attn.position.params["scaling"] == {"type": "linear", "factor": 8.0}
 
@@ -54,7 +54,7 @@ def test_against_hf_gemma3_default_pattern_base_model(tmp_path):
     """No layer_types: every 6th layer is global (here: 1 of 6); the base model's hidden states."""
     hf = _gemma3(Gemma3TextModel, num_hidden_layers=6, layer_types=None, rope_scaling=None)
     model = check_family(hf, Gemma3TextModel, tmp_path, padded_batch(97), field="last_hidden_state")
-    assert [block.window for block in model.decoder.layers] == [4] * 5 + [None]
+    assert [block.reach.window for block in model.decoder.layers] == [4] * 5 + [None]
 
 
 def test_gemma3_generates_hf_tokens_at_short_and_long_inputs(tmp_path):

@@ -191,7 +191,7 @@ def test_against_hf_qwen3_sliding_on_some_layers(tmp_path):
     """Qwen3 slides a window of 4 over the layers from max_window_layers=1 on, after QK-norm."""
     hf = _qwen3(use_sliding_window=True, sliding_window=4, max_window_layers=1)
     model = check_family(hf, Qwen3ForCausalLM, tmp_path, padded_batch(97))
-    assert [block.window for block in model.decoder.layers] == [None, 4]
+    assert [block.reach.window for block in model.decoder.layers] == [None, 4]
 
 
 def test_to_hf_refuses_p_rope(tmp_path):
@@ -226,7 +226,7 @@ def test_against_hf_qwen2_sliding_window_on_some_layers(tmp_path, max_window_lay
     """Layers from max_window_layers on slide a window of 4 over the 11-token padded batch; the first ones do
     not (every layer slides with 0)."""
     model = check_family(_qwen2_windowed(max_window_layers), Qwen2ForCausalLM, tmp_path, padded_batch(97))
-    windows = [block.window for block in model.decoder.layers]
+    windows = [block.reach.window for block in model.decoder.layers]
     assert windows == [None] * max_window_layers + [4] * (3 - max_window_layers)
 
 

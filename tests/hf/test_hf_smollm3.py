@@ -44,7 +44,7 @@ def test_against_hf_smollm3_explicit_nope_layers_with_windows(tmp_path):
     """no_rope_layers as a checkpoint lists them (layers 0 and 2 NoPE here), sliding a window of 4 on them."""
     hf = _smollm3(no_rope_layers=[0, 1, 0, 1], use_sliding_window=True, sliding_window=4)
     model = check_family(hf, SmolLM3ForCausalLM, tmp_path, padded_batch(97))
-    found = [(block.attn.position.name, block.window) for block in model.decoder.layers]
+    found = [(block.attn.position.name, block.reach.window) for block in model.decoder.layers]
     assert found == [("none", 4), ("rope", None), ("none", 4), ("rope", None)]
     assert config_to_hf(model.cfg)["no_rope_layers"] == [0, 1, 0, 1]
 

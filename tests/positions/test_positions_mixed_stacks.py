@@ -54,7 +54,7 @@ def mixed(name: str, arch: str, **overrides) -> pf.Config:
 def test_each_layer_gets_its_own_encoding_and_window(name: str, arch: str) -> None:
     model = pf.Transformer(mixed(name, arch))
     stack = getattr(model, arch)
-    found = [(block.attn.position.name, block.window) for block in stack.layers]
+    found = [(block.attn.position.name, block.reach.window) for block in stack.layers]
     x = "rope" if embeds(name) else name
     window = WINDOW if arch == "decoder" else None
     assert found == [(x, None), ("none", None), (x, window), (model.cfg.position, None)]

@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -140,6 +141,14 @@ def from_hf(
     return model.to(device=device).eval()
 
 
+def _without_a_family(cfg: Config) -> list[tuple[str, Any]]:
+    """The (field, value) pairs of `cfg`, or of one of its layer types, that no family of `to_hf` writes: smeared
+    keys, chunked attention, learned attention sinks."""
+    layers = cfg.layer_configs(cfg.decoder_layers)
+    found = [(name, getattr(cfg, name)) for name in ("key_smear", "attention_sinks") if getattr(cfg, name)]
+    return found + [("attention_chunk", c.attention_chunk) for c in layers if c.attention_chunk is not None][:1]
+
+
 def to_hf(model: Transformer, out_dir: str | os.PathLike, rope_parameters: bool = False) -> Path:
     """Write `model` as a Hugging Face checkpoint (`config.json` + `model.safetensors`) into `out_dir`.
 
@@ -154,10 +163,10 @@ def to_hf(model: Transformer, out_dir: str | os.PathLike, rope_parameters: bool 
             "to_hf: Config.hf_model_type is None, so the Hugging Face family to write is unknown; "
             f"set it to one of: {', '.join(supported())}"
         )
-    if cfg.key_smear:
+    for field, value in _without_a_family(cfg):
         raise UnsupportedCheckpoint(
-            "to_hf: Config.key_smear=True (smeared keys): no Hugging Face family mixes each key with its "
-            "predecessor's, so the export would not give the same logits"
+            f"to_hf: Config.{field}={value!r}: no Hugging Face family that posformer writes has it, so the export "
+            "would not give the same logits"
         )
     family = family_for(cfg.hf_model_type, "to_hf")
     if cfg.logit_scale != 1 and not family.logit_scale:

@@ -51,7 +51,6 @@ INTEGER_KEYS = (
     "original_max_position_embeddings",
     "max_window_layers",
     "query_pre_attn_scalar",
-    "sliding_window_pattern",
     "no_rope_layer_interval",
     "pretraining_tp",
     "seq_length",
@@ -114,7 +113,8 @@ LIST_KEYS = ("layer_types", "no_rope_layers", "architectures")
 
 def check_hf_config_kinds(hf: dict[str, Any], path: str) -> None:
     """Raise `ValueError` naming `path` and the key when a known key of config.json has a value of the wrong kind
-    (`eos_token_id` may be an id or a list of ids; `pos_att_type` a string or a list)."""
+    (`eos_token_id` may be an id or a list of ids; `pos_att_type` a string or a list; `sliding_window_pattern` an
+    integer or a string, EXAONE 4's "LLLG")."""
     checks = [
         (INTEGER_KEYS, is_int, "an integer"),
         (NUMBER_KEYS, is_number, "a finite number"),
@@ -131,6 +131,9 @@ def check_hf_config_kinds(hf: dict[str, Any], path: str) -> None:
     eos = hf.get("eos_token_id")
     if eos is not None and not (is_int(eos) or isinstance(eos, list) and all(is_int(i) for i in eos)):
         fail(f"{path}: eos_token_id", eos, "a token id or a list of token ids (or null)")
+    pattern = hf.get("sliding_window_pattern")
+    if pattern is not None and not (is_int(pattern) or isinstance(pattern, str)):
+        fail(f"{path}: sliding_window_pattern", pattern, "an integer or a string (or null)")
     pos_att = hf.get("pos_att_type")
     if pos_att is not None and not (
         isinstance(pos_att, str) or isinstance(pos_att, list) and all(isinstance(p, str) for p in pos_att)

@@ -127,6 +127,7 @@ def config_to_hf(cfg: Config) -> dict:
         or cfg.norm != "rmsnorm_unit_offset"
         or cfg.norm_placement != "sandwich"
         or not cfg.qk_norm
+        or cfg.qk_norm_over != "head"
         or not cfg.scale_embeddings
         or cfg.activation not in ACTIVATIONS.values()
     ):

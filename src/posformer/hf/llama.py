@@ -155,14 +155,21 @@ def first_token_id(token_id):
 
 def config_to_hf(cfg: Config) -> dict:
     model_type = cfg.hf_model_type
-    if cfg.position != "rope" or cfg.norm != "rmsnorm" or cfg.activation not in HIDDEN_ACT:
-        raise unsupported(model_type, "a layout other than RoPE + RMSNorm + gated FFN (to_hf)")
+    if (
+        cfg.position != "rope"
+        or cfg.norm != "rmsnorm"
+        or cfg.norm_placement != "pre"
+        or cfg.activation not in HIDDEN_ACT
+    ):
+        raise unsupported(model_type, "a layout other than RoPE + pre-RMSNorm + gated FFN (to_hf)")
     if model_type == "qwen2" and not (cfg.qkv_bias and not cfg.attn_out_bias and not cfg.ffn_bias):
         raise unsupported(model_type, "biases other than q/k/v only (to_hf)")
     if model_type == "qwen3" and (cfg.qkv_bias != cfg.attn_out_bias or cfg.ffn_bias):
         raise unsupported(model_type, "attention biases on some projections only, or FFN biases (to_hf)")
     if cfg.qk_norm != (model_type == "qwen3"):
         raise unsupported(model_type, f"qk_norm={cfg.qk_norm} (only qwen3 normalises q and k) (to_hf)")
+    if cfg.qk_norm_over != "head":
+        raise unsupported(model_type, f"qk_norm_over={cfg.qk_norm_over!r} (qwen3 normalises each head) (to_hf)")
     name = ARCH_NAMES[model_type]
     out = {
         "model_type": model_type,
@@ -199,6 +206,15 @@ def layer_norms(ours: str, theirs: str) -> list[Rule]:
     return [
         *norm(f"{ours}.attn_res.norm", f"{theirs}.input_layernorm", bias=False),
         *norm(f"{ours}.ffn_res.norm", f"{theirs}.post_attention_layernorm", bias=False),
+    ]
+
+
+def output_norms(ours: str, theirs: str) -> list[Rule]:
+    """The two RMSNorms of a layer that normalises each sub-layer's output (`norm_placement="output"`: Olmo 3,
+    EXAONE 4): after attention and after the FFN."""
+    return [
+        *norm(f"{ours}.attn_res.norm", f"{theirs}.post_attention_layernorm", bias=False),
+        *norm(f"{ours}.ffn_res.norm", f"{theirs}.post_feedforward_layernorm", bias=False),
     ]
 
 

@@ -53,8 +53,14 @@ def config_from_hf(hf: dict) -> Config:
 
 
 def config_to_hf(cfg: Config) -> dict:
-    if cfg.position != "rope" or cfg.norm != "rmsnorm" or cfg.activation != "swiglu" or cfg.qk_norm:
-        raise unsupported("phi3", "a layout other than RoPE + RMSNorm + SwiGLU without QK-norm (to_hf)")
+    if (
+        cfg.position != "rope"
+        or cfg.norm != "rmsnorm"
+        or cfg.norm_placement != "pre"
+        or cfg.activation != "swiglu"
+        or cfg.qk_norm
+    ):
+        raise unsupported("phi3", "a layout other than RoPE + pre-RMSNorm + SwiGLU without QK-norm (to_hf)")
     if cfg.qkv_bias or cfg.attn_out_bias or cfg.ffn_bias or cfg.d_head not in (None, cfg.d_model // cfg.n_heads):
         raise unsupported("phi3", "biases or a head size other than d_model / n_heads (to_hf)")
     params = cfg.position_params

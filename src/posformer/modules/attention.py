@@ -42,21 +42,24 @@ def attend(
     kernel: str = "sdpa",
     values: ValuesTerm | None = None,
     score_mod: ScoreMod | None = None,
+    sinks: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """softmax(scale * q.k + bias + mask) v, plus the `values` term of the probabilities when given.
 
     q: (B, H, T, dh); k, v: (B, Hkv, S, dh) with H a multiple of Hkv (GQA, MQA);
     bias: (B or 1, H, T, S) or None. `kernel`: "sdpa", "eager" (also whenever the
-    `values` term needs the probabilities) or "flex" (`posformer.ops.flex`: the bias given
-    as `score_mod` instead, no dropout). Queries that `mask.query_keep` drops get a zero output.
-    On the CPU, a causal mask runs in blocks of queries where that pays (`posformer.ops.causal_blocks`).
+    `values` term needs the probabilities, or learned `sinks` (H,) join the softmax's denominator) or "flex"
+    (`posformer.ops.flex`: the bias given as `score_mod` instead, no dropout). Queries that `mask.query_keep`
+    drops get a zero output. On the CPU, a causal mask runs in blocks of queries where that pays
+    (`posformer.ops.causal_blocks`).
 
     Returns the output (B, H, T, dh) and, with kernel "eager", the probabilities (B, H, T, S).
     """
-    if kernel != "eager" and values is not None and use_causal_blocks(q, bias, mask.is_causal):
-        out, probs = _eager_in_blocks(q, k, v, bias, scale, dropout, values), None
-    elif kernel == "eager" or values is not None:
-        out, probs = _eager(q, k, v, mask, bias, scale, dropout, values)
+    written_out = values is not None or sinks is not None  # the kernel must see the probabilities
+    if kernel != "eager" and written_out and use_causal_blocks(q, bias, mask.is_causal):
+        out, probs = _eager_in_blocks(q, k, v, bias, scale, dropout, values, sinks), None
+    elif kernel == "eager" or written_out:
+        out, probs = _eager(q, k, v, mask, bias, scale, dropout, values, sinks)
     elif kernel == "flex":
         out, probs = flex_attend(q, k, v, mask, score_mod, scale), None
     else:
@@ -91,6 +94,7 @@ def _eager(
     scale: float,
     dropout: float,
     values: ValuesTerm | None,
+    sinks: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
     return softmax_attention(
         q,
@@ -101,11 +105,19 @@ def _eager(
         scale,
         dropout,
         None if values is None else partial(values, rows=slice(None)),
+        sinks,
     )
 
 
 def _eager_in_blocks(
-    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: float, dropout: float, values: ValuesTerm
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Tensor | None,
+    scale: float,
+    dropout: float,
+    values: ValuesTerm | None,
+    sinks: Tensor | None,
 ) -> Tensor:
     """The eager path under a plain causal mask, one block of queries at a time against the keys up to its last."""
     outputs = []
@@ -119,7 +131,8 @@ def _eager_in_blocks(
             None,
             scale,
             dropout,
-            partial(values, rows=slice(start, end)),
+            None if values is None else partial(values, rows=slice(start, end)),
+            sinks,
         )
         outputs.append(out)
     return torch.cat(outputs, dim=-2)
@@ -146,19 +159,31 @@ class Attention(nn.Module):
         self.scale = cfg.scale
         self.dropout = cfg.attention_dropout
         self.kernel = cfg.attn_impl
-        self.qk_norm = cfg.qk_norm
+        self.qk_norm = cfg.qk_norm_over if cfg.qk_norm else None  # what QK-norm normalises: "head", "projection"
+        self.sinks: nn.Parameter | None = None  # (H,) learned softmax sinks (Config.attention_sinks), self-attention
 
     def _output_projection(self, cfg: Config) -> Linear:
         return Linear(self.q_dim, cfg.d_model, bias=cfg.attn_out_bias)
 
     def _head_norms(self, cfg: Config) -> None:
-        """`q_norm` and `k_norm` over each head (Config.qk_norm), after the projections, before `out`."""
-        if cfg.qk_norm:
-            self.q_norm, self.k_norm = make_norm(cfg, self.head_dim), make_norm(cfg, self.head_dim)
+        """`q_norm` and `k_norm` (Config.qk_norm; None without), after the projections, before `out`: over each
+        head's head_dim features, or over the whole projection (Config.qk_norm_over="projection")."""
+        per_head = self.qk_norm == "head"
+        q_dim, kv_dim = (self.head_dim, self.head_dim) if per_head else (self.q_dim, self.kv_dim)
+        self.q_norm = make_norm(cfg, q_dim) if self.qk_norm else None
+        self.k_norm = make_norm(cfg, kv_dim) if self.qk_norm else None
 
     def _heads(self, x: Tensor, n_heads: int) -> Tensor:
         """(B, T, n * dh) -> (B, n, T, dh)."""
         return x.unflatten(-1, (n_heads, self.head_dim)).transpose(1, 2)
+
+    def _normed_heads(self, x: Tensor, n_heads: int, norm: nn.Module | None) -> Tensor:
+        """A query or key projection (B, T, n * dh) -> (B, n, T, dh) through its QK-norm `norm`, if any: over the
+        whole projection before the split, or over each head after it."""
+        if norm is not None and self.qk_norm == "projection":
+            x = norm(x)
+        x = self._heads(x, n_heads)
+        return norm(x) if norm is not None and self.qk_norm == "head" else x
 
     @staticmethod
     def _unpacked(x: Tensor, packing: TokenPacking | None) -> Tensor:
@@ -192,12 +217,12 @@ class Attention(nn.Module):
             else bias_block_rows(batch, heads, length, k.shape[-2], q.device, cpu_block_bytes)
         )
         if rows is not None:
-            out = attend_in_bias_blocks(q, k, v, mask, bias_rows, self.scale, dropout, values, rows)
+            out = attend_in_bias_blocks(q, k, v, mask, bias_rows, self.scale, dropout, values, rows, self.sinks)
             out, probs = mask.zero_dropped_queries(out), None
         else:
             bias = None if bias_rows is None else bias_rows(0, length, k.shape[-2])
             kernel = "eager" if need_weights else self.kernel
-            out, probs = attend(q, k, v, mask, bias, self.scale, dropout, kernel, values, score_mod)
+            out, probs = attend(q, k, v, mask, bias, self.scale, dropout, kernel, values, score_mod, self.sinks)
         return self._project(out, packing), probs
 
     def _project(self, out: Tensor, packing: TokenPacking | None) -> Tensor:
@@ -220,6 +245,8 @@ class SelfAttention(Attention):
     def __init__(self, cfg: Config, position: PositionEncoding, layer: int) -> None:
         super().__init__(cfg)
         self.qkv = Linear(cfg.d_model, self.q_dim + 2 * self.kv_dim, bias=cfg.qkv_bias)
+        if cfg.attention_sinks:  # GPT-OSS: one learned logit per head in the softmax's denominator
+            self.sinks = nn.Parameter(torch.randn(self.n_heads) * cfg.init_std)
         self._head_norms(cfg)
         self.out = self._output_projection(cfg)
         self.key_smear = KeySmear(self.n_kv_heads) if cfg.key_smear else None
@@ -242,9 +269,8 @@ class SelfAttention(Attention):
         Returns the output, shaped as x, and, with `need_weights`, the probabilities (B, H, T, S).
         """
         q, k, v = self._unpacked(self.qkv(x), packing).split((self.q_dim, self.kv_dim, self.kv_dim), dim=-1)
-        q, k, v = self._heads(q, self.n_heads), self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
-        if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self._normed_heads(q, self.n_heads, self.q_norm), self._normed_heads(k, self.n_kv_heads, self.k_norm)
+        v = self._heads(v, self.n_kv_heads)
         if self.key_smear is not None:
             k = self._smeared(k, mask, cache)
         q, k = self.position.rotate(q, k, pos, pos, self.layer)
@@ -356,14 +382,12 @@ class CrossAttention(Attention):
 
         Returns the output, shaped as x, and the probabilities (B, H, T, S).
         """
-        q = self._heads(self._unpacked(self.q(x), packing), self.n_heads)
-        q = self.q_norm(q) if self.qk_norm else q
+        q = self._normed_heads(self._unpacked(self.q(x), packing), self.n_heads, self.q_norm)
         if cache is not None and cache.k is not None:
             k, v = cache.k, cache.v
         else:
             k, v = self.kv(memory).split((self.kv_dim, self.kv_dim), dim=-1)
-            k, v = self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
-            k = self.k_norm(k) if self.qk_norm else k
+            k, v = self._normed_heads(k, self.n_kv_heads, self.k_norm), self._heads(v, self.n_kv_heads)
             if cache is not None:
                 cache.set(k, v)
         return self._attend(q, k, v, mask, need_weights, packing=packing)

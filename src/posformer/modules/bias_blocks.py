@@ -64,8 +64,10 @@ def attend_in_bias_blocks(
     dropout: float,
     values: ValuesTerm | None,
     rows: int,
+    sinks: Tensor | None = None,
 ) -> Tensor:
-    """softmax(scale * q.k + bias + mask) v (+ the `values` term), `rows` queries at a time.
+    """softmax(scale * q.k + bias + mask) v (+ the `values` term; with `sinks` in the denominator), `rows` queries at a
+    time.
 
     q: (B, H, T, dh); k, v: (B, Hkv, S, dh) -> (B, H, T, dh). Queries that `mask.query_keep` drops are not zeroed
     here (`attend` does it). With gradients on, each block is checkpointed: its bias and scores are recomputed in
@@ -81,7 +83,7 @@ def attend_in_bias_blocks(
     for start in range(0, length, rows):
         end = min(start + rows, length)
         keys = end if mask.is_causal else keys_len  # a plain causal mask: no key past the block's last query
-        block = partial(_block, mask, bias_rows, values, scale, dropout, start, end)
+        block = partial(_block, mask, bias_rows, values, sinks, scale, dropout, start, end)
         args = (q[:, :, start:end], k[:, :, :keys], v[:, :, :keys])
         if training:
             outputs.append(checkpoint(block, *args, use_reentrant=False))
@@ -94,6 +96,7 @@ def _block(
     mask: AttentionMask,
     bias_rows: BiasRows,
     values: ValuesTerm | None,
+    sinks: Tensor | None,
     scale: float,
     dropout: float,
     start: int,
@@ -112,9 +115,9 @@ def _block(
         if bias is not None:
             bias = bias.to(q.dtype)
             additive = (bias if additive is None else torch.where(additive < 0, additive, bias)).contiguous()
-    if values is not None:
-        term = partial(values, rows=slice(start, end))
-        return softmax_attention(q, k, v, additive, None, scale, dropout, term)[0]
+    if values is not None or sinks is not None:
+        term = None if values is None else partial(values, rows=slice(start, end))
+        return softmax_attention(q, k, v, additive, None, scale, dropout, term, sinks)[0]
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=additive, scale=scale, dropout_p=dropout, enable_gqa=k.shape[1] != q.shape[1]
     )

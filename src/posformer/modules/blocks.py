@@ -1,5 +1,5 @@
 """`Block`: self-attention, optional cross-attention and a feed-forward network, each a residual
-sub-layer whose norm is placed post, pre or sandwich."""
+sub-layer whose norm is placed post, pre, sandwich or on the output."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ class Residual(nn.Module):
     pre:      x + f(norm(x))
     post:     norm(alpha * x + f(x))          (alpha = 1, or DeepNorm's alpha)
     sandwich: x + post_norm(f(norm(x)))       (Ding et al. 2021, CogView)
+    output:   x + norm(f(x))                  (Olmo 2 and 3, EXAONE 4: no norm before f)
     """
 
     def __init__(self, cfg: Config, alpha: float = 1.0) -> None:
@@ -36,6 +37,8 @@ class Residual(nn.Module):
     def forward(self, x: Tensor, f: Callable[[Tensor], Tensor]) -> Tensor:
         if self.placement == "post":
             return self.norm(self.alpha * x + self.dropout(f(x)))
+        if self.placement == "output":
+            return x + self.dropout(self.norm(f(x)))
         h = f(self.norm(x))
         if self.post_norm is not None:
             h = self.post_norm(h)

@@ -84,11 +84,11 @@ def flex_attend(
         if "flex" not in mask.kernel_memo:  # once for all the layers of a forward
             mask.kernel_memo["flex"] = block_mask(mask.rule)
         blocks = mask.kernel_memo["flex"]
-    head_dim, narrowest = q.shape[-1], MIN_HEAD_DIM.get(q.device.type, MIN_HEAD_DIM["cuda"])
-    if head_dim < narrowest:  # zero columns change neither q.k nor the kept output
-        q, k, v = (F.pad(t, (0, narrowest - head_dim)) for t in (q, k, v))
+    narrowest, value_dim = MIN_HEAD_DIM.get(q.device.type, MIN_HEAD_DIM["cuda"]), v.shape[-1]
+    # zero columns change neither q.k nor the kept output; q and k may be wider than v (PoPE)
+    q, k, v = (F.pad(t, (0, narrowest - t.shape[-1])) if t.shape[-1] < narrowest else t for t in (q, k, v))
     out = _kernel()(q, k, v, score_mod=score_mod, block_mask=blocks, scale=scale, enable_gqa=gqa)
-    return out[..., :head_dim]
+    return out[..., :value_dim]
 
 
 def _evaluated(score_mod: ScoreMod, batch: int, heads: int, k_len: int, device: torch.device) -> Tensor:

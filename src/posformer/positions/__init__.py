@@ -11,6 +11,7 @@ from posformer.positions.forgetting import ForgettingAttention
 from posformer.positions.hope import HighFrequencyRotary
 from posformer.positions.kerple import KerpleLog
 from posformer.positions.params import PositionParams
+from posformer.positions.polar import Polar
 from posformer.positions.registry import build, get, names, register, usable
 from posformer.positions.relative_bert import RelativeKey, RelativeKeyQuery
 from posformer.positions.rerope import ReRoPE
@@ -39,6 +40,7 @@ __all__ = [
     "sinusoidal_table",
     "Rotary",
     "HighFrequencyRotary",
+    "Polar",
     "apply_rotary",
     "rope_inv_freq",
     "XPos",
