@@ -34,6 +34,7 @@ def test_flex_takes_every_encoding_but_those_whose_bias_it_cannot_express() -> N
         "streaming",
         "fox_per_row",
         "stick_breaking",
+        "path",
     }
     assert {"alibi", "t5", "kerple", "fire", "relative_key", "relative_key_query", "deberta"} <= set(BIASED)
 

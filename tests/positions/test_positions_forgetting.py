@@ -24,7 +24,8 @@ def fox_bias(position, x: torch.Tensor, layer: int) -> torch.Tensor:
     """The bias (B, H, T, T) of an encoding that reads the hidden states x (B, T, d_model), every query over every
     key."""
     q_terms, k_terms = position.token_terms(x, layer)
-    return position.terms_bias(q_terms, k_terms, torch.arange(x.shape[1]), layer)
+    q = torch.zeros(*k_terms.shape[:3], position.head_dim)  # FoX reads no query or key
+    return position.terms_bias(q_terms, k_terms, torch.arange(x.shape[1]), layer, q, q)
 
 
 def twin(cfg: pf.Config, position: str) -> tuple[pf.Transformer, pf.Transformer]:

@@ -294,7 +294,7 @@ class SelfAttention(Attention):
                 score_mod = self.position.score_mod(q, k, pos, k_pos, self.layer)
             return self._attend(q, k, v, mask, need_weights, values, packing, score_mod=score_mod)
         if reads_hidden:
-            bias_rows = partial(self._terms_rows, q_terms, k_terms, offset)
+            bias_rows = partial(self._terms_rows, q, k, q_terms, k_terms, offset)
         else:
             bias_rows = partial(self._bias_rows, q, k, pos, k_pos) if self.position.uses_bias else None
         return self._attend(
@@ -330,13 +330,22 @@ class SelfAttention(Attention):
         return self.position.token_terms(x if packing is None else packing.unpack(x), self.layer)
 
     def _terms_rows(
-        self, q_terms: Tensor | None, k_terms: Tensor, offset: int, start: int, end: int, keys: int
+        self,
+        q: Tensor,
+        k: Tensor,
+        q_terms: Tensor | None,
+        k_terms: Tensor,
+        offset: int,
+        start: int,
+        end: int,
+        keys: int,
     ) -> Tensor:
-        """The bias of queries [start, end) over the first `keys` keys, from the hidden-state terms (`ReadsHidden`);
-        offset: the index of the first query among the keys."""
+        """The bias of queries [start, end) over the first `keys` keys, from the hidden-state terms (`ReadsHidden`)
+        and the queries and keys themselves; offset: the index of the first query among the keys."""
         q_index = torch.arange(offset + start, offset + end, device=k_terms.device)
         q_rows = None if q_terms is None else q_terms[:, :, start:end]
-        return self.position.terms_bias(q_rows, k_terms[:, :, :keys], q_index, self.layer)
+        pair = (q[:, :, start:end], k[:, :, :keys])
+        return self.position.terms_bias(q_rows, k_terms[:, :, :keys], q_index, self.layer, *pair)
 
     def _bias_rows(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, start: int, end: int, keys: int

@@ -11,6 +11,7 @@ from posformer.positions.forgetting import ForgettingAttention
 from posformer.positions.hope import HighFrequencyRotary
 from posformer.positions.kerple import KerpleLog
 from posformer.positions.params import PositionParams
+from posformer.positions.path import PaTH
 from posformer.positions.polar import Polar
 from posformer.positions.registry import build, get, names, register, usable
 from posformer.positions.relative_bert import RelativeKey, RelativeKeyQuery
@@ -41,6 +42,7 @@ __all__ = [
     "Rotary",
     "HighFrequencyRotary",
     "Polar",
+    "PaTH",
     "apply_rotary",
     "rope_inv_freq",
     "XPos",

@@ -46,14 +46,18 @@ class ReadsHidden(Protocol):
 
     `token_terms(x, layer)`: x (B, T, d_model), the attention's input -> (query terms (B, H, T, dq) or None, key
     terms (B, H, T, dk)), in float32 or wider; the KV cache keeps the key terms beside the keys.
-    `terms_bias(q_terms, k_terms, q_index, layer)`: the terms of Tq queries and of the first Tk keys, with each
-    query's index among the keys, q_index (Tq,) -> the bias (B, H, Tq, Tk); `terms_score_mod` (same arguments, the
-    whole queries and keys) gives it as a FlexAttention score_mod, or None when it has none.
+    `terms_bias(q_terms, k_terms, q_index, layer, q, k)`: the terms of Tq queries and of the first Tk keys, with
+    each query's index among the keys, q_index (Tq,), and those queries and keys themselves, q (B, H, Tq, dh) and
+    k (B, Hkv, Tk, dh) as the attention scores them (an encoding that transforms the score reads them: PaTH) -> the
+    bias (B, H, Tq, Tk); `terms_score_mod` (the terms of the whole queries and keys) gives it as a FlexAttention
+    score_mod, or None when it has none.
     """
 
     def token_terms(self, x: Tensor, layer: int) -> tuple[Tensor | None, Tensor]: ...
 
-    def terms_bias(self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int) -> Tensor: ...
+    def terms_bias(
+        self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int, q: Tensor, k: Tensor
+    ) -> Tensor: ...
 
     def terms_score_mod(
         self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int
@@ -112,7 +116,9 @@ class ForgettingAttention(HiddenStateBias):
         c_k = k_terms[..., 0].cumsum(-1)
         return c_k[..., q_index], c_k
 
-    def terms_bias(self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int) -> Tensor:
+    def terms_bias(
+        self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int, q: Tensor, k: Tensor
+    ) -> Tensor:
         """-> c_i - c_j (B, H, Tq, Tk) (positive above the diagonal, where the causal mask hides the pairs)."""
         c_q, c_k = self.running_sums(k_terms, q_index)
         return c_q[..., :, None] - c_k[..., None, :]
@@ -161,7 +167,9 @@ class PerRowForgetting(HiddenStateBias):
         u, v = both.unflatten(-1, (2, self.n_heads, self.gate_dim)).permute(2, 0, 3, 1, 4)
         return u, v
 
-    def terms_bias(self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int) -> Tensor:
+    def terms_bias(
+        self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int, q: Tensor, k: Tensor
+    ) -> Tensor:
         """-> sum over the keys t in [j, i) of log sigmoid(u_i . v_t / sqrt(gate_dim)): (B, H, Tq, Tk)."""
         gates = F.logsigmoid(torch.matmul(q_terms, k_terms.transpose(-1, -2)) / math.sqrt(self.gate_dim))
         before = torch.arange(k_terms.shape[-2], device=k_terms.device) < q_index[:, None]  # (Tq, Tk): t < i

@@ -1,0 +1,154 @@
+"""PaTH (Yang, Shen, Wen, Tan, Mishra, Ren, Panda, Kim, NeurIPS 2025, "PaTH Attention: Position Encoding via
+Accumulating Householder Transformations"): positions as data-dependent transforms accumulated between key and query.
+
+Each token t writes, per head, a unit vector w_t = normalize(W_w x_t) and a strength beta_t = 2 sigmoid(W_b x_t) in
+(0, 2); its transform is H_t = I - beta_t w_t w_t^T. The score of query i and key j <= i is
+
+    q_i^T H_i H_{i-1} ... H_{j+1} k_j
+
+(the transforms of the tokens after the key up to the query; none when j = i). beta = 0 gives NoPE; with beta = 2
+each H_t is a reflection, so the accumulated transform is orthogonal. The paper's short convolution on w is left out.
+
+The scores are exact, in chunks of C = 64 tokens as the paper computes them (`path_scores`): within a chunk, the
+products of the tokens' transforms come from unit triangular systems (the UT transform), solved for every key and
+query of the chunk at once; across chunks, each key is carried once to its chunk's end and each chunk's whole
+transform is one dh x dh matrix, so that a query crosses a chunk with one product: O(T C dh + T^2 dh^2 / C) work
+and no step per token. The paper's kernel keeps the crossing in low-rank form and fuses it with the attention.
+
+The scores reach the attention as a bias, scale * (path score - q.k), through `forgetting.ReadsHidden` (the key
+terms [w, beta] live in the KV cache), in blocks of queries at long lengths as every bias (each block checkpointed
+in training); FlexAttention cannot take it (a score_mod sees one pair).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from posformer.positions.forgetting import HiddenStateBias, wide
+from posformer.positions.registry import register
+from posformer.positions.sizes import Sizes
+
+CHUNK = 64  # tokens per chunk of the chunked algorithm
+
+
+def _chunked(x: Tensor, chunks: int, front: int = 0) -> Tensor:
+    """(B, H, T, ...) -> (B, H, chunks, CHUNK, ...): `front` zero rows first, zeros after to fill the chunks."""
+    back = chunks * CHUNK - front - x.shape[2]
+    pad = [0, 0] * (x.dim() - 3) + [front, back]
+    return F.pad(x, pad).unflatten(2, (chunks, CHUNK))
+
+
+def _triangles(w: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
+    """I + L and I + U of a chunk, (B, H, n, C, C): L[s, t] = beta_t w_s . w_t for t < s, U the same for t > s."""
+    coupled = (w @ w.transpose(-1, -2)) * beta[..., None, :]
+    eye = torch.eye(w.shape[-2], dtype=w.dtype, device=w.device)
+    return eye + coupled.tril(-1), eye + coupled.triu(1)
+
+
+def _through(system: Tensor, rhs: Tensor, upper: bool) -> Tensor:
+    return torch.linalg.solve_triangular(system, rhs, upper=upper, unitriangular=True)
+
+
+def path_scores(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, first: int) -> Tensor:
+    """q_i^T H_i ... H_{j+1} k_j for queries at key indices first, first + 1, ... and every key: (B, H, Tq, Tk),
+    any value past each query.
+
+    q: (B, H, Tq, dh); k, w: (B, H, Tk, dh); beta: (B, H, Tk); Tk >= first + Tq. In chunks of C tokens, with no
+    step per token. Key j carried through the later tokens of its chunk, D k_j = k_j - sum_s beta_s c_s w_s, has
+    coefficients c that solve (I + L) c = (w_s . k_j)[s > j], one unit lower triangular system for every key of a
+    chunk at once; a query carried back to its chunk's start solves (I + U) c' = (w_s . q_l)[s <= l] likewise. The
+    scores within a chunk follow from the first, q_l . D_l k_j = q_l . k_j - sum_{j < s <= l} beta_s (q_l . w_s) c_s;
+    across chunks each query crosses a chunk with its whole transform, a dh x dh matrix.
+    """
+    length, keys = q.shape[2], k.shape[2]
+    own, lead = first // CHUNK, first % CHUNK  # the first query's chunk, and its place in it
+    q_chunks = -(-(lead + length) // CHUNK)
+    k_chunks = own + q_chunks
+    kc, wc, bc = _chunked(k, k_chunks), _chunked(w, k_chunks), _chunked(beta, k_chunks)
+    lower, upper = _triangles(wc, bc)
+    slots = torch.arange(CHUNK, device=q.device)
+    after = (slots[:, None] > slots[None, :]).to(q.dtype)  # [s > j], (s, j)
+    carry_keys = _through(lower, (wc @ kc.transpose(-1, -2)) * after, upper=False)  # c[s, j]
+    carried_keys = kc - (carry_keys * bc[..., None]).transpose(-1, -2) @ wc  # each key at its chunk's end
+    weighted = (wc * bc[..., None]).transpose(-1, -2)  # (B, H, n, dh, C): beta_s w_s
+    crossing = (torch.eye(q.shape[-1], dtype=q.dtype, device=q.device) - weighted @ _through(upper, wc, True)).mT
+    mine = slice(own, own + q_chunks)  # each query chunk's own key chunk
+    qc = _chunked(q, q_chunks, lead)
+    upto = (slots[:, None] <= slots[None, :]).to(q.dtype)  # [s <= l], (s, l)
+    reach = (wc[:, :, mine] @ qc.transpose(-1, -2)) * upto  # (w_s . q_l)[s <= l]
+    local = qc @ kc[:, :, mine].transpose(-1, -2) - (reach * bc[:, :, mine, :, None]).mT @ carry_keys[:, :, mine]
+    carried = qc - (_through(upper[:, :, mine], reach, True) * bc[:, :, mine, :, None]).mT @ wc[:, :, mine]
+    blocks = {(u, own + u): local[:, :, u] for u in range(q_chunks)}
+    for distance in range(1, k_chunks):
+        low = max(0, distance - own)  # the first query chunk with a key chunk that far back
+        if low >= q_chunks:
+            break
+        back = slice(own + low - distance, own + q_chunks - distance)
+        scored = carried[:, :, low:] @ carried_keys[:, :, back].transpose(-1, -2)  # (B, H, n, C, C)
+        for u in range(low, q_chunks):
+            blocks[(u, own + u - distance)] = scored[:, :, u - low]
+        carried = torch.cat((carried[:, :, :low], carried[:, :, low:] @ crossing[:, :, back]), dim=2)
+    zeros = q.new_zeros(*q.shape[:2], CHUNK, CHUNK)
+    rows = [torch.cat([blocks.get((u, c), zeros) for c in range(k_chunks)], dim=-1) for u in range(q_chunks)]
+    return torch.cat(rows, dim=-2)[:, :, lead : lead + length, :keys]
+
+
+@torch.compiler.disable  # the chunks follow the first query's index, a value: `compiles_whole` is False
+def _scores(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, q_index: Tensor) -> Tensor:
+    """`path_scores` of the queries at key indices q_index (contiguous)."""
+    return path_scores(q, k, w, beta, int(q_index[0]) if q_index.numel() else 0)
+
+
+@register("path")
+class PaTH(HiddenStateBias):
+    """PaTH attention (see the module docstring). Parameters: `beta_bias_init` (default 0: beta = 1 at the start)."""
+
+    defaults = {"beta_bias_init": 0.0}
+    compiles_whole = False  # the chunk layout follows the first query's index (`_scores`)
+    flex_refusal = "its score is a product of transforms over the tokens between query and key"
+
+    @classmethod
+    def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
+        super().check_config(sizes, params, causal)
+        init = params["beta_bias_init"]
+        if not isinstance(init, (int, float)) or isinstance(init, bool) or not abs(init) < float("inf"):
+            raise cls.param_error(cls.name, "beta_bias_init", init, "a finite number (the strengths' initial logit)")
+
+    @classmethod
+    def flex_unfit(cls) -> str | None:
+        return cls.flex_refusal
+
+    def __init__(
+        self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
+    ) -> None:
+        super().__init__(sizes, params, causal, n_layers)
+        heads, dim = sizes.n_heads, sizes.head_dim
+        self.w_weight = nn.Parameter(torch.randn(n_layers, heads * dim, sizes.d_model) * sizes.init_std)
+        self.beta_weight = nn.Parameter(torch.randn(n_layers, heads, sizes.d_model) * sizes.init_std)
+        self.beta_bias = nn.Parameter(torch.full((n_layers, heads), float(self.params["beta_bias_init"])))
+
+    def token_terms(self, x: Tensor, layer: int) -> tuple[None, Tensor]:
+        """x (B, T, d_model) -> (None, [w, beta] (B, H, T, dh + 1)): each token's unit vector and strength."""
+        dtype = wide(x)
+        x = x.to(dtype)
+        w = F.linear(x, self.w_weight[layer].to(dtype)).unflatten(-1, (self.n_heads, self.head_dim))
+        w = F.normalize(w, dim=-1)
+        beta = 2 * torch.sigmoid(F.linear(x, self.beta_weight[layer].to(dtype), self.beta_bias[layer].to(dtype)))
+        return None, torch.cat((w, beta[..., None]), dim=-1).transpose(1, 2)
+
+    def terms_bias(
+        self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int, q: Tensor, k: Tensor
+    ) -> Tensor:
+        """-> scale * (q_i^T H_i ... H_{j+1} k_j - q_i . k_j): (B, H, Tq, Tk); q (B, H, Tq, dh), k (B, Hkv, Tk, dh)."""
+        dtype = k_terms.dtype
+        w, beta = k_terms[..., :-1], k_terms[..., -1]
+        q, k = q.to(dtype), k.to(dtype).repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        return self.scale * (_scores(q, k, w, beta, q_index) - torch.matmul(q, k.transpose(-1, -2)))
+
+    def terms_score_mod(self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int) -> None:
+        return None
