@@ -34,6 +34,14 @@ def right_padded_batch(vocab_size: int, length: int = 11, low: int = 3, seed: in
     return {k: v[:2] for k, v in batch.items()}
 
 
+def causal_labels(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The batch's input ids as causal-LM labels, -100 where no real token predicts them: at a pad, and right
+    after one (the first real token of a left-padded row, predicted from a pad position's undefined logits)."""
+    mask = batch["attention_mask"]
+    after_pad = torch.cat([torch.zeros_like(mask[:, :1]), mask[:, :-1] == 0], dim=1).bool()
+    return batch["input_ids"].masked_fill((mask == 0) | after_pad, -100)
+
+
 def save_hf(hf_model, directory: Path) -> Path:
     hf_model.save_pretrained(directory, safe_serialization=True)
     return directory

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from posformer import positions
+from posformer.config_experts import check_experts
+from posformer.config_latent import check_latent_attention, latent_scale
 from posformer.config_layers import check_layer_types
 from posformer.positions.deberta import OwnAttnScale
 from posformer.positions.query_temperature import check_query_temperature
@@ -97,6 +99,19 @@ class Config:
     `modules.blocks.Residual`): "pre" x + f(norm(x)); "post" norm(x + f(x)) (no final norm by default);
     "sandwich" x + norm2(f(norm1(x))) (Gemma 2 and 3); "output" x + norm(f(x)), no norm before f, the
     sub-layer's output normalised before the residual adds it (Olmo 2 and 3, EXAONE 4).
+    `n_experts` E makes the feed-forward a mixture of E experts (`posformer.modules.moe`; None: one dense FFN):
+    a linear router scores the experts of each token, which goes to its `experts_per_token` best ones (required
+    with E); its output is their outputs weighted by the softmax of the router's logits over all E experts, kept
+    for its experts and divided by their sum (`norm_topk_prob`; False keeps the softmax's values, as Qwen3-MoE
+    can). Each expert is a feed-forward network of `activation` and `ffn_bias` with `expert_d_ff` hidden units
+    (default `d_ff`). `moe_layers` (one bool per layer, arch decoder or encoder) gives experts to the layers
+    marked True only, a dense FFN of `d_ff` to the others (None: every layer). `ModelOutput.aux_loss` is the
+    Switch load-balancing loss of the routers, and a training forward with labels adds `router_aux_loss_coef`
+    times it to the loss. These fields other than their defaults need `n_experts`.
+    `latent_attention` {"q_lora_rank", "kv_lora_rank", "nope_dim", "v_dim"} makes self-attention multi-head
+    latent attention (MLA, DeepSeek-V2/V3; `posformer.modules.latent_attention`, `posformer.config_latent`):
+    keys and values made from one low-rank latent, whose KV cache keeps that latent and one shared rope key per
+    token; `d_head` is then the rope width of a head. None: ordinary attention.
     `scale_embeddings` multiplies token embeddings by sqrt(d_model) (Vaswani et al.).
     `parallel_residual` computes attention and FFN from the same input,
     x + attn(norm1(x)) + ffn(norm2(x)) (GPT-NeoX, GPT-J); pre-norm, no cross-attention.
@@ -148,6 +163,12 @@ class Config:
     qkv_bias: bool = True
     attn_out_bias: bool = True
     ffn_bias: bool = True
+    n_experts: int | None = None
+    experts_per_token: int | None = None
+    expert_d_ff: int | None = None
+    norm_topk_prob: bool = True
+    router_aux_loss_coef: float = 0.0
+    moe_layers: list[bool] | None = None
     attn_scale: float | None = None
     qk_norm: bool = False
     qk_norm_over: str = "head"
@@ -156,6 +177,7 @@ class Config:
     attention_chunk: int | None = None
     attention_sinks: bool = False
     query_temperature: dict | None = None
+    latent_attention: dict | None = None
     random_positions: int | None = None
     layer_types: list[str] | None = None
     layer_settings: dict = field(default_factory=dict)
@@ -196,6 +218,15 @@ class Config:
         return self.d_ff if self.d_ff is not None else 4 * self.d_model
 
     @property
+    def expert_ff_dim(self) -> int:
+        """The hidden units of each expert: `expert_d_ff`, else `ff_dim`."""
+        return self.expert_d_ff if self.expert_d_ff is not None else self.ff_dim
+
+    def uses_experts(self, layer: int) -> bool:
+        """Whether layer `layer` of a stack has the mixture-of-experts feed-forward (`n_experts`, `moe_layers`)."""
+        return self.n_experts is not None and (self.moe_layers is None or self.moe_layers[layer])
+
+    @property
     def decoder_layers(self) -> int:
         return self.n_decoder_layers if self.n_decoder_layers is not None else self.n_layers
 
@@ -209,6 +240,8 @@ class Config:
         if self.attn_scale is not None:
             return self.attn_scale
         encoding = positions.get(self.position)
+        if self.latent_attention is not None:  # MLA: the nope and the rope part of a head together
+            return latent_scale(self)
         if isinstance(encoding, OwnAttnScale):  # DeBERTa's
             return encoding.default_attn_scale(self.position_params, self.head_dim)
         return 1.0 / math.sqrt(self.head_dim)
@@ -346,6 +379,8 @@ class Config:
         for causal in STACKS_CAUSAL[self.arch]:
             encoding.check_config(sizes, self.position_params, causal)
         check_layer_types(self)
+        check_experts(self)
+        check_latent_attention(self)
         check_field_kinds(self, "Config.")
 
     # ------------------------------------------------------------- round trips

@@ -24,6 +24,7 @@ from posformer.modules.heads import (
     token_loss,
 )
 from posformer.modules.init import deepnorm_alphas, deepnorm_init_, normal_init_, t5_init_
+from posformer.modules.moe import MoEFeedForward, load_balancing_loss
 from posformer.modules.outputs import ModelOutput
 from posformer.modules.random_positions import sample_positions
 from posformer.modules.shift_right import shift_right
@@ -60,6 +61,7 @@ class Transformer(nn.Module):
                 cfg, cfg.decoder_layers, causal=True, cross=cfg.arch == "encoder_decoder", alpha=alphas["decoder"][0]
             )
         self.head = build_head(cfg)
+        self.has_experts = any(isinstance(m, MoEFeedForward) for m in self.modules())
         self.apply(self._init_weights)
         if cfg.norm == "deepnorm":
             deepnorm_init_(self, alphas)
@@ -144,15 +146,24 @@ class Transformer(nn.Module):
         position_ids: Tensor | None = None,
         token_type_ids: Tensor | None = None,
         output_attentions: bool = False,
+        router_logits: list[Tensor] | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
-        """Run the encoder stack: (B, S) ids -> (B, S, d_model)."""
+        """Run the encoder stack: (B, S) ids -> (B, S, d_model). Its mixture-of-experts layers append their
+        router's logits for the real tokens to `router_logits` when given (`Stack.forward`)."""
         check_token_ids(input_ids, "input_ids", self.cfg.vocab_size)
         batch, length = input_ids.shape
         keep = self._keep(attention_mask, batch, length, "attention_mask")
         pos = self._positions(position_ids, input_ids, 0, "position_ids")
         x = self._embed(input_ids, token_type_ids)
         mask = build_mask(keep, False, length, length, x.dtype, x.device)
-        return self.encoder(x, pos, {KeyReach(): mask}, need_weights=output_attentions, packing=TokenPacking.of(keep))
+        return self.encoder(
+            x,
+            pos,
+            {KeyReach(): mask},
+            need_weights=output_attentions,
+            packing=TokenPacking.of(keep),
+            router_logits=router_logits,
+        )
 
     def decode(
         self,
@@ -163,6 +174,7 @@ class Transformer(nn.Module):
         memory: Tensor | None = None,
         memory_mask: Tensor | None = None,
         output_attentions: bool = False,
+        router_logits: list[Tensor] | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
         """Run the decoder stack on (B, T) ids after the `cache.seen` positions given to the cache -> (B, T, d_model).
 
@@ -188,7 +200,7 @@ class Transformer(nn.Module):
             src = memory.shape[1]
             memory_keep = self._keep(memory_mask, batch, src, "encoder attention_mask")
             memory_attn = build_mask(memory_keep, False, length, src, x.dtype, x.device)
-        return self.decoder(x, pos, masks, cache, memory, memory_attn, output_attentions)
+        return self.decoder(x, pos, masks, cache, memory, memory_attn, output_attentions, router_logits=router_logits)
 
     def forward(
         self,
@@ -223,6 +235,8 @@ class Transformer(nn.Module):
         An input this model has no use for (decoder inputs outside an encoder-decoder, span positions outside the
         span_qa head, labels for the span_qa or "none" head, token types without token-type embeddings) is
         refused, never ignored.
+        A model with mixture-of-experts layers returns their load-balancing loss as `aux_loss`, and while training
+        adds `Config.router_aux_loss_coef` times it to `loss` (evaluation losses stay the head's own).
         """
         cfg = self.cfg
         self._refuse_unused(
@@ -238,13 +252,19 @@ class Transformer(nn.Module):
         if use_cache and cache is None and cfg.arch != "encoder":
             cache = self.new_cache()
         out = ModelOutput(cache=cache)
+        routers = ([], []) if self.has_experts else (None, None)  # the encoder's router logits, the decoder's
         if cfg.arch == "encoder":
             hidden, out.attentions = self.encode(
-                input_ids, attention_mask, position_ids, token_type_ids, output_attentions
+                input_ids, attention_mask, position_ids, token_type_ids, output_attentions, routers[0]
             )
         elif cfg.arch == "decoder":
             hidden, out.attentions = self.decode(
-                input_ids, attention_mask, position_ids, cache, output_attentions=output_attentions
+                input_ids,
+                attention_mask,
+                position_ids,
+                cache,
+                output_attentions=output_attentions,
+                router_logits=routers[1],
             )
         else:
             if decoder_input_ids is None:
@@ -255,7 +275,7 @@ class Transformer(nn.Module):
                 memory, attention_mask = cache.encoder_hidden, cache.encoder_mask
             else:
                 memory, out.attentions = self.encode(
-                    input_ids, attention_mask, position_ids, token_type_ids, output_attentions
+                    input_ids, attention_mask, position_ids, token_type_ids, output_attentions, routers[0]
                 )
                 if cache is not None:
                     cache.encoder_hidden, cache.encoder_mask = memory, attention_mask
@@ -267,6 +287,7 @@ class Transformer(nn.Module):
                 memory,
                 attention_mask,
                 output_attentions,
+                routers[1],
             )
             out.attentions += weights
             out.encoder_last_hidden_state = memory
@@ -281,7 +302,28 @@ class Transformer(nn.Module):
             attention_mask if cfg.arch == "encoder" else None,
             return_logits,
         )
+        if self.has_experts:
+            decoder_mask = {"decoder": attention_mask, "encoder_decoder": decoder_attention_mask}.get(cfg.arch)
+            decoder_ids = decoder_input_ids if cfg.arch == "encoder_decoder" else input_ids
+            self._add_aux_loss(out, *routers, decoder_mask, decoder_ids.shape[1])
         return out
+
+    def _add_aux_loss(
+        self,
+        out: ModelOutput,
+        encoder_logits: list[Tensor],
+        decoder_logits: list[Tensor],
+        decoder_mask: Tensor | None,
+        length: int,
+    ) -> None:
+        """`out.aux_loss`: the load-balancing loss of every router's logits over the real tokens (the encoder's
+        rows are real tokens already, packed; the decoder's are B * length, its mask's last `length` columns
+        say which); while training, `out.loss` gains `Config.router_aux_loss_coef` times it."""
+        keep = None if decoder_mask is None else decoder_mask[:, -length:]
+        keeps = [None] * len(encoder_logits) + [keep] * len(decoder_logits)
+        out.aux_loss = load_balancing_loss(encoder_logits + decoder_logits, self.cfg.experts_per_token, keeps)
+        if out.loss is not None and self.training and self.cfg.router_aux_loss_coef:
+            out.loss = out.loss + self.cfg.router_aux_loss_coef * out.aux_loss
 
     def _refuse_unused(self, **given: Tensor | None) -> None:
         """Raise `ValueError` naming an input that was given but that this model would ignore."""

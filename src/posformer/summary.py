@@ -10,6 +10,8 @@ from posformer.config import Config
 from posformer.model import Transformer
 from posformer.modules.attention import Attention, CrossAttention
 from posformer.modules.feedforward import FeedForward
+from posformer.modules.latent_attention import LatentAttention
+from posformer.modules.moe import MoEFeedForward
 from posformer.positions.base import PositionEncoding
 
 
@@ -28,7 +30,9 @@ def component_of(model: Transformer, module: nn.Module) -> str:
         return "position encoding"
     if isinstance(module, Attention):
         return "cross-attention" if isinstance(module, CrossAttention) else "self-attention"
-    if isinstance(module, FeedForward):
+    if isinstance(module, LatentAttention):
+        return "self-attention"
+    if isinstance(module, (FeedForward, MoEFeedForward)):
         return "feed-forward"
     if module is model.head:
         return "head"
@@ -56,8 +60,12 @@ def parameters_by_component(model: Transformer) -> dict[str, int]:
 
 
 def matmul_params_per_token(model: Transformer) -> int:
-    """Weights of every matrix product a token passes through (tied head included, embeddings excluded)."""
-    return sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    """Weights of every matrix product a token passes through (tied head included, embeddings excluded; of a
+    mixture of experts, the router and the `experts_per_token` experts a token goes to)."""
+    moe = [m for m in model.modules() if isinstance(m, MoEFeedForward)]
+    routers = {id(m.router) for m in moe}
+    dense = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear) and id(m) not in routers)
+    return dense + sum(m.matmul_params_per_token() for m in moe)
 
 
 def flops_per_token(model: Transformer, context: int) -> dict[str, float]:
@@ -69,9 +77,13 @@ def flops_per_token(model: Transformer, context: int) -> dict[str, float]:
     """
     cfg = model.cfg
     d_attn = cfg.n_heads * cfg.head_dim
-    attention_layers = sum(1 for m in model.modules() if isinstance(m, Attention))
+    d_qk, d_v = d_attn, d_attn
+    if cfg.latent_attention is not None:  # MLA as a full pass computes it: heads of nope + rope, values of v_dim
+        latent = cfg.latent_attention
+        d_qk, d_v = cfg.n_heads * (latent["nope_dim"] + cfg.head_dim), cfg.n_heads * latent["v_dim"]
+    attention_layers = sum(1 for m in model.modules() if isinstance(m, (Attention, LatentAttention)))
     dense = 2 * matmul_params_per_token(model)
-    attention = 4 * attention_layers * context * d_attn
+    attention = 2 * attention_layers * context * (d_qk + d_v)
     return {"dense": dense, "attention": attention, "forward": dense + attention, "train": 3 * (dense + attention)}
 
 
@@ -88,6 +100,11 @@ def describe(cfg: Config, context: int | None = None) -> str:
         + (f" encoder + {cfg.decoder_layers} decoder" if cfg.arch == "encoder_decoder" else ""),
         f"d_model          {cfg.d_model} ({cfg.n_heads} heads x {cfg.head_dim}, {cfg.kv_heads} kv heads), "
         f"d_ff {cfg.ff_dim}",
+        *(
+            [f"experts          {cfg.n_experts} of d_ff {cfg.expert_ff_dim}, {cfg.experts_per_token} per token"]
+            if cfg.n_experts is not None
+            else []
+        ),
         f"vocab            {cfg.vocab_size}",
         f"position         {cfg.position} {cfg.position_params or ''}".rstrip(),
         *[f"  {label:<15} x{count}: {settings}" for label, count, settings in _layer_kinds(cfg)],

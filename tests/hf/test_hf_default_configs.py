@@ -62,6 +62,21 @@ CASES = {
     # Cohere2: 4 layers, so that the default pattern gives local layers and a global one
     "cohere2": Case("Cohere2Config", "Cohere2ForCausalLM", dict(LLAMA_SIZES, num_hidden_layers=4)),
     "deberta-v2": Case("DebertaV2Config", "DebertaV2ForMaskedLM", BERT_SIZES),
+    # DeepSeek-V3: its latent sizes shrunk, as many key/value heads as heads (transformers runs no fewer); its
+    # first_k_dense_replace=3 leaves both layers dense
+    "deepseek_v3": Case(
+        "DeepseekV3Config",
+        "DeepseekV3ForCausalLM",
+        dict(
+            LLAMA_SIZES,
+            num_key_value_heads=4,
+            q_lora_rank=24,
+            kv_lora_rank=16,
+            qk_rope_head_dim=8,
+            qk_nope_head_dim=8,
+            v_head_dim=8,
+        ),
+    ),
     # EXAONE 4: 4 layers, so that the default pattern gives local RoPE layers and a global NoPE one
     "exaone4": Case("Exaone4Config", "Exaone4ForCausalLM", dict(LLAMA_SIZES, num_hidden_layers=4)),
     # Gemma 3: 6 layers, so that the default pattern gives local layers and a global one
@@ -92,6 +107,7 @@ CASES = {
         seq2seq=True,
     ),
     "mistral": Case("MistralConfig", "MistralForCausalLM", LLAMA_SIZES),
+    "mixtral": Case("MixtralConfig", "MixtralForCausalLM", LLAMA_SIZES),
     "mt5": Case("MT5Config", "MT5ForConditionalGeneration", T5_SIZES, seq2seq=True),
     # Olmo 3: 4 layers, so that the default pattern gives local layers and a global one
     "olmo3": Case("Olmo3Config", "Olmo3ForCausalLM", dict(LLAMA_SIZES, num_hidden_layers=4)),
@@ -99,6 +115,10 @@ CASES = {
     "phi3": Case("Phi3Config", "Phi3ForCausalLM", dict(LLAMA_SIZES, pad_token_id=VOCAB - 1, eos_token_id=VOCAB - 1)),
     "qwen2": Case("Qwen2Config", "Qwen2ForCausalLM", LLAMA_SIZES),
     "qwen3": Case("Qwen3Config", "Qwen3ForCausalLM", LLAMA_SIZES),
+    # Qwen3-MoE: 16 experts (not 128) of 24 units (not 768); its 8 experts per token kept
+    "qwen3_moe": Case(
+        "Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(LLAMA_SIZES, num_experts=16, moe_intermediate_size=24)
+    ),
     "roberta": Case("RobertaConfig", "RobertaForMaskedLM", BERT_SIZES, right_padded_only=True),
     # SmolLM3's pad id (128004 by default) must lie inside the vocabulary (HF's padding_idx); 4 layers: the
     # fourth is NoPE by default

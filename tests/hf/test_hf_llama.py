@@ -78,6 +78,15 @@ def test_against_hf_llama_rope_scaling(tmp_path, scaling):
     check_family(_llama(**changes), LlamaForCausalLM, tmp_path, padded_batch(97))
 
 
+def test_against_hf_llama_yarn_whose_factor_disagrees_with_the_lengths(tmp_path):
+    """factor 4 with an original length of 16 and max_position_embeddings 128 (a ratio of 8): transformers 4.57.6
+    uses the factor as given (it warns), and so does from_hf."""
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
+    model = _llama(rope_scaling=scaling, rope_theta=500.0, max_position_embeddings=128)
+    ours = check_family(model, LlamaForCausalLM, tmp_path, padded_batch(97))
+    assert ours.cfg.position_params["scaling"]["factor"] == 4.0
+
+
 def test_rope_parameters_v5_form_is_read():
     from posformer.hf.rope import rope_params
 

@@ -118,12 +118,18 @@ def _head_bias_runtime(cfg: Config, length: int, batch: int, device: torch.devic
 
 def weight_count(cfg: Config) -> int:
     """About the parameters of a decoder of `cfg`: its embeddings (and untied head) and every layer's attention and
-    feed-forward matrices; norms, biases and position parameters are left out (under 1% for the presets)."""
+    feed-forward matrices (a mixture of experts: every expert's and the router's); norms, biases and position
+    parameters are left out (under 1% for the presets)."""
     d, dh = cfg.d_model, cfg.head_dim
     attention = d * dh * (2 * cfg.n_heads + 2 * cfg.kv_heads)
-    feed_forward = d * cfg.ff_dim * (3 if cfg.activation in GATED else 2)
+    matrices = 3 if cfg.activation in GATED else 2
+    dense = d * cfg.ff_dim * matrices
+    experts = 0 if cfg.n_experts is None else cfg.n_experts * (d * cfg.expert_ff_dim * matrices + d)
+    layers = cfg.decoder_layers
+    expert_layers = sum(cfg.uses_experts(i) for i in range(layers))
+    feed_forward = expert_layers * experts + (layers - expert_layers) * dense
     embeddings = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
-    return embeddings + cfg.decoder_layers * (attention + feed_forward)
+    return embeddings + layers * attention + feed_forward
 
 
 def evaluation_need(

@@ -174,6 +174,16 @@ def to_hf(model: Transformer, out_dir: str | os.PathLike, rope_parameters: bool 
             f"to_hf: Config.logit_scale={cfg.logit_scale}: {cfg.hf_model_type} does not scale its logits "
             "(cohere2 does), so the export would not give the same logits"
         )
+    if cfg.n_experts is not None and not family.experts:
+        raise UnsupportedCheckpoint(
+            f"to_hf: Config.n_experts={cfg.n_experts}: {cfg.hf_model_type} has no mixture-of-experts layers "
+            f"(these families do: {', '.join(t for t in supported() if family_for(t, 'to_hf').experts)})"
+        )
+    if (cfg.latent_attention is not None) != family.latent_attention:
+        raise UnsupportedCheckpoint(
+            f"to_hf: Config.latent_attention={cfg.latent_attention!r}: {cfg.hf_model_type}'s attention "
+            f"{'is' if family.latent_attention else 'is not'} multi-head latent attention"
+        )
     hf_config = family.config_to_hf(cfg)
     if rope_parameters:
         if "rope_theta" not in hf_config:

@@ -56,6 +56,17 @@ INTEGER_KEYS = (
     "seq_length",
     "attention_head_size",
     "conv_kernel_size",
+    "num_local_experts",
+    "num_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "decoder_sparse_step",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "first_k_dense_replace",
 )
 NUMBER_KEYS = (
     "rms_norm_eps",
@@ -77,6 +88,8 @@ NUMBER_KEYS = (
     "rope_local_base_freq",
     "partial_rotary_factor",
     "logit_scale",
+    "router_aux_loss_coef",
+    "router_jitter_noise",
 )
 BOOL_KEYS = (
     "tie_word_embeddings",
@@ -97,6 +110,9 @@ BOOL_KEYS = (
     "apply_residual_connection_post_layernorm",
     "share_encoder_decoder_embeddings",
     "legacy",
+    "norm_topk_prob",
+    "output_router_logits",
+    "rope_interleave",
 )
 STRING_KEYS = (
     "model_type",
@@ -108,7 +124,7 @@ STRING_KEYS = (
     "norm_rel_ebd",
 )
 MAPPING_KEYS = ("rope_scaling", "rope_parameters")
-LIST_KEYS = ("layer_types", "no_rope_layers", "architectures")
+LIST_KEYS = ("layer_types", "no_rope_layers", "architectures", "mlp_only_layers")
 
 
 def check_hf_config_kinds(hf: dict[str, Any], path: str) -> None:

@@ -29,6 +29,10 @@ class Family:
       choices that depend on the weights themselves (writing a shared tensor once).
     logit_scale: whether `config_to_hf` writes `Config.logit_scale` (`to_hf` refuses a scale other than 1
       for the families that have none).
+    experts: whether the family has mixture-of-experts layers (`to_hf` refuses `Config.n_experts` for the
+      families that have none).
+    latent_attention: whether the family's attention is multi-head latent attention (`to_hf` refuses
+      `Config.latent_attention` for the families whose attention is not).
     """
 
     model_types: tuple[str, ...]
@@ -39,6 +43,8 @@ class Family:
     prepare_state: Callable[[Config, dict, dict[str, Tensor]], dict[str, Tensor]] = lambda cfg, hf, state: state
     finish_export: Callable[[nn.Module, dict, dict[str, Tensor]], None] = lambda model, hf, state: None
     logit_scale: bool = False
+    experts: bool = False
+    latent_attention: bool = False
 
 
 FAMILIES: dict[str, Family] = {}

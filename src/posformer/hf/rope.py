@@ -6,7 +6,9 @@ Two config forms are read: transformers v4's `rope_theta` + `rope_scaling`
 {"full_attention": {...}, "sliding_attention": {...}}). Both are written: v4 by default, v5 by
 `v5_rope_parameters` (`posformer.to_hf(..., rope_parameters=True)`). The original context length follows
 transformers 4.57.6: "dynamic" uses `max_position_embeddings`; "yarn" the scaling's
-`original_max_position_embeddings`, else `max_position_embeddings`; "llama3" the scaling's own; "longrope"
+`original_max_position_embeddings`, else `max_position_embeddings`, and its `factor` as given (the ratio of the
+two lengths only when the factor is missing, as transformers computes it; a factor that disagrees with the ratio
+is used as it stands, as there); "llama3" the scaling's own; "longrope"
 the config's top-level `original_max_position_embeddings` (Phi-3), whose ratio to `max_position_embeddings` is
 then its factor, else `max_position_embeddings` with the scaling's factor.
 """
@@ -90,7 +92,7 @@ def rope_params(hf: dict, default_theta: float = 10000.0, layer_type: str | None
             ours[key] = scaling[key]
     if kind == "dynamic" or (kind == "yarn" and "original_max_position_embeddings" not in ours):
         ours["original_max_position_embeddings"] = hf["max_position_embeddings"]
-    if kind == "yarn" and "original_max_position_embeddings" in scaling:
+    if kind == "yarn" and scaling.get("original_max_position_embeddings") and scaling.get("factor") is None:
         ours["factor"] = hf["max_position_embeddings"] / scaling["original_max_position_embeddings"]
     if kind == "longrope":
         ours.update(_longrope_lengths(hf, scaling, v5))

@@ -9,9 +9,11 @@ kernel `attend`), then the smaller parts:
 | stack | `Stack`: the position encodings, the blocks and the final norm of an encoder or a decoder |
 | blocks | `Block`: self-attention, optional cross-attention and a feed-forward network |
 | attention | `SelfAttention`, `CrossAttention` (MHA, GQA, MQA) over one kernel, `attend` |
+| latent_attention | `LatentAttention`: multi-head latent attention (MLA) and its compressed KV cache |
 | bias_blocks | attention with a position bias in blocks of queries, each asking for its own rows of the bias |
 | cache | the KV cache: keys, values and key positions per layer, allocated once |
 | feedforward | the position-wise feed-forward network and its activations |
+| moe | the mixture-of-experts feed-forward: a top-k router, batched experts, the load-balancing loss |
 | norms | LayerNorm, RMSNorm and DeepNorm's constants |
 | heads | the output heads (LM, MLM, span QA, classification) and their losses |
 | outputs | `ModelOutput`, the record `Transformer.forward` returns |

@@ -1,5 +1,5 @@
-"""`Block`: self-attention, optional cross-attention and a feed-forward network, each a residual
-sub-layer whose norm is placed post, pre, sandwich or on the output."""
+"""`Block`: self-attention, optional cross-attention and a feed-forward network (dense, or a mixture of
+experts), each a residual sub-layer whose norm is placed post, pre, sandwich or on the output."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from posformer.config import Config
 from posformer.modules.attention import CrossAttention, SelfAttention
 from posformer.modules.cache import LayerCache, MemoryCache
 from posformer.modules.feedforward import FeedForward
+from posformer.modules.latent_attention import LatentAttention
+from posformer.modules.moe import MoEFeedForward
 from posformer.modules.norms import make_norm
 from posformer.ops.masks import AttentionMask, KeyReach
 from posformer.ops.packing import TokenPacking
@@ -50,19 +52,28 @@ class Block(nn.Module):
 
     Sequential: x = x + attn(...); x = x + ffn(...) (with the norms `Residual` places).
     Parallel (`Config.parallel_residual`): x + attn(norm1(x)) + ffn(norm2(x)).
-    The stack hands the block its layer's config, position encoding and index once, here.
+    The stack hands the block its layer's config, position encoding and index once, here, and whether its
+    feed-forward is a mixture of experts (`experts`; None: whether `Config.n_experts` is set).
     """
 
     def __init__(
-        self, cfg: Config, position: PositionEncoding, layer: int, cross: bool = False, alpha: float = 1.0
+        self,
+        cfg: Config,
+        position: PositionEncoding,
+        layer: int,
+        cross: bool = False,
+        alpha: float = 1.0,
+        experts: bool | None = None,
     ) -> None:
         super().__init__()
         self.attn_res = Residual(cfg, alpha)
-        self.attn = SelfAttention(cfg, position, layer)
+        latent = cfg.latent_attention is not None  # multi-head latent attention (MLA)
+        self.attn = (LatentAttention if latent else SelfAttention)(cfg, position, layer)
         self.cross_res = Residual(cfg, alpha) if cross else None
         self.cross_attn = CrossAttention(cfg) if cross else None
         self.ffn_res = Residual(cfg, alpha)
-        self.ffn = FeedForward(cfg)
+        self.has_experts = cfg.n_experts is not None if experts is None else experts
+        self.ffn = MoEFeedForward(cfg) if self.has_experts else FeedForward(cfg)
         self.parallel = cfg.parallel_residual
         self.reach = KeyReach(cfg.sliding_window, cfg.attention_chunk)  # its self-attention's window and chunk
 
@@ -77,9 +88,11 @@ class Block(nn.Module):
         memory_cache: MemoryCache | None = None,
         need_weights: bool = False,
         packing: TokenPacking | None = None,
+        router_logits: list[Tensor] | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
         """x: (B, T, d_model) at positions pos (B, T), or with a `packing` its real tokens (N, d_model);
-        memory: (B, S, d_model), the encoder output.
+        memory: (B, S, d_model), the encoder output. A mixture-of-experts feed-forward appends its router's
+        logits (B * T or N, n_experts) to `router_logits` when given.
 
         Returns the new hidden states and the attention weights asked for (self, then cross).
         """
@@ -95,11 +108,14 @@ class Block(nn.Module):
             weights.extend([] if probs is None else [probs])
             return out
 
+        def feed_forward(h: Tensor) -> Tensor:
+            return self.ffn(h, router_logits) if self.has_experts else self.ffn(h)
+
         if self.parallel:
-            ffn_out = self.ffn_res.dropout(self.ffn(self.ffn_res.norm(x)))
+            ffn_out = self.ffn_res.dropout(feed_forward(self.ffn_res.norm(x)))
             return self.attn_res(x, self_attention) + ffn_out, weights
         x = self.attn_res(x, self_attention)
         if self.cross_attn is not None:
             x = self.cross_res(x, cross_attention)
-        x = self.ffn_res(x, self.ffn)
+        x = self.ffn_res(x, feed_forward)
         return x, weights

@@ -36,6 +36,9 @@ class LayerCache:
 
     `terms` (B, H, S, d): each key's terms of an encoding that reads the hidden states (`positions.forgetting`),
     kept beside the keys when `append` is given them; None otherwise.
+
+    k and v may differ in heads and width: a latent-attention layer (`modules.latent_attention`) keeps its
+    rotated shared rope key as k (B, 1, C, r) and its latent as v (B, 1, C, kv_lora_rank).
     """
 
     def __init__(self, capacity: int | None = None) -> None:

@@ -1,15 +1,15 @@
 """Weight initialisation schemes, chosen by `Config.init`.
 
 "normal": every `nn.Linear` and `nn.Embedding` weight N(0, init_std), biases 0
-(norm weights stay 1). "t5": the Mesh TensorFlow scheme of Hugging Face's
-`T5PreTrainedModel._init_weights` (initializer_factor 1), drawn after "normal":
+(norm weights stay 1), and so the experts of a mixture-of-experts feed-forward. "t5": the Mesh TensorFlow
+scheme of Hugging Face's `T5PreTrainedModel._init_weights` (initializer_factor 1), drawn after "normal":
 
     token (and token-type) embeddings   N(0, 1)
     attention queries                   N(0, (d_model * d_head) ** -0.5)
     attention keys and values           N(0, d_model ** -0.5)
     attention output                    N(0, (n_heads * d_head) ** -0.5)
-    FFN up (gate and value)             N(0, d_model ** -0.5)
-    FFN down                            N(0, d_ff ** -0.5)
+    FFN up (gate and value)             N(0, d_model ** -0.5)   (each expert's too, `modules.moe`)
+    FFN down                            N(0, d_ff ** -0.5)      (an expert's: N(0, expert_d_ff ** -0.5))
     T5 relative bias tables             N(0, d_model ** -0.5)   (`positions.t5.SchemeInitialised`)
     head projections (untied)           N(0, in_features ** -0.5)
 
@@ -27,6 +27,8 @@ import torch
 from torch import Tensor, nn
 
 from posformer.modules.attention import CrossAttention
+from posformer.modules.feedforward import FeedForward
+from posformer.modules.moe import Experts
 from posformer.modules.norms import deepnorm_constants
 
 
@@ -36,6 +38,8 @@ def normal_init_(module: nn.Module, std: float) -> None:
         nn.init.normal_(module.weight, std=std)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
+    elif isinstance(module, Experts):
+        module.reset_parameters(std)
 
 
 @torch.no_grad()
@@ -45,7 +49,6 @@ def t5_init_(model: nn.Module) -> None:
     Tied weights are drawn once, as the token embedding.
     """
     from posformer.modules.attention import Attention, CrossAttention
-    from posformer.modules.feedforward import FeedForward
     from posformer.positions.t5 import SchemeInitialised
 
     cfg = model.cfg
@@ -76,6 +79,9 @@ def t5_init_(model: nn.Module) -> None:
         elif isinstance(module, FeedForward):
             draw(module.up.weight, cfg.d_model**-0.5)
             draw(module.down.weight, module.d_ff**-0.5)
+        elif isinstance(module, Experts):
+            draw(module.up, cfg.d_model**-0.5)
+            draw(module.down, module.d_ff**-0.5)
         elif module is model.head:
             for linear in (m for m in module.modules() if isinstance(m, nn.Linear)):
                 draw(linear.weight, linear.in_features**-0.5)
@@ -106,5 +112,7 @@ def deepnorm_init_(model: nn.Module, constants: dict[str, tuple[float, float]]) 
                 if cross:
                     nn.init.xavier_normal_(attn.q.weight)
                 nn.init.xavier_normal_(attn.out.weight, gain=beta)
-            nn.init.xavier_normal_(block.ffn.up.weight, gain=beta)
-            nn.init.xavier_normal_(block.ffn.down.weight, gain=beta)
+            ffn = block.ffn
+            dense = isinstance(ffn, FeedForward)
+            for weight in [ffn.up.weight, ffn.down.weight] if dense else [*ffn.experts.up, *ffn.experts.down]:
+                nn.init.xavier_normal_(weight, gain=beta)  # an expert's: a view of the batched tensor

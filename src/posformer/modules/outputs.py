@@ -19,10 +19,14 @@ class ModelOutput:
     encoder_last_hidden_state: (B, S, d_model) for encoder-decoder.
     attentions: with output_attentions, per layer the (B, H, T, S) probabilities
       (self-attention, then cross-attention for decoder layers that have it).
+    aux_loss: () for a model with mixture-of-experts layers (`Config.n_experts`): the routers' load-balancing
+      loss over the real tokens of this forward (`modules.moe.load_balancing_loss`); a training loss includes
+      `Config.router_aux_loss_coef` times it.
     """
 
     logits: Tensor | None = None
     loss: Tensor | None = None
+    aux_loss: Tensor | None = None
     last_hidden_state: Tensor | None = None
     encoder_last_hidden_state: Tensor | None = None
     start_logits: Tensor | None = None

@@ -57,6 +57,7 @@ class Stack(nn.Module):
                 layer=served[owner].index(i),
                 cross=cross,
                 alpha=alpha,
+                experts=cfg.uses_experts(i),
             )
             for i, (c, owner) in enumerate(zip(layer_configs, owners))
         )
@@ -112,6 +113,7 @@ class Stack(nn.Module):
         memory_mask: AttentionMask | None = None,
         need_weights: bool = False,
         packing: TokenPacking | None = None,
+        router_logits: list[Tensor] | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
         """x: (B, T, d_model) token embeddings, pos: (B, T) -> hidden states (B, T, d_model).
 
@@ -119,6 +121,8 @@ class Stack(nn.Module):
         memory: (B, S, d_model), the encoder output a decoder with cross-attention attends to.
         With a `packing`, the layers between the embeddings and the output run on the real tokens
         only, and the hidden states of padded positions are zeros.
+        router_logits: a list each mixture-of-experts layer appends its router's logits to, in layer order:
+        (B * T, n_experts), or (N, n_experts) for the real tokens of a `packing`.
         """
         for encoding in self.encodings:
             encoding.check_positions(pos)
@@ -143,6 +147,7 @@ class Stack(nn.Module):
                     memory_cache=None if cache is None else cache.cross_attn[i],
                     need_weights=need_weights,
                     packing=packing,
+                    router_logits=router_logits,
                 )
                 weights.extend(w)
         if self.norm is not None:

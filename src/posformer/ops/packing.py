@@ -82,3 +82,9 @@ class _PlaceRows(torch.autograd.Function):
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
         (index,) = ctx.saved_tensors
         return grad.index_select(0, index), None, None
+
+
+def take_rows(x: Tensor, index: Tensor) -> Tensor:
+    """x[index] along dim 0 for distinct indices: x (M, ...), index (N,) -> (N, ...); the gradient goes back
+    with a copy to those rows, not autograd's accumulating `index_add_`."""
+    return _TakeRows.apply(x, index)

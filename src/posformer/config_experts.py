@@ -1,0 +1,53 @@
+"""The mixture-of-experts fields of `Config` (`n_experts` and the fields of its experts and router), checked
+(`check_experts`, part of `Config.validate`). The part itself is `posformer.modules.moe`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from posformer.utils.validation import check_int, check_number, fail, is_int
+
+if TYPE_CHECKING:
+    from posformer.config import Config
+
+# each field that configures the experts, with its value when there are none (n_experts=None)
+EXPERT_FIELDS: dict[str, Any] = {
+    "experts_per_token": None,
+    "expert_d_ff": None,
+    "norm_topk_prob": True,
+    "router_aux_loss_coef": 0.0,
+    "moe_layers": None,
+}
+
+
+def check_experts(cfg: "Config") -> None:
+    """`n_experts` None or a positive integer; the fields of the experts only with it (see `Config`)."""
+    check_number("Config.router_aux_loss_coef", cfg.router_aux_loss_coef, 0.0)
+    if cfg.n_experts is None:
+        for name, off in EXPERT_FIELDS.items():
+            value = getattr(cfg, name)
+            if value != off:
+                fail(
+                    f"Config.{name}",
+                    value,
+                    f"{off!r} with n_experts=None (it configures a mixture-of-experts feed-forward; set n_experts)",
+                )
+        return
+    check_int("Config.n_experts", cfg.n_experts)
+    k = cfg.experts_per_token
+    if not (is_int(k) and 1 <= k <= cfg.n_experts):
+        fail("Config.experts_per_token", k, f"an integer in [1, n_experts={cfg.n_experts}] (the experts of a token)")
+    if cfg.expert_d_ff is not None:
+        check_int("Config.expert_d_ff", cfg.expert_d_ff)
+    layers = cfg.moe_layers
+    if layers is None:
+        return
+    if cfg.arch == "encoder_decoder":
+        fail("Config.moe_layers", layers, "None with arch='encoder_decoder' (one stack's layers only)")
+    if not (
+        isinstance(layers, (list, tuple)) and len(layers) == cfg.n_layers and all(isinstance(m, bool) for m in layers)
+    ):
+        fail("Config.moe_layers", layers, f"None or a list of n_layers={cfg.n_layers} bools (True: experts)")
+    if not any(layers):
+        fail("Config.moe_layers", layers, "a list with a True (no layer has experts: set n_experts=None)")
+    cfg.moe_layers = list(layers)

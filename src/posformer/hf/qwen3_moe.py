@@ -1,0 +1,104 @@
+"""Qwen3-MoE: Qwen3's attention (per-head QK-norm before RoPE) with mixture-of-experts layers.
+
+Layer i has experts unless it is in `mlp_only_layers` or (i + 1) is not a multiple of `decoder_sparse_step`
+(transformers 4.57.6's rule): `Config.moe_layers`, the other layers a dense SwiGLU of `intermediate_size`
+(`Config.d_ff`). An expert layer's `mlp` is posformer's `MoEFeedForward`: `gate` (the router, no bias) scores
+`num_experts` experts of `moe_intermediate_size` units (`Config.expert_d_ff`), each token goes to
+`num_experts_per_tok`, weighted by the softmax over all experts, renormalised over its own only with
+`norm_topk_prob` (`Config.norm_topk_prob`; False by default). With `use_sliding_window` every layer slides
+`sliding_window` (`max_window_layers` is not read by transformers' Qwen3-MoE). `attention_bias` gives q/k/v/o
+biases. Heads: Qwen3MoeForCausalLM (causal_lm), Qwen3MoeModel (none). `num_experts=0`, or a
+`decoder_sparse_step` / `mlp_only_layers` that leave no layer with experts (a dense Qwen3 checkpoint: load it as
+qwen3), are refused.
+"""
+
+from __future__ import annotations
+
+from posformer.config import Config
+from posformer.hf.family import Family, register, unsupported
+from posformer.hf.llama import ignore
+from posformer.hf.mapping import Rule, fused_linear, linear, same
+from posformer.hf.mixtral import attention_rules, common_fields, common_to_hf, experts_rule, moe_decoder_rules
+from posformer.hf.rope import rope_params
+from posformer.utils.validation import is_int
+
+MODEL_TYPE = "qwen3_moe"
+
+
+def _moe_layers(hf: dict) -> list[bool]:
+    """Which layers have experts, as transformers 4.57.6's Qwen3MoeDecoderLayer decides."""
+    n, step, dense = hf["num_hidden_layers"], hf.get("decoder_sparse_step", 1), hf.get("mlp_only_layers") or []
+    if step < 1 or not all(is_int(i) for i in dense):
+        raise unsupported(
+            MODEL_TYPE, f"decoder_sparse_step={step}, mlp_only_layers={dense} (expected an integer >= 1, layer indices)"
+        )
+    layers = [i not in dense and (i + 1) % step == 0 for i in range(n)]
+    if hf.get("num_experts", 128) == 0 or not any(layers):
+        raise unsupported(
+            MODEL_TYPE,
+            f"no layer with experts (num_experts={hf.get('num_experts', 128)}, decoder_sparse_step={step}, "
+            f"mlp_only_layers={dense}): a dense Qwen3 checkpoint, load it as qwen3",
+        )
+    return layers
+
+
+def config_from_hf(hf: dict) -> Config:
+    layers = _moe_layers(hf)
+    bias = bool(hf.get("attention_bias", False))
+    return Config(
+        **common_fields(hf, MODEL_TYPE),
+        bos_token_id=hf.get("bos_token_id"),
+        norm_eps=hf.get("rms_norm_eps", 1e-6),
+        d_ff=hf.get("intermediate_size", 6144),
+        n_experts=hf.get("num_experts", 128),
+        experts_per_token=hf.get("num_experts_per_tok", 8),
+        expert_d_ff=hf.get("moe_intermediate_size", 768),
+        norm_topk_prob=bool(hf.get("norm_topk_prob", False)),
+        moe_layers=None if all(layers) else layers,
+        position="rope",
+        position_params=rope_params(hf),
+        max_positions=hf.get("max_position_embeddings", 32768),
+        qkv_bias=bias,
+        attn_out_bias=bias,
+        qk_norm=True,
+        sliding_window=hf.get("sliding_window") if hf.get("use_sliding_window") else None,
+    )
+
+
+def config_to_hf(cfg: Config) -> dict:
+    out = common_to_hf(cfg, MODEL_TYPE, qk_norm=True, qk_norm_over="head", attn_out_bias=cfg.qkv_bias)
+    layers = cfg.moe_layers or [True] * cfg.n_layers
+    return {
+        **out,
+        "architectures": ["Qwen3MoeForCausalLM" if cfg.head_kind == "causal_lm" else "Qwen3MoeModel"],
+        "intermediate_size": cfg.ff_dim,
+        "moe_intermediate_size": cfg.expert_ff_dim,
+        "num_experts": cfg.n_experts,
+        "norm_topk_prob": cfg.norm_topk_prob,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [i for i, experts in enumerate(layers) if not experts],
+        "attention_bias": cfg.qkv_bias,
+        "use_sliding_window": cfg.sliding_window is not None,
+        "sliding_window": cfg.sliding_window,
+    }
+
+
+def rules(cfg: Config) -> list[Rule]:
+    """q/k/v fused, QK-norm; an expert layer's router `mlp.gate` and its experts' gate/up (up) and down
+    projections, a dense layer's gate/up fused into `ffn.up`."""
+
+    def ffn(ours: str, theirs: str, layer: int) -> list[Rule]:
+        mlp = f"{theirs}.mlp"
+        if not cfg.uses_experts(layer):
+            up = fused_linear(f"{ours}.ffn.up", (f"{mlp}.gate_proj", f"{mlp}.up_proj"), (cfg.ff_dim,) * 2, False)
+            return up + linear(f"{ours}.ffn.down", f"{mlp}.down_proj", bias=False)
+        names = [[f"{mlp}.experts.{e}.{w}.weight" for e in range(cfg.n_experts)] for w in ("gate_proj", "up_proj")]
+        downs = [f"{mlp}.experts.{e}.down_proj.weight" for e in range(cfg.n_experts)]
+        return [same(f"{ours}.ffn.router.weight", f"{mlp}.gate.weight")] + experts_rule(
+            f"{ours}.ffn.experts", *names, downs, cfg.expert_ff_dim
+        )
+
+    return moe_decoder_rules(cfg, attention_rules(cfg), ffn)
+
+
+FAMILY = register(Family((MODEL_TYPE,), config_from_hf, config_to_hf, rules, ignore, experts=True))
