@@ -83,8 +83,8 @@ def test_an_encoder_refuses_chunks_by_name() -> None:
     ],
 )
 def test_to_hf_refuses_what_no_family_writes(tmp_path, fields: dict, named: str) -> None:
-    """Chunks (in one layer type) and learned sinks: no family posformer writes has them (Llama 4 and GPT-OSS are
-    not among them), so the export is refused by name rather than written to give other logits."""
+    """Chunks (in one layer type) and learned sinks: Llama has neither (of the families posformer writes, only
+    GPT-OSS has sinks), so the export is refused by name rather than written to give other logits."""
     cfg = config("rope", "decoder", hf_model_type="llama", **fields)
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match=rf"Config.{named}"):
         pf.to_hf(pf.Transformer(cfg), tmp_path)

@@ -107,7 +107,10 @@ class Config:
     (default `d_ff`). `moe_layers` (one bool per layer, arch decoder or encoder) gives experts to the layers
     marked True only, a dense FFN of `d_ff` to the others (None: every layer). `ModelOutput.aux_loss` is the
     Switch load-balancing loss of the routers, and a training forward with labels adds `router_aux_loss_coef`
-    times it to the loss. These fields other than their defaults need `n_experts`.
+    times it to the loss. `router_bias` gives the router a bias; `router_softmax` "top_k" weights a token's
+    experts by the softmax over their k logits alone (GPT-OSS; "all": over every expert's, as above);
+    `expert_activation` "swiglu_clamped" makes each expert GPT-OSS's clamped SwiGLU instead of `activation`
+    (`posformer.modules.moe.clamped_swiglu`). These fields other than their defaults need `n_experts`.
     `latent_attention` {"q_lora_rank", "kv_lora_rank", "nope_dim", "v_dim"} makes self-attention multi-head
     latent attention (MLA, DeepSeek-V2/V3; `posformer.modules.latent_attention`, `posformer.config_latent`):
     keys and values made from one low-rank latent, whose KV cache keeps that latent and one shared rope key per
@@ -169,6 +172,9 @@ class Config:
     norm_topk_prob: bool = True
     router_aux_loss_coef: float = 0.0
     moe_layers: list[bool] | None = None
+    router_bias: bool = False
+    router_softmax: str = "all"
+    expert_activation: str | None = None
     attn_scale: float | None = None
     qk_norm: bool = False
     qk_norm_over: str = "head"

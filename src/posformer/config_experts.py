@@ -17,7 +17,12 @@ EXPERT_FIELDS: dict[str, Any] = {
     "norm_topk_prob": True,
     "router_aux_loss_coef": 0.0,
     "moe_layers": None,
+    "router_bias": False,
+    "router_softmax": "all",
+    "expert_activation": None,
 }
+ROUTER_SOFTMAX = ("all", "top_k")  # the softmax over every expert's logit, or over a token's top k only
+EXPERT_ACTIVATIONS = ("swiglu_clamped",)  # units of the experts other than `Config.activation`'s
 
 
 def check_experts(cfg: "Config") -> None:
@@ -39,6 +44,10 @@ def check_experts(cfg: "Config") -> None:
         fail("Config.experts_per_token", k, f"an integer in [1, n_experts={cfg.n_experts}] (the experts of a token)")
     if cfg.expert_d_ff is not None:
         check_int("Config.expert_d_ff", cfg.expert_d_ff)
+    if cfg.router_softmax not in ROUTER_SOFTMAX:
+        fail("Config.router_softmax", cfg.router_softmax, f"one of {ROUTER_SOFTMAX}")
+    if cfg.expert_activation is not None and cfg.expert_activation not in EXPERT_ACTIVATIONS:
+        fail("Config.expert_activation", cfg.expert_activation, f"None or one of {EXPERT_ACTIVATIONS}")
     layers = cfg.moe_layers
     if layers is None:
         return

@@ -85,6 +85,8 @@ CASES = {
         "GPT2Config", "GPT2LMHeadModel", dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64)
     ),
     "gpt_neox": Case("GPTNeoXConfig", "GPTNeoXForCausalLM", BERT_SIZES),
+    # GPT-OSS: 16 experts (not 128); its default YaRN scaling, head_dim 64 and window of 128 kept
+    "gpt_oss": Case("GptOssConfig", "GptOssForCausalLM", dict(LLAMA_SIZES, num_local_experts=16)),
     "llama": Case("LlamaConfig", "LlamaForCausalLM", LLAMA_SIZES),
     # Marian's pad id (58100 by default) is the last row of the embedding, which HF's nn.Embedding
     # needs inside the vocabulary (padding_idx): it moves with the vocabulary size.

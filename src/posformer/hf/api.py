@@ -14,7 +14,7 @@ import torch
 from posformer.checkpoints.manifest import verify_if_present
 from posformer.config import Config
 from posformer.hf.config_kinds import check_hf_config_kinds
-from posformer.hf.family import Family, UnsupportedCheckpoint, family_for, supported
+from posformer.hf.family import FAMILIES, Family, UnsupportedCheckpoint, family_for, supported
 from posformer.hf.hf_checkpoint import CONFIG, CheckpointError, read_config, read_state, resolve, write_checkpoint
 from posformer.hf.mapping import export_state, import_state
 from posformer.hf.rope import v5_rope_parameters
@@ -142,10 +142,12 @@ def from_hf(
 
 
 def _without_a_family(cfg: Config) -> list[tuple[str, Any]]:
-    """The (field, value) pairs of `cfg`, or of one of its layer types, that no family of `to_hf` writes: smeared
-    keys, chunked attention, learned attention sinks."""
+    """The (field, value) pairs of `cfg`, or of one of its layer types, that its family of `to_hf` cannot write:
+    smeared keys, chunked attention, learned attention sinks (but in a family that has them: gpt_oss)."""
     layers = cfg.layer_configs(cfg.decoder_layers)
-    found = [(name, getattr(cfg, name)) for name in ("key_smear", "attention_sinks") if getattr(cfg, name)]
+    sinks = cfg.hf_model_type in FAMILIES and FAMILIES[cfg.hf_model_type].attention_sinks
+    names = ("key_smear",) + (() if sinks else ("attention_sinks",))
+    found = [(name, getattr(cfg, name)) for name in names if getattr(cfg, name)]
     return found + [("attention_chunk", c.attention_chunk) for c in layers if c.attention_chunk is not None][:1]
 
 
@@ -165,7 +167,7 @@ def to_hf(model: Transformer, out_dir: str | os.PathLike, rope_parameters: bool 
         )
     for field, value in _without_a_family(cfg):
         raise UnsupportedCheckpoint(
-            f"to_hf: Config.{field}={value!r}: no Hugging Face family that posformer writes has it, so the export "
+            f"to_hf: Config.{field}={value!r}: {cfg.hf_model_type} has no such setting, so the export "
             "would not give the same logits"
         )
     family = family_for(cfg.hf_model_type, "to_hf")

@@ -33,6 +33,8 @@ class Family:
       families that have none).
     latent_attention: whether the family's attention is multi-head latent attention (`to_hf` refuses
       `Config.latent_attention` for the families whose attention is not).
+    attention_sinks: whether the family's attention has learned sinks (`to_hf` refuses `Config.attention_sinks`
+      for the families that have none).
     """
 
     model_types: tuple[str, ...]
@@ -45,6 +47,7 @@ class Family:
     logit_scale: bool = False
     experts: bool = False
     latent_attention: bool = False
+    attention_sinks: bool = False
 
 
 FAMILIES: dict[str, Family] = {}

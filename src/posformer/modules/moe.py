@@ -19,9 +19,10 @@ tokens). The rows per expert are read back to the host once per call (one device
 transformers' loop has). The expert weights are split with `unbind` once per call, so that their gradient is
 assembled with one stack instead of one full-size tensor per expert.
 
-Written so that GPT-OSS's variant can be added as options: a router bias (`router_bias`), the softmax over
-the top-k logits only (`softmax_over="top_k"`), expert biases (`Config.ffn_bias`), and its clamped SwiGLU as
-a `GatedUnit` of its own (the gate and value halves of each expert's first product -> its hidden units).
+GPT-OSS's variant is a set of options (`MoEFeedForward` reads them from `Config`): a router bias
+(`Config.router_bias`), the softmax over the top-k logits only (`Config.router_softmax="top_k"`), expert
+biases (`Config.ffn_bias`), and its clamped SwiGLU (`Config.expert_activation="swiglu_clamped"`,
+`clamped_swiglu`) as a `GatedUnit` (the gate and value halves of each expert's first product -> its units).
 """
 
 from __future__ import annotations
@@ -33,14 +34,29 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posformer.config import Config
+from posformer.config_experts import ROUTER_SOFTMAX
 from posformer.modules.feedforward import ACTIVATION_FNS, GATE_FNS, GATED
 from posformer.ops.linear import Linear, linear
 from posformer.ops.packing import take_rows
 
-SOFTMAX_OVER = ("all", "top_k")
+SOFTMAX_OVER = ROUTER_SOFTMAX
 
 GatedUnit = Callable[[Tensor, Tensor], Tensor]
 """(gate, value), each (M, d_ff) -> the hidden units (M, d_ff): act(gate) * value for Config's gated units."""
+
+SWIGLU_ALPHA, SWIGLU_LIMIT = 1.702, 7.0
+
+
+def clamped_swiglu(gate: Tensor, value: Tensor) -> Tensor:
+    """GPT-OSS's expert unit (`Config.expert_activation="swiglu_clamped"`): the gate clamped above at 7 and the
+    value to [-7, 7], then (value + 1) * gate * sigmoid(1.702 gate), as transformers 4.57.6's `GptOssExperts`
+    (alpha 1.702, limit 7.0: its checkpoints' `swiglu_limit`)."""
+    gate = gate.clamp(max=SWIGLU_LIMIT)
+    value = value.clamp(-SWIGLU_LIMIT, SWIGLU_LIMIT)
+    return (value + 1) * (gate * torch.sigmoid(gate * SWIGLU_ALPHA))
+
+
+EXPERT_UNITS: dict[str, GatedUnit] = {"swiglu_clamped": clamped_swiglu}
 
 
 def route(logits: Tensor, top_k: int, renormalise: bool = True, softmax_over: str = "all") -> tuple[Tensor, Tensor]:
@@ -66,15 +82,18 @@ class Experts(nn.Module):
     up: (n_experts, d_ff, d_model), or (n_experts, 2 d_ff, d_model) for gated units with the gate in rows
     [0, d_ff) and the value in [d_ff, 2 d_ff), as `FeedForward.up`; down: (n_experts, d_model, d_ff); with
     `Config.ffn_bias` up_bias (n_experts, up rows) and down_bias (n_experts, d_model). d_ff is
-    `Config.expert_ff_dim`. `unit` replaces the gated activation (a `GatedUnit`; gated activations only).
+    `Config.expert_ff_dim`. `unit` replaces the gated activation (a `GatedUnit`; gated activations only);
+    `Config.expert_activation` names one (`EXPERT_UNITS`), which makes the experts gated whatever `activation`.
     """
 
     def __init__(self, cfg: Config, unit: GatedUnit | None = None) -> None:
         super().__init__()
-        self.gated = cfg.activation in GATED
+        if unit is None and cfg.expert_activation is not None:
+            unit = EXPERT_UNITS[cfg.expert_activation]
+        self.gated = cfg.activation in GATED or cfg.expert_activation is not None
         if unit is not None and not self.gated:
             raise ValueError(f"Experts: a gated unit needs a gated Config.activation, not {cfg.activation!r}")
-        self.act = GATE_FNS[GATED[cfg.activation]] if self.gated else ACTIVATION_FNS[cfg.activation]
+        self.act = GATE_FNS[GATED[cfg.activation]] if cfg.activation in GATED else ACTIVATION_FNS[cfg.activation]
         self.unit = unit
         self.n_experts, self.d_ff = cfg.n_experts, cfg.expert_ff_dim
         rows = self.d_ff * (2 if self.gated else 1)
@@ -125,13 +144,22 @@ class MoEFeedForward(nn.Module):
 
     router: Linear d_model -> n_experts (its weight (n_experts, d_model); a bias with `router_bias`);
     experts: `Experts`. `forward` appends the router's logits (N, n_experts) to `router_logits` when given: the
-    model's load-balancing loss (`load_balancing_loss`) reads them.
+    model's load-balancing loss (`load_balancing_loss`) reads them. With softmax_over "top_k" it appends what
+    transformers 4.57.6's GPT-OSS records as its router logits instead: the routing scores (N, n_experts), a
+    token's weights at its experts and zero elsewhere (its load-balancing loss takes their softmax).
+    `router_bias` and `softmax_over` default to `Config.router_bias` and `Config.router_softmax`.
     """
 
     def __init__(
-        self, cfg: Config, router_bias: bool = False, softmax_over: str = "all", unit: GatedUnit | None = None
+        self,
+        cfg: Config,
+        router_bias: bool | None = None,
+        softmax_over: str | None = None,
+        unit: GatedUnit | None = None,
     ) -> None:
         super().__init__()
+        router_bias = cfg.router_bias if router_bias is None else router_bias
+        softmax_over = cfg.router_softmax if softmax_over is None else softmax_over
         if softmax_over not in SOFTMAX_OVER:
             raise ValueError(f"MoEFeedForward: softmax_over={softmax_over!r}; expected one of {SOFTMAX_OVER}")
         self.top_k, self.renormalise, self.softmax_over = cfg.experts_per_token, cfg.norm_topk_prob, softmax_over
@@ -145,9 +173,10 @@ class MoEFeedForward(nn.Module):
     def forward(self, x: Tensor, router_logits: list[Tensor] | None = None) -> Tensor:
         flat = x.reshape(-1, x.shape[-1])  # (N, d_model)
         logits = self.router(flat)  # (N, n_experts)
-        if router_logits is not None:
-            router_logits.append(logits)
         weights, chosen = route(logits, self.top_k, self.renormalise, self.softmax_over)  # (N, k) each
+        if router_logits is not None:
+            top_k = self.softmax_over == "top_k"
+            router_logits.append(torch.zeros_like(logits).scatter(1, chosen, weights) if top_k else logits)
         slots = chosen.flatten()  # (N k,): token t's j-th expert at slot t * k + j
         order = slots.argsort(stable=True)  # (N k,): the slots grouped by expert
         inverse = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))

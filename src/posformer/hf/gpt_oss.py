@@ -1,0 +1,223 @@
+"""GPT-OSS: alternating sliding and full attention with learned sinks, and a mixture of experts in every layer.
+
+Pre-RMSNorm, RoPE (half layout, `rope_theta` 150000; YaRN by default: a config without `rope_scaling` gets
+transformers 4.57.6's default, factor 32 over 4096 positions, beta_fast 32, beta_slow 1, `truncate` False),
+GQA with biases on q/k/v/o (`attention_bias`, True by default), `head_dim` from the config. Each layer is
+"sliding_attention" (a window of `sliding_window` tokens) or "full_attention", as `layer_types` lists them (by
+default alternating, sliding first): posformer's `Config.layer_types`. Each layer's attention has one learned
+sink logit per head (`self_attn.sinks`, `Config.attention_sinks`). Each layer's `mlp` is posformer's
+`MoEFeedForward`: `router` (with a bias, `Config.router_bias`) scores `num_local_experts` experts, each token
+goes to `num_experts_per_tok`, weighted by the softmax over their logits alone (`Config.router_softmax="top_k"`);
+the experts, of `intermediate_size` units with biases (`Config.ffn_bias`), are GPT-OSS's clamped SwiGLU
+(`Config.expert_activation="swiglu_clamped"`, alpha 1.702, limit 7; `hidden_act` is not read by transformers'
+GPT-OSS, nor is `swiglu_limit`, whose value other than 7 is refused). `experts.gate_up_proj` (n_experts,
+hidden, 2 d_ff) holds the gate and up columns interleaved (gate at even columns), and its bias alike;
+`down_proj` is (n_experts, d_ff, hidden): both transposed against posformer's `experts.up` / `experts.down`.
+`router_aux_loss_coef` is `Config.router_aux_loss_coef` (`output_router_logits` is not read: posformer always
+returns the load-balancing loss, over the routing scores transformers records). Embeddings untied by default.
+Heads: GptOssForCausalLM (causal_lm), GptOssModel (none).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posformer.config import Config
+from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.layout import require_fields, require_head
+from posformer.hf.llama import first_token_id, ignore
+from posformer.hf.mapping import Rule, same
+from posformer.hf.mixtral import attention_rules, moe_decoder_rules
+from posformer.hf.rope import rope_params, rope_to_hf
+from posformer.modules.moe import SWIGLU_LIMIT
+
+MODEL_TYPE = "gpt_oss"
+HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
+LOCAL, GLOBAL = "sliding_attention", "full_attention"
+DEFAULT_ROPE_SCALING = {
+    "rope_type": "yarn",
+    "factor": 32.0,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "truncate": False,
+    "original_max_position_embeddings": 4096,
+}
+
+
+def _layer_types(hf: dict) -> list[str]:
+    """`layer_types`, or transformers 4.57.6's default: sliding, full, sliding, ..."""
+    n = hf.get("num_hidden_layers", 36)
+    types = hf.get("layer_types") or [LOCAL if (i + 1) % 2 else GLOBAL for i in range(n)]
+    if len(types) != n or set(types) - {LOCAL, GLOBAL}:
+        raise unsupported(MODEL_TYPE, f"layer_types={types} (expected {n} of {LOCAL!r} and {GLOBAL!r})")
+    return types
+
+
+def config_from_hf(hf: dict) -> Config:
+    limit = hf.get("swiglu_limit", SWIGLU_LIMIT)
+    if limit != SWIGLU_LIMIT:
+        raise unsupported(MODEL_TYPE, f"swiglu_limit={limit} (transformers 4.57.6 clamps at {SWIGLU_LIMIT})")
+    types = _layer_types(hf)
+    window = hf.get("sliding_window", 128)
+    if LOCAL in types and window is None:
+        raise unsupported(MODEL_TYPE, f"sliding_window=None with {LOCAL!r} layers")
+    if "rope_scaling" not in hf and "rope_parameters" not in hf:
+        hf = {**hf, "rope_scaling": dict(DEFAULT_ROPE_SCALING)}
+    heads, head_dim = hf.get("num_attention_heads", 64), hf.get("head_dim", 64)  # None: hidden_size // heads
+    bias = bool(hf.get("attention_bias", True))
+    return Config(
+        arch="decoder",
+        vocab_size=hf.get("vocab_size", 201088),
+        d_model=hf.get("hidden_size", 2880),
+        n_layers=len(types),
+        n_heads=heads,
+        n_kv_heads=hf.get("num_key_value_heads") or heads,
+        d_head=head_dim if head_dim is not None else hf.get("hidden_size", 2880) // heads,
+        d_ff=hf.get("intermediate_size", 2880),
+        n_experts=hf.get("num_local_experts", 128),
+        experts_per_token=hf.get("num_experts_per_tok", 4),
+        router_bias=True,
+        router_softmax="top_k",
+        expert_activation="swiglu_clamped",
+        router_aux_loss_coef=float(hf.get("router_aux_loss_coef", 0.9)),
+        position="rope",
+        position_params=rope_params(hf, default_theta=150000.0),
+        layer_types=types,
+        layer_settings={LOCAL: {"sliding_window": window}} if LOCAL in types else {},
+        max_positions=hf.get("max_position_embeddings", 131072),
+        norm="rmsnorm",
+        norm_eps=hf.get("rms_norm_eps", 1e-5),
+        norm_placement="pre",
+        activation="swiglu",
+        attention_dropout=hf.get("attention_dropout", 0.0),
+        attention_sinks=True,
+        qkv_bias=bias,
+        attn_out_bias=bias,
+        ffn_bias=True,
+        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        head=architecture(hf, HEADS, "causal_lm"),
+        pad_token_id=hf.get("pad_token_id"),
+        bos_token_id=hf.get("bos_token_id"),
+        eos_token_id=first_token_id(hf.get("eos_token_id")),
+        init_std=hf.get("initializer_range", 0.02),
+        hf_model_type=MODEL_TYPE,
+    )
+
+
+def _layers_to_hf(cfg: Config) -> dict:
+    """`layer_types` and `sliding_window`: sliding layers one window, full ones none, all the config's RoPE."""
+    types, windows = [], set()
+    for layer in cfg.layer_configs(cfg.n_layers):
+        if layer.position != "rope" or layer.position_params != cfg.position_params:
+            raise unsupported(MODEL_TYPE, "layers whose RoPE is not the config's own (to_hf)")
+        types.append(GLOBAL if layer.sliding_window is None else LOCAL)
+        if layer.sliding_window is not None:
+            windows.add(layer.sliding_window)
+    if len(windows) > 1:
+        raise unsupported(MODEL_TYPE, f"sliding windows of {len(windows)} sizes (to_hf)")
+    return {"layer_types": types, "sliding_window": windows.pop() if windows else 128}
+
+
+def config_to_hf(cfg: Config) -> dict:
+    require_head(cfg, MODEL_TYPE)
+    require_fields(
+        cfg,
+        MODEL_TYPE,
+        arch="decoder",
+        position="rope",
+        norm="rmsnorm",
+        norm_placement="pre",
+        use_final_norm=True,
+        embed_norm=False,
+        parallel_residual=False,
+        scale_embeddings=False,
+        type_vocab_size=0,
+        head_bias=False,
+        head_transform=False,
+        scale_tied_head=False,
+        query_temperature=None,
+        qk_norm=False,
+        attn_out_bias=cfg.qkv_bias,
+        attention_sinks=True,
+        ffn_bias=True,
+        router_bias=True,
+        router_softmax="top_k",
+        expert_activation="swiglu_clamped",
+        moe_layers=None,
+    )
+    if cfg.position_params.get("layout") != "half":
+        raise unsupported(MODEL_TYPE, "RoPE's interleaved layout (to_hf)")
+    if abs(cfg.scale - cfg.head_dim**-0.5) > 1e-12:
+        raise unsupported(MODEL_TYPE, f"an attention scale other than head_dim ** -0.5: {cfg.scale} (to_hf)")
+    return {
+        "model_type": MODEL_TYPE,
+        "architectures": ["GptOssForCausalLM" if cfg.head_kind == "causal_lm" else "GptOssModel"],
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "intermediate_size": cfg.expert_ff_dim,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.kv_heads,
+        "head_dim": cfg.head_dim,
+        "num_local_experts": cfg.n_experts,
+        "num_experts_per_tok": cfg.experts_per_token,
+        "router_aux_loss_coef": cfg.router_aux_loss_coef,
+        "rms_norm_eps": cfg.norm_eps,
+        "attention_bias": cfg.qkv_bias,
+        "attention_dropout": cfg.attention_dropout,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "initializer_range": cfg.init_std,
+        "pad_token_id": cfg.pad_token_id,
+        "bos_token_id": cfg.bos_token_id,
+        "eos_token_id": cfg.eos_token_id,
+        **rope_to_hf(cfg),
+        **_layers_to_hf(cfg),
+    }
+
+
+def _interleaved(ours: str, theirs: str, d_ff: int, transpose: bool) -> Rule:
+    """`ours` (n_experts, 2 d_ff[, d_model]), gate rows then up rows <- `theirs` (n_experts[, d_model], 2 d_ff),
+    gate and up columns interleaved (transposed against ours when `transpose`)."""
+
+    def to_ours(ts: list[torch.Tensor]) -> torch.Tensor:
+        t = ts[0]
+        t = torch.cat([t[..., ::2], t[..., 1::2]], dim=-1)
+        return t.transpose(1, 2) if transpose else t
+
+    def to_theirs(t: torch.Tensor) -> list[torch.Tensor]:
+        t = t.transpose(1, 2) if transpose else t
+        gate, up = t.split(d_ff, dim=-1)
+        return [torch.stack([gate, up], dim=-1).flatten(-2)]
+
+    return Rule(ours, (theirs,), to_ours, to_theirs)
+
+
+def _transposed_experts(ours: str, theirs: str) -> Rule:
+    return Rule(ours, (theirs,), lambda ts: ts[0].transpose(1, 2), lambda t: [t.transpose(1, 2)])
+
+
+def rules(cfg: Config) -> list[Rule]:
+    """q/k/v fused (with biases), the sinks; each layer's router (weight and bias) and its experts' interleaved
+    gate_up_proj (and bias), down_proj (and bias)."""
+    qkv_and_out = attention_rules(cfg)
+
+    def attention(ours: str, theirs: str) -> list[Rule]:
+        return qkv_and_out(ours, theirs) + [same(f"{ours}.attn.sinks", f"{theirs}.self_attn.sinks")]
+
+    def ffn(ours: str, theirs: str, layer: int) -> list[Rule]:
+        mlp, d_ff = f"{theirs}.mlp", cfg.expert_ff_dim
+        return [
+            same(f"{ours}.ffn.router.weight", f"{mlp}.router.weight"),
+            same(f"{ours}.ffn.router.bias", f"{mlp}.router.bias"),
+            _interleaved(f"{ours}.ffn.experts.up", f"{mlp}.experts.gate_up_proj", d_ff, transpose=True),
+            _interleaved(f"{ours}.ffn.experts.up_bias", f"{mlp}.experts.gate_up_proj_bias", d_ff, transpose=False),
+            _transposed_experts(f"{ours}.ffn.experts.down", f"{mlp}.experts.down_proj"),
+            same(f"{ours}.ffn.experts.down_bias", f"{mlp}.experts.down_proj_bias"),
+        ]
+
+    return moe_decoder_rules(cfg, attention, ffn)
+
+
+FAMILY = register(
+    Family((MODEL_TYPE,), config_from_hf, config_to_hf, rules, ignore, experts=True, attention_sinks=True)
+)
