@@ -18,24 +18,19 @@ from torch import Tensor, nn
 
 from posformer.config import Config
 from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.layer_kinds import GLOBAL, LOCAL, layer_types_from_hf, layers_to_hf
 from posformer.hf.llama import GATED, HIDDEN_ACT, decoder_rules, first_token_id, ignore, separate_projections
 from posformer.hf.mapping import Rule, norm
 from posformer.hf.rope import rope_params, rope_to_hf
 
 MODEL_TYPE = "cohere2"
 HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
-LOCAL, GLOBAL = "sliding_attention", "full_attention"
 DEFAULT_WINDOW = 4096  # Cohere2Config's: written when no layer slides (transformers builds the mask regardless)
 
 
 def _layer_types(hf: dict) -> list[str]:
-    """`layer_types`, or transformers 4.57.6's default: global every `sliding_window_pattern`-th layer."""
-    n = hf["num_hidden_layers"]
-    pattern = hf.get("sliding_window_pattern", 4)
-    types = hf.get("layer_types") or [LOCAL if (i + 1) % pattern else GLOBAL for i in range(n)]
-    if len(types) != n or set(types) - {LOCAL, GLOBAL}:
-        raise unsupported(MODEL_TYPE, f"layer_types={types} (expected {n} of {LOCAL!r} and {GLOBAL!r})")
-    return types
+    """`layer_types`, or transformers 4.57.6's default: global every `sliding_window_pattern`-th layer (4)."""
+    return layer_types_from_hf(hf, MODEL_TYPE, hf.get("sliding_window_pattern", 4))
 
 
 def config_from_hf(hf: dict) -> Config:
@@ -86,22 +81,15 @@ def config_from_hf(hf: dict) -> Config:
 def _layers_to_hf(cfg: Config) -> dict:
     """`layer_types` and `sliding_window`: local layers slide one window and keep the config's RoPE, global ones
     have neither."""
-    types, windows = [], set()
-    for layer in cfg.layer_configs(cfg.n_layers):
+
+    def kind(layer: Config) -> str | None:
         if layer.position == "none" and layer.sliding_window is None:
-            types.append(GLOBAL)
-        elif layer.position == "rope" and layer.position_params == cfg.position_params and layer.sliding_window:
-            types.append(LOCAL)
-            windows.add(layer.sliding_window)
-        else:
-            raise unsupported(
-                MODEL_TYPE,
-                "layers other than local ones (the config's RoPE and a sliding window) and global "
-                "ones (no position encoding, no window) (to_hf)",
-            )
-    if len(windows) > 1:
-        raise unsupported(MODEL_TYPE, f"sliding windows of {len(windows)} sizes (to_hf)")
-    return {"layer_types": types, "sliding_window": windows.pop() if windows else DEFAULT_WINDOW}
+            return GLOBAL
+        own_rope = layer.position == "rope" and layer.position_params == cfg.position_params
+        return LOCAL if own_rope and layer.sliding_window else None
+
+    expected = "local ones (the config's RoPE and a sliding window) and global ones (no position encoding, no window)"
+    return layers_to_hf(cfg, MODEL_TYPE, kind, expected, DEFAULT_WINDOW)
 
 
 def config_to_hf(cfg: Config) -> dict:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from posformer.config import Config
 from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.layer_kinds import GLOBAL, LOCAL, checked_layer_types, layers_to_hf
 from posformer.hf.layout import require_fields, require_head
 from posformer.hf.llama import (
     GATED,
@@ -32,7 +33,6 @@ from posformer.hf.rope import rope_params, rope_to_hf
 
 MODEL_TYPE = "exaone4"
 HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
-LOCAL, GLOBAL = "sliding_attention", "full_attention"
 DEFAULT_WINDOW = 4096  # Exaone4Config's: written when every layer is a global NoPE one
 
 
@@ -48,8 +48,7 @@ def _layer_types(hf: dict, window: int | None) -> list[str]:
                 MODEL_TYPE, f"sliding_window_pattern={pattern!r} without layer_types (transformers 4.57.6 reads ints)"
             )
         types = [LOCAL if window is not None and (i + 1) % pattern else GLOBAL for i in range(n)]
-    if len(types) != n or set(types) - {LOCAL, GLOBAL}:
-        raise unsupported(MODEL_TYPE, f"layer_types={types} (expected {n} of {LOCAL!r} and {GLOBAL!r})")
+    types = checked_layer_types(types, n, MODEL_TYPE)
     if window is None and LOCAL in types:
         raise unsupported(MODEL_TYPE, f"layer_types with {LOCAL!r} layers and sliding_window=None")
     return types
@@ -110,22 +109,18 @@ def _layers_to_hf(cfg: Config) -> dict:
         raise unsupported(MODEL_TYPE, "a query temperature (to_hf)")
     if all(c.position == "rope" and c.position_params == cfg.position_params and not c.sliding_window for c in layers):
         return {"layer_types": [GLOBAL] * cfg.n_layers, "sliding_window": None}
-    types, windows = [], set()
-    for layer in layers:
+
+    def kind(layer: Config) -> str | None:
         if layer.position == "none" and layer.sliding_window is None:
-            types.append(GLOBAL)
-        elif layer.position == "rope" and layer.position_params == cfg.position_params and layer.sliding_window:
-            types.append(LOCAL)
-            windows.add(layer.sliding_window)
-        else:
-            raise unsupported(
-                MODEL_TYPE,
-                "layers other than local ones (the config's RoPE and a sliding window) and global ones (no "
-                "position encoding, no window), or than global ones with the config's RoPE only (to_hf)",
-            )
-    if len(windows) > 1:
-        raise unsupported(MODEL_TYPE, f"sliding windows of {len(windows)} sizes (to_hf)")
-    return {"layer_types": types, "sliding_window": windows.pop() if windows else DEFAULT_WINDOW}
+            return GLOBAL
+        own_rope = layer.position == "rope" and layer.position_params == cfg.position_params
+        return LOCAL if own_rope and layer.sliding_window else None
+
+    expected = (
+        "local ones (the config's RoPE and a sliding window) and global ones (no position encoding, no window), "
+        "or than global ones with the config's RoPE only"
+    )
+    return layers_to_hf(cfg, MODEL_TYPE, kind, expected, DEFAULT_WINDOW)
 
 
 def config_to_hf(cfg: Config) -> dict:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from posformer.config import Config
 from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.layer_kinds import GLOBAL, LOCAL, layer_types_from_hf
 from posformer.hf.llama import decoder_rules, first_token_id, ignore, separate_projections
 from posformer.hf.mapping import Rule, norm
 from posformer.hf.rope import has_v5_layer_params, rope_params, rope_to_hf
@@ -21,18 +22,11 @@ from posformer.hf.rope import has_v5_layer_params, rope_params, rope_to_hf
 MODEL_TYPE = "gemma3_text"
 HEADS = {"ForCausalLM": "causal_lm", "TextModel": "none"}
 ACTIVATIONS = {"gelu_pytorch_tanh": "geglu_tanh", "gelu": "geglu"}
-LOCAL, GLOBAL = "sliding_attention", "full_attention"
 
 
 def _layer_types(hf: dict) -> list[str]:
-    """`layer_types`, or transformers 4.57.6's default: global every `sliding_window_pattern`-th layer."""
-    pattern = hf.get("sliding_window_pattern", 6)
-    types = hf.get("layer_types") or [LOCAL if (i + 1) % pattern else GLOBAL for i in range(hf["num_hidden_layers"])]
-    if len(types) != hf["num_hidden_layers"] or set(types) - {LOCAL, GLOBAL}:
-        raise unsupported(
-            MODEL_TYPE, f"layer_types={types} (expected {hf['num_hidden_layers']} of {LOCAL!r} and {GLOBAL!r})"
-        )
-    return types
+    """`layer_types`, or transformers 4.57.6's default: global every `sliding_window_pattern`-th layer (6)."""
+    return layer_types_from_hf(hf, MODEL_TYPE, hf.get("sliding_window_pattern", 6))
 
 
 def config_from_hf(hf: dict) -> Config:

@@ -24,6 +24,7 @@ import torch
 
 from posformer.config import Config
 from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.layer_kinds import GLOBAL, LOCAL, layer_types_from_hf, layers_to_hf
 from posformer.hf.layout import require_fields, require_head
 from posformer.hf.llama import first_token_id, ignore
 from posformer.hf.mapping import Rule, same
@@ -33,7 +34,6 @@ from posformer.modules.moe import SWIGLU_LIMIT
 
 MODEL_TYPE = "gpt_oss"
 HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
-LOCAL, GLOBAL = "sliding_attention", "full_attention"
 DEFAULT_ROPE_SCALING = {
     "rope_type": "yarn",
     "factor": 32.0,
@@ -46,11 +46,7 @@ DEFAULT_ROPE_SCALING = {
 
 def _layer_types(hf: dict) -> list[str]:
     """`layer_types`, or transformers 4.57.6's default: sliding, full, sliding, ..."""
-    n = hf.get("num_hidden_layers", 36)
-    types = hf.get("layer_types") or [LOCAL if (i + 1) % 2 else GLOBAL for i in range(n)]
-    if len(types) != n or set(types) - {LOCAL, GLOBAL}:
-        raise unsupported(MODEL_TYPE, f"layer_types={types} (expected {n} of {LOCAL!r} and {GLOBAL!r})")
-    return types
+    return layer_types_from_hf(hf, MODEL_TYPE, 2, hf.get("num_hidden_layers", 36))
 
 
 def config_from_hf(hf: dict) -> Config:
@@ -106,16 +102,13 @@ def config_from_hf(hf: dict) -> Config:
 
 def _layers_to_hf(cfg: Config) -> dict:
     """`layer_types` and `sliding_window`: sliding layers one window, full ones none, all the config's RoPE."""
-    types, windows = [], set()
-    for layer in cfg.layer_configs(cfg.n_layers):
+
+    def kind(layer: Config) -> str | None:
         if layer.position != "rope" or layer.position_params != cfg.position_params:
-            raise unsupported(MODEL_TYPE, "layers whose RoPE is not the config's own (to_hf)")
-        types.append(GLOBAL if layer.sliding_window is None else LOCAL)
-        if layer.sliding_window is not None:
-            windows.add(layer.sliding_window)
-    if len(windows) > 1:
-        raise unsupported(MODEL_TYPE, f"sliding windows of {len(windows)} sizes (to_hf)")
-    return {"layer_types": types, "sliding_window": windows.pop() if windows else 128}
+            return None
+        return GLOBAL if layer.sliding_window is None else LOCAL
+
+    return layers_to_hf(cfg, MODEL_TYPE, kind, "layers with the config's own RoPE, sliding or not", 128)
 
 
 def config_to_hf(cfg: Config) -> dict:

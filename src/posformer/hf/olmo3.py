@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from posformer.config import Config
 from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.layer_kinds import GLOBAL, LOCAL, layer_types_from_hf, layers_to_hf
 from posformer.hf.layout import require_fields, require_head
 from posformer.hf.llama import (
     GATED,
@@ -31,17 +32,12 @@ from posformer.hf.rope import has_v5_layer_params, rope_params, rope_to_hf
 
 MODEL_TYPE = "olmo3"
 HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
-LOCAL, GLOBAL = "sliding_attention", "full_attention"
 DEFAULT_WINDOW = 4096  # Olmo3Config's: written when no layer slides (transformers builds the mask regardless)
 
 
 def _layer_types(hf: dict) -> list[str]:
     """`layer_types`, or transformers 4.57.6's default: global every 4th layer."""
-    n = hf["num_hidden_layers"]
-    types = hf.get("layer_types") or [LOCAL if (i + 1) % 4 else GLOBAL for i in range(n)]
-    if len(types) != n or set(types) - {LOCAL, GLOBAL}:
-        raise unsupported(MODEL_TYPE, f"layer_types={types} (expected {n} of {LOCAL!r} and {GLOBAL!r})")
-    return types
+    return layer_types_from_hf(hf, MODEL_TYPE, 4)
 
 
 def _local_rope(hf: dict, global_rope: dict) -> dict:
@@ -100,23 +96,19 @@ def _layers_to_hf(cfg: Config) -> dict:
     """`layer_types` and `sliding_window`: global layers use the config's own RoPE and no window, local ones one
     window and the same RoPE without its scaling."""
     local_rope = {**cfg.position_params, "scaling": None}
-    types, windows = [], set()
-    for layer in cfg.layer_configs(cfg.n_layers):
-        plain = layer.position == "rope" and layer.query_temperature is None
-        if plain and layer.sliding_window is None and layer.position_params == cfg.position_params:
-            types.append(GLOBAL)
-        elif plain and layer.sliding_window is not None and layer.position_params == local_rope:
-            types.append(LOCAL)
-            windows.add(layer.sliding_window)
-        else:
-            raise unsupported(
-                MODEL_TYPE,
-                "layers other than global ones (the config's RoPE, no window) and local ones (a sliding "
-                "window, the config's RoPE without scaling) (to_hf)",
-            )
-    if len(windows) > 1:
-        raise unsupported(MODEL_TYPE, f"sliding windows of {len(windows)} sizes (to_hf)")
-    return {"layer_types": types, "sliding_window": windows.pop() if windows else DEFAULT_WINDOW}
+
+    def kind(layer: Config) -> str | None:
+        if layer.position != "rope" or layer.query_temperature is not None:
+            return None
+        if layer.sliding_window is None and layer.position_params == cfg.position_params:
+            return GLOBAL
+        return LOCAL if layer.sliding_window is not None and layer.position_params == local_rope else None
+
+    expected = (
+        "global ones (the config's RoPE, no window) and local ones (a sliding window, the config's RoPE without "
+        "scaling)"
+    )
+    return layers_to_hf(cfg, MODEL_TYPE, kind, expected, DEFAULT_WINDOW)
 
 
 def config_to_hf(cfg: Config) -> dict:
