@@ -69,7 +69,8 @@ def test_max_length_is_the_encodings_own_limit():
 
 def test_rescaled_params_extend_rope_and_are_refused_elsewhere():
     rope = pf.positions.get("rope")
-    assert [name for name in pf.positions.names() if isinstance(pf.positions.get(name), Rescalable)] == ["rope"]
+    rescalable = [name for name in pf.positions.names() if isinstance(pf.positions.get(name), Rescalable)]
+    assert rescalable == ["hope", "rope"]  # HoPE is RoPE with its low frequencies stopped
     params = rope.rescaled_params(rope.resolve_params({"theta": 500.0}), "yarn", 256, 64)
     assert params["theta"] == 500.0
     assert params["scaling"] == {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
