@@ -143,7 +143,7 @@ def test_cross_attention_is_plain_scaled_dot_product_attention() -> None:
 def test_sdpa_gets_every_encodings_bias_with_contiguous_keys(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """SDPA's fused CUDA kernels take a mask only with stride 1 over the keys: with any other layout (a permuted
     (B, T, S, H) bias) they fall back to the unfused math kernel."""
-    import posformer.modules.attention as attention
+    import posformer.modules.attend as attention
 
     masks: list[torch.Tensor] = []
     sdpa = attention.F.scaled_dot_product_attention
@@ -166,7 +166,7 @@ def test_sdpa_gets_every_encodings_bias_with_contiguous_keys(name: str, monkeypa
 def test_eager_attention_keeps_float64_probabilities() -> None:
     """In float64 the eager kernel's softmax runs in float64 (float32 or wider, never narrower than its input),
     so a float64 model is a float64 reference: its probabilities equal the formula to 1e-14."""
-    from posformer.modules.attention import attend
+    from posformer.modules.attend import attend
     from posformer.ops.masks import AttentionMask
 
     generator = torch.Generator().manual_seed(0)

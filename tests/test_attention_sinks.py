@@ -11,7 +11,7 @@ from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 from x_transformers.attend import Attend
 
 import posformer as pf
-from posformer.modules.attention import attend
+from posformer.modules.attend import attend
 from posformer.ops.masks import build_mask
 from tests.positions.test_positions_conformance import config
 

@@ -73,7 +73,7 @@ def test_blocks_run_for_a_plain_causal_mask_longer_than_a_block_and_without_a_bi
 def test_the_eager_path_of_a_values_term_in_blocks_equals_one_call(with_bias, monkeypatch) -> None:
     """A `values` term (Shaw's) forces the eager path; in blocks it is asked for each block's query rows and
     key prefix, and the output and gradients equal one whole call."""
-    from posformer.modules.attention import attend
+    from posformer.modules.attend import attend
     from posformer.ops.masks import AttentionMask
 
     q, k, v = (torch.randn(2, 4, 10, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))

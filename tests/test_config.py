@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import posformer as pf
-from posformer import config as config_module
+from posformer.config import checks as config_module
 
 TINY = dict(vocab_size=32, d_model=16, n_layers=1, n_heads=2, d_ff=32, max_positions=16)
 

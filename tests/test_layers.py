@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import posformer as pf
-from posformer.config import ACTIVATIONS
+from posformer.config.checks import ACTIVATIONS
 from posformer.modules.feedforward import FeedForward
 from posformer.modules.heads import token_loss
 from posformer.modules.norms import RMSNorm, UnitOffsetRMSNorm, deepnorm_constants

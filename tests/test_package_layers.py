@@ -18,7 +18,7 @@ LAYERS = (
     "utils",  # checks, user files, figure plumbing
     "ops",  # compute kernels and the masks they take
     "positions",  # the contract, the registry, one file per encoding family
-    "config",  # config.py, config_layers.py, config_experts.py, config_latent.py, presets.py
+    "config",  # config/ (Config and the checks of its per-layer, expert and latent fields), presets.py
     "modules",  # the parts a model is built from
     "generation",  # decoding over the KV cache
     "model",  # model.py (the Transformer), sentence_embeddings.py, summary.py
@@ -35,9 +35,6 @@ LAYERS = (
 )
 ROOT_MODULES = {
     "config": "config",
-    "config_layers": "config",
-    "config_experts": "config",
-    "config_latent": "config",
     "presets": "config",
     "model": "model",
     "sentence_embeddings": "model",

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import posformer as pf
-from posformer.config import ARCHS
+from posformer.config.checks import ARCHS
 from posformer.modules.cache import Cache
 from posformer.presets import PRESETS, preset_names
 

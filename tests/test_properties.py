@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import posformer as pf
-from posformer import config as C
+from posformer.config import checks as C
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -174,7 +174,7 @@ def test_causal_attention_in_blocks_of_queries_changes_no_output_or_gradient(nam
     gradients of one call over all of them, in float64, for a causal stack of every encoding: through SDPA, the
     eager path where the encoding adds a `values` term (Shaw), or the weights of an encoding that replaces the
     softmax (`ops.weighted_attention`)."""
-    import posformer.modules.attention as attention
+    import posformer.modules.attend as attention
     import posformer.ops.causal_blocks as causal_blocks
     import posformer.ops.weighted_attention as weighted_attention
 

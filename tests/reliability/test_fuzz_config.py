@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import posformer as pf
 from posformer import positions
-from posformer.config import ACTIVATIONS, ARCHS, NORM_PLACEMENTS, NORMS
+from posformer.config.checks import ACTIVATIONS, ARCHS, NORM_PLACEMENTS, NORMS
 
 BASE = dict(vocab_size=32, d_model=16, n_layers=1, n_heads=2, d_ff=24, max_positions=16)
 POISON = [

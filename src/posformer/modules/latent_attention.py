@@ -1,5 +1,5 @@
 """`LatentAttention`: multi-head latent attention (MLA, DeepSeek-V2 and V3) with decoupled RoPE and a compressed
-KV cache, chosen by `Config.latent_attention` (`posformer.config_latent`).
+KV cache, chosen by `Config.latent_attention` (`posformer.config.latent`).
 
 Shapes: B batch, T query length, S key length, H heads, n nope_dim, r rope width (`Config.d_head`), v v_dim,
 c kv_lora_rank.
@@ -8,7 +8,7 @@ Queries: x -> q (H * (n + r)), or x -> q_down -> RMSNorm -> q_up with q_lora_ran
 (n) then its rope part (r). Keys and values: x -> kv_down -> (c_kv (c), k_rope (r)); c_kv -> RMSNorm -> kv_up ->
 per head (k_nope (n), v (v)). The rope part of the key is one head that every head shares (decoupled RoPE):
 the position encoding rotates q's rope parts (B, H, T, r) and that one key (B, 1, T, r), so it sees heads of
-`d_head` = r features and must act by `rotate` alone (`config_latent.LATENT_POSITIONS`). A head's score is
+`d_head` = r features and must act by `rotate` alone (`config.latent.LATENT_POSITIONS`). A head's score is
 scale * (q_nope . k_nope + q_rope . k_rope), scale (n + r) ** -0.5 unless `Config.attn_scale` says otherwise.
 The latents' RMSNorms have DeepSeek's eps, 1e-6, whatever `Config.norm_eps`. `Config.qkv_bias` gives a bias to
 the projections from x to the latents (q_down, kv_down; DeepSeek's attention_bias), and the single q projection,
@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from posformer.config import Config
-from posformer.modules.attention import attend
+from posformer.modules.attend import attend
 from posformer.modules.cache import LayerCache
 from posformer.modules.norms import RMSNorm
 from posformer.ops.linear import Linear

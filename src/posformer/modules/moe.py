@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posformer.config import Config
-from posformer.config_experts import ROUTER_SOFTMAX
+from posformer.config.experts import ROUTER_SOFTMAX
 from posformer.modules.feedforward import ACTIVATION_FNS, GATE_FNS, GATED
 from posformer.ops.linear import Linear, linear
 from posformer.ops.packing import take_rows

@@ -11,43 +11,14 @@ import copy
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from posformer import positions
-from posformer.config_experts import check_experts
-from posformer.config_latent import check_latent_attention, latent_scale
-from posformer.config_layers import check_layer_types
+from posformer.config.checks import DEFAULT_HEAD, check_config
+from posformer.config.latent import latent_scale
 from posformer.positions.deberta import OwnAttnScale
-from posformer.positions.query_temperature import check_query_temperature
-from posformer.positions.stick_breaking import ReplacesSoftmax
-from posformer.utils.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int, is_number
-
-ARCHS = ("encoder", "decoder", "encoder_decoder")
-NORMS = ("layernorm", "rmsnorm", "rmsnorm_unit_offset", "deepnorm")
-NORM_PLACEMENTS = ("post", "pre", "sandwich", "output")
-QK_NORM_OVER = ("head", "projection")
-ATTN_IMPLS = ("sdpa", "eager", "flex")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish", "silu", "glu", "swiglu", "geglu", "geglu_tanh", "reglu")
-INITS = ("normal", "t5")
-HEADS = ("causal_lm", "masked_lm", "seq2seq_lm", "span_qa", "classification", "none")
-DEFAULT_HEAD = {"encoder": "masked_lm", "decoder": "causal_lm", "encoder_decoder": "seq2seq_lm"}
-# whether each stack an arch builds is causal, the decoder first (what an encoding's `check_config` is told)
-STACKS_CAUSAL = {"encoder": (False,), "decoder": (True,), "encoder_decoder": (True, False)}
-# the fields `Config.layer_settings` may change for the layers of one label
-
-
-def _fail(name: str, value: Any, expected: str) -> NoReturn:
-    """`fail` with the `Config.` prefix: `Config.{name}={value!r} is invalid: expected {expected}`."""
-    fail(f"Config.{name}", value, expected)
-
-
-def _check_token_id(name: str, value: Any) -> None:
-    """None or an integer >= 0: an id outside the vocabulary is metadata here (see `Config`)."""
-    if value is not None and not (is_int(value) and value >= 0):
-        _fail(name, value, "None or a token id (an integer >= 0)")
 
 
 @dataclass
@@ -112,7 +83,7 @@ class Config:
     `expert_activation` "swiglu_clamped" makes each expert GPT-OSS's clamped SwiGLU instead of `activation`
     (`posformer.modules.moe.clamped_swiglu`). These fields other than their defaults need `n_experts`.
     `latent_attention` {"q_lora_rank", "kv_lora_rank", "nope_dim", "v_dim"} makes self-attention multi-head
-    latent attention (MLA, DeepSeek-V2/V3; `posformer.modules.latent_attention`, `posformer.config_latent`):
+    latent attention (MLA, DeepSeek-V2/V3; `posformer.modules.latent_attention`, `posformer.config.latent`):
     keys and values made from one low-rank latent, whose KV cache keeps that latent and one shared rope key per
     token; `d_head` is then the rope width of a head. None: ordinary attention.
     `scale_embeddings` multiplies token embeddings by sqrt(d_model) (Vaswani et al.).
@@ -276,120 +247,8 @@ class Config:
     # -------------------------------------------------------------- validation
     def validate(self) -> None:
         """Raise `ValueError` naming the first invalid field."""
-        flags = tuple(f.name for f in dataclasses.fields(self) if f.type in ("bool", "bool | None"))
-        check_field_kinds(self, "Config.", flags)  # before they steer the checks below
-        for name, allowed in (
-            ("arch", ARCHS),
-            ("norm", NORMS),
-            ("norm_placement", NORM_PLACEMENTS),
-            ("qk_norm_over", QK_NORM_OVER),
-            ("activation", ACTIVATIONS),
-            ("attn_impl", ATTN_IMPLS),
-            ("init", INITS),
-        ):
-            check_choice(f"Config.{name}", getattr(self, name), allowed)
-        if self.head is not None and self.head not in HEADS:
-            _fail("head", self.head, f"one of {', '.join(HEADS)} (or None for the arch's default)")
-        if self.head_kind == "seq2seq_lm" and self.arch != "encoder_decoder":
-            _fail("head", self.head, "seq2seq_lm only with arch='encoder_decoder'")
-        if self.position not in positions.names():
-            _fail("position", self.position, f"one of {', '.join(positions.names())}")
-        if not isinstance(self.position_params, Mapping):
-            _fail("position_params", self.position_params, "a dict of the encoding's parameters")
-        self.position_params = positions.get(self.position).resolve_params(self.position_params)
-        if positions.get(self.position).causal_only and self.arch != "decoder":
-            _fail(
-                "position",
-                self.position,
-                f"an encoding of bidirectional attention too with arch={self.arch!r} "
-                f"({self.position} counts the keys before each query: arch='decoder' only)",
-            )
-        unfit = positions.get(self.position).flex_unfit() if self.attn_impl == "flex" else None
-        if unfit is not None:
-            flex = ", ".join(name for name in positions.names() if positions.get(name).flex_compatible())
-            _fail(
-                "attn_impl",
-                "flex",
-                f"'sdpa' or 'eager' with position={self.position!r}: {unfit} (FlexAttention takes: {flex})",
-            )
+        check_config(self)
 
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_positions", "num_labels"):
-            check_int(f"Config.{name}", getattr(self, name))
-        for name in (
-            "n_decoder_layers",
-            "n_kv_heads",
-            "d_head",
-            "d_ff",
-            "sliding_window",
-            "attention_chunk",
-            "random_positions",
-        ):
-            if getattr(self, name) is not None:
-                check_int(f"Config.{name}", getattr(self, name))
-        check_int("Config.type_vocab_size", self.type_vocab_size, minimum=0)
-        check_query_temperature("Config.query_temperature", self.query_temperature)
-        encoding = positions.get(self.position)
-        longest = encoding.max_length(self.position_params, self.max_positions)
-        longest = longest or (None if encoding.extrapolates else self.max_positions)
-        if self.random_positions is not None and longest is not None and self.random_positions > longest:
-            _fail(
-                "random_positions",
-                self.random_positions,
-                f"at most {longest}, the positions "
-                f"position={self.position!r} can represent (max_positions={self.max_positions})",
-            )
-        if self.attention_sinks and self.attn_impl == "flex":
-            _fail("attention_sinks", True, "False with attn_impl='flex' (the sinks run the eager kernel)")
-        if self.attention_sinks and isinstance(positions.get(self.position), ReplacesSoftmax):
-            _fail("attention_sinks", True, f"False with position={self.position!r}, whose weights are no softmax")
-        for name in ("sliding_window", "attention_chunk"):
-            if getattr(self, name) is not None and self.arch == "encoder":
-                _fail(
-                    name, getattr(self, name), "None with arch='encoder' (it limits a decoder's causal self-attention)"
-                )
-        if self.d_head is None and self.d_model % self.n_heads != 0:
-            _fail("n_heads", self.n_heads, f"a divisor of d_model={self.d_model} (or set d_head)")
-        if self.n_heads % self.kv_heads != 0:
-            _fail("n_kv_heads", self.n_kv_heads, f"a divisor of n_heads={self.n_heads}")
-        for name in ("dropout", "attention_dropout", "activation_dropout"):
-            check_number(f"Config.{name}", getattr(self, name), 0.0, 1.0, high_open=True)
-        if self.attn_impl == "flex" and self.attention_dropout:
-            _fail("attention_dropout", self.attention_dropout, "0 with attn_impl='flex' (FlexAttention has no dropout)")
-        for name in ("norm_eps", "init_std"):
-            check_number(f"Config.{name}", getattr(self, name), 0.0, low_open=True)
-        check_number("Config.logit_scale", self.logit_scale, 0.0, low_open=True)
-        if self.logit_scale != 1 and (self.head_bias or self.head_transform):
-            _fail("logit_scale", self.logit_scale, "1 with an LM head bias or transform (it scales the head's input)")
-        if self.attn_scale is not None and not (is_number(self.attn_scale) and self.attn_scale > 0):
-            _fail("attn_scale", self.attn_scale, "a number > 0, or None for 1/sqrt(d_head)")
-        if self.qk_norm_over != "head" and not self.qk_norm:
-            _fail(
-                "qk_norm_over",
-                self.qk_norm_over,
-                "'head' unless qk_norm=True (it says what QK-norm normalises; there is none)",
-            )
-        if self.parallel_residual and (self.norm_placement != "pre" or self.arch == "encoder_decoder"):
-            _fail("parallel_residual", True, "False unless norm_placement='pre' and arch is 'encoder' or 'decoder'")
-        if self.separate_decoder_embeddings and self.arch != "encoder_decoder":
-            _fail("separate_decoder_embeddings", True, "False unless arch='encoder_decoder' (only it has two stacks)")
-        if self.hf_model_type is not None and not isinstance(self.hf_model_type, str):
-            _fail("hf_model_type", self.hf_model_type, "None or a Hugging Face model_type string")
-        if self.norm == "deepnorm" and self.norm_placement != "post":
-            _fail("norm_placement", self.norm_placement, "'post' when norm='deepnorm' (DeepNet is post-norm)")
-        if self.norm == "deepnorm" and self.init != "normal":
-            _fail("init", self.init, "'normal' when norm='deepnorm' (DeepNet has its own init)")
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
-            _check_token_id(name, getattr(self, name))
-        # the sizes without the scale, which may derive from the parameters checked here (`OwnAttnScale`)
-        sizes = positions.Sizes(self.d_model, self.n_heads, self.head_dim, self.max_positions)
-        for causal in STACKS_CAUSAL[self.arch]:
-            encoding.check_config(sizes, self.position_params, causal)
-        check_layer_types(self)
-        check_experts(self)
-        check_latent_attention(self)
-        check_field_kinds(self, "Config.")
-
-    # ------------------------------------------------------------- round trips
     def to_dict(self) -> dict[str, Any]:
         """Every field as plain data (`position_params` resolved: the encoding's defaults included)."""
         data = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
