@@ -16,7 +16,7 @@ from posformer.experiments.synthetic import generators as g
 from posformer.experiments.synthetic.dataset import TaskBatches, encode, eval_examples, is_eval_prompt
 from posformer.experiments.synthetic.evaluation import exact_match
 from posformer.experiments.synthetic.report import markdown, mean_reciprocal_rank
-from posformer.experiments.synthetic.settings import TaskSettings
+from posformer.experiments.synthetic.settings import TaskSettings, model_config
 from posformer.modules.heads import IGNORE_INDEX
 
 
@@ -153,6 +153,18 @@ def test_bad_task_settings_are_refused_by_name(tmp_path, capsys) -> None:
         TaskSettings.preset("quick", positions=["nope"])
     with pytest.raises(ValueError, match=r"train_len=6 is invalid: expected an integer >= 7"):
         TaskSettings.preset("quick", task="passkey", train_len=6)
+
+
+def test_position_params_reach_their_row_only_and_name_rows_that_run() -> None:
+    settings = TaskSettings.preset(
+        "quick", positions=["rope", "hope"], position_params={"hope": {"trained_length": 18}}
+    )
+    assert model_config(settings, "hope", 40).position_params["trained_length"] == 18
+    assert model_config(settings, "rope", 40) == model_config(
+        TaskSettings.preset("quick", positions=["rope"]), "rope", 40
+    )
+    with pytest.raises(ValueError, match=r"position_params=.*over the rows run"):
+        TaskSettings.preset("quick", positions=["rope"], position_params={"hope": {"trained_length": 18}})
 
 
 def test_mean_reciprocal_rank_counts_lengths_beyond_training_and_ties_share_the_best_rank() -> None:

@@ -70,6 +70,11 @@ class TaskSettings(TrainingKnobs):
     d_model: int = option(128, "model width")
     layers: int = option(4, "decoder layers")
     heads: int = option(4, "attention heads")
+    position_params: dict = option(
+        default_factory=dict,
+        help="{row: Config.position_params} for the rows that differ from the defaults",
+        flag=False,
+    )
 
     def __post_init__(self) -> None:
         if self.eval_lens is None and is_int(self.train_len):  # else validate() names train_len
@@ -87,6 +92,8 @@ class TaskSettings(TrainingKnobs):
             fail("eval_lens", self.eval_lens, "a non-empty list of task lengths")
         for n in self.eval_lens:
             check_int("eval_lens", n, minimum=min_length(self.task))
+        if not isinstance(self.position_params, dict) or any(r not in self.positions for r in self.position_params):
+            fail("position_params", self.position_params, "a mapping {row: {param: value}} over the rows run")
         for name in ("eval_examples", "steps", "batch_size", "d_model", "layers", "heads", "save_every"):
             check_int(name, getattr(self, name))
         self.check("")
@@ -115,6 +122,7 @@ def model_config(s: TaskSettings, position: str, longest: int) -> Config:
         n_heads=s.heads,
         d_ff=4 * s.d_model,
         position=position,
+        position_params=dict(s.position_params.get(position) or {}),
         max_positions=longest,
         norm="rmsnorm",
         activation="swiglu",
