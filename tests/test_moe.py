@@ -19,9 +19,8 @@ D, E, F_DIM = 16, 5, 12
 
 def _moe(activation: str = "swiglu", **changes) -> MoEFeedForward:
     """A 5-expert layer whose every weight and bias (zero at init) is random."""
-    options = {k: changes.pop(k) for k in ("router_bias", "softmax_over") if k in changes}
     fields = dict(d_model=D, n_heads=2, activation=activation, n_experts=E, experts_per_token=2, expert_d_ff=F_DIM)
-    moe = MoEFeedForward(pf.Config(**{**fields, "ffn_bias": False, **changes}), **options)
+    moe = MoEFeedForward(pf.Config(**{**fields, "ffn_bias": False, **changes}))
     with torch.no_grad():
         for param in moe.parameters():
             param.normal_(0.0, 0.5)
@@ -66,7 +65,7 @@ CASES = [
     ("geglu", {"ffn_bias": True, "experts_per_token": 3}),
     ("gelu", {"ffn_bias": True}),
     ("relu", {"experts_per_token": 1}),
-    ("swiglu", {"router_bias": True, "softmax_over": "top_k", "ffn_bias": True}),  # GPT-OSS's routing
+    ("swiglu", {"router_bias": True, "router_softmax": "top_k", "ffn_bias": True}),  # GPT-OSS's routing
 ]
 
 

@@ -34,12 +34,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posformer.config import Config
-from posformer.config.experts import ROUTER_SOFTMAX
 from posformer.modules.feedforward import ACTIVATION_FNS, GATE_FNS, GATED
 from posformer.ops.linear import Linear, linear
 from posformer.ops.packing import take_rows
-
-SOFTMAX_OVER = ROUTER_SOFTMAX
 
 GatedUnit = Callable[[Tensor, Tensor], Tensor]
 """(gate, value), each (M, d_ff) -> the hidden units (M, d_ff): act(gate) * value for Config's gated units."""
@@ -82,17 +79,14 @@ class Experts(nn.Module):
     up: (n_experts, d_ff, d_model), or (n_experts, 2 d_ff, d_model) for gated units with the gate in rows
     [0, d_ff) and the value in [d_ff, 2 d_ff), as `FeedForward.up`; down: (n_experts, d_model, d_ff); with
     `Config.ffn_bias` up_bias (n_experts, up rows) and down_bias (n_experts, d_model). d_ff is
-    `Config.expert_ff_dim`. `unit` replaces the gated activation (a `GatedUnit`; gated activations only);
-    `Config.expert_activation` names one (`EXPERT_UNITS`), which makes the experts gated whatever `activation`.
+    `Config.expert_ff_dim`. `Config.expert_activation` names a `GatedUnit` (`EXPERT_UNITS`) that replaces the
+    gated activation and makes the experts gated whatever `activation`.
     """
 
-    def __init__(self, cfg: Config, unit: GatedUnit | None = None) -> None:
+    def __init__(self, cfg: Config) -> None:
         super().__init__()
-        if unit is None and cfg.expert_activation is not None:
-            unit = EXPERT_UNITS[cfg.expert_activation]
-        self.gated = cfg.activation in GATED or cfg.expert_activation is not None
-        if unit is not None and not self.gated:
-            raise ValueError(f"Experts: a gated unit needs a gated Config.activation, not {cfg.activation!r}")
+        unit = None if cfg.expert_activation is None else EXPERT_UNITS[cfg.expert_activation]
+        self.gated = cfg.activation in GATED or unit is not None
         self.act = GATE_FNS[GATED[cfg.activation]] if cfg.activation in GATED else ACTIVATION_FNS[cfg.activation]
         self.unit = unit
         self.n_experts, self.d_ff = cfg.n_experts, cfg.expert_ff_dim
@@ -147,24 +141,15 @@ class MoEFeedForward(nn.Module):
     model's load-balancing loss (`load_balancing_loss`) reads them. With softmax_over "top_k" it appends what
     transformers 4.57.6's GPT-OSS records as its router logits instead: the routing scores (N, n_experts), a
     token's weights at its experts and zero elsewhere (its load-balancing loss takes their softmax).
-    `router_bias` and `softmax_over` default to `Config.router_bias` and `Config.router_softmax`.
+    The router has a bias with `Config.router_bias`; its softmax runs over `Config.router_softmax`.
     """
 
-    def __init__(
-        self,
-        cfg: Config,
-        router_bias: bool | None = None,
-        softmax_over: str | None = None,
-        unit: GatedUnit | None = None,
-    ) -> None:
+    def __init__(self, cfg: Config) -> None:
         super().__init__()
-        router_bias = cfg.router_bias if router_bias is None else router_bias
-        softmax_over = cfg.router_softmax if softmax_over is None else softmax_over
-        if softmax_over not in SOFTMAX_OVER:
-            raise ValueError(f"MoEFeedForward: softmax_over={softmax_over!r}; expected one of {SOFTMAX_OVER}")
-        self.top_k, self.renormalise, self.softmax_over = cfg.experts_per_token, cfg.norm_topk_prob, softmax_over
-        self.router = Linear(cfg.d_model, cfg.n_experts, bias=router_bias)
-        self.experts = Experts(cfg, unit)
+        self.top_k, self.renormalise = cfg.experts_per_token, cfg.norm_topk_prob
+        self.softmax_over = cfg.router_softmax
+        self.router = Linear(cfg.d_model, cfg.n_experts, bias=cfg.router_bias)
+        self.experts = Experts(cfg)
 
     def matmul_params_per_token(self) -> int:
         """The weights a token is multiplied by: the router's and those of its `top_k` experts."""

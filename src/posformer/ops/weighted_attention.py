@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from posformer.ops.grouped_heads import grouped_scores, grouped_values
 from posformer.ops.masks import AttentionMask
 
 # weigh(scores, seen, q_index): scores (B, H, rows, keys) float32, seen (B or 1, 1, rows, keys) bool (the keys
@@ -65,11 +66,6 @@ def query_rows(length: int, rows: int) -> list[tuple[int, int]]:
     return [(start, min(start + rows, length)) for start in range(0, length, rows)]
 
 
-def _grouped(x: Tensor, kv_heads: int) -> Tensor:
-    """(B, H, ...) -> (B, Hkv, H / Hkv, ...): the query heads that share each key head."""
-    return x.unflatten(1, (kv_heads, x.shape[1] // kv_heads))
-
-
 def _block(
     mask: AttentionMask,
     scale: float,
@@ -83,9 +79,9 @@ def _block(
     v: Tensor,
 ) -> tuple[Tensor, Tensor | None]:
     """Queries [start, end), q: (B, H, rows, dh), over k, v: (B, Hkv, keys, dh)."""
-    kv_heads, keys = k.shape[1], k.shape[-2]
+    keys = k.shape[-2]
     wide = torch.promote_types(q.dtype, torch.float32)
-    scores = torch.matmul(_grouped(q.to(wide), kv_heads), k.to(wide).unsqueeze(2).transpose(-1, -2)).flatten(1, 2)
+    scores = grouped_scores(q.to(wide), k.to(wide))
     offset = keys - (end - start)
     q_index = torch.arange(offset, keys, device=q.device)
     if mask.rule is None:
@@ -94,5 +90,5 @@ def _block(
         seen = mask.rule.allowed(start, end, keys)
     weights = weigh(scores * scale, seen, q_index)
     dropped = F.dropout(weights, dropout, training=dropout > 0).to(v.dtype)
-    out = torch.matmul(_grouped(dropped, kv_heads), v.unsqueeze(2)).flatten(1, 2)
+    out = grouped_values(dropped, v)
     return out, (weights.to(q.dtype) if need_weights else None)

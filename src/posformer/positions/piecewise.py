@@ -28,6 +28,7 @@ from typing import Any, ClassVar, NamedTuple
 import torch
 from torch import Tensor
 
+from posformer.ops.grouped_heads import grouped_scores
 from posformer.positions.base import PositionEncoding
 from posformer.positions.params import PositionParams
 from posformer.positions.per_forward import batch_rows
@@ -52,13 +53,6 @@ class Remap(NamedTuple):
 
     k_at: Tensor | None
     regimes: list[Regime]
-
-
-def pair_scores(q: Tensor, k: Tensor) -> Tensor:
-    """q (B, H, Tq, dh), k (B, Hkv, Tk, dh) -> q.k (B, H, Tq, Tk); each key head serves H / Hkv query heads."""
-    heads, kv_heads = q.shape[1], k.shape[1]
-    grouped = q.unflatten(1, (kv_heads, heads // kv_heads))  # (B, Hkv, H / Hkv, Tq, dh)
-    return torch.matmul(grouped, k.unsqueeze(2).transpose(-1, -2)).flatten(1, 2)
 
 
 def distances(q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -139,9 +133,9 @@ class PiecewiseRotary(PositionEncoding):
         remap = self.remap(q_pos, k_pos)
         bias = q_in.new_zeros((*q.shape[:3], k.shape[2])) if not remap.regimes else None
         if remap.regimes:
-            plain, moved_k = pair_scores(q_in, k_in), self._moved(k_in, k_pos, remap.k_at)
+            plain, moved_k = grouped_scores(q_in, k_in), self._moved(k_in, k_pos, remap.k_at)
         for regime in remap.regimes:  # disjoint: each pair's difference is written once, in place (3 blocks at most)
-            scores = pair_scores(self._moved(q_in, q_pos, regime.q_at), moved_k).sub_(plain)
+            scores = grouped_scores(self._moved(q_in, q_pos, regime.q_at), moved_k).sub_(plain)
             scores.masked_fill_(~regime.pairs[:, None], 0.0)
             bias = scores if bias is None else bias.add_(scores)
         bias.mul_(self.scale)
