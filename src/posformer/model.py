@@ -28,6 +28,7 @@ from posformer.modules.moe import MoEFeedForward, load_balancing_loss
 from posformer.modules.outputs import ModelOutput
 from posformer.modules.random_positions import sample_positions
 from posformer.modules.shift_right import shift_right
+from posformer.modules.sink_tokens import SinkTokens
 from posformer.modules.stack import Stack
 from posformer.ops.masks import KeyReach, build_mask
 from posformer.ops.packing import TokenPacking
@@ -60,6 +61,7 @@ class Transformer(nn.Module):
             self.decoder = Stack(
                 cfg, cfg.decoder_layers, causal=True, cross=cfg.arch == "encoder_decoder", alpha=alphas["decoder"][0]
             )
+        self.sink_tokens = SinkTokens(cfg.sink_tokens, cfg.d_model) if cfg.sink_tokens else None
         self.head = build_head(cfg)
         self.has_experts = any(isinstance(m, MoEFeedForward) for m in self.modules())
         self.apply(self._init_weights)
@@ -179,17 +181,24 @@ class Transformer(nn.Module):
         """Run the decoder stack on (B, T) ids after the `cache.seen` positions given to the cache -> (B, T, d_model).
 
         attention_mask covers the cached positions too: (B, cache.seen + T). A cache that drops keys no query
-        sees any more (`Cache.make_room`) holds fewer, `len(cache)`, and the mask is narrowed to them.
+        sees any more (`Cache.make_room`) holds fewer, `len(cache)`, and the mask is narrowed to them. Sink tokens
+        (`Config.sink_tokens`) are not counted in the mask or the positions: they lead on the first call and stay
+        cached, and their outputs are dropped.
         """
         check_token_ids(input_ids, "decoder input_ids", self.cfg.vocab_size)
         batch, length = input_ids.shape
-        past = 0 if cache is None else cache.seen
+        sinks = self.cfg.sink_tokens
+        cached = 0 if cache is None else cache.seen
+        past = max(cached - sinks, 0)
         keep = self._keep(attention_mask, batch, past + length, "attention_mask (cached + new positions)")
         pos = self._positions(position_ids, input_ids, past, "position_ids")
+        x = self._embed(input_ids, stack="decoder")
+        if self.sink_tokens is not None:
+            x, pos, keep = self.sink_tokens.lead(x, pos, keep, first_call=cached == 0)
         if cache is not None:
             keep = cache.make_room(pos, keep)
+        length = x.shape[1]
         keys = length + (0 if cache is None else len(cache))
-        x = self._embed(input_ids, stack="decoder")
         masks = {r: build_mask(keep, True, length, keys, x.dtype, x.device, *r) for r in self.decoder.reaches}
         memory_attn = None
         if memory is not None:
@@ -200,7 +209,10 @@ class Transformer(nn.Module):
             src = memory.shape[1]
             memory_keep = self._keep(memory_mask, batch, src, "encoder attention_mask")
             memory_attn = build_mask(memory_keep, False, length, src, x.dtype, x.device)
-        return self.decoder(x, pos, masks, cache, memory, memory_attn, output_attentions, router_logits=router_logits)
+        hidden, attentions = self.decoder(
+            x, pos, masks, cache, memory, memory_attn, output_attentions, router_logits=router_logits
+        )
+        return hidden[:, length - input_ids.shape[1] :], attentions
 
     def forward(
         self,

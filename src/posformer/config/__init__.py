@@ -51,6 +51,11 @@ class Config:
     `attention_sinks` gives each self-attention layer one learned logit per head that joins the softmax's
     denominator, a key every query sees with a value of zero (GPT-OSS's `sinks`): a head can then attend to
     nothing. Its attention runs the eager kernel (`posformer.ops.softmax_attention`), in blocks of queries.
+    `sink_tokens` n prepends n learned embeddings to every sequence of a decoder (arch "decoder"), at positions
+    0..n-1 before the first input token, which then sits at position n (StreamingLLM's learnable sink token, Xiao
+    et al. 2024; x-transformers' memory tokens). Every query sees them; their outputs are dropped, so the logits,
+    the labels and the attention_mask keep the input's length. Given position_ids count from the first input
+    token, as without sinks. The KV cache holds the sinks from the first call on. 0: none.
     `attention_chunk` C limits it to the keys of the query's own chunk of C tokens, counted from each row's
     first real token (Llama 4's chunked attention, `attention_chunk_size`; its RoPE layers chunk and its NoPE
     layers do not, through `layer_types`). None: no chunks.
@@ -153,6 +158,7 @@ class Config:
     sliding_window: int | None = None
     attention_chunk: int | None = None
     attention_sinks: bool = False
+    sink_tokens: int = 0
     query_temperature: dict | None = None
     latent_attention: dict | None = None
     random_positions: int | None = None

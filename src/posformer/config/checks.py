@@ -96,6 +96,9 @@ def check_config(cfg: Config) -> None:
         if getattr(cfg, name) is not None:
             check_int(f"Config.{name}", getattr(cfg, name))
     check_int("Config.type_vocab_size", cfg.type_vocab_size, minimum=0)
+    check_int("Config.sink_tokens", cfg.sink_tokens, minimum=0)
+    if cfg.sink_tokens and cfg.arch != "decoder":
+        _fail("sink_tokens", cfg.sink_tokens, f"0 with arch={cfg.arch!r} (sink tokens lead a decoder's input)")
     check_query_temperature("Config.query_temperature", cfg.query_temperature)
     encoding = positions.get(cfg.position)
     longest = encoding.max_length(cfg.position_params, cfg.max_positions)
@@ -113,7 +116,7 @@ def check_config(cfg: Config) -> None:
         _fail("attention_sinks", True, f"False with position={cfg.position!r}, whose weights are no softmax")
     for name in ("sliding_window", "attention_chunk"):
         if getattr(cfg, name) is not None and cfg.arch == "encoder":
-            _fail(name, getattr(cfg, name), "None with arch='encoder' (it limits a decoder's causal cfg-attention)")
+            _fail(name, getattr(cfg, name), "None with arch='encoder' (it limits a decoder's causal self-attention)")
     if cfg.d_head is None and cfg.d_model % cfg.n_heads != 0:
         _fail("n_heads", cfg.n_heads, f"a divisor of d_model={cfg.d_model} (or set d_head)")
     if cfg.n_heads % cfg.kv_heads != 0:
@@ -152,6 +155,14 @@ def check_config(cfg: Config) -> None:
     for causal in STACKS_CAUSAL[cfg.arch]:
         encoding.check_config(sizes, cfg.position_params, causal)
     check_layer_types(cfg)
+    layers = cfg.layer_configs(cfg.decoder_layers) if cfg.sink_tokens else []
+    if any(c.sliding_window or c.attention_chunk for c in layers):
+        _fail(
+            "sink_tokens",
+            cfg.sink_tokens,
+            "0 with a sliding_window or attention_chunk, which would hide the sinks from later queries "
+            "(position='streaming' keeps its first `sinks` tokens in view)",
+        )
     check_experts(cfg)
     check_latent_attention(cfg)
     check_field_kinds(cfg, "Config.")

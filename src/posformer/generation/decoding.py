@@ -65,7 +65,9 @@ class Decoding:
             self.pos = self.pos[:, -1:] + 1
             if self.stale_beyond is not None:
                 self.sequence = torch.cat((self.sequence, new), dim=1)
-            if self.stale_beyond is not None and self.model.decoder.stale_at(int(self.pos.max()) + 1):
+            if self.stale_beyond is not None and self.model.decoder.stale_at(
+                int(self.pos.max()) + 1 + self.cfg.sink_tokens
+            ):
                 self.cache = self.model.new_cache(self.capacity)
                 every = (self.mask.cumsum(-1) - 1).clamp(min=0)
                 out = self.model(

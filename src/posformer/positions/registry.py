@@ -48,7 +48,7 @@ def build(cfg: "Config", causal: bool, n_layers: int) -> PositionEncoding:
         d_model=cfg.d_model,
         n_heads=cfg.n_heads,
         head_dim=cfg.head_dim,
-        max_positions=cfg.max_positions,
+        max_positions=cfg.max_positions + cfg.sink_tokens,
         scale=cfg.scale,
         norm_eps=cfg.norm_eps,
         dropout=cfg.dropout,
