@@ -32,11 +32,12 @@ from posformer.modules.sink_tokens import SinkTokens
 from posformer.modules.stack import Stack
 from posformer.ops.masks import KeyReach, build_mask
 from posformer.ops.packing import TokenPacking
+from posformer.pretrained import Pretrained
 from posformer.utils.tensor_checks import check_in_range, check_shape, check_token_ids
 from posformer.utils.validation import check_int
 
 
-class Transformer(nn.Module):
+class Transformer(Pretrained, nn.Module):
     """The model `cfg` describes. See `forward` for inputs and `ModelOutput` for outputs.
 
     Token (and token-type) embeddings `embed_tokens` (`token_types`) feed both stacks; with

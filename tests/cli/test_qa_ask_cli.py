@@ -50,6 +50,18 @@ def test_ask_answers_the_trained_questions(run, capsys):
     assert _ask(capsys, "--model", str(checkpoint), "--context", CONTEXT, *QUESTIONS) == lines
 
 
+def test_the_python_pipeline_answers_as_qa_ask_does(run, capsys):
+    qa = pf.qa.pipeline(run)
+    said = [qa(question=question, context=CONTEXT).answer for question in GOLD]
+    assert said == list(GOLD.values())
+    records = [{"question": question, "context": CONTEXT} for question in GOLD]
+    assert [a.describe() for a in qa(records)] == _ask(capsys, "--model", str(run), "--context", CONTEXT, *QUESTIONS)
+    with pytest.raises(ValueError, match=r"record 1: missing field 'context'"):
+        qa([{"question": "Who?"}])
+    with pytest.raises(ValueError, match=r"question is empty"):
+        qa(question=" ", context=CONTEXT)
+
+
 def test_ask_reads_json_lines_from_stdin_and_prints_json(run, capsys, monkeypatch, tmp_path):
     records = [json.dumps({"context": CONTEXT, "question": question, "id": n}) for n, question in enumerate(GOLD)]
     _stdin(monkeypatch, records[0] + "\n\n" + "\n".join(records[1:]) + "\n   \n")

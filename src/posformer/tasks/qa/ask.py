@@ -208,8 +208,41 @@ def load_answering_model(
     return model, tokenizer, head, prediction_options(options or QAJobOptions(), directory, head)
 
 
+class QuestionAnswerer:
+    """A QA model loaded once, answering as Hugging Face's `pipeline("question-answering")` is called:
+
+        qa = QuestionAnswerer("runs/qa")
+        qa(question="What is the capital of France?", context="Paris is the capital of France.").answer
+        qa([{"question": ..., "context": ...}, ...])       # a list of `Answer`s, in order
+
+    `path`: a `qa train` run, a checkpoint or a model dir; `options`: the prediction options (`QAJobOptions`),
+    those left unset taken from the training run.
+    """
+
+    def __init__(self, path: str | Path, options: QAJobOptions | None = None) -> None:
+        self.model, self.tokenizer, self.head, self.options = load_answering_model(path, options)
+
+    def ask(self, questions: Sequence[Question]) -> list[Answer]:
+        """The answers to `questions`, in order."""
+        return answer(self.model, self.tokenizer, self.head, questions, self.options)
+
+    def __call__(
+        self,
+        records: Sequence[dict[str, str]] | None = None,
+        question: str | None = None,
+        context: str | None = None,
+    ) -> Answer | list[Answer]:
+        """One `Answer` for question= and context=, or a list for records [{"question", "context"}, ...]."""
+        if (records is None) == (question is None and context is None):
+            raise ValueError("give either question= and context=, or a list of {'question', 'context'} records")
+        if records is None:
+            context = _text("context", context or "", "the text to answer from")
+            return self.ask([Question(context, _text("question", question or "", "a question"), "call")])[0]
+        where = [f"record {n}" for n in range(1, len(records) + 1)]
+        return self.ask([Question(*(_field(w, r, f) for f in FIELDS), source=w) for w, r in zip(where, records)])
+
+
 def ask(path: str | Path, questions: Sequence[Question], options: QAJobOptions | None = None) -> list[Answer]:
     """Load the QA model at `path` and answer `questions` (checked before the model is loaded)."""
     _examples(questions)
-    model, tokenizer, head, options = load_answering_model(path, options)
-    return answer(model, tokenizer, head, questions, options)
+    return QuestionAnswerer(path, options).ask(questions)
