@@ -137,13 +137,22 @@ def test_weight_errors_list_missing_unknown_and_misshaped_keys(tmp_path, hf_llam
     assert "model.norm.weight (31,)" in message and "expects (32,)" in message
 
 
-def test_dtype_and_to_hf_needs_a_family(tmp_path, hf_llama):
+def test_dtype_and_to_hf_infers_the_family_or_names_why_none_fits(tmp_path, hf_llama):
     hf_llama.save_pretrained(tmp_path)
     model = pf.from_hf(tmp_path, dtype=torch.bfloat16)
     assert next(model.parameters()).dtype == torch.bfloat16
-    native = pf.Transformer(pf.Config(vocab_size=50, d_model=16, n_layers=1, n_heads=2))
-    with pytest.raises(UnsupportedCheckpoint, match="hf_model_type is None"):
+    native = pf.Transformer(pf.Config(vocab_size=50, d_model=16, n_layers=1, n_heads=2))  # sinusoidal positions
+    with pytest.raises(UnsupportedCheckpoint, match=r"no Hugging Face family writes this model .*gpt2: .*'learned'"):
         pf.to_hf(native, tmp_path / "out")
+    llama_shaped = pf.Config.preset("llama", vocab_size=97, d_model=32, n_layers=2, n_heads=4, d_ff=64)
+    assert llama_shaped.hf_model_type is None
+    ours = pf.Transformer(llama_shaped).eval()
+    pf.to_hf(ours, tmp_path / "inferred")
+    assert json.loads((tmp_path / "inferred" / "config.json").read_text())["model_type"] == "llama"
+    theirs = LlamaForCausalLM.from_pretrained(tmp_path / "inferred", attn_implementation="eager").eval()
+    assert_same_outputs(ours, theirs, padded_batch(97))
+    with pytest.raises(UnsupportedCheckpoint, match=r"hf_model_type 'gpt2' cannot write this model: .*'learned'"):
+        pf.to_hf(ours, tmp_path / "as-gpt2", hf_model_type="gpt2")
 
 
 def test_cli_convert_both_ways_and_generate(tmp_path, hf_llama, capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass
 
 from posformer.cli.command import Command
@@ -16,7 +17,15 @@ class ConvertOptions:
 
     out: str = option(help="output directory (created if needed)", metavar="DIR")
     from_hf: str | None = option(None, "Hugging Face checkpoint dir (or Hub id)", metavar="DIR")
-    to_hf: str | None = option(None, "posformer checkpoint dir", metavar="DIR")
+    to_hf: str | None = option(
+        None, "a posformer model dir, a training run (its newest checkpoint) or a checkpoint folder", metavar="DIR"
+    )
+    hf_model_type: str | None = option(
+        None,
+        "with --to-hf: the Hugging Face family to write (default: the model's own, else the first that writes it "
+        "and reads it back the same: llama, gpt2, bert, t5, ...)",
+        metavar="TYPE",
+    )
     rope_parameters: bool = option(
         False,
         "with --to-hf: write RoPE settings in transformers v5's rope_parameters form (default: v4's rope_theta and "
@@ -30,25 +39,29 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from posformer.checkpoints.native import load_pretrained, save_pretrained
     from posformer.hf import from_hf, to_hf
     from posformer.hf.hf_checkpoint import resolve
-    from posformer.loading import copy_tokenizer_files
+    from posformer.loading import checkpoint_dir, copy_tokenizer_files
 
     options = options_from_args(ConvertOptions, args)
     if (options.from_hf is None) == (options.to_hf is None):
         raise ValueError(
             "give exactly one of --from-hf DIR (Hugging Face -> posformer) or --to-hf DIR (posformer -> Hugging Face)"
         )
+    if options.hf_model_type is not None and options.to_hf is None:
+        raise ValueError("--hf-model-type applies to --to-hf only")
     out = Path(options.out)
     if options.from_hf is not None:
         source = resolve(options.from_hf)
         model = from_hf(source)
         save_pretrained(model, out)
+        written = "posformer"
     else:
-        source = Path(options.to_hf)
+        source = checkpoint_dir(Path(options.to_hf))
         model = load_pretrained(source)
-        to_hf(model, out, rope_parameters=options.rope_parameters)
+        to_hf(model, out, rope_parameters=options.rope_parameters, hf_model_type=options.hf_model_type)
+        written = json.loads((out / "config.json").read_text())["model_type"]
     copied = copy_tokenizer_files(source, out, hf_only=options.to_hf is not None)
     print(
-        f"wrote {out}: {model.cfg.hf_model_type or 'posformer'} model, {model.num_parameters():,} parameters"
+        f"wrote {out}: {written} model, {model.num_parameters():,} parameters"
         f"{'; tokenizer files: ' + ', '.join(copied) if copied else '; no tokenizer files'}"
     )
     return 0
@@ -58,10 +71,11 @@ COMMAND = Command(
     "convert",
     help="convert between Hugging Face and posformer checkpoints",
     description="--from-hf DIR: read a Hugging Face checkpoint (config.json + safetensors or .bin, sharded "
-    "or not) and write a posformer checkpoint. --to-hf DIR: write a posformer checkpoint as a "
-    "Hugging Face one that transformers' from_pretrained loads. Tokenizer files are copied.",
+    "or not) and write a posformer checkpoint. --to-hf DIR: write a posformer model (a model dir, a training "
+    "run or one of its checkpoints) as a Hugging Face checkpoint that transformers' from_pretrained loads, in "
+    "the family --hf-model-type names or the one inferred from the config. Tokenizer files are copied.",
     add_arguments=lambda parser: add_option_flags(
-        parser, ConvertOptions, only=("from_hf", "to_hf", "rope_parameters", "out")
+        parser, ConvertOptions, only=("from_hf", "to_hf", "hf_model_type", "rope_parameters", "out")
     ),
     run=cmd_convert,
 )

@@ -16,6 +16,7 @@ from posformer.config import Config
 from posformer.hf.config_kinds import check_hf_config_kinds
 from posformer.hf.family import FAMILIES, Family, UnsupportedCheckpoint, family_for, supported
 from posformer.hf.hf_checkpoint import CONFIG, CheckpointError, read_config, read_state, resolve, write_checkpoint
+from posformer.hf.infer_family import infer_family
 from posformer.hf.mapping import export_state, import_state
 from posformer.hf.rope import v5_rope_parameters
 from posformer.hf.tokenizer_files import check_tokenizer_dir
@@ -151,20 +152,21 @@ def _without_a_family(cfg: Config) -> list[tuple[str, Any]]:
     return found + [("attention_chunk", c.attention_chunk) for c in layers if c.attention_chunk is not None][:1]
 
 
-def to_hf(model: Transformer, out_dir: str | os.PathLike, rope_parameters: bool = False) -> Path:
+def to_hf(
+    model: Transformer, out_dir: str | os.PathLike, rope_parameters: bool = False, hf_model_type: str | None = None
+) -> Path:
     """Write `model` as a Hugging Face checkpoint (`config.json` + `model.safetensors`) into `out_dir`.
 
-    The family is `model.cfg.hf_model_type` (set by `from_hf` and by the presets).
-    `transformers`' `from_pretrained` then loads it and gives the same logits. `rope_parameters`: write the
-    RoPE settings in transformers v5's form (`rope_parameters`, see `posformer.hf.rope`), which 4.57.6 does
-    not read, instead of v4's (`rope_theta`, `rope_scaling`).
+    The family is `hf_model_type` when given, else `model.cfg.hf_model_type` (set by `from_hf` and by the
+    presets), else the first family that writes the config and reads it back the same (`infer_family`: llama,
+    gpt2, bert, t5, ...). `transformers`' `from_pretrained` then loads it and gives the same logits.
+    `rope_parameters`: write the RoPE settings in transformers v5's form (`rope_parameters`, see
+    `posformer.hf.rope`), which 4.57.6 does not read, instead of v4's (`rope_theta`, `rope_scaling`).
     """
     cfg = model.cfg
-    if cfg.hf_model_type is None:
-        raise UnsupportedCheckpoint(
-            "to_hf: Config.hf_model_type is None, so the Hugging Face family to write is unknown; "
-            f"set it to one of: {', '.join(supported())}"
-        )
+    model_type = infer_family(cfg, hf_model_type)
+    if model_type != cfg.hf_model_type:
+        cfg = cfg.replace(hf_model_type=model_type)
     for field, value in _without_a_family(cfg):
         raise UnsupportedCheckpoint(
             f"to_hf: Config.{field}={value!r}: {cfg.hf_model_type} has no such setting, so the export "

@@ -1,0 +1,65 @@
+"""Which Hugging Face family can write a model that was not loaded from one (`convert --to-hf`, `to_hf`).
+
+A family fits a `Config` when its `config_to_hf` accepts the config and its `config_from_hf` reads the result back
+as the same model: every field equal once the spellings of one value are resolved (d_head None or the width it
+stands for, n_kv_heads None or n_heads, head None or the arch's default), training-only fields aside (dropouts and
+the initialisation, which a checkpoint does not carry). The plain families are tried first, so a RoPE + RMSNorm +
+SwiGLU decoder is written as llama, not as a family that happens to read the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posformer.config import Config
+from posformer.hf.family import FAMILIES, UnsupportedCheckpoint, supported
+
+PREFERRED = ("llama", "gpt2", "bert", "t5", "gpt_neox", "qwen2", "qwen3", "mistral", "roberta")
+TRAINING_ONLY = ("hf_model_type", "dropout", "attention_dropout", "activation_dropout", "init", "init_std")
+
+
+def _resolved(cfg: Config) -> dict[str, Any]:
+    """cfg's fields with one spelling per value (see the module docstring), without the training-only ones."""
+    fields = cfg.to_dict()
+    fields.update(d_head=cfg.head_dim, n_kv_heads=cfg.kv_heads, head=cfg.head_kind)
+    return {k: v for k, v in fields.items() if k not in TRAINING_ONLY}
+
+
+def _misfit(cfg: Config, model_type: str) -> str | None:
+    """Why `model_type` cannot write `cfg` (None when it can)."""
+    candidate = cfg.replace(hf_model_type=model_type)
+    family = FAMILIES[model_type]
+    try:
+        back = family.config_from_hf(family.config_to_hf(candidate))
+    except (UnsupportedCheckpoint, ValueError) as err:
+        return str(err)
+    ours, theirs = _resolved(candidate), _resolved(back)
+    differ = [k for k in ours if ours[k] != theirs.get(k)]
+    return f"it reads back other {', '.join(differ)}" if differ else None
+
+
+def infer_family(cfg: Config, requested: str | None = None) -> str:
+    """The model_type to write `cfg` as: `requested` when given (refused, with the reason, when it does not fit),
+    else `cfg.hf_model_type` when set, else the first family that fits (`PREFERRED`, then the others by name).
+    `UnsupportedCheckpoint` naming why the preferred families do not fit when none does."""
+    if requested is not None:
+        if requested not in FAMILIES:
+            raise UnsupportedCheckpoint(f"hf_model_type {requested!r}: expected one of {', '.join(supported())}")
+        reason = _misfit(cfg, requested)
+        if reason is not None:
+            raise UnsupportedCheckpoint(f"hf_model_type {requested!r} cannot write this model: {reason}")
+        return requested
+    if cfg.hf_model_type is not None:
+        return cfg.hf_model_type
+    order = list(PREFERRED) + [t for t in supported() if t not in PREFERRED]
+    reasons = {}
+    for model_type in order:
+        reason = _misfit(cfg, model_type)
+        if reason is None:
+            return model_type
+        reasons[model_type] = reason
+    shown = "; ".join(f"{t}: {reasons[t]}" for t in PREFERRED[:4])
+    raise UnsupportedCheckpoint(
+        f"no Hugging Face family writes this model (arch={cfg.arch!r}, position={cfg.position!r}, "
+        f"norm={cfg.norm!r}, activation={cfg.activation!r}): {shown}"
+    )
