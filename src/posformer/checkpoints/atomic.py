@@ -1,4 +1,5 @@
-"""Writing a file so that a crash never leaves it half-written: a temporary file beside it, then a rename."""
+"""Writing a file so that a crash never leaves it half-written: a temporary file beside it, then a rename. The
+file gets the umask's mode (`utils.file_mode`), not the temporary file's 0600."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from posformer.utils.file_mode import with_umask_mode
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
@@ -17,7 +20,7 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.replace(tmp, path)
+        os.replace(with_umask_mode(tmp), path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

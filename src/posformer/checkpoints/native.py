@@ -17,6 +17,7 @@ from posformer.checkpoints.manifest import verify_if_present
 from posformer.checkpoints.model_dir import model_file, read_json
 from posformer.config import Config
 from posformer.model import Transformer
+from posformer.utils.file_mode import with_umask_mode
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -34,6 +35,7 @@ def save_pretrained(model: Transformer, out_dir: str | Path, extra_files: dict[s
     staging = Path(tempfile.mkdtemp(prefix=".saving-", dir=out_dir))
     try:
         save_model(model, str(staging / WEIGHTS_FILE))
+        with_umask_mode(staging / WEIGHTS_FILE)
         (staging / CONFIG_FILE).write_text(json.dumps({"posformer": model.cfg.to_dict()}, indent=2) + "\n")
         for name, text in (extra_files or {}).items():
             (staging / name).write_text(text)

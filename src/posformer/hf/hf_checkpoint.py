@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from posformer.checkpoints.model_dir import model_file, read_json
+from posformer.utils.file_mode import with_umask_mode
 
 CONFIG = "config.json"
 SAFETENSORS = "model.safetensors"
@@ -146,6 +147,7 @@ def write_checkpoint(out_dir: str | os.PathLike, config: dict, state: dict[str, 
     try:
         tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
         save_file(tensors, str(staging / SAFETENSORS), metadata={"format": "pt"})
+        with_umask_mode(staging / SAFETENSORS)
         (staging / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         for name in (SAFETENSORS, CONFIG):
             os.replace(staging / name, out_dir / name)

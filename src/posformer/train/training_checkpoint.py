@@ -34,6 +34,7 @@ from posformer.checkpoints.manifest import sha256 as _sha256
 from posformer.checkpoints.model_dir import model_file
 from posformer.checkpoints.native import CONFIG_FILE, WEIGHTS_FILE, check_checkpoint
 from posformer.train.trainer_state import check_trainer_state
+from posformer.utils.file_mode import with_umask_mode
 
 STATE_FILE = "trainer_state.pt"
 PREFIX = "step-"
@@ -136,6 +137,7 @@ class CheckpointManager:
         staging.mkdir()
         try:
             save_model(model if isinstance(model, nn.Module) else _StateDict(model), str(staging / WEIGHTS_FILE))
+            with_umask_mode(staging / WEIGHTS_FILE)
             (staging / CONFIG_FILE).write_text(config_json)
             for name, text in (extra_files or {}).items():
                 (staging / name).write_text(text)

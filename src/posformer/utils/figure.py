@@ -6,6 +6,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from posformer.utils.file_mode import with_umask_mode
+
 
 def pyplot():
     """`matplotlib.pyplot` on the non-interactive Agg backend (no display needed)."""
@@ -25,7 +27,7 @@ def save_png(fig, path: str | Path) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
-        os.replace(tmp, path)
+        os.replace(with_umask_mode(tmp), path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
