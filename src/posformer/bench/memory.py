@@ -20,13 +20,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from tqdm import tqdm
-
 from posformer.bench.memory_probe import PEERS
 from posformer.bench.options import ReportOptions
 from posformer.checkpoints.atomic import write_json_atomic
 from posformer.positions import registry
 from posformer.utils.options import check_options, option
+from posformer.utils.progress import progress_bar
 
 PHASES = ("forward", "train")
 MMAP_THRESHOLD = 2**20
@@ -90,7 +89,7 @@ def run(options: MemoryOptions) -> dict[str, Any]:
     result = {"shape": shape, "batch": options.batch, "device": options.device, "threads": options.threads}
     result["release_freed"] = options.release_freed
     result.update(lengths=list(options.lengths), phases=list(options.phases), cells=[])
-    for model, encoding, phase, length in tqdm(cells, desc="memory", unit="cell", disable=not options.progress):
+    for model, encoding, phase, length in progress_bar(cells, desc="memory", unit="cell", disable=not options.progress):
         spec = dict(model=model, encoding=encoding, phase=phase, length=length, shape=shape, batch=options.batch)
         spec.update(device=options.device, threads=options.threads)
         result["cells"].append({**spec, **_probe(spec, options.timeout, options.release_freed)})

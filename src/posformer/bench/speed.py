@@ -21,7 +21,6 @@ from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
-from tqdm import tqdm
 
 import posformer as pf
 from posformer.bench.flops import forward_flops_per_token, train_flops_per_token
@@ -30,6 +29,7 @@ from posformer.bench.runtime import PRECISIONS, Runtime
 from posformer.bench.x_transformers_peer import X_TRANSFORMERS_REQUIREMENT, XTransformersLM, x_transformers_available
 from posformer.train.optim import adamw
 from posformer.utils.options import check_options, option
+from posformer.utils.progress import progress_bar
 from posformer.utils.validation import check_int
 
 HF_REQUIREMENT = "transformers==4.57.6"
@@ -112,7 +112,7 @@ def measure_interleaved(
 ) -> dict[str, list[float]]:
     """Run the steps in turn (ABAB) warmup + iters times; the seconds of the timed iterations per step."""
     times: dict[str, list[float]] = {name: [] for name in steps}
-    for i in tqdm(range(warmup + iters), desc=desc, unit="iter", disable=not progress):
+    for i in progress_bar(range(warmup + iters), desc=desc, unit="iter", disable=not progress):
         for name, step in steps.items():
             start = time.perf_counter()
             step()

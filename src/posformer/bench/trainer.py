@@ -49,7 +49,6 @@ from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
-from tqdm import tqdm
 
 import posformer as pf
 from posformer.bench.options import ReportOptions
@@ -60,6 +59,7 @@ from posformer.train.optim import adamw
 from posformer.train.settings import TrainerSettings
 from posformer.train.trainer import Trainer
 from posformer.utils.options import check_options, option
+from posformer.utils.progress import progress_bar
 
 NAMES = ("trainer", "plain")
 
@@ -233,7 +233,8 @@ def run(options: TrainerBenchOptions) -> dict[str, Any]:
         initial = pf.Transformer(cfg).float()
         load_start = load_average()
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in NAMES}
-        for _ in tqdm(range(options.repeats), desc="trainer vs plain", unit="repeat", disable=not options.progress):
+        repeats = range(options.repeats)
+        for _ in progress_bar(repeats, desc="trainer vs plain", unit="repeat", disable=not options.progress):
             for name in NAMES:
                 batches = StampedBatches(WindowBatches(ids, options.seq_len, options.seed))
                 start = time.perf_counter()

@@ -31,7 +31,6 @@ import torch
 import yaml
 from safetensors import SafetensorError
 from safetensors.torch import load_file
-from tqdm.auto import tqdm
 
 from posformer.checkpoints.atomic import write_text_atomic
 from posformer.model import Transformer
@@ -52,6 +51,7 @@ from posformer.train.rng import rng_state, seed_everything, set_rng_state
 from posformer.train.settings import TrainerSettings
 from posformer.train.training_checkpoint import CheckpointManager
 from posformer.train.write_errors import RunFileError, describe, writing
+from posformer.utils.progress import progress_bar
 from posformer.utils.user_files import read_yaml_file
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -345,7 +345,7 @@ class Trainer:
         step = self._setup(resume)
         result = FitResult(step)
         self.model.train()
-        bar = tqdm(
+        bar = progress_bar(
             total=s.steps,
             initial=step,
             desc="training",

@@ -18,7 +18,6 @@ from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from posformer.bench.qa.options import QABenchOptions
 from posformer.bench.qa.setup import draw_batches, load_questions, resolve_data, summary
@@ -28,6 +27,7 @@ from posformer.modules.heads import loss_only
 from posformer.tasks.qa.evaluation import QAEvaluator
 from posformer.tasks.qa.predictor import QAPredictor
 from posformer.train.optim import adamw, parameter_groups
+from posformer.utils.progress import progress_bar
 
 NAMES = ("posformer", "hf")
 LABELS = {"posformer": "posformer", "hf": "Hugging Face"}
@@ -103,7 +103,7 @@ def train_both(
     runs = {
         name: Run(model, len(batches), lr, betas, eps, weight_decay, warmup_steps) for name, model in models.items()
     }
-    with tqdm(total=len(batches) * len(runs), desc="training", unit="step", disable=not progress) as bar:
+    with progress_bar(total=len(batches) * len(runs), desc="training", unit="step", disable=not progress) as bar:
         for first in range(0, len(batches), block):
             for name, run in runs.items():
                 bar.set_postfix_str(name)

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from tqdm.auto import tqdm
 
 from posformer import positions
 from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
@@ -53,6 +52,7 @@ from posformer.train.batches import WindowBatches
 from posformer.train.distributed import resolve_device
 from posformer.train.metrics_log import MetricsLog
 from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
+from posformer.utils.progress import ProgressBar, progress_bar
 
 
 class Extension:
@@ -137,9 +137,10 @@ class Extension:
         )
         return scored
 
-    def _bar(self, desc: str, total: int) -> tqdm:
+    def _bar(self, desc: str, total: int) -> ProgressBar:
         """A progress bar of `total` tokens (off with --no-progress)."""
-        return tqdm(total=total, desc=desc, unit="tok", unit_scale=True, dynamic_ncols=True, disable=not self.progress)
+        off = not self.progress
+        return progress_bar(total=total, desc=desc, unit="tok", unit_scale=True, dynamic_ncols=True, disable=off)
 
     def run_method(self, method: str) -> dict[str, dict]:
         """{row: record} for `method`: its eval-time row (not for none) and, for a method that is fine-tuned

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from tqdm.auto import tqdm
 
 from posformer import positions
 from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
@@ -41,6 +40,7 @@ from posformer.train.metrics_log import MetricsLog
 from posformer.train.rng import seed_everything
 from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
 from posformer.utils.options import options
+from posformer.utils.progress import progress_bar
 from posformer.utils.user_files import read_mapping_file
 
 IGNORED_FOR_RESUME = ("positions", "methods", "threads")  # rows (methods) may be added to a finished run
@@ -179,7 +179,7 @@ class Experiment:
         table: dict[str, dict[str, float | None]] = {name: {} for name in self.streams}
         blocks: dict[str, dict[str, dict]] = {name: {} for name in self.streams}
         stride = s.stride or s.train_len // 2
-        bar = tqdm(
+        bar = progress_bar(
             total=sum(
                 tokens_read(streams, n, s.protocol, stride)
                 for n in s.eval_lens

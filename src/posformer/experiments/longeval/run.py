@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from tqdm.auto import tqdm
 
 from posformer import positions
 from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
@@ -26,6 +25,7 @@ from posformer.experiments.longeval.settings import LongevalSettings
 from posformer.experiments.longeval.tasks import get_task, parse_length
 from posformer.model import Transformer
 from posformer.utils.options import check_options
+from posformer.utils.progress import progress_bar
 
 BOOK_CHARS_PER_TOKEN = 8  # characters of each held-out book read per token of the longest length (2 windows' worth)
 BOOK_MIN_CHARS = 200_000
@@ -127,7 +127,7 @@ def run_longeval(settings: LongevalSettings, log: Callable[[str], None] = print)
         write_text_atomic(out / "results.md", report.markdown(results))
 
     total = grid_tokens(s.tasks, lengths, s.depths, s.trials)
-    with tqdm(total=total, desc="longeval", unit="tok", unit_scale=True, disable=not s.progress) as bar:
+    with progress_bar(total=total, desc="longeval", unit="tok", unit_scale=True, disable=not s.progress) as bar:
         suite_grid(
             model, encode, lengths, s.tasks, s.depths, s.trials, s.seed, haystack, s.batch_tokens, bar.update, save
         )
