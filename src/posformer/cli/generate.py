@@ -18,7 +18,12 @@ class GenerateOptions:
     prompt: str = option("\n", "text to continue (default: a newline)")
     max_new_tokens: int = option(200, "tokens generated after the prompt", minimum=0)
     num_beams: int = option(1, "beam search with this many beams (default: 1, no beam search)", minimum=1)
-    temperature: float = option(0.8, "0 means greedy decoding", low=0)
+    temperature: float = option(
+        0.8,
+        "sampling temperature; the default samples (0.8, as nanoGPT's sample.py), where Hugging Face's generate "
+        "is greedy: 0 gives greedy decoding, the same tokens as model.generate() with no options",
+        low=0,
+    )
     top_k: int | None = option(None, "sample from the k likeliest tokens", minimum=0)
     top_p: float | None = option(None, "nucleus sampling mass, in (0, 1]", low=0, high=1, low_open=True)
     seed: int = option(0, "seed of the sampler", minimum=0)
@@ -54,7 +59,8 @@ COMMAND = Command(
     help="continue a prompt with a posformer or Hugging Face checkpoint",
     description="Continue a prompt with a model directory: a posformer checkpoint (`posformer train`, "
     "`posformer convert`) or a Hugging Face one (config.json + weights + tokenizer). Decoding "
-    "runs on the KV cache: sampling when --temperature > 0, greedy at 0, beam search with "
+    "runs on the KV cache: sampling at --temperature 0.8 by default (Hugging Face's generate is greedy by "
+    "default), greedy at --temperature 0, beam search with "
     "--num-beams > 1. An encoder-decoder model (T5, Marian) reads the prompt as its input.",
     add_arguments=lambda parser: add_option_flags(parser, GenerateOptions),
     run=cmd_generate,
