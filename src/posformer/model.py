@@ -419,6 +419,14 @@ class Transformer(Pretrained, nn.Module):
         """Decoder inputs for teacher forcing: labels (B, T) -> (B, T); see `modules.shift_right`."""
         return shift_right(labels, self.cfg)
 
+    def set_activation_checkpointing(self, enabled: bool = True) -> None:
+        """Recompute each block's activations in the backward pass instead of keeping them (`Stack`): training
+        memory then grows with the number of layers times one (B, T, d_model) input each, for about a third more
+        compute. Identical losses and gradients; no effect in eval mode or under no_grad."""
+        for name in ("encoder", "decoder"):
+            if hasattr(self, name):
+                getattr(self, name).activation_checkpointing = enabled
+
     def new_cache(self, capacity: int | None = None) -> Cache:
         """An empty KV cache for the decoder, with room for `capacity` positions at once (None: grown as needed).
         When the decoder's encoding says which keys no later query sees (StreamingLLM), the cache drops them and

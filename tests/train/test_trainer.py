@@ -337,6 +337,18 @@ def test_compiled_training_equals_eager_training(corpus: Path, tmp_path: Path) -
         torch.testing.assert_close(weights[name], tensor, rtol=0, atol=1e-5)
 
 
+def test_activation_checkpointing_trains_the_same_losses_and_weights(corpus: Path, tmp_path: Path) -> None:
+    """trainer.activation_checkpointing recomputes each block in the backward pass, dropout masks included: the
+    same losses and final weights as the plain run."""
+    run_in_process(tiny_run(corpus, 4, dropout=0.1, eval_every=4), tmp_path / "plain")
+    run_in_process(tiny_run(corpus, 4, dropout=0.1, eval_every=4, activation_checkpointing=True), tmp_path / "ckpt")
+    plain, checkpointed = losses(tmp_path / "plain"), losses(tmp_path / "ckpt")
+    assert [s for s, _ in checkpointed] == [1, 2, 3, 4] and checkpointed == plain
+    weights = final_weights(tmp_path / "ckpt", 4)
+    for name, tensor in final_weights(tmp_path / "plain", 4).items():
+        torch.testing.assert_close(weights[name], tensor, rtol=0, atol=1e-6)
+
+
 def test_training_steps_ask_a_token_head_for_the_loss_alone(
     corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -30,6 +30,7 @@ from posformer.utils.progress import progress_bar
 PHASES = ("forward", "train")
 MMAP_THRESHOLD = 2**20
 BASELINE = "none"
+CHECKPOINTED = {"posformer": "checkpointed", "hf": "hf checkpointed"}  # a model kind -> the same, checkpointed
 
 
 @dataclass
@@ -63,6 +64,11 @@ class MemoryOptions(ReportOptions):
         "also measure each encoding that has a bias with the bias computed whole, in one piece, at every length (the "
         "path before blocks of queries; rows 'NAME whole'), its memory and seconds beside the blocks'",
     )
+    activation_checkpointing: bool = option(
+        False,
+        "also measure each training step with activation checkpointing (rows 'NAME checkpointed': "
+        "Transformer.set_activation_checkpointing; Hugging Face's gradient_checkpointing_enable for its models)",
+    )
     release_freed: bool = option(
         False,
         f"run each cell with MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD} (glibc): blocks above 1 MiB come from mmap "
@@ -85,7 +91,15 @@ def run(options: MemoryOptions) -> dict[str, Any]:
     if options.whole_bias:
         models += [("whole", name) for name in names if registry.get(name).has_bias()]
     models += [("hf", name) for name in names if options.peers and name in PEERS]
-    cells = [(m, e, phase, n) for phase in options.phases for m, e in models for n in options.lengths]
+    if options.activation_checkpointing:
+        models += [(CHECKPOINTED[m], e) for m, e in models if m in CHECKPOINTED]
+    cells = [
+        (m, e, phase, n)
+        for phase in options.phases
+        for m, e in models
+        for n in options.lengths
+        if phase == "train" or m not in CHECKPOINTED.values()
+    ]
     result = {"shape": shape, "batch": options.batch, "device": options.device, "threads": options.threads}
     result["release_freed"] = options.release_freed
     result.update(lengths=list(options.lengths), phases=list(options.phases), cells=[])
@@ -136,7 +150,13 @@ def table(result: dict[str, Any], phase: str, value: str = "peak_mb") -> list[st
         "|---|" + "---:|" * (len(lengths) + 1),
     ]
     for model, encoding in rows:
-        label = {"posformer": encoding, "whole": f"{encoding} whole", "hf": f"HF {encoding}"}[model]
+        label = {
+            "posformer": encoding,
+            "whole": f"{encoding} whole",
+            "hf": f"HF {encoding}",
+            "checkpointed": f"{encoding} checkpointed",
+            "hf checkpointed": f"HF {encoding} checkpointed",
+        }[model]
         values = [_cell(cells.get((model, encoding, n)), value) for n in lengths]
         measured = cells.get((model, encoding, longest), {}).get(value)
         ratio = f"{measured / base:.2f}" if measured is not None and base else "n/a"

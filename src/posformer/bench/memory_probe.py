@@ -3,7 +3,8 @@ or a training step adds above the built model.
 
     python -m posformer.bench.memory_probe '{"model": "posformer", "encoding": "t5", "length": 4096, ...}'
 
-model: "posformer", "whole" (posformer's with every bias computed in one piece, never in blocks) or "hf".
+model: "posformer", "whole" (posformer's with every bias computed in one piece, never in blocks), "hf", or
+"checkpointed" / "hf checkpointed" (posformer's / Hugging Face's with activation checkpointing).
 
 prints one JSON line: {"peak_mb": ..., "seconds": ...}, or {"error": "..."} when the step fails (out of memory). On
 the CPU the peak is the process's resident high-water mark (`ru_maxrss`) after the step minus the one before it, so
@@ -84,8 +85,12 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     torch.manual_seed(0)
     if spec["model"] == "whole":  # this process alone: every bias computed in one piece, as before the blocks
         bias_blocks.BIAS_BYTES[device.type] = (2**62, 2**62)
-    build = hf_model if spec["model"] == "hf" else posformer_model
+    build = hf_model if spec["model"] in ("hf", "hf checkpointed") else posformer_model
     model = build(spec["encoding"], spec["shape"], spec["length"]).to(device)
+    if spec["model"] == "checkpointed":
+        model.set_activation_checkpointing(True)
+    elif spec["model"] == "hf checkpointed":
+        model.gradient_checkpointing_enable()
     ids = torch.randint(0, spec["shape"]["vocab"], (spec.get("batch", 1), spec["length"]), device=device)
     train = spec["phase"] == "train"
     model.train(train)

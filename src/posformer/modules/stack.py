@@ -7,10 +7,13 @@ each block its layer's config, encoding and index.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from contextlib import ExitStack
+from functools import partial
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from posformer import positions
 from posformer.config import Config
@@ -31,7 +34,13 @@ class Stack(nn.Module):
     `layer_positions`, one for each other encoding or parameters that `Config.layer_settings` give, under the
     first label that gives them: layers with the same position settings share one encoding) and hands each
     block its layer's encoding, layer index and config when it builds it.
+
+    `activation_checkpointing` (off by default; `Transformer.set_activation_checkpointing`): while training, each
+    block keeps only its input for the backward pass and runs again there (`torch.utils.checkpoint`), so that
+    the activations kept grow with the layers' inputs alone, at the cost of a second forward of each block.
     """
+
+    activation_checkpointing = False
 
     def __init__(self, cfg: Config, n_layers: int, causal: bool, cross: bool, alpha: float = 1.0) -> None:
         super().__init__()
@@ -103,6 +112,24 @@ class Stack(nn.Module):
 
         return seen
 
+    def _checkpointed(
+        self, run: Callable[..., tuple[Tensor, list[Tensor]]], x: Tensor, router_logits: list[Tensor] | None
+    ) -> tuple[Tensor, list[Tensor]]:
+        """run(x) keeping only x for the backward pass, which runs the block again (`activation_checkpointing`).
+        The recomputation sees the encodings' per-forward memo as the block first saw it, so it repeats the same
+        operations; the router logits it appends again go to a list nobody reads."""
+        memos = [e.memo_snapshot() for e in self.encodings]
+        lists = iter([router_logits])
+
+        def again(x: Tensor) -> tuple[Tensor, list[Tensor]]:
+            with ExitStack() as scopes:
+                for encoding, memo in zip(self.encodings, memos):
+                    scopes.enter_context(encoding.memo_restored(memo))
+                logits = next(lists, None if router_logits is None else [])
+                return run(x, router_logits=logits)
+
+        return checkpoint(again, x, use_reentrant=False)
+
     def forward(
         self,
         x: Tensor,
@@ -136,19 +163,23 @@ class Stack(nn.Module):
         with ExitStack() as scopes:
             for encoding in self.encodings:
                 scopes.enter_context(encoding.forward_scope())
+            checkpointed = self.activation_checkpointing and self.training and torch.is_grad_enabled()
             for i, block in enumerate(self.layers):
-                x, w = block(
-                    x,
-                    masks[block.reach],
-                    pos,
+                run = partial(
+                    block,
+                    mask=masks[block.reach],
+                    pos=pos,
                     cache=None if cache is None else cache.self_attn[i],
                     memory=memory,
                     memory_mask=memory_mask,
                     memory_cache=None if cache is None else cache.cross_attn[i],
                     need_weights=need_weights,
                     packing=packing,
-                    router_logits=router_logits,
                 )
+                if checkpointed and cache is None:
+                    x, w = self._checkpointed(run, x, router_logits)
+                else:
+                    x, w = run(x, router_logits=router_logits)
                 weights.extend(w)
         if self.norm is not None:
             x = self.norm(x)

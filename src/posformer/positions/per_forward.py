@@ -38,6 +38,20 @@ class PerForward:
         finally:
             self._per_forward = outer
 
+    def memo_snapshot(self) -> dict[Hashable, tuple[Any, Any, Any]] | None:
+        """What this forward has computed so far (a copy; None outside `forward_scope`)."""
+        return None if self._per_forward is None else dict(self._per_forward)
+
+    @contextmanager
+    def memo_restored(self, snapshot: dict[Hashable, tuple[Any, Any, Any]] | None) -> Iterator[None]:
+        """Run with a copy of `snapshot` as the memo: a checkpointed layer recomputed in the backward pass then
+        finds what it found in the forward (and so runs the same operations), after the scope has closed."""
+        outer, self._per_forward = self._per_forward, None if snapshot is None else dict(snapshot)
+        try:
+            yield
+        finally:
+            self._per_forward = outer
+
     def per_forward(
         self, key: Hashable, q_pos: Tensor, k_pos: Tensor, compute: Callable[[Tensor, Tensor], Result]
     ) -> Result:

@@ -33,6 +33,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from posformer.checkpoints.atomic import write_text_atomic
+from posformer.checkpoints.native import config_json as checkpoint_config_json
 from posformer.model import Transformer
 from posformer.modules.heads import loss_only
 from posformer.train import distributed
@@ -121,6 +122,12 @@ class Trainer:
         if settings.precision == "fp16" and distributed.resolve_device(settings.device).type != "cuda":
             raise ValueError("trainer.precision='fp16' needs a CUDA device (its grad scaler); use bf16 or fp32 on CPU")
         self.model, self.batches, self.settings = model, batches, settings
+        if settings.activation_checkpointing:
+            if not hasattr(model, "set_activation_checkpointing"):
+                raise ValueError(
+                    f"trainer.activation_checkpointing=true needs a posformer Transformer, not a {type(model).__name__}"
+                )
+            model.set_activation_checkpointing(True)
         self.output_dir = Path(output_dir)
         check_output_dir(self.output_dir)
         self.evaluate_fn, self.run_config, self.extra_files = evaluate, run_config, extra_files or {}
@@ -251,7 +258,7 @@ class Trainer:
             }
             if self.run_config is not None:
                 state["run_config"] = json.dumps(plain(self.run_config))
-            config_json = json.dumps({"posformer": self.model.cfg.to_dict()}, indent=2) + "\n"
+            config_json = checkpoint_config_json(self.model.cfg)
             try:
                 path = self.checkpoints.save(step, weights, config_json, state, self.extra_files)
             except (OSError, SafetensorError) as err:  # safetensors reports its I/O errors as its own type
