@@ -27,6 +27,16 @@ def test_save_pretrained_with_a_tokenizer_loads_back_the_same_model_and_ids(tmp_
     assert pf.load_tokenizer(written)("a position encoding")["input_ids"] == ids[0].tolist()
 
 
+def test_posformers_own_tokenizer_is_saved_beside_the_model(tmp_path) -> None:
+    from transformers import AutoTokenizer
+
+    from posformer.data.text import ByteTokenizer
+
+    model = pf.Transformer(tiny("decoder", vocab_size=256))
+    written = model.save_pretrained(tmp_path / "bytes", tokenizer=ByteTokenizer())
+    assert AutoTokenizer.from_pretrained(written)("héllo")["input_ids"] == list("héllo".encode())
+
+
 def test_a_tokenizer_without_save_pretrained_is_refused_by_name(tmp_path) -> None:
     model = pf.Transformer(tiny("decoder"))
     with pytest.raises(TypeError, match=r"save_pretrained: tokenizer is a str; expected an object with"):

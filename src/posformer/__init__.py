@@ -1,12 +1,12 @@
 """posformer: Transformers from clean, interchangeable parts, with every position encoding behind one interface."""
 
-from posformer import hf, positions, qa
+from posformer import hf, positions
 from posformer.config import Config
 from posformer.hf import from_hf, load_tokenizer, to_hf
+from posformer.loading import load_model as load
 from posformer.model import Transformer
 from posformer.modules.cache import Cache
 from posformer.modules.outputs import ModelOutput
-from posformer.pretrained import load
 from posformer.sentence_embeddings import sentence_embeddings
 
 __version__ = "0.1.0"
@@ -19,7 +19,6 @@ __all__ = [
     "load",
     "positions",
     "hf",
-    "qa",
     "from_hf",
     "to_hf",
     "load_tokenizer",

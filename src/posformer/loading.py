@@ -21,15 +21,17 @@ from typing import Protocol
 import torch
 
 from posformer.checkpoints.manifest import verify_if_present
-from posformer.checkpoints.model_dir import OutsideModelDir, model_file, read_json
-from posformer.checkpoints.native import CONFIG_FILE, load_pretrained
+from posformer.checkpoints.model_dir import model_file, read_json
+from posformer.checkpoints.native import CONFIG_FILE, load_pretrained, read_config
+from posformer.config import Config
 from posformer.data.text import CharTokenizer
-from posformer.hf.api import from_hf, load_tokenizer
+from posformer.hf.api import config_from_hf_file, from_hf, load_tokenizer
+from posformer.hf.char_byte_tokenizers import char_tokenizer, stored_chars, tokenizer_files
+from posformer.hf.hf_checkpoint import read_config as read_hf_config
 from posformer.hf.hf_checkpoint import resolve
 from posformer.model import Transformer
 
 log = logging.getLogger(__name__)
-TOKENIZER_JSON = "tokenizer.json"
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -53,7 +55,8 @@ class TextTokenizer(Protocol):
 
 
 class HFTextTokenizer:
-    """A `transformers` tokenizer seen as text <-> ids: special tokens added on encode, dropped on decode."""
+    """A `transformers` tokenizer seen as text <-> ids: special tokens added on encode, dropped on decode
+    (posformer's byte-level tokenizer has none: its ids are the UTF-8 bytes, and decoding gives the text back)."""
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
@@ -97,7 +100,9 @@ def checkpoint_dir(directory: Path) -> Path:
 def load_model(
     path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None, device: str | None = None
 ) -> Transformer:
-    """A posformer checkpoint (`save_pretrained`) or a Hugging Face one (`from_hf`), in eval mode.
+    """A posformer checkpoint (`save_pretrained`) or a Hugging Face one (`from_hf`), in eval mode: a model dir, a
+    training run (its newest valid checkpoint), a checkpoint folder, or a Hugging Face dir or Hub id. Public as
+    `posformer.load` and `Transformer.from_pretrained`.
 
     A directory with a manifest.json (a training checkpoint) is verified against it first; every file is
     read through `model_dir.model_file`.
@@ -109,22 +114,23 @@ def load_model(
     return from_hf(directory, dtype=dtype, device=device)
 
 
-def _is_char_tokenizer(directory: Path) -> bool:
-    try:
-        return read_json(directory, TOKENIZER_JSON).get("type") == "char"
-    except OutsideModelDir:
-        raise
-    except (ValueError, OSError):
-        return False
+def load_config(path_or_hub_id: str | os.PathLike) -> tuple[Config, Path]:
+    """The `Config` of what `load_model` would load, and the directory it reads, without reading any weights: a
+    posformer config.json, or a Hugging Face one mapped by its family (`from_hf`'s mapping)."""
+    directory = checkpoint_dir(resolve(path_or_hub_id))
+    if is_posformer_checkpoint(directory):
+        return read_config(directory), directory
+    cfg, _ = config_from_hf_file(read_hf_config(directory), str(directory))
+    return cfg, directory
 
 
 def load_text_tokenizer(path_or_hub_id: str | os.PathLike) -> TextTokenizer:
-    """The tokenizer stored beside a model: posformer's character tokenizer, or a Hugging Face one."""
+    """The tokenizer stored beside a model: posformer's character tokenizer (either file form, see
+    `hf.char_byte_tokenizers`; a character outside its vocabulary is an error), or a Hugging Face one."""
     directory = checkpoint_dir(resolve(path_or_hub_id))
-    char_file = model_file(directory, TOKENIZER_JSON)
-    if char_file.is_file() and _is_char_tokenizer(directory):
-        verify_if_present(directory, only=(TOKENIZER_JSON,))
-        return CharTokenizer.load(char_file)
+    found = stored_chars(directory)
+    if found is not None:
+        return CharTokenizer(found.chars)
     return HFTextTokenizer(load_tokenizer(directory))
 
 
@@ -138,14 +144,22 @@ def tokenizer_paths(source: Path) -> dict[str, Path]:
 
 
 def copy_tokenizer_files(source: Path, out_dir: Path, hf_only: bool = False) -> list[str]:
-    """Copy the tokenizer files of `source` into `out_dir`; `hf_only` skips posformer's character tokenizer.
+    """Copy the tokenizer files of `source` into `out_dir`; returns their names.
 
-    Each is read through `tokenizer_paths`: a symlink to a file outside `source` is refused, never copied.
+    `hf_only`: every file written is one Hugging Face reads: the `{"type": "char"}` tokenizer.json of a run
+    trained before posformer wrote Hugging Face files is written in that form instead (tokenizer.json and
+    tokenizer_config.json, the same ids). Each file is read through `tokenizer_paths`: a symlink to a file outside
+    `source` is refused, never copied.
     """
-    copied = []
-    for name, path in tokenizer_paths(source).items():
-        if hf_only and name == TOKENIZER_JSON and _is_char_tokenizer(source):
-            continue
-        shutil.copyfile(path, out_dir / name)
-        copied.append(name)
-    return copied
+    paths = tokenizer_paths(source)
+    found = stored_chars(source) if hf_only else None
+    written = tokenizer_files(char_tokenizer(found.chars)) if found is not None and found.legacy else {}
+    for name, text in written.items():
+        (out_dir / name).write_text(text, encoding="utf-8")
+    for name, path in paths.items():
+        if name not in written:
+            shutil.copyfile(path, out_dir / name)
+    return list(written) + [name for name in paths if name not in written]
+
+
+Transformer.loader = staticmethod(load_model)  # `Transformer.from_pretrained` (see `posformer.pretrained`)

@@ -1,18 +1,20 @@
-"""The public way to load and save models, as a Hugging Face user expects it.
+"""The Hugging Face way to save and load a model, on the model itself:
 
-    model = posformer.load("runs/demo-lm")            # a run, a checkpoint, a model dir, an HF dir or Hub id
-    model = posformer.Transformer.from_pretrained(path)  # the same
-    model.save_pretrained("my-model", tokenizer=tok)   # config.json + model.safetensors (+ the tokenizer's files)
-    model.config                                       # the Config (also `.cfg`)
+    model.save_pretrained("my-model", tokenizer=tok)    # config.json + model.safetensors (+ the tokenizer's files)
+    model = Transformer.from_pretrained("runs/demo-lm") # as posformer.load: a run, a checkpoint, a model dir, HF
+    model.config                                        # the Config (also `.cfg`)
 
-What a path may be is `loading.load_model`'s to decide, the one loader the commands use too.
+The model declares these; the file formats belong to the layers above it, which install the two functions that
+do the work when they are imported (and `import posformer` imports them): `checkpoints.native.save_pretrained`
+as `saver`, `loading.load_model` as `loader`.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -21,20 +23,12 @@ if TYPE_CHECKING:
     from posformer.model import Transformer
 
 
-def load(
-    path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None, device: str | None = None
-) -> "Transformer":
-    """Any model posformer reads, in eval mode: a training run (its newest valid checkpoint), a checkpoint folder,
-    a `save_pretrained` directory, or a Hugging Face model directory or Hub id (`from_hf`)."""
-    from posformer.loading import load_model
-
-    return load_model(path_or_hub_id, dtype=dtype, device=device)
-
-
 class Pretrained:
-    """`config`, `save_pretrained` and `from_pretrained` for `Transformer`."""
+    """`config`, `save_pretrained` and `from_pretrained` for `Transformer` (see the module docstring)."""
 
     cfg: "Config"
+    saver: ClassVar[Callable[..., Path]]
+    loader: ClassVar[Callable[..., Any]]
 
     @property
     def config(self) -> "Config":
@@ -45,14 +39,12 @@ class Pretrained:
         """Write config.json and model.safetensors into `out_dir` (each file moved into place whole), and the
         tokenizer's files beside them when one is given (anything with `save_pretrained(directory)`: a
         `transformers` tokenizer, or posformer's own). `posformer.load` reads the directory back."""
-        from posformer.checkpoints.native import save_pretrained
-
         if tokenizer is not None and not callable(getattr(tokenizer, "save_pretrained", None)):
             raise TypeError(
                 f"save_pretrained: tokenizer is a {type(tokenizer).__name__}; expected an object with "
                 "save_pretrained(directory), such as a transformers tokenizer"
             )
-        written = save_pretrained(self, out_dir)
+        written = type(self).saver(self, out_dir)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(written))
         return written
@@ -61,5 +53,6 @@ class Pretrained:
     def from_pretrained(
         cls, path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None, device: str | None = None
     ) -> "Transformer":
-        """`posformer.load(path_or_hub_id, dtype, device)`."""
-        return load(path_or_hub_id, dtype=dtype, device=device)
+        """Any model posformer reads, in eval mode, as `posformer.load` (a training run, a checkpoint folder, a
+        model dir, a Hugging Face dir or Hub id)."""
+        return cls.loader(path_or_hub_id, dtype=dtype, device=device)

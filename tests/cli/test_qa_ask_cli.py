@@ -12,6 +12,7 @@ import posformer as pf
 from posformer.checkpoints.native import save_pretrained
 from posformer.cli import main
 from posformer.cli.program import build_parser
+from posformer.tasks.qa import pipeline
 from tests.conftest import tiny
 from tiny_bert import save_tiny_bert
 from tiny_qa import CONTEXT, GOLD, train_tiny_qa
@@ -51,7 +52,7 @@ def test_ask_answers_the_trained_questions(run, capsys):
 
 
 def test_the_python_pipeline_answers_as_qa_ask_does(run, capsys):
-    qa = pf.qa.pipeline(run)
+    qa = pipeline(run)
     said = [qa(question=question, context=CONTEXT).answer for question in GOLD]
     assert said == list(GOLD.values())
     records = [{"question": question, "context": CONTEXT} for question in GOLD]

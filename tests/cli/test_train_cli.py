@@ -42,8 +42,8 @@ def test_shipped_corpus_and_char_tokenizer_round_trip(tmp_path) -> None:
     assert text.startswith("First Citizen:") and len(text) == 300_000
     tokenizer = CharTokenizer.from_text(text)
     assert tokenizer.decode(tokenizer.encode(text[:500])) == text[:500]
-    tokenizer.save(tmp_path / "tok.json")
-    assert CharTokenizer.load(tmp_path / "tok.json").chars == tokenizer.chars
+    tokenizer.save_pretrained(tmp_path / "tok")
+    assert CharTokenizer.load(tmp_path / "tok").chars == tokenizer.chars
     with pytest.raises(ValueError, match="not in the tokenizer"):
         tokenizer.encode("€")
 
@@ -100,6 +100,23 @@ def test_cli_reports_bad_input_clearly(tmp_path, capsys) -> None:
 def test_info_command(capsys) -> None:
     assert main(["info", "--preset", "gpt2"]) == 0
     assert "124,439,808" in capsys.readouterr().out
+
+
+def test_info_reads_the_config_of_a_model_dir_and_a_hugging_face_dir(tmp_path, capsys) -> None:
+    from tiny_bert import save_tiny_bert
+
+    model = pf.Transformer(pf.Config.preset("llama", vocab_size=97, d_model=32, n_layers=2, n_heads=4, d_ff=64))
+    model.save_pretrained(tmp_path / "mine")
+    bert = save_tiny_bert(tmp_path / "bert")
+    for path, total in ((tmp_path / "mine", model.num_parameters()), (bert, pf.load(bert).num_parameters())):
+        capsys.readouterr()
+        assert main(["info", str(path)]) == 0
+        printed = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("total")]
+        assert printed == [["total", f"{total:,}"]]
+    assert main(["info", str(tmp_path / "missing")]) == 2
+    assert "missing does not exist" in capsys.readouterr().err
+    assert main(["info", str(tmp_path / "mine"), "--preset", "gpt2"]) == 2
+    assert "give exactly one of MODEL, --preset NAME or --config FILE" in capsys.readouterr().err
 
 
 def test_every_command_has_help(capsys) -> None:

@@ -49,7 +49,7 @@ def save_run(directory: Path, position: str, **params) -> Path:
         for p in model.parameters():
             p.normal_(0.0, 0.5)  # far from init, so wrong indexing cannot pass by accident
     save_pretrained(model, directory)
-    tokenizer.save(directory / "tokenizer.json")
+    tokenizer.save_pretrained(directory)
     return directory
 
 

@@ -36,7 +36,7 @@ def save_pretrained(model: Transformer, out_dir: str | Path, extra_files: dict[s
     try:
         save_model(model, str(staging / WEIGHTS_FILE))
         with_umask_mode(staging / WEIGHTS_FILE)
-        (staging / CONFIG_FILE).write_text(json.dumps({"posformer": model.cfg.to_dict()}, indent=2) + "\n")
+        (staging / CONFIG_FILE).write_text(config_json(model.cfg))
         for name, text in (extra_files or {}).items():
             (staging / name).write_text(text)
         for item in staging.iterdir():
@@ -44,6 +44,11 @@ def save_pretrained(model: Transformer, out_dir: str | Path, extra_files: dict[s
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out_dir
+
+
+def config_json(cfg: Config) -> str:
+    """The text of a posformer config.json: {"posformer": the Config's fields}."""
+    return json.dumps({"posformer": cfg.to_dict()}, indent=2) + "\n"
 
 
 def read_config(model_dir: str | Path) -> Config:
@@ -129,3 +134,6 @@ def load_pretrained(model_dir: str | Path, device: str | None = None) -> Transfo
     except (SafetensorError, OSError) as err:
         raise ValueError(f"{weights_path} cannot be read as safetensors: {err}") from err
     return model
+
+
+Transformer.saver = staticmethod(save_pretrained)  # `Transformer.save_pretrained` (see `posformer.pretrained`)

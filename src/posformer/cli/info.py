@@ -1,4 +1,5 @@
-"""`posformer info`: a model's layers, parameters, position encoding and FLOPs per token, from a preset or config."""
+"""`posformer info`: a model's layers, parameters, position encoding and FLOPs per token, from a model (a run,
+a checkpoint, a model dir, a Hugging Face dir or Hub id), a preset or a config file."""
 
 from __future__ import annotations
 
@@ -13,8 +14,13 @@ from posformer.utils.options import option
 
 @dataclass
 class InfoOptions:
-    """The options of `posformer info`: exactly one of preset and config."""
+    """The options of `posformer info`: exactly one of model, preset and config."""
 
+    model: str | None = option(
+        None,
+        "a training run, checkpoint folder, model dir, Hugging Face dir or Hub id (its config alone is read)",
+        flag="MODEL",
+    )
     preset: str | None = option(None, "a named configuration", choices=preset_names())
     config: str | None = option(None, "a config file (.json, .yaml) written by Config.save")
     context: int | None = option(None, "context length for the FLOPs count (default: max_positions)", minimum=1)
@@ -25,9 +31,16 @@ def cmd_info(args: argparse.Namespace) -> int:
     from posformer.summary import describe
 
     options = options_from_args(InfoOptions, args)
-    if (options.preset is None) == (options.config is None):
-        raise SystemExit("posformer info: give exactly one of --preset NAME or --config FILE")
-    cfg = Config.preset(options.preset) if options.preset else Config.load(options.config)
+    given = [name for name in ("model", "preset", "config") if getattr(options, name) is not None]
+    if len(given) != 1:
+        raise ValueError("give exactly one of MODEL, --preset NAME or --config FILE")
+    if options.model is not None:
+        from posformer.loading import load_config
+
+        cfg, directory = load_config(options.model)
+        print(f"{options.model}: {directory}")
+    else:
+        cfg = Config.preset(options.preset) if options.preset else Config.load(options.config)
     print(describe(cfg, options.context))
     return 0
 
@@ -35,8 +48,9 @@ def cmd_info(args: argparse.Namespace) -> int:
 COMMAND = Command(
     "info",
     help="summarise a model: layers, parameters, position encoding, FLOPs/token",
-    description="Print a model's layers, parameters per component, position encoding and FLOPs per token. "
-    "Nothing is allocated, so large presets are fine.",
+    description="Print a model's layers, parameters per component, position encoding and FLOPs per token, for "
+    "a trained model (a run dir stands for its newest valid checkpoint), a Hugging Face model, a preset or a "
+    "config file. Only the config is read and nothing is allocated, so large models are fine.",
     add_arguments=lambda parser: add_option_flags(parser, InfoOptions),
     run=cmd_info,
 )

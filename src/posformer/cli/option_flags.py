@@ -65,7 +65,8 @@ def add_option_flags(
         must = opt.name in required or default is MISSING
         made_options = _flag_options(opt, default, must, checked, unset)
         if _positional(opt):  # argparse names a positional's value by its dest and takes no `required`
-            made_options.pop("required", None)
+            if not made_options.pop("required", False) and "nargs" not in made_options:
+                made_options["nargs"] = "?"  # a positional with a default may be left out
             target.add_argument(made_options.pop("dest"), **{"metavar": opt.spec.flag, **made_options})
         else:
             target.add_argument(*_spellings(opt, underscored), **made_options)

@@ -1,12 +1,18 @@
-"""Plain-text corpora for causal language modelling, with a character-level tokenizer."""
+"""Plain-text corpora for causal language modelling, with posformer's own tokenizers: one id per character
+(`CharTokenizer`) or per UTF-8 byte (`ByteTokenizer`). Both save Hugging Face tokenizer files that
+`transformers.AutoTokenizer` reads with the same ids (`posformer.hf.char_byte_tokenizers`)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 from torch import Tensor
+
+from posformer.checkpoints.model_dir import model_file
+from posformer.hf.char_byte_tokenizers import byte_tokenizer, char_tokenizer, parse_chars, tokenizer_files
+from posformer.hf.tokenizer_files import TOKENIZER_JSON
+from posformer.utils.user_files import read_json_file
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
 
@@ -59,26 +65,55 @@ class CharTokenizer:
     def decode(self, ids: list[int]) -> str:
         return "".join(self.chars[i] for i in ids)
 
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps({"type": "char", "chars": self.chars}, ensure_ascii=False))
+    def files(self) -> dict[str, str]:
+        """{file name: text}: Hugging Face's tokenizer.json and tokenizer_config.json for this vocabulary."""
+        return tokenizer_files(char_tokenizer(self.chars))
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """Write `files()` into `directory` (created if missing)."""
+        _write(directory, self.files())
 
     @classmethod
     def load(cls, path: str | Path) -> "CharTokenizer":
-        from posformer.utils.user_files import read_json_file
-
+        """From a tokenizer.json (or the directory holding one) that `save_pretrained` wrote, or the `{"type": "char",
+        "chars": [...]}` file of runs trained before; errors name the file."""
+        if Path(path).is_dir():
+            path = model_file(path, TOKENIZER_JSON)
         data = read_json_file(path, "tokenizer file")
-        chars = data.get("chars") if isinstance(data, dict) else None
-        if (
-            not isinstance(chars, list)
-            or data.get("type") != "char"
-            or not all(isinstance(c, str) and len(c) == 1 for c in chars)
-            or len(set(chars)) != len(chars)
-        ):
+        found = parse_chars(data, path) if isinstance(data, dict) else None
+        if found is None:
             raise ValueError(
-                f'{path} is not a posformer character tokenizer file: expected {{"type": "char", '
-                '"chars": [distinct single characters]}'
+                f"{path} is not a posformer character tokenizer file: expected the tokenizer.json that "
+                'CharTokenizer.save_pretrained writes, or {"type": "char", "chars": [distinct single characters]}'
             )
-        return cls(chars)
+        return cls(found.chars)
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as ids 0..255; decoding replaces invalid UTF-8 with U+FFFD."""
+
+    vocab_size = 256
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(ids).decode("utf-8", errors="replace")
+
+    def files(self) -> dict[str, str]:
+        """{file name: text}: Hugging Face's byte-level tokenizer.json (token id b is byte b) and its config."""
+        return tokenizer_files(byte_tokenizer())
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """Write `files()` into `directory` (created if missing)."""
+        _write(directory, self.files())
+
+
+def _write(directory: str | Path, files: dict[str, str]) -> None:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (directory / name).write_text(text, encoding="utf-8")
 
 
 class TokenStream:

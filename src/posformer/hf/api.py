@@ -13,6 +13,7 @@ import torch
 
 from posformer.checkpoints.manifest import verify_if_present
 from posformer.config import Config
+from posformer.hf.char_byte_tokenizers import char_tokenizer, fast_tokenizer, stored_chars
 from posformer.hf.config_kinds import check_hf_config_kinds
 from posformer.hf.family import FAMILIES, Family, UnsupportedCheckpoint, family_for, supported
 from posformer.hf.hf_checkpoint import CONFIG, CheckpointError, read_config, read_state, resolve, write_checkpoint
@@ -206,11 +207,16 @@ def load_tokenizer(path_or_hub_id: str | os.PathLike):
     """The tokenizer stored in a checkpoint directory, as a `transformers` fast tokenizer.
 
     Reads `tokenizer.json` (or the slow files transformers converts, such as
-    T5's `spiece.model`) with `AutoTokenizer`; a Hub id is downloaded when online.
+    T5's `spiece.model`) with `AutoTokenizer`; a Hub id is downloaded when online. posformer's own
+    character and byte tokenizers are such files; the `{"type": "char"}` tokenizer.json of a run trained
+    before they were is read as the same vocabulary (`char_byte_tokenizers`).
     The files are checked first (`tokenizer_files.check_tokenizer_dir`): one that leads outside the
     directory, or a corrupt one, is a `ValueError` naming it.
     """
     directory = resolve(path_or_hub_id)
+    found = stored_chars(directory)
+    if found is not None and found.legacy:
+        return fast_tokenizer(char_tokenizer(found.chars))
     overrides = check_tokenizer_dir(directory)
     try:
         from transformers import AutoTokenizer

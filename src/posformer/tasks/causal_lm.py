@@ -7,14 +7,13 @@ the ~2-minute demo on the shipped Tiny Shakespeare sample.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import torch
 
 from posformer.config import Config
-from posformer.data.text import CharTokenizer, TokenStream, read_text
+from posformer.data.text import ByteTokenizer, CharTokenizer, TokenStream, read_text
 from posformer.loading import HFTextTokenizer
 from posformer.model import Transformer
 from posformer.presets import preset_fields
@@ -27,29 +26,14 @@ from posformer.train.trainer import FitResult, Trainer, check_output_dir
 from posformer.utils.validation import is_int
 
 
-class ByteTokenizer:
-    """UTF-8 bytes as ids 0..255."""
-
-    vocab_size = 256
-
-    def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
-
-    def decode(self, ids: list[int]) -> str:
-        return bytes(ids).decode("utf-8", errors="replace")
-
-
 def build_tokenizer(data: DataSettings, train_text: str):
-    """(tokenizer, vocab_size, files to save beside the model) for `data.tokenizer`."""
-    if data.tokenizer == "char":
-        tokenizer = CharTokenizer.from_text(train_text)
-        return (
-            tokenizer,
-            tokenizer.vocab_size,
-            {"tokenizer.json": json.dumps({"type": "char", "chars": tokenizer.chars})},
-        )
-    if data.tokenizer == "bytes":
-        return ByteTokenizer(), 256, {}
+    """(tokenizer, vocab_size, files to save beside the model) for `data.tokenizer`.
+
+    The files of "char" and "bytes" are Hugging Face tokenizer files (`AutoTokenizer` reads them with the same ids).
+    """
+    if data.tokenizer in ("char", "bytes"):
+        tokenizer = CharTokenizer.from_text(train_text) if data.tokenizer == "char" else ByteTokenizer()
+        return tokenizer, tokenizer.vocab_size, tokenizer.files()
     if not Path(data.tokenizer).is_dir():
         raise ValueError(
             f"data.tokenizer={data.tokenizer!r}: expected 'char', 'bytes' or a directory holding a "

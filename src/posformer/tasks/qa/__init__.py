@@ -15,5 +15,27 @@
 | squad_metric | the official SQuAD v2.0 evaluation (exact match, F1, HasAns/NoAns, best thresholds) |
 | feature_batches | deterministic, resumable, shardable batches of precomputed feature rows |
 | resume | `qa train --resume`: which options a resumed run applies or refuses |
-| ask | `qa ask`: ask a trained model about a text |
+| ask | `qa ask`: ask a trained model about a text; `pipeline`, the same from Python |
+
+    from posformer.tasks.qa import pipeline
+    qa = pipeline("runs/qa")                 # a `qa train` run, a checkpoint or a model dir; loaded once
+    qa(question="Who wrote it?", context="It was written by Ada.").answer
+    qa([{"question": ..., "context": ...}, ...])   # a list of `Answer`s, in order
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from posformer.tasks.qa.ask import QuestionAnswerer
+    from posformer.tasks.qa.options import QAJobOptions
+
+
+def pipeline(path: str | Path, options: "QAJobOptions | None" = None) -> "QuestionAnswerer":
+    """The QA model at `path`, loaded once, to call as Hugging Face's `pipeline("question-answering")` is called:
+    with question= and context=, or a list of {"question", "context"} records (`ask.QuestionAnswerer`)."""
+    from posformer.tasks.qa.ask import QuestionAnswerer
+
+    return QuestionAnswerer(path, options)
