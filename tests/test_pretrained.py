@@ -52,3 +52,25 @@ def test_load_reads_a_training_run_and_a_hugging_face_directory(tmp_path) -> Non
     torch.testing.assert_close(pf.load(tmp_path / "run")(ids).logits, pf.load(newest)(ids).logits, rtol=0, atol=0)
     bert = pf.load(save_tiny_bert(tmp_path / "bert"))
     assert bert.config.arch == "encoder" and bert.config.hf_model_type == "bert"
+
+
+def test_convert_exports_a_trained_run_that_transformers_loads_and_decodes_alike(tmp_path, capsys) -> None:
+    """convert --to-hf of a run dir (no hf_model_type: the family is inferred) gives a checkpoint and a char
+    tokenizer that AutoModelForCausalLM and AutoTokenizer load, greedy-decoding the same text as posformer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = write_config(tmp_path / "run.yaml", tiny_run(write_corpus(tmp_path / "corpus.txt"), steps=10))
+    assert main(["train", "--config", str(config), "--output-dir", str(tmp_path / "run"), "--no-progress"]) == 0
+    assert main(["convert", "--to-hf", str(tmp_path / "run"), "--out", str(tmp_path / "hf")]) == 0
+    assert "tokenizer.json" in capsys.readouterr().out
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    theirs = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    prompt = tokenizer("ROMEO:", return_tensors="pt")["input_ids"]
+    said = theirs.generate(prompt, max_new_tokens=12, do_sample=False, attention_mask=torch.ones_like(prompt))
+    ours = pf.load(tmp_path / "run").generate(prompt, max_new_tokens=12)
+    assert torch.equal(said, ours)
+    capsys.readouterr()
+    args = ["generate", "--model", str(tmp_path / "run"), "--prompt", "ROMEO:", "--max-new-tokens", "12"]
+    assert main([*args, "--temperature", "0"]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == tokenizer.decode(said[0])
+
