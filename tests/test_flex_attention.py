@@ -85,9 +85,11 @@ def _dense_block_mask(rule: MaskRule):
             if rule.chunk is not None:
                 lead = rule.lead()[b if rule.key_keep is not None else 0, 0]
                 seen = seen & ((kv_idx - lead) // rule.chunk == (q_idx + rule.offset - lead) // rule.chunk)
+        if rule.documents is not None:
+            seen = seen & (rule.documents[b, kv_idx] == rule.documents[b, q_idx + rule.offset])
         return seen
 
-    batch = 1 if rule.key_keep is None else rule.key_keep.shape[0]
+    batch = 1 if rule.key_keep is None and rule.documents is None else 3
     return create_block_mask(allowed, batch, None, rule.q_len, rule.k_len, device="cpu")
 
 
@@ -119,6 +121,36 @@ def test_block_mask_of_a_rule_is_the_one_pytorch_builds_from_the_dense_mask(
     for field in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"):
         assert torch.equal(getattr(ours, field), getattr(dense, field)), field
     assert ours.seq_lengths == dense.seq_lengths
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("q_len, k_len", [(300, 300), (130, 390)])
+@pytest.mark.parametrize("padding", [False, True])
+def test_block_mask_of_packed_documents_is_the_one_pytorch_builds(causal, q_len, k_len, padding):
+    """Documents shorter and longer than a block, one ending on a block's edge, after cached keys, with and
+    without padding at the rows' ends: the same partial and full blocks."""
+    documents = torch.zeros(3, k_len, dtype=torch.long)
+    for row, lengths in enumerate([(5, 123, 200), (128, 128, 7), (300,)]):
+        edges = torch.tensor(lengths).cumsum(0)
+        documents[row] = (torch.arange(k_len)[:, None] >= edges[None, :]).sum(-1)
+    keep = None
+    if padding:
+        keep = torch.ones(3, k_len, dtype=torch.bool)
+        keep[:, -20:] = False
+    rule = MaskRule(q_len, k_len, torch.device("cpu"), keep, causal, documents=documents)
+    ours, dense = block_mask(rule), _dense_block_mask(rule)
+    for field in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"):
+        assert torch.equal(getattr(ours, field), getattr(dense, field)), field
+
+
+def test_flex_equals_sdpa_on_packed_documents() -> None:
+    sdpa, flex = models("alibi", "decoder")
+    ids = torch.randint(1, sdpa.cfg.vocab_size, (2, 9))
+    documents = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 2, 2], [0, 0, 0, 0, 0, 1, 1, 1, 1]])
+    with torch.no_grad():
+        torch.testing.assert_close(
+            flex(ids, document_ids=documents).logits, sdpa(ids, document_ids=documents).logits, atol=1e-5, rtol=1e-5
+        )
 
 
 def models(name: str, arch: str, **overrides) -> tuple[pf.Transformer, pf.Transformer]:

@@ -15,6 +15,7 @@ from posformer.config import Config
 from posformer.generation import generate
 from posformer.modules.cache import Cache
 from posformer.modules.heads import (
+    IGNORE_INDEX,
     TOKEN_HEADS,
     build_head,
     check_labels,
@@ -30,7 +31,7 @@ from posformer.modules.random_positions import sample_positions
 from posformer.modules.shift_right import shift_right
 from posformer.modules.sink_tokens import SinkTokens
 from posformer.modules.stack import Stack
-from posformer.ops.masks import KeyReach, build_mask
+from posformer.ops.masks import KeyReach, build_mask, document_positions, document_starts
 from posformer.ops.packing import TokenPacking
 from posformer.pretrained import Pretrained
 from posformer.utils.tensor_checks import check_in_range, check_shape, check_token_ids
@@ -112,10 +113,34 @@ class Transformer(Pretrained, nn.Module):
         check_shape(mask, name, (batch, length))
         return mask.bool()
 
-    def _positions(self, pos: Tensor | None, ids: Tensor, start: int, name: str) -> Tensor:
-        """`pos` checked, or the default: start.. start + T - 1, or while training with
-        `Config.random_positions` an ordered random subset of its range (`posformer.modules.random_positions`)."""
+    def _documents(self, document_ids: Tensor | None, ids: Tensor, cache: Cache | None) -> Tensor | None:
+        """document_ids checked: (B, T) integers of an encoder's or a decoder's input, with no cache."""
+        if document_ids is None:
+            return None
+        if self.cfg.arch == "encoder_decoder" or cache is not None or self.cfg.sink_tokens:
+            raise ValueError(
+                "document_ids (packed documents) are for an encoder's or a decoder's input without a cache or sink "
+                f"tokens; this call has arch={self.cfg.arch!r}, a cache: {cache is not None}, "
+                f"sink_tokens={self.cfg.sink_tokens}"
+            )
+        check_shape(document_ids, "document_ids", tuple(ids.shape), integers=True)
+        stack = self.decoder if self.cfg.arch == "decoder" else self.encoder
+        for encoding in stack.encodings:
+            if encoding.packing_refusal is not None:
+                raise ValueError(
+                    f"document_ids: position={encoding.name!r} cannot pack documents: {encoding.packing_refusal}"
+                )
+        return document_ids.long()
+
+    def _positions(
+        self, pos: Tensor | None, ids: Tensor, start: int, name: str, documents: Tensor | None = None
+    ) -> Tensor:
+        """`pos` checked, or the default: start.. start + T - 1, each token's place in its document with packed
+        `documents`, or while training with `Config.random_positions` an ordered random subset of its range
+        (`posformer.modules.random_positions`)."""
         batch, length = ids.shape
+        if pos is None and documents is not None:
+            return document_positions(documents)
         if pos is None:
             if self.training and self.cfg.random_positions is not None and start == 0:
                 return sample_positions(batch, length, self.cfg.random_positions, ids.device)
@@ -150,15 +175,17 @@ class Transformer(Pretrained, nn.Module):
         token_type_ids: Tensor | None = None,
         output_attentions: bool = False,
         router_logits: list[Tensor] | None = None,
+        documents: Tensor | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
         """Run the encoder stack: (B, S) ids -> (B, S, d_model). Its mixture-of-experts layers append their
-        router's logits for the real tokens to `router_logits` when given (`Stack.forward`)."""
+        router's logits for the real tokens to `router_logits` when given (`Stack.forward`). documents: (B, S)
+        packed documents (see `forward`)."""
         check_token_ids(input_ids, "input_ids", self.cfg.vocab_size)
         batch, length = input_ids.shape
         keep = self._keep(attention_mask, batch, length, "attention_mask")
-        pos = self._positions(position_ids, input_ids, 0, "position_ids")
+        pos = self._positions(position_ids, input_ids, 0, "position_ids", documents)
         x = self._embed(input_ids, token_type_ids)
-        mask = build_mask(keep, False, length, length, x.dtype, x.device)
+        mask = build_mask(keep, False, length, length, x.dtype, x.device, documents=documents)
         return self.encoder(
             x,
             pos,
@@ -178,6 +205,7 @@ class Transformer(Pretrained, nn.Module):
         memory_mask: Tensor | None = None,
         output_attentions: bool = False,
         router_logits: list[Tensor] | None = None,
+        documents: Tensor | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
         """Run the decoder stack on (B, T) ids after the `cache.seen` positions given to the cache -> (B, T, d_model).
 
@@ -192,7 +220,7 @@ class Transformer(Pretrained, nn.Module):
         cached = 0 if cache is None else cache.seen
         past = max(cached - sinks, 0)
         keep = self._keep(attention_mask, batch, past + length, "attention_mask (cached + new positions)")
-        pos = self._positions(position_ids, input_ids, past, "position_ids")
+        pos = self._positions(position_ids, input_ids, past, "position_ids", documents)
         x = self._embed(input_ids, stack="decoder")
         if self.sink_tokens is not None:
             x, pos, keep = self.sink_tokens.lead(x, pos, keep, first_call=cached == 0)
@@ -200,7 +228,10 @@ class Transformer(Pretrained, nn.Module):
             keep = cache.make_room(pos, keep)
         length = x.shape[1]
         keys = length + (0 if cache is None else len(cache))
-        masks = {r: build_mask(keep, True, length, keys, x.dtype, x.device, *r) for r in self.decoder.reaches}
+        masks = {
+            r: build_mask(keep, True, length, keys, x.dtype, x.device, *r, documents=documents)
+            for r in self.decoder.reaches
+        }
         memory_attn = None
         if memory is not None:
             if memory.shape[0] != batch:
@@ -232,9 +263,15 @@ class Transformer(Pretrained, nn.Module):
         output_attentions: bool = False,
         logits_to_keep: int = 0,
         return_logits: bool = True,
+        document_ids: Tensor | None = None,
     ) -> ModelOutput:
         """input_ids: (B, T) token ids; attention_mask: (B, T) with 1 for tokens, 0 for padding;
         position_ids: (B, T), default 0.. T-1 (after any cached positions).
+
+        document_ids: (B, T) ints, packed documents (an encoder's or a decoder's, without a cache): each document
+        is a run of equal ids, attends only within itself, and its default positions restart at 0; a causal LM's
+        labels at each document's first token are ignored, so that no document predicts from another. Each
+        document's logits and gradients are then those it has alone (`data.packing` packs rows so).
 
         Decoder with a cache: pass the new tokens only, an attention_mask over
         cached + new positions, and the `Cache` from the previous output.
@@ -266,9 +303,12 @@ class Transformer(Pretrained, nn.Module):
             cache = self.new_cache()
         out = ModelOutput(cache=cache)
         routers = ([], []) if self.has_experts else (None, None)  # the encoder's router logits, the decoder's
+        documents = self._documents(document_ids, input_ids, cache)
+        if documents is not None and labels is not None and cfg.arch == "decoder":
+            labels = labels.masked_fill(document_starts(documents), IGNORE_INDEX)
         if cfg.arch == "encoder":
             hidden, out.attentions = self.encode(
-                input_ids, attention_mask, position_ids, token_type_ids, output_attentions, routers[0]
+                input_ids, attention_mask, position_ids, token_type_ids, output_attentions, routers[0], documents
             )
         elif cfg.arch == "decoder":
             hidden, out.attentions = self.decode(
@@ -278,6 +318,7 @@ class Transformer(Pretrained, nn.Module):
                 cache,
                 output_attentions=output_attentions,
                 router_logits=routers[1],
+                documents=documents,
             )
         else:
             if decoder_input_ids is None:

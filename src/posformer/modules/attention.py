@@ -204,8 +204,9 @@ class SelfAttention(Attention):
     def _smeared(self, k: Tensor, mask: AttentionMask, cache: LayerCache | None) -> Tensor:
         """k (B, Hkv, T, dh) mixed with each predecessor's key: the cache's last key before the first; the cache
         then keeps this call's last."""
-        keep = None if mask.rule is None else mask.rule.key_keep
-        smeared = self.key_smear(k, None if cache is None else cache.last_key, predecessor_real(keep, k.shape[2]))
+        keep, documents = (None, None) if mask.rule is None else (mask.rule.key_keep, mask.rule.documents)
+        predecessors = predecessor_real(keep, k.shape[2], documents)
+        smeared = self.key_smear(k, None if cache is None else cache.last_key, predecessors)
         if cache is not None:
             cache.last_key = k[:, :, -1:].clone()  # a view would keep the whole projection of a long prefix
         return smeared

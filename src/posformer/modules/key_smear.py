@@ -45,10 +45,15 @@ class KeySmear(nn.Module):
         return f"kv_heads={self.mix.numel()}"
 
 
-def predecessor_real(key_keep: Tensor | None, new: int) -> Tensor | None:
+def predecessor_real(key_keep: Tensor | None, new: int, documents: Tensor | None = None) -> Tensor | None:
     """For the last `new` of the keys that key_keep (B, S) marks real (True) or padding: (B, new) bool, whether
-    each one's predecessor is real; None when key_keep is None (no padding). The first key of all has no
-    predecessor: `KeySmear` takes it as 0 whatever this says."""
-    if key_keep is None:
+    each one's predecessor is real and, with packed `documents` (B, S), in the same document; None when there is
+    neither padding nor documents. The first key of all has no predecessor: `KeySmear` takes it as 0 whatever
+    this says."""
+    if key_keep is None and documents is None:
         return None
-    return F.pad(key_keep, (1, 0), value=True)[:, -new - 1 : -1]
+    real = torch.ones_like(documents, dtype=torch.bool) if key_keep is None else key_keep
+    real = F.pad(real, (1, 0), value=True)[:, -new - 1 : -1]
+    if documents is not None:
+        real = real & ~F.pad(documents[:, 1:] != documents[:, :-1], (1, 0), value=False)[:, -new:]
+    return real

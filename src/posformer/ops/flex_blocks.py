@@ -2,10 +2,10 @@
 
 PyTorch's `create_block_mask` evaluates the mask_mod on every (query, key) pair, a (B, Tq, Tk) tensor (4 GiB of
 booleans for B = 4 at T = 32,768), to find which blocks of 128 x 128 pairs are empty, partial or full. A rule of
-padding, causal order, a window and chunks tells that from the blocks' bounds: the keys some query of a block of queries
-sees form one range, those every query of it sees another, and a running count of the kept keys says how many of
-a key block's keys fall in a range. The result is the block mask `create_block_mask` would give, in
-O(B (Tk + blocks)).
+padding, causal order, a window, chunks and packed documents tells that from the blocks' bounds: the keys some
+query of a block of queries sees form one range, those every query of it sees another, and a running count of
+the kept keys says how many of a key block's keys fall in a range. The result is the block mask
+`create_block_mask` would give, in O(B (Tk + blocks)).
 """
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ def mask_mod(rule: MaskRule) -> MaskMod:
     window = None if rule.window is None else torch.tensor(rule.window, device=device)
     chunk = None if rule.chunk is None else torch.tensor(rule.chunk, device=device)
     lead = rule.lead()[:, 0]  # (B or 1,)
+    documents = rule.documents
 
     def kept(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return keep[b, kv_idx]
+        seen = keep[b, kv_idx] if keep is not None else kv_idx >= 0
+        return seen if documents is None else seen & (documents[b, kv_idx] == documents[b, q_idx + offset])
 
     def causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         seen = kv_idx <= q_idx + offset
@@ -45,6 +47,8 @@ def mask_mod(rule: MaskRule) -> MaskMod:
         if chunk is not None:
             row_lead = lead[b] if keep is not None else lead[0]
             seen = seen & ((kv_idx - row_lead) // chunk == (q_idx + offset - row_lead) // chunk)
+        if documents is not None:
+            seen = seen & (documents[b, kv_idx] == documents[b, q_idx + offset])
         return seen if keep is None else seen & keep[b, kv_idx]
 
     return causal if rule.causal else kept
@@ -54,7 +58,7 @@ def block_mask(rule: MaskRule) -> BlockMask | None:
     """The rule's `BlockMask` (B or 1 batch rows, one for every head), or None when it masks nothing."""
     from torch.nn.attention.flex_attention import BlockMask
 
-    if rule.key_keep is None and not rule.causal:
+    if rule.key_keep is None and not rule.causal and rule.documents is None:
         return None
     partial, full = _block_kinds(rule)
     lengths = (rule.q_len, rule.k_len)
@@ -86,6 +90,11 @@ def _block_kinds(rule: MaskRule) -> tuple[Tensor, Tensor]:
     else:
         some_lo = every_lo = torch.zeros_like(q_first)
         some_hi = every_hi = torch.full_like(q_first, rule.k_len - 1)
+    if rule.documents is not None:  # per row, (B, Q blocks, 1): the documents of the first and last query
+        first_starts, first_ends = (b[..., None] for b in rule.document_bounds(q_first[:, 0] + rule.offset))
+        last_starts, last_ends = (b[..., None] for b in rule.document_bounds(q_last[:, 0] + rule.offset))
+        some_lo, every_lo = torch.maximum(some_lo, first_starts), torch.maximum(every_lo, last_starts)
+        some_hi, every_hi = torch.minimum(some_hi, last_ends), torch.minimum(every_hi, first_ends)
     lo, hi = torch.maximum(k_first, some_lo), torch.minimum(k_last, some_hi)  # (Q blocks, K blocks)
     keep = rule.key_keep if rule.key_keep is not None else torch.ones(1, rule.k_len, dtype=torch.bool, device=device)
     before = F.pad(keep.long().cumsum(-1), (1, 0))  # (B, Tk + 1): the kept keys before key j

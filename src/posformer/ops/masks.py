@@ -30,9 +30,10 @@ class MaskRule:
     offset = k_len - q_len, the keys before the first query (a cache); no lower bound without a window. With a
     `chunk` C, also (j - lead_b) // C == (offset + i - lead_b) // C, lead_b the left pads of row b (the slots
     before its first kept key): chunks count from each row's first real token, as transformers 4.57.6's
-    `chunked_overlay` counts them.
+    `chunked_overlay` counts them. With `documents`, also documents[b, j] == documents[b, offset + i]: packed
+    documents never see each other (a block-diagonal mask); each document is a run of equal ids.
 
-    key_keep: (B, Tk) bool or None.
+    key_keep: (B, Tk) bool or None. documents: (B, Tk) int or None.
     """
 
     q_len: int
@@ -42,6 +43,7 @@ class MaskRule:
     causal: bool = False
     window: int | None = None
     chunk: int | None = None
+    documents: Tensor | None = None
 
     @property
     def offset(self) -> int:
@@ -58,10 +60,18 @@ class MaskRule:
         lead = self.lead()
         return lead + torch.div(slots[None] - lead, self.chunk, rounding_mode="floor") * self.chunk
 
+    def document_bounds(self, slots: Tensor) -> tuple[Tensor, Tensor]:
+        """slots (T,) -> (first, last): (B, T) the first and last slot of the document each slot is in."""
+        starts, ends = document_runs(self.documents)
+        return starts[:, slots], ends[:, slots]
+
     def allowed(self, start: int, end: int, keys: int) -> Tensor:
         """Whether queries [start, end) see each of the first `keys` keys: (B or 1, 1, end - start, keys) bool,
         or (B, 1, 1, keys) when every query sees the same keys (no causal order)."""
         keep = None if self.key_keep is None else self.key_keep[:, None, None, :keys]
+        if self.documents is not None:
+            same = self.documents[:, start + self.offset : end + self.offset, None] == self.documents[:, None, :keys]
+            keep = same[:, None] if keep is None else keep & same[:, None]
         if not self.causal:
             return torch.ones(1, 1, 1, keys, dtype=torch.bool, device=self.device) if keep is None else keep
         last = torch.arange(start, end, device=self.device)[:, None] + self.offset  # each query's last key
@@ -80,15 +90,21 @@ class MaskRule:
         if self.key_keep is None:
             return None
         before = F.pad(self.key_keep.long().cumsum(-1), (1, 0))  # (B, Tk + 1): the kept keys before key j
+        rows = before.shape[0]
+        slots = torch.arange(self.q_len, device=self.device) + self.offset
         if not self.causal:
-            seen = before[:, -1:].expand(-1, self.q_len)
+            first, last = torch.zeros_like(slots)[None], torch.full_like(slots, self.k_len - 1)[None]
+            if self.documents is not None:
+                first, last = self.document_bounds(slots)
         else:
-            last = torch.arange(self.q_len, device=self.device) + self.offset
-            first = torch.zeros_like(last) if self.window is None else (last - self.window + 1).clamp(min=0)
+            last = slots[None]
+            first = torch.zeros_like(slots) if self.window is None else (slots - self.window + 1).clamp(min=0)
             first = first[None]
             if self.chunk is not None:
-                first = torch.maximum(first, self.chunk_start(last)).clamp(min=0)
-            seen = before[:, last + 1] - before.gather(1, first.expand(before.shape[0], -1))
+                first = torch.maximum(first, self.chunk_start(slots)).clamp(min=0)
+            if self.documents is not None:
+                first = torch.maximum(first, self.document_bounds(slots)[0])
+        seen = before.gather(1, (last + 1).expand(rows, -1)) - before.gather(1, first.expand(rows, -1))
         keep = seen > 0
         return None if bool(keep.all()) else keep
 
@@ -163,6 +179,28 @@ class AttentionMask:
         return combined
 
 
+def document_runs(documents: Tensor) -> tuple[Tensor, Tensor]:
+    """documents (B, T) ids, each document a run of equal ids -> (first, last): (B, T) the first and last slot of
+    the run each slot is in."""
+    slots = torch.arange(documents.shape[1], device=documents.device).expand_as(documents)
+    starts_here = F.pad(documents[:, 1:] != documents[:, :-1], (1, 0), value=True)
+    ends_here = F.pad(documents[:, 1:] != documents[:, :-1], (0, 1), value=True)
+    first = torch.where(starts_here, slots, torch.zeros_like(slots)).cummax(-1).values
+    last_from_end = torch.where(ends_here, slots, torch.full_like(slots, documents.shape[1])).flip(-1)
+    return first, (-(-last_from_end).cummax(-1).values).flip(-1)
+
+
+def document_starts(documents: Tensor) -> Tensor:
+    """documents (B, T) -> (B, T) bool: whether each token is its document's first (the row's first token too)."""
+    return F.pad(documents[:, 1:] != documents[:, :-1], (1, 0), value=True)
+
+
+def document_positions(documents: Tensor) -> Tensor:
+    """documents (B, T) -> (B, T) each token's position within its document: 0 at each document's first token."""
+    first, _ = document_runs(documents)
+    return torch.arange(documents.shape[1], device=documents.device) - first
+
+
 def additive_of(allowed: Tensor, dtype: torch.dtype) -> Tensor:
     """allowed (bool, any shape) -> 0 where True, the dtype's most negative finite value where False."""
     return torch.zeros((), dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
@@ -190,6 +228,7 @@ def build_mask(
     device: torch.device,
     window: int | None = None,
     chunk: int | None = None,
+    documents: Tensor | None = None,
 ) -> AttentionMask:
     """Combine a key padding mask (B, Tk) bool (True = a real token) with causal order and, for causal
     attention, a sliding `window` (each query sees its last `window` key slots, itself included, counted
@@ -206,8 +245,11 @@ def build_mask(
         chunk = None  # every real key is in the first chunk
     if key_keep is not None and bool(key_keep.all()):
         key_keep = None
-    if key_keep is None and (not causal or (q_len == 1 and window is None and chunk is None)):
+    if documents is not None and bool((documents[:, 1:] == documents[:, :-1]).all()):
+        documents = None  # one document a row
+    plain = window is None and chunk is None and documents is None
+    if key_keep is None and (not causal or q_len == 1) and plain:
         return AttentionMask(dtype=dtype)
-    rule = MaskRule(q_len, k_len, device, key_keep, causal, window, chunk)
-    is_causal = key_keep is None and q_len == k_len and window is None and chunk is None
+    rule = MaskRule(q_len, k_len, device, key_keep, causal, window, chunk, documents)
+    is_causal = key_keep is None and q_len == k_len and plain
     return AttentionMask(rule, is_causal, rule.query_keep(), dtype)

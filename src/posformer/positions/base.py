@@ -50,6 +50,7 @@ class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
         breaks its graph there, once per forward; True: one graph per forward.
       flex_refusal: why FlexAttention cannot take the bias, for an encoding with a bias and no `score_mod`
         (`Config` names it when refusing attn_impl="flex").
+      packing_refusal: why packed documents (`document_ids`) cannot use the encoding; None when they can.
 
     An encoding with a bias gives FlexAttention (`Config.attn_impl="flex"`) its form there, `score_mod`: one
     whose bias depends on the distance alone overrides `distance_bias`, which `score_mod` reads as a table; any
@@ -72,6 +73,7 @@ class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
     causal_only: ClassVar[bool] = False
     compiles_whole: ClassVar[bool] = True
     flex_refusal: ClassVar[str] = "its bias has no FlexAttention form (no score_mod)"
+    packing_refusal: ClassVar[str | None] = None
     # the bytes of one block's float32 bias on the CPU when the bias is computed in blocks of queries
     # (`modules.bias_blocks`), None for the default: an encoding whose every block pays for a table of every
     # distance of the sequence asks for larger blocks, which share that cost

@@ -105,6 +105,9 @@ class ContextualPosition(PositionEncoding):
     defaults = {"npos_max": 64}
     causal_only = True
     flex_refusal = "its positions are counted from the attention scores (sums of gates over the keys)"
+    packing_refusal = (
+        "it counts the keys at or before each query by their positions, which restart in every packed document"
+    )
 
     @classmethod
     def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
