@@ -1,4 +1,5 @@
-"""Deterministic, resumable, shardable batches of token windows for causal-LM training.
+"""Deterministic, resumable, shardable batches for causal-LM training: windows of one token stream
+(`WindowBatches`), or rows of whole packed documents (`PackedBatches`).
 
 Epoch e cuts the token stream into windows of seq_len tokens starting at a random
 offset in [0, seq_len), then visits them in a random order; both come from a
@@ -12,6 +13,9 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from posformer.data.packing import PackedRows
+from posformer.modules.heads import IGNORE_INDEX
 
 
 class WindowBatches:
@@ -61,3 +65,46 @@ class WindowBatches:
                 "resume with the same trainer.seed"
             )
         self.epoch, self.index = int(state["epoch"]), int(state["index"])
+
+
+class PackedBatches:
+    """Rows of packed documents (`data.packing.PackedRows`) -> batches {"input_ids", "labels", "document_ids",
+    "attention_mask"}, each (b, seq_len); labels are the input ids with the padding ignored (-100; the model
+    ignores each document's first label itself). Epoch e visits the rows in an order seeded with (seed, e);
+    (epoch, index) is all a checkpoint needs to continue exactly, as with `WindowBatches`."""
+
+    def __init__(self, rows: PackedRows, seed: int) -> None:
+        if not len(rows.input_ids):
+            raise ValueError("no documents to pack: the training data holds no tokens")
+        self.rows, self.seed = rows, seed
+        self.epoch, self.index = 0, 0
+        self._order: tuple[int, Tensor] | None = None
+
+    def _epoch_order(self) -> Tensor:
+        if self._order is None or self._order[0] != self.epoch:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            self._order = (self.epoch, torch.randperm(len(self.rows.input_ids), generator=g))
+        return self._order[1]
+
+    def next_batch(self, global_size: int, rank: int = 0, world_size: int = 1) -> dict[str, Tensor]:
+        """The next global batch of `global_size` rows; this process's share of it."""
+        picked = []
+        while len(picked) < global_size:
+            order = self._epoch_order()
+            if self.index >= len(order):
+                self.epoch, self.index = self.epoch + 1, 0
+                continue
+            picked.append(int(order[self.index]))
+            self.index += 1
+        share = global_size // world_size
+        mine = torch.tensor(picked[rank * share : (rank + 1) * share])
+        ids, keep = self.rows.input_ids[mine], self.rows.keep[mine]
+        return {
+            "input_ids": ids,
+            "labels": ids.masked_fill(~keep, IGNORE_INDEX),
+            "document_ids": self.rows.document_ids[mine],
+            "attention_mask": keep.long(),
+        }
+
+    state_dict = WindowBatches.state_dict
+    load_state_dict = WindowBatches.load_state_dict
