@@ -7,8 +7,8 @@ Tiny Shakespeare's speeches (blank-line separated).
 
 import re
 
-from posformer.data.packing import pack_documents
 from posformer.data import shared
+from posformer.data.packing import pack_documents
 
 root = shared.default_data_dir()
 wiki = (root / "wikitext-2" / "valid.txt").read_text(encoding="utf-8")
@@ -19,5 +19,7 @@ for name, docs in (("wikitext-2 valid articles", articles), ("tinyshakespeare sp
     lengths = sorted(len(d) for d in ids)
     for seq_len in (128, 512, 2048):
         rows = pack_documents(ids, seq_len)
-        print(f"{name}: {len(ids)} documents (median {lengths[len(lengths)//2]} bytes), seq_len {seq_len}: "
-              f"{len(rows.input_ids)} rows, padding {100 * rows.padding_share:.3f}%")
+        print(
+            f"{name}: {len(ids)} documents (median {lengths[len(lengths) // 2]} bytes), seq_len {seq_len}: "
+            f"{len(rows.input_ids)} rows, padding {100 * rows.padding_share:.3f}%"
+        )
