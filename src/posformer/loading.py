@@ -130,7 +130,7 @@ def load_text_tokenizer(path_or_hub_id: str | os.PathLike) -> TextTokenizer:
     directory = checkpoint_dir(resolve(path_or_hub_id))
     found = stored_chars(directory)
     if found is not None:
-        return CharTokenizer(found.chars)
+        return CharTokenizer(found.chars, eod=found.eod)
     return HFTextTokenizer(load_tokenizer(directory))
 
 

@@ -161,8 +161,8 @@ def test_bad_config_or_path_fails_clearly_before_any_work(
 ) -> None:
     overrides, message, reads_data = BAD_INPUT[case]
     work: list[str] = []
-    read_text = causal_lm.read_text
-    monkeypatch.setattr(causal_lm, "read_text", lambda path: work.append("read data") or read_text(path))
+    document_ids = causal_lm.document_ids
+    monkeypatch.setattr(causal_lm, "document_ids", lambda *args: work.append("read data") or document_ids(*args))
     monkeypatch.setattr(Trainer, "fit", lambda self, resume=False: work.append("fit"))
     config = write_config(tmp_path / "run.yaml", tiny_run(corpus, 10))
     out = tmp_path / "run"

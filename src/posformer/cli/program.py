@@ -9,7 +9,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from posformer.cli import bench, convert, extend, extrapolate, generate, info, longeval, plot, qa, train
+from posformer.cli import (
+    bench,
+    convert,
+    data,
+    extend,
+    extrapolate,
+    generate,
+    info,
+    longeval,
+    plot,
+    qa,
+    tokenizer,
+    train,
+)
 from posformer.cli.command import Command, add_commands
 
 COMMANDS: tuple[Command, ...] = (
@@ -23,12 +36,15 @@ COMMANDS: tuple[Command, ...] = (
     extend.COMMAND,
     longeval.COMMAND,
     plot.COMMAND,
+    data.COMMAND,
+    tokenizer.COMMAND,
 )
 EPILOG = "Run `posformer COMMAND --help` for the options of each command."
 
 
-# bad input, a missing or unwritable file (OSError: its message names the path), a run that cannot go on
-USER_ERRORS = (ValueError, OSError, RuntimeError)
+# bad input, a missing or unwritable file (OSError: its message names the path), a run that cannot go on, an optional
+# package a setting needs (ImportError: its message names the `pip install`)
+USER_ERRORS = (ValueError, OSError, RuntimeError, ImportError)
 DEBUG_FLAG = "--debug"
 
 

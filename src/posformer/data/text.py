@@ -1,16 +1,24 @@
 """Plain-text corpora for causal language modelling, with posformer's own tokenizers: one id per character
-(`CharTokenizer`) or per UTF-8 byte (`ByteTokenizer`). Both save Hugging Face tokenizer files that
-`transformers.AutoTokenizer` reads with the same ids (`posformer.hf.char_byte_tokenizers`)."""
+(`CharTokenizer`) or per UTF-8 byte (`ByteTokenizer`), and one more id, `eod_id`, for the end-of-document token
+`<|endoftext|>` that the training stream puts after each document (`encode` never gives it). Both save Hugging Face
+tokenizer files that `transformers.AutoTokenizer` reads with the same ids (`posformer.hf.char_byte_tokenizers`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from posformer.checkpoints.model_dir import model_file
-from posformer.hf.char_byte_tokenizers import byte_tokenizer, char_tokenizer, parse_chars, tokenizer_files
+from posformer.hf.char_byte_tokenizers import (
+    EOD_TOKEN,
+    byte_tokenizer,
+    char_tokenizer,
+    parse_chars,
+    tokenizer_files,
+)
 from posformer.hf.tokenizer_files import TOKENIZER_JSON
 from posformer.utils.user_files import read_json_file
 
@@ -42,19 +50,31 @@ def read_text(path: str | Path) -> str:
 
 
 class CharTokenizer:
-    """One id per distinct character of the training text, in sorted order."""
+    """One id per distinct character of the training text, in sorted order; with `eod`, then the EOD id.
 
-    def __init__(self, chars: list[str]) -> None:
+    `eod=False` is the vocabulary of runs trained before posformer had an end-of-document token.
+    """
+
+    def __init__(self, chars: list[str], eod: bool = True) -> None:
         self.chars = list(chars)
         self.index = {c: i for i, c in enumerate(self.chars)}
+        self.eod_id = len(self.chars) if eod else None
+
+    @classmethod
+    def from_documents(cls, documents: Iterable[str]) -> "CharTokenizer":
+        """The sorted characters of every document, read one at a time."""
+        chars: set[str] = set()
+        for text in documents:
+            chars.update(text)
+        return cls(sorted(chars))
 
     @classmethod
     def from_text(cls, text: str) -> "CharTokenizer":
-        return cls(sorted(set(text)))
+        return cls.from_documents([text])
 
     @property
     def vocab_size(self) -> int:
-        return len(self.chars)
+        return len(self.chars) + (self.eod_id is not None)
 
     def encode(self, text: str) -> list[int]:
         unknown = sorted(set(text) - set(self.index))
@@ -63,11 +83,13 @@ class CharTokenizer:
         return [self.index[c] for c in text]
 
     def decode(self, ids: list[int]) -> str:
-        return "".join(self.chars[i] for i in ids)
+        """The text of `ids`; the EOD id reads as `<|endoftext|>` (as AutoTokenizer's `decode` has it)."""
+        return "".join(EOD_TOKEN if i == self.eod_id else self.chars[i] for i in ids)
 
     def files(self) -> dict[str, str]:
         """{file name: text}: Hugging Face's tokenizer.json and tokenizer_config.json for this vocabulary."""
-        return tokenizer_files(char_tokenizer(self.chars))
+        eod = self.eod_id is not None
+        return tokenizer_files(char_tokenizer(self.chars, eod=eod), eos_token=EOD_TOKEN if eod else None)
 
     def save_pretrained(self, directory: str | Path) -> None:
         """Write `files()` into `directory` (created if missing)."""
@@ -86,23 +108,33 @@ class CharTokenizer:
                 f"{path} is not a posformer character tokenizer file: expected the tokenizer.json that "
                 'CharTokenizer.save_pretrained writes, or {"type": "char", "chars": [distinct single characters]}'
             )
-        return cls(found.chars)
+        return cls(found.chars, eod=found.eod)
 
 
 class ByteTokenizer:
-    """UTF-8 bytes as ids 0..255; decoding replaces invalid UTF-8 with U+FFFD."""
+    """UTF-8 bytes as ids 0..255, and 256 for the end of a document; decoding replaces invalid UTF-8 with U+FFFD."""
 
-    vocab_size = 256
+    vocab_size = 257
+    eod_id = 256
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
 
     def decode(self, ids: list[int]) -> str:
-        return bytes(ids).decode("utf-8", errors="replace")
+        """The text of `ids`; the EOD id reads as `<|endoftext|>` (as AutoTokenizer's `decode` has it)."""
+        pieces, run = [], bytearray()
+        for i in ids:
+            if i == self.eod_id:
+                pieces += [run.decode("utf-8", errors="replace"), EOD_TOKEN]
+                run = bytearray()
+            else:
+                run.append(i)
+        return "".join(pieces) + run.decode("utf-8", errors="replace")
 
     def files(self) -> dict[str, str]:
-        """{file name: text}: Hugging Face's byte-level tokenizer.json (token id b is byte b) and its config."""
-        return tokenizer_files(byte_tokenizer())
+        """{file name: text}: Hugging Face's byte-level tokenizer.json (token id b is byte b, 256 the EOD token)
+        and its config."""
+        return tokenizer_files(byte_tokenizer(eod=True), eos_token=EOD_TOKEN)
 
     def save_pretrained(self, directory: str | Path) -> None:
         """Write `files()` into `directory` (created if missing)."""

@@ -1,8 +1,10 @@
-"""The default training task: a causal LM on plain-text files (the `posformer train` job).
+"""The default training task: a causal LM on the user's documents (the `posformer train` job).
 
 It turns `RunSettings` into a tokenizer, token windows, a model and an evaluation
-function, and hands them to the shared `Trainer`. With no settings at all it is
-the ~2-minute demo on the shipped Tiny Shakespeare sample.
+function, and hands them to the shared `Trainer`. The token stream is every document's
+ids followed by the tokenizer's end-of-document id (`data.token_ids`), and the model's
+`eos_token_id` is that id, so generation stops at the end of a document. With no
+settings at all it is the ~2-minute demo on the shipped Tiny Shakespeare sample.
 """
 
 from __future__ import annotations
@@ -13,43 +15,29 @@ from pathlib import Path
 import torch
 
 from posformer.config import Config
-from posformer.data.text import ByteTokenizer, CharTokenizer, TokenStream, read_text
-from posformer.loading import HFTextTokenizer
+from posformer.data.documents import documents
+from posformer.data.lm_tokenizers import build_tokenizer
+from posformer.data.text import TokenStream
+from posformer.data.token_ids import document_ids
 from posformer.model import Transformer
 from posformer.presets import preset_fields
 from posformer.train import distributed
 from posformer.train.batches import WindowBatches
 from posformer.train.resume_check import trainer_policy
 from posformer.train.rng import seed_everything
-from posformer.train.settings import DataSettings, RunSettings
+from posformer.train.settings import RunSettings
 from posformer.train.trainer import FitResult, Trainer, check_output_dir
 from posformer.utils.validation import is_int
 
 
-def build_tokenizer(data: DataSettings, train_text: str):
-    """(tokenizer, vocab_size, files to save beside the model) for `data.tokenizer`.
-
-    The files of "char" and "bytes" are Hugging Face tokenizer files (`AutoTokenizer` reads them with the same ids).
-    """
-    if data.tokenizer in ("char", "bytes"):
-        tokenizer = CharTokenizer.from_text(train_text) if data.tokenizer == "char" else ByteTokenizer()
-        return tokenizer, tokenizer.vocab_size, tokenizer.files()
-    if not Path(data.tokenizer).is_dir():
-        raise ValueError(
-            f"data.tokenizer={data.tokenizer!r}: expected 'char', 'bytes' or a directory holding a "
-            "Hugging Face tokenizer"
-        )
-    from posformer.hf import load_tokenizer
-
-    hf = load_tokenizer(data.tokenizer)
-    return HFTextTokenizer(hf), len(hf), {}
-
-
-def build_model(model_fields: dict, vocab_size: int, seq_len: int) -> Transformer:
-    """A decoder from Config fields (or `preset` + overrides), sized to the tokenizer and the training length."""
+def build_model(model_fields: dict, vocab_size: int, seq_len: int, eos_token_id: int | None = None) -> Transformer:
+    """A decoder from Config fields (or `preset` + overrides), sized to the tokenizer and the training length;
+    `eos_token_id` (the tokenizer's end-of-document id) replaces a preset's, not one `model_fields` gives."""
     fields = dict(model_fields)
     preset = fields.pop("preset", None)
     base = preset_fields(preset) if preset else {}
+    if eos_token_id is not None:
+        base["eos_token_id"] = eos_token_id
     merged = {**base, **fields, "vocab_size": vocab_size}
     given = merged.get("max_positions", 0)
     if is_int(given):  # anything else is Config's to refuse, by name
@@ -58,10 +46,6 @@ def build_model(model_fields: dict, vocab_size: int, seq_len: int) -> Transforme
     if cfg.arch != "decoder":
         raise ValueError(f"model.arch={cfg.arch!r}: the causal-LM task trains a decoder")
     return Transformer(cfg)
-
-
-def _ids(tokenizer, text: str) -> torch.Tensor:
-    return torch.tensor(tokenizer.encode(text), dtype=torch.long)
 
 
 def perplexity_evaluator(windows: torch.Tensor, batch_size: int):
@@ -95,12 +79,11 @@ def train_causal_lm(
     settings.validate()
     check_output_dir(Path(output_dir))  # before reading the data: an unwritable path fails at once
     data, trainer_settings = settings.data, settings.trainer
-    texts = [read_text(p) for p in data.train]
-    train_text = "\n".join(texts)
-    tokenizer, vocab_size, files = build_tokenizer(data, train_text)
-    ids = _ids(tokenizer, train_text)
+    tokenizer = build_tokenizer(data.tokenizer, lambda: documents(data.train, data.text_field))
+    vocab_size = tokenizer.vocab_size
+    ids = document_ids(documents(data.train, data.text_field), tokenizer)
     if data.valid:
-        valid_ids = _ids(tokenizer, "\n".join(read_text(p) for p in data.valid))
+        valid_ids = document_ids(documents(data.valid, data.text_field), tokenizer)
     else:
         split = int((1 - data.valid_fraction) * len(ids))
         ids, valid_ids = ids[:split], ids[split:]
@@ -110,7 +93,7 @@ def train_causal_lm(
     if len(windows) == 0:
         raise ValueError(f"the validation text has {len(valid_ids)} tokens, fewer than data.seq_len={data.seq_len}")
     seed_everything(trainer_settings.seed)  # the initial weights are a function of the seed
-    model = build_model(settings.model, vocab_size, data.seq_len)
+    model = build_model(settings.model, vocab_size, data.seq_len, eos_token_id=tokenizer.eod_id)
     log(f"data: {len(ids):,} training and {len(valid_ids):,} validation tokens, vocabulary {vocab_size}")
     log(
         f"model: {model.num_parameters():,} parameters, position={model.cfg.position}, d_model={model.cfg.d_model}, "
@@ -124,7 +107,7 @@ def train_causal_lm(
         output_dir,
         evaluate=perplexity_evaluator(windows, trainer_settings.batch_size),
         run_config=resolved,
-        extra_files=files,
+        extra_files=tokenizer.files(),
         log=log,
         progress=progress,
         resume_policy=trainer_policy(),

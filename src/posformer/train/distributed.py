@@ -173,7 +173,9 @@ def full_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.M
     optimizer_state = get_optimizer_state_dict(model, optimizer, options=options)
     if not is_sharded(model):
         return model, optimizer_state
-    weights = get_model_state_dict(model, options=options)
+    # a gathered tensor can be a view of a padded buffer (a dim FSDP splits unevenly, a vocabulary of 63 over 2
+    # processes), which safetensors refuses to store for tied names: each gets its own storage first
+    weights = {name: tensor.clone() for name, tensor in get_model_state_dict(model, options=options).items()}
     for names in tied_names(model):
         if names[0] in weights:
             weights.update({name: weights[names[0]] for name in names})

@@ -35,6 +35,9 @@ RESUMABLE_TRAINER_FIELDS = frozenset(
         "device",
         "parallel",
         "compile",
+        "activation_checkpointing",  # the same losses either way
+        "tensorboard",
+        "wandb_project",
         "batch_size",
         "grad_accum",  # may trade against each other and the process count: the step's batch is checked
     }

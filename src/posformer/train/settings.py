@@ -2,7 +2,7 @@
 
 ```yaml
 model: {preset: llama, d_model: 128, n_layers: 4, n_heads: 4, d_ff: 352}   # or any Config fields
-data:  {train: [books.txt], valid: [held_out.txt], tokenizer: char, seq_len: 128}
+data:  {train: [books/, web.jsonl], valid: [held_out.txt], tokenizer: char, seq_len: 128}
 trainer: {steps: 500, batch_size: 32, lr: 3.0e-3, schedule: cosine, warmup: 50}
 ```
 
@@ -16,6 +16,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from posformer.data.dataset_files import import_datasets
+from posformer.data.documents import needs_datasets
 from posformer.data.text import default_corpus
 from posformer.utils.user_files import parse_yaml, read_yaml_file
 from posformer.utils.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int, is_number
@@ -38,7 +40,8 @@ class TrainerSettings:
     if the batch shape changes; evaluation stays eager); see docs/speed.md. `activation_checkpointing`: keep
     only each block's input for the backward pass and run the block again there
     (`Transformer.set_activation_checkpointing`): the same losses, far less memory at long lengths, about a
-    third more compute.
+    third more compute. `tensorboard` (None: when the package is installed) and `wandb_project` send the scalars
+    of metrics.jsonl there too (`train.trackers`).
     """
 
     steps: int = 500
@@ -67,6 +70,8 @@ class TrainerSettings:
     sample_tokens: int = 200
     compile: bool = False
     activation_checkpointing: bool = False
+    tensorboard: bool | None = None
+    wandb_project: str | None = None
 
     def validate(self) -> None:
         for name in ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "keep_last", "log_every"):
@@ -86,6 +91,10 @@ class TrainerSettings:
         for name in ("compile", "activation_checkpointing"):
             if not isinstance(getattr(self, name), bool):
                 fail(f"trainer.{name}", getattr(self, name), "true or false")
+        if self.tensorboard is not None and not isinstance(self.tensorboard, bool):
+            fail("trainer.tensorboard", self.tensorboard, "true, false or null (when the package is installed)")
+        if self.wandb_project is not None and not (isinstance(self.wandb_project, str) and self.wandb_project):
+            fail("trainer.wandb_project", self.wandb_project, "a W&B project name, or null")
         if self.max_minutes is not None and not (is_number(self.max_minutes) and self.max_minutes > 0):
             fail("trainer.max_minutes", self.max_minutes, "a number > 0, or null")
         for name, allowed in (
@@ -105,10 +114,15 @@ class TrainerSettings:
 
 @dataclass
 class DataSettings:
-    """Plain-text files for a causal LM. `valid` empty: the last `valid_fraction` of the training text.
+    """The documents of a causal LM. `valid` empty: the last `valid_fraction` of the training tokens.
 
-    tokenizer: "char" (one id per character of the training text), "bytes" (256
-    ids), or the path of a directory holding a Hugging Face tokenizer.
+    train, valid: paths of documents (`posformer.data.documents`): a text file is one document; a .jsonl file one
+    per line (its `text_field`); a directory its .txt, .jsonl and .parquet files and saved datasets, recursively,
+    sorted by path; Hugging Face datasets (a `save_to_disk` directory, .json or .parquet files) need `datasets`.
+    The token stream is each document's ids followed by the tokenizer's end-of-document (EOD) id.
+    tokenizer: "char" (one id per character of the training text, and the EOD `<|endoftext|>`), "bytes" (256
+    ids and the EOD), a directory holding a Hugging Face tokenizer (its eos token is the EOD), or a `tokenizers`
+    tokenizer.json file (`posformer.data.lm_tokenizers`).
     """
 
     train: list[str] = field(default_factory=lambda: [str(default_corpus())])
@@ -116,6 +130,7 @@ class DataSettings:
     valid_fraction: float = 0.1
     tokenizer: str = "char"
     seq_len: int = 128
+    text_field: str = "text"
 
     def validate(self) -> None:
         if isinstance(self.train, str):
@@ -124,11 +139,18 @@ class DataSettings:
             self.valid = [self.valid]
         check_field_kinds(self, "data.")
         if not self.train:
-            fail("data.train", self.train, "at least one text file")
+            fail("data.train", self.train, "at least one file or directory of documents")
+        if not self.text_field:
+            fail("data.text_field", self.text_field, "the name of the field that holds the text")
         for name in ("train", "valid"):
             for path in getattr(self, name):
-                if not Path(path).is_file():
-                    raise FileNotFoundError(f"data.{name}: text file {path} does not exist")
+                if not Path(path).exists():
+                    raise FileNotFoundError(f"data.{name}: {path} does not exist")
+                if needs_datasets(Path(path)):
+                    try:
+                        import_datasets()
+                    except ImportError as err:
+                        raise ImportError(f"data.{name}: {path}: {err}") from err
         if not self.valid and not (is_number(self.valid_fraction) and 0 < self.valid_fraction < 1):
             fail("data.valid_fraction", self.valid_fraction, "a number in (0, 1) when data.valid is empty")
         check_int("data.seq_len", self.seq_len, minimum=2)

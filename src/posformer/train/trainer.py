@@ -50,6 +50,7 @@ from posformer.train.resume_check import (
 )
 from posformer.train.rng import rng_state, seed_everything, set_rng_state
 from posformer.train.settings import TrainerSettings
+from posformer.train.trackers import Trackers
 from posformer.train.training_checkpoint import CheckpointManager
 from posformer.train.write_errors import RunFileError, describe, writing
 from posformer.utils.progress import progress_bar
@@ -159,6 +160,9 @@ class Trainer:
         start = self._resume() if resume else 0
         if start == 0 and ctx.is_main:
             self.metrics.truncate_after(0)
+        self.trackers = Trackers(
+            self.output_dir, s.tensorboard, s.wandb_project, self.run_config, start, enabled=ctx.is_main
+        )
         if ctx.is_main and self.run_config is not None:
             path = self.output_dir / "run_config.yaml"
             with writing(path, "the run config"):
@@ -286,8 +290,9 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.ctx.device.type, dtype=AUTOCAST[s.precision])
 
-    def _train_step(self) -> tuple[float, int]:
-        """One optimizer step over grad_accum micro-batches -> (mean loss over processes, tokens), or (nan, n).
+    def _train_step(self) -> tuple[float, int, float]:
+        """One optimizer step over grad_accum micro-batches -> (mean loss over processes, tokens, the gradient's
+        norm before clipping), or (nan, n, nan).
 
         tokens: the real tokens of the step (attention_mask ones; every token of a batch without a mask)."""
         s, ctx = self.settings, self.ctx
@@ -308,11 +313,11 @@ class Trainer:
         mean = distributed.mean_across(total, ctx)
         if not math.isfinite(float(mean)):
             self.optimizer.zero_grad(set_to_none=True)
-            return float("nan"), tokens
+            return float("nan"), tokens, float("nan")
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        if s.clip_grad is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.clip_grad)
+        clip = s.clip_grad if s.clip_grad is not None else math.inf  # inf: the norm alone, nothing clipped
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -320,7 +325,7 @@ class Trainer:
             self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(mean), tokens
+        return float(mean), tokens, grad_norm
 
     def _non_finite(self, step: int) -> None:
         s = self.settings
@@ -340,6 +345,7 @@ class Trainer:
             metrics = self.evaluate_fn(self.model)
         self.model.train()
         self.metrics.write({"step": step, "eval": metrics})
+        self.trackers.scalars(step, metrics, "eval")
         if self.ctx.is_main:
             bar.write(f"step {step:6d}  " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
         return metrics
@@ -372,14 +378,16 @@ class Trainer:
                     raise KeyboardInterrupt
                 t0 = time.monotonic()
                 lr = self.optimizer.param_groups[0]["lr"]
-                loss, tokens = self._train_step()
+                loss, tokens, grad_norm = self._train_step()
                 if not math.isfinite(loss):
                     self._non_finite(step + 1)
                     continue
                 step += 1
                 speed = tokens / max(time.monotonic() - t0, 1e-9)
                 result.losses.append(loss)
-                self.metrics.write({"step": step, "loss": loss, "lr": lr, "tokens_per_s": round(speed, 1)})
+                record = {"loss": loss, "lr": lr, "grad_norm": grad_norm, "tokens_per_s": round(speed, 1)}
+                self.metrics.write({"step": step, **record})
+                self.trackers.scalars(step, record, "train")
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{speed:,.0f}")
                 out_of_time = s.max_minutes is not None and time.monotonic() - started > 60 * s.max_minutes
@@ -394,6 +402,7 @@ class Trainer:
         finally:
             ctrl_c.restore()
             bar.close()
+            self.trackers.close()
         result.step = step
         if self.ctx.is_main:
             try:

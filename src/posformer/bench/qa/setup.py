@@ -20,7 +20,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from posformer.data.shared import squad_v2_dev
+from posformer.data.shared import default_data_dir, fetch_hint, squad_v2_dev
 from posformer.data.squad import QAExample, load_qa_file, split_by_article, squad_sample
 from posformer.tasks.qa.feature_batches import FeatureBatches
 from posformer.tasks.qa.job import EVAL_FRACTION, SPLIT_SEED  # the split of `qa train --train-file`
@@ -37,7 +37,8 @@ def resolve_data(path: str | Path | None) -> tuple[Path, str | None]:
         return Path(path), None
     if DEFAULT_DATA.is_file():
         return DEFAULT_DATA, None
-    return squad_sample(), f"{DEFAULT_DATA} not found: using the shipped sample {squad_sample()}"
+    hint = fetch_hint("squad_v2", default_data_dir())
+    return squad_sample(), f"{DEFAULT_DATA} not found: using the shipped sample {squad_sample()} ({hint})"
 
 
 def _sample(examples: list[QAExample], limit: int, seed: int) -> list[QAExample]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from posformer.data.shared import DATA_DIR_ENV
+from posformer.data.shared import fetch_hint
 from posformer.data.text import default_corpus
 from posformer.utils.validation import fail
 
@@ -48,11 +48,11 @@ def strip_gutenberg(text: str, name: str = "book") -> str:
     return text[start.end() : end.start()].strip("\n") + "\n"
 
 
-def _require(path: Path, what: str) -> Path:
+def _require(path: Path, what: str, name: str, data_dir: Path) -> Path:
+    """`path` (part of the dataset `name` in `data_dir`), or an error naming the command that fetches it."""
     if not path.exists():
         raise FileNotFoundError(
-            f"extrapolate: {what} {path} does not exist (set --data-dir or ${DATA_DIR_ENV} to "
-            "the folder holding gutenberg/ and wikitext-2/)"
+            f"extrapolate: {what} {path} does not exist: {fetch_hint(name, data_dir)} (or give --data-dir)"
         )
     return path
 
@@ -74,12 +74,13 @@ def load_corpus(corpus: str, data_dir: str | Path, held_out: list[str], wikitext
         cut = int(0.9 * len(text))
         result = Corpus({"tinyshakespeare": text[:cut]}, {"tinyshakespeare": {"tinyshakespeare": text[cut:]}})
     elif corpus == "gutenberg":
-        folder = _require(_require(data_dir, "data dir") / "gutenberg", "Gutenberg folder")
+        folder = _require(data_dir / "gutenberg", "Gutenberg folder", "gutenberg", data_dir)
         books = {p.name: p for p in sorted(folder.glob("*.txt"))}
         missing = [b for b in held_out if b not in books]
         if missing:
             raise FileNotFoundError(
-                f"extrapolate: held-out book(s) {missing} are not in {folder}; available: {', '.join(books)}"
+                f"extrapolate: held-out book(s) {missing} are not in {folder}; available: {', '.join(books)}; "
+                f"{fetch_hint('gutenberg', data_dir)}"
             )
         texts = {name: strip_gutenberg(read_document(path), name) for name, path in books.items()}
         result = Corpus(
@@ -92,7 +93,7 @@ def load_corpus(corpus: str, data_dir: str | Path, held_out: list[str], wikitext
     else:
         fail("extrapolate: corpus", corpus, f"one of {', '.join(CORPORA)}")
     if wikitext:
-        path = _require(_require(data_dir, "data dir") / "wikitext-2" / "test.txt", "WikiText-2 file")
+        path = _require(data_dir / "wikitext-2" / "test.txt", "WikiText-2 file", "wikitext-2", data_dir)
         result.eval_sets["wikitext-2"] = {"test.txt": read_document(path)}
     return result
 

@@ -81,20 +81,24 @@ def book(haystack_ids: Tensor | None, room: int, rng: torch.Generator, task: str
 
 def book_files(split: str, data_dir: str | Path | None = None) -> list[Path]:
     """The Gutenberg books of `split`: "eval" the held-out books of `posformer extrapolate`, "train" the others."""
-    from posformer.data.shared import default_data_dir
+    from posformer.data.shared import default_data_dir, fetch_hint
     from posformer.experiments.extrapolation.data import HELD_OUT_BOOKS
 
     check_split(split)
-    folder = Path(data_dir if data_dir is not None else default_data_dir()) / "gutenberg"
+    root = Path(data_dir if data_dir is not None else default_data_dir())
+    folder = root / "gutenberg"
     if not folder.is_dir():
         raise FileNotFoundError(
-            f"longeval: the book haystacks read {folder}, which does not exist: give --data-dir (the folder holding "
-            "gutenberg/), or tasks without book text (single_noise, vt, cwe, fwe)"
+            f"longeval: the book haystacks read {folder}, which does not exist: {fetch_hint('gutenberg', root)}; "
+            "or give --data-dir (the folder holding gutenberg/), or tasks without book text (single_noise, vt, cwe, "
+            "fwe)"
         )
     held_out = [folder / name for name in HELD_OUT_BOOKS]
     missing = [p.name for p in held_out if not p.is_file()]
     if missing:
-        raise FileNotFoundError(f"longeval: the held-out book(s) {missing} are not in {folder}")
+        raise FileNotFoundError(
+            f"longeval: the held-out book(s) {missing} are not in {folder}: {fetch_hint('gutenberg', root)}"
+        )
     if split == "eval":
         return held_out
     return [p for p in sorted(folder.glob("*.txt")) if p.name not in HELD_OUT_BOOKS]
