@@ -73,4 +73,3 @@ def test_convert_exports_a_trained_run_that_transformers_loads_and_decodes_alike
     args = ["generate", "--model", str(tmp_path / "run"), "--prompt", "ROMEO:", "--max-new-tokens", "12"]
     assert main([*args, "--temperature", "0"]) == 0
     assert capsys.readouterr().out.rstrip("\n") == tokenizer.decode(said[0])
-
