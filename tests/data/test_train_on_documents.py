@@ -70,6 +70,34 @@ def test_resume_on_jsonl_data_gives_the_uninterrupted_losses(tmp_path: Path) -> 
     assert losses(run) == losses(whole)
 
 
+def test_packed_documents_train_resume_exactly_and_evaluate_each_document_alone(tmp_path: Path) -> None:
+    """data.pack_documents: batches carry document_ids, `--resume` continues exactly, and the evaluation's loss is
+    the mean over each held-out document's own predictions, as if each were scored alone."""
+    import torch
+
+    from posformer.data.packing import pack_documents
+    from posformer.loading import load_model, load_text_tokenizer
+    from posformer.tasks.causal_lm import perplexity_evaluator
+    from posformer.train.batches import packed_batch
+
+    data = [write_jsonl(tmp_path / "docs.jsonl")]
+    packed = ["--set", "data.pack_documents=true"]
+    whole = train(tmp_path, "whole", data, 4, *packed)
+    run = train(tmp_path, "part", data, 2, *packed)
+    resumed = ["--set", "trainer.steps=4", "--resume", *packed]
+    args = ["train", "--config", str(tmp_path / "part.yaml"), "--output-dir", str(run), "--no-progress", *resumed]
+    assert main(args) == 0 and losses(run) == losses(whole) and len(losses(whole)) == 4
+    model, tokenizer = load_model(whole), load_text_tokenizer(whole)
+    docs = [torch.tensor(tokenizer.encode(p) + [tokenizer.eod_id]) for p in paragraphs()[:12]]
+    rows = pack_documents(docs, 32)
+    with torch.no_grad():
+        evaluated = perplexity_evaluator([packed_batch(rows, torch.arange(len(rows.input_ids)))])(model)
+        pieces = [d[i : i + 32] for d in docs for i in range(0, len(d), 32)]
+        total = sum(float(model(p[None], labels=p[None]).loss) * (len(p) - 1) for p in pieces if len(p) > 1)
+        count = sum(len(p) - 1 for p in pieces)
+    assert evaluated["val_loss"] == pytest.approx(total / count, rel=1e-5)
+
+
 def test_data_paths_are_checked_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(FileNotFoundError, match=r"^data.valid: .*missing.jsonl does not exist"):
         load_run_settings(None, [f"data.valid=[{tmp_path / 'missing.jsonl'}]"])

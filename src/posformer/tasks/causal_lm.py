@@ -17,12 +17,15 @@ import torch
 from posformer.config import Config
 from posformer.data.documents import documents
 from posformer.data.lm_tokenizers import build_tokenizer
+from posformer.data.packing import pack_documents
 from posformer.data.text import TokenStream
-from posformer.data.token_ids import document_ids
+from posformer.data.token_ids import document_ids, split_documents
 from posformer.model import Transformer
+from posformer.modules.heads import IGNORE_INDEX
+from posformer.ops.masks import document_starts
 from posformer.presets import preset_fields
 from posformer.train import distributed
-from posformer.train.batches import WindowBatches
+from posformer.train.batches import PackedBatches, WindowBatches, packed_batch
 from posformer.train.resume_check import trainer_policy
 from posformer.train.rng import seed_everything
 from posformer.train.settings import RunSettings
@@ -48,19 +51,41 @@ def build_model(model_fields: dict, vocab_size: int, seq_len: int, eos_token_id:
     return Transformer(cfg)
 
 
-def perplexity_evaluator(windows: torch.Tensor, batch_size: int):
-    """The metric function: mean loss and perplexity over held-out windows (N, T)."""
+def perplexity_evaluator(batches: list[dict[str, torch.Tensor]]):
+    """The metric function: the mean loss over every predicted token of the held-out batches (windows, or rows of
+    packed documents), and its perplexity."""
 
     def evaluate(model) -> dict[str, float]:
         device = next(model.parameters()).device
-        total = sum(
-            float(model(chunk.to(device), labels=chunk.to(device), return_logits=False).loss) * len(chunk)
-            for chunk in windows.split(batch_size)
-        )
-        loss = total / len(windows)
+        total, count = 0.0, 0
+        for batch in batches:
+            batch = {k: v.to(device) for k, v in batch.items()}
+            predicted = _predicted_tokens(batch)
+            total += float(model(**batch, return_logits=False).loss) * predicted
+            count += predicted
+        loss = total / count
         return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}
 
     return evaluate
+
+
+def _predicted_tokens(batch: dict[str, torch.Tensor]) -> int:
+    """How many tokens the batch's loss averages over: every label after a row's first that is not ignored and
+    does not start a packed document."""
+    counted = batch["labels"][:, 1:] != IGNORE_INDEX
+    if "document_ids" in batch:
+        counted &= ~document_starts(batch["document_ids"])[:, 1:]
+    return int(counted.sum())
+
+
+def held_out_batches(ids: torch.Tensor, eod_id: int, seq_len: int, rows: int, batch_size: int, packed: bool) -> list:
+    """The evaluation batches: the first `rows` windows of seq_len tokens, or rows of the packed documents."""
+    if packed:
+        packing = pack_documents(split_documents(ids, eod_id), seq_len)
+        first = torch.arange(min(rows, len(packing.input_ids)))
+        return [packed_batch(packing, picked) for picked in first.split(batch_size)]
+    windows = TokenStream(ids).windows(seq_len)[:rows]
+    return [{"input_ids": w, "labels": w} for w in windows.split(batch_size)]
 
 
 def _quiet(message: str) -> None:
@@ -87,11 +112,16 @@ def train_causal_lm(
     else:
         split = int((1 - data.valid_fraction) * len(ids))
         ids, valid_ids = ids[:split], ids[split:]
-    windows = TokenStream(valid_ids).windows(data.seq_len)[
-        : trainer_settings.eval_batches * trainer_settings.batch_size
-    ]
-    if len(windows) == 0:
+    rows, batch_size = trainer_settings.eval_batches * trainer_settings.batch_size, trainer_settings.batch_size
+    held_out = held_out_batches(valid_ids, tokenizer.eod_id, data.seq_len, rows, batch_size, data.pack_documents)
+    if not held_out:
         raise ValueError(f"the validation text has {len(valid_ids)} tokens, fewer than data.seq_len={data.seq_len}")
+    if data.pack_documents:
+        packing = pack_documents(split_documents(ids, tokenizer.eod_id), data.seq_len)
+        batches = PackedBatches(packing, trainer_settings.seed)
+        log(f"packed {len(packing.input_ids):,} rows of whole documents, {100 * packing.padding_share:.2f}% padding")
+    else:
+        batches = WindowBatches(ids, data.seq_len, trainer_settings.seed)
     seed_everything(trainer_settings.seed)  # the initial weights are a function of the seed
     model = build_model(settings.model, vocab_size, data.seq_len, eos_token_id=tokenizer.eod_id)
     log(f"data: {len(ids):,} training and {len(valid_ids):,} validation tokens, vocabulary {vocab_size}")
@@ -102,10 +132,10 @@ def train_causal_lm(
     resolved = {**settings.to_dict(), "model": model.cfg.to_dict()}  # every Config field, as built
     trainer = Trainer(
         model,
-        WindowBatches(ids, data.seq_len, trainer_settings.seed),
+        batches,
         trainer_settings,
         output_dir,
-        evaluate=perplexity_evaluator(windows, trainer_settings.batch_size),
+        evaluate=perplexity_evaluator(held_out),
         run_config=resolved,
         extra_files=tokenizer.files(),
         log=log,

@@ -97,14 +97,19 @@ class PackedBatches:
             picked.append(int(order[self.index]))
             self.index += 1
         share = global_size // world_size
-        mine = torch.tensor(picked[rank * share : (rank + 1) * share])
-        ids, keep = self.rows.input_ids[mine], self.rows.keep[mine]
-        return {
-            "input_ids": ids,
-            "labels": ids.masked_fill(~keep, IGNORE_INDEX),
-            "document_ids": self.rows.document_ids[mine],
-            "attention_mask": keep.long(),
-        }
+        return packed_batch(self.rows, torch.tensor(picked[rank * share : (rank + 1) * share]))
 
     state_dict = WindowBatches.state_dict
     load_state_dict = WindowBatches.load_state_dict
+
+
+def packed_batch(rows: PackedRows, picked: Tensor) -> dict[str, Tensor]:
+    """The batch of the packed rows `picked` (indices): input_ids, labels (the padding ignored), document_ids and
+    attention_mask, each (len(picked), seq_len)."""
+    ids, keep = rows.input_ids[picked], rows.keep[picked]
+    return {
+        "input_ids": ids,
+        "labels": ids.masked_fill(~keep, IGNORE_INDEX),
+        "document_ids": rows.document_ids[picked],
+        "attention_mask": keep.long(),
+    }

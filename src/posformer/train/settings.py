@@ -123,6 +123,10 @@ class DataSettings:
     tokenizer: "char" (one id per character of the training text, and the EOD `<|endoftext|>`), "bytes" (256
     ids and the EOD), a directory holding a Hugging Face tokenizer (its eos token is the EOD), or a `tokenizers`
     tokenizer.json file (`posformer.data.lm_tokenizers`).
+    pack_documents: False: training windows are cut from the one token stream, so a window's attention and
+    positions run across documents. True: each row packs whole documents (`data.packing`; a longer one is cut
+    into rows), and each attends only within itself with its positions restarting at 0 (`document_ids`), for
+    training and evaluation alike.
     """
 
     train: list[str] = field(default_factory=lambda: [str(default_corpus())])
@@ -131,6 +135,7 @@ class DataSettings:
     tokenizer: str = "char"
     seq_len: int = 128
     text_field: str = "text"
+    pack_documents: bool = False
 
     def validate(self) -> None:
         if isinstance(self.train, str):
