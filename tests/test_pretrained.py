@@ -50,6 +50,9 @@ def test_load_reads_a_training_run_and_a_hugging_face_directory(tmp_path) -> Non
     newest = sorted((tmp_path / "run" / "checkpoints").iterdir())[-1]
     ids = torch.tensor([[1, 2, 3, 4]])
     torch.testing.assert_close(pf.load(tmp_path / "run")(ids).logits, pf.load(newest)(ids).logits, rtol=0, atol=0)
+    assert (
+        pf.load_tokenizer(tmp_path / "run")("ROMEO:")["input_ids"] == pf.load_tokenizer(newest)("ROMEO:")["input_ids"]
+    )
     bert = pf.load(save_tiny_bert(tmp_path / "bert"))
     assert bert.config.arch == "encoder" and bert.config.hf_model_type == "bert"
 

@@ -2,8 +2,9 @@
 
 from posformer import hf, positions
 from posformer.config import Config
-from posformer.hf import from_hf, load_tokenizer, to_hf
+from posformer.hf import from_hf, to_hf
 from posformer.loading import load_model as load
+from posformer.loading import load_tokenizer
 from posformer.model import Transformer
 from posformer.modules.cache import Cache
 from posformer.modules.outputs import ModelOutput

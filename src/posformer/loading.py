@@ -25,7 +25,8 @@ from posformer.checkpoints.model_dir import model_file, read_json
 from posformer.checkpoints.native import CONFIG_FILE, load_pretrained, read_config
 from posformer.config import Config
 from posformer.data.text import CharTokenizer
-from posformer.hf.api import config_from_hf_file, from_hf, load_tokenizer
+from posformer.hf.api import config_from_hf_file, from_hf
+from posformer.hf.api import load_tokenizer as hf_load_tokenizer
 from posformer.hf.char_byte_tokenizers import char_tokenizer, stored_chars, tokenizer_files
 from posformer.hf.hf_checkpoint import read_config as read_hf_config
 from posformer.hf.hf_checkpoint import resolve
@@ -124,6 +125,13 @@ def load_config(path_or_hub_id: str | os.PathLike) -> tuple[Config, Path]:
     return cfg, directory
 
 
+def load_tokenizer(path_or_hub_id: str | os.PathLike):
+    """The tokenizer beside any model `load_model` takes (a run dir stands for its newest valid checkpoint), as a
+    `transformers` fast tokenizer (`hf.api.load_tokenizer`: every tokenizer posformer writes, and Hugging Face's).
+    Public as `posformer.load_tokenizer`."""
+    return hf_load_tokenizer(checkpoint_dir(resolve(path_or_hub_id)))
+
+
 def load_text_tokenizer(path_or_hub_id: str | os.PathLike) -> TextTokenizer:
     """The tokenizer stored beside a model: posformer's character tokenizer (either file form, see
     `hf.char_byte_tokenizers`; a character outside its vocabulary is an error), or a Hugging Face one."""
@@ -131,7 +139,7 @@ def load_text_tokenizer(path_or_hub_id: str | os.PathLike) -> TextTokenizer:
     found = stored_chars(directory)
     if found is not None:
         return CharTokenizer(found.chars, eod=found.eod)
-    return HFTextTokenizer(load_tokenizer(directory))
+    return HFTextTokenizer(hf_load_tokenizer(directory))
 
 
 def tokenizer_paths(source: Path) -> dict[str, Path]:
