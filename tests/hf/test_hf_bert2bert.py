@@ -122,6 +122,32 @@ def test_the_exported_model_is_what_transformers_loads_with_our_logits(tmp_path)
     )
 
 
+def test_cross_attention_started_from_self_attention_is_hfs_own_layers_copied(tmp_path):
+    """cross_attention_init="self_attention": the exported cross-attention tensors equal transformers' BERT2BERT with
+    each decoder layer's `crossattention` set from its own `attention` (query, key, value, output dense and
+    LayerNorm), in transformers' names; everything else as the random start."""
+    bert = _save_bert(tmp_path / "bert")
+    torch.manual_seed(5)
+    ours = _exported(
+        pf.hf.bert2bert_from_pretrained(bert, **IDS, cross_attention_init="self_attention"), tmp_path / "x"
+    )
+    theirs = _oracle(bert)
+    for i in range(SIZES["num_hidden_layers"]):
+        layer = f"decoder.bert.encoder.layer.{i}."
+        for own, cross in (
+            ("attention.self.", "crossattention.self."),
+            ("attention.output.", "crossattention.output."),
+        ):
+            for name in [k for k in theirs if k.startswith(layer + own)]:
+                theirs[name.replace(layer + own, layer + cross)] = theirs[name]
+    cross = [k for k in theirs if "crossattention" in k]
+    assert len(cross) == 2 * 10
+    for name in cross:
+        torch.testing.assert_close(ours[name], theirs[name], rtol=0, atol=0, msg=name)
+    with pytest.raises(ValueError, match=r"cross_attention_init='copy' is invalid: expected one of"):
+        pf.hf.bert2bert_from_pretrained(bert, cross_attention_init="copy")
+
+
 def test_only_a_bert_checkpoint_warm_starts(tmp_path):
     torch.manual_seed(0)
     RobertaModel(RobertaConfig(**SIZES)).save_pretrained(tmp_path)

@@ -105,6 +105,7 @@ TRAINING = (
     "group_by_length",
     "weight_decay",
     "keep_null_windows",
+    "cross_attention_init",
     "dropout",
     "calibration_fraction",
 )

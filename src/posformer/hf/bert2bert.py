@@ -34,6 +34,7 @@ EMBEDDINGS = {
     "embed_tokens.weight": ("embed_tokens.weight", "decoder_embed_tokens.weight"),
     "token_types.weight": ("token_types.weight", "decoder_token_types.weight"),
 }
+CROSS_ATTENTION_INITS = ("random", "self_attention")
 MASKED_LM_HEAD = ("head.dense.weight", "head.dense.bias", "head.norm.weight", "head.norm.bias", "head.proj.bias")
 
 
@@ -69,14 +70,23 @@ def bert2bert_from_pretrained(
     decoder_start_token_id: int | None = None,
     eos_token_id: int | None = None,
     pad_token_id: int | None = None,
+    cross_attention_init: str = "random",
 ) -> Transformer:
     """A BERT2BERT `Transformer` warm-started from the BERT checkpoint at `path_or_hub_id` (see the module doc).
 
     decoder_start_token_id, eos_token_id, pad_token_id: the special ids of the new model (None: BERT's
     config's, and no decoder start, as transformers leaves them); a BERT tokenizer's are [CLS], [SEP]
-    and [PAD]. Returns the model in eval mode, as transformers does. Raises `UnsupportedCheckpoint` for a
-    checkpoint that is not a BERT.
+    and [PAD]. cross_attention_init: "random" (BERT's initialisation, as transformers does) or
+    "self_attention" (each decoder layer's cross-attention starts as a copy of that layer's trained
+    self-attention: q from its query rows, k and v from its key and value rows, the output projection and the
+    norm after it likewise), so that the decoder starts by attending to context tokens like its own.
+    Returns the model in eval mode, as transformers does. Raises `UnsupportedCheckpoint` for a checkpoint that
+    is not a BERT.
     """
+    if cross_attention_init not in CROSS_ATTENTION_INITS:
+        raise ValueError(
+            f"cross_attention_init={cross_attention_init!r} is invalid: expected one of {CROSS_ATTENTION_INITS}"
+        )
     bert = from_hf(path_or_hub_id)
     model = Transformer(bert2bert_config(bert.cfg, decoder_start_token_id, eos_token_id, pad_token_id))
     source, target = bert.state_dict(), model.state_dict()
@@ -94,4 +104,19 @@ def bert2bert_from_pretrained(
     with torch.no_grad():
         for ours, theirs in copies.items():
             target[ours].copy_(source[theirs])
+        if cross_attention_init == "self_attention":
+            _cross_from_self(target, bert.cfg.n_layers, bert.cfg.d_model)
     return model.eval()
+
+
+def _cross_from_self(state: dict[str, torch.Tensor], layers: int, width: int) -> None:
+    """Copy each decoder layer's self-attention (fused qkv rows [q; k; v], output, norm) into its
+    cross-attention (q; kv = [k; v]; output; norm), in place."""
+    for i in range(layers):
+        layer = f"decoder.layers.{i}."
+        for kind in ("weight", "bias"):
+            fused = state[f"{layer}attn.qkv.{kind}"]
+            state[f"{layer}cross_attn.q.{kind}"].copy_(fused[:width])
+            state[f"{layer}cross_attn.kv.{kind}"].copy_(fused[width:])
+            state[f"{layer}cross_attn.out.{kind}"].copy_(state[f"{layer}attn.out.{kind}"])
+            state[f"{layer}cross_res.norm.{kind}"].copy_(state[f"{layer}attn_res.norm.{kind}"])

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from posformer.hf.bert2bert import CROSS_ATTENTION_INITS
 from posformer.train.settings import DEVICES, PRECISIONS
 from posformer.utils.options import check_options as check_declared_options
 from posformer.utils.options import flag_spelling, option
@@ -142,6 +143,14 @@ class QAJobOptions(QAColumns):
         low=0,
         high=1,
         low_open=True,
+    )
+    cross_attention_init: str = option(
+        "random",
+        "--head seq2seq warm-started from a BERT: how the decoder's new cross-attention starts: random (BERT's "
+        "initialisation, as Hugging Face's EncoderDecoderModel) or self_attention (a copy of the same layer's "
+        "trained self-attention, so that the decoder starts by attending to context tokens like its own) "
+        "(default: random)",
+        choices=CROSS_ATTENTION_INITS,
     )
     dropout: float | None = option(
         None,
