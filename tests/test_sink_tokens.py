@@ -5,9 +5,10 @@ cache that keeps the sinks decodes as the full pass over the tokens it keeps, an
 
 import pytest
 import torch
-from x_transformers import Decoder, TransformerWrapper
+from x_transformers import TransformerWrapper
 
 import posformer as pf
+from posformer.bench.x_transformers_peer import llama_shaped_decoder
 from posformer.hf import UnsupportedCheckpoint, to_hf
 
 SINKS = 2
@@ -39,19 +40,7 @@ def decoder(**overrides) -> pf.Transformer:
 def x_transformers_copy(model: pf.Transformer) -> TransformerWrapper:
     """x-transformers' decoder with memory tokens, holding `model`'s weights."""
     cfg = model.cfg
-    layers = Decoder(
-        dim=cfg.d_model,
-        depth=cfg.n_layers,
-        heads=cfg.n_heads,
-        attn_dim_head=cfg.head_dim,
-        rotary_pos_emb=True,
-        rotary_emb_dim=cfg.head_dim,
-        use_rmsnorm=True,
-        ff_glu=True,
-        ff_swish=True,
-        ff_mult=cfg.ff_dim / cfg.d_model,
-        ff_no_bias=True,
-    )
+    layers = llama_shaped_decoder(cfg)
     peer = TransformerWrapper(
         num_tokens=cfg.vocab_size,
         max_seq_len=cfg.max_positions,

@@ -26,6 +26,27 @@ def x_transformers_available() -> bool:
     return importlib.util.find_spec("x_transformers") is not None
 
 
+def llama_shaped_decoder(cfg: pf.Config, **options: Any) -> nn.Module:
+    """x-transformers' `Decoder` of `cfg`'s LLaMA shape: rotary positions over the whole head, RMSNorm, SwiGLU of
+    the same inner size, no output bias in the feed-forward; `options` are further `Decoder` arguments."""
+    from x_transformers import Decoder
+
+    return Decoder(
+        dim=cfg.d_model,
+        depth=cfg.n_layers,
+        heads=cfg.n_heads,
+        attn_dim_head=cfg.head_dim,
+        rotary_pos_emb=True,
+        rotary_emb_dim=cfg.head_dim,
+        use_rmsnorm=True,
+        ff_glu=True,
+        ff_swish=True,
+        ff_mult=cfg.ff_dim / cfg.d_model,
+        ff_no_bias=True,
+        **options,
+    )
+
+
 class XTransformersLM(nn.Module):
     """`model(input_ids)` -> .logits (B, T, V); `model(input_ids, labels=input_ids)` -> .loss, the
     next-token loss of x-transformers' AutoregressiveWrapper (labels must be the input ids)."""
@@ -34,21 +55,9 @@ class XTransformersLM(nn.Module):
         super().__init__()
         if float(cfg.position_params["theta"]) != 10000.0:
             raise ValueError("x-transformers' rotary base is fixed at 10000: the benchmark config must use it")
-        from x_transformers import AutoregressiveWrapper, Decoder, TransformerWrapper
+        from x_transformers import AutoregressiveWrapper, TransformerWrapper
 
-        layers = Decoder(
-            dim=cfg.d_model,
-            depth=cfg.n_layers,
-            heads=cfg.n_heads,
-            rotary_pos_emb=True,
-            rotary_emb_dim=cfg.head_dim,
-            use_rmsnorm=True,
-            ff_glu=True,
-            ff_swish=True,
-            ff_mult=cfg.ff_dim / cfg.d_model,
-            ff_no_bias=True,
-            attn_flash=True,
-        )
+        layers = llama_shaped_decoder(cfg, attn_flash=True)
         self.net = TransformerWrapper(
             num_tokens=cfg.vocab_size,
             max_seq_len=cfg.max_positions,
