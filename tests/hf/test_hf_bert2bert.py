@@ -148,6 +148,31 @@ def test_cross_attention_started_from_self_attention_is_hfs_own_layers_copied(tm
         pf.hf.bert2bert_from_pretrained(bert, cross_attention_init="copy")
 
 
+def test_a_shorter_decoder_keeps_berts_first_layers_and_exports_to_what_transformers_loads(tmp_path):
+    bert = _save_bert(tmp_path / "bert")
+    torch.manual_seed(3)
+    model = pf.hf.bert2bert_from_pretrained(bert, **IDS, decoder_layers=1, cross_attention_init="self_attention")
+    assert model.cfg.decoder_layers == 1 and len(model.decoder.layers) == 1
+    source = pf.from_hf(bert).state_dict()
+    torch.testing.assert_close(
+        model.state_dict()["decoder.layers.0.ffn.up.weight"], source["encoder.layers.0.ffn.up.weight"]
+    )
+    pf.to_hf(model, tmp_path / "hf")
+    hf = EncoderDecoderModel.from_pretrained(tmp_path / "hf", attn_implementation="eager").eval()
+    assert hf.config.decoder.num_hidden_layers == 1
+    decoder = padded_batch(VOCAB, length=5, seed=1)
+    assert_same_outputs(
+        model,
+        hf,
+        padded_batch(VOCAB),
+        use_cache=False,
+        decoder_input_ids=decoder["input_ids"],
+        decoder_attention_mask=decoder["attention_mask"],
+    )
+    with pytest.raises(ValueError, match=r"decoder_layers=3 is invalid: expected an integer in \[1, 2\]"):
+        pf.hf.bert2bert_from_pretrained(bert, decoder_layers=3)
+
+
 def test_only_a_bert_checkpoint_warm_starts(tmp_path):
     torch.manual_seed(0)
     RobertaModel(RobertaConfig(**SIZES)).save_pretrained(tmp_path)

@@ -106,6 +106,7 @@ TRAINING = (
     "weight_decay",
     "keep_null_windows",
     "cross_attention_init",
+    "decoder_layers",
     "dropout",
     "calibration_fraction",
 )

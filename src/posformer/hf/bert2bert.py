@@ -43,9 +43,13 @@ def bert2bert_config(
     decoder_start_token_id: int | None = None,
     eos_token_id: int | None = None,
     pad_token_id: int | None = None,
+    decoder_layers: int | None = None,
 ) -> Config:
-    """The BERT2BERT `Config` of a BERT `Config` (arch "encoder"): two stacks of its size, the decoder with its
-    own embeddings and BERT's LM head. Special ids left None keep BERT's (decoder start: none)."""
+    """The BERT2BERT `Config` of a BERT `Config` (arch "encoder"): two stacks of its size (the decoder's first
+    `decoder_layers` only, when given), the decoder with its own embeddings and BERT's LM head. Special ids left
+    None keep BERT's (decoder start: none)."""
+    if decoder_layers is not None and not (isinstance(decoder_layers, int) and 1 <= decoder_layers <= bert.n_layers):
+        raise ValueError(f"decoder_layers={decoder_layers!r} is invalid: expected an integer in [1, {bert.n_layers}]")
     if bert.arch != "encoder" or bert.hf_model_type != "bert":
         raise UnsupportedCheckpoint(
             f"a BERT2BERT model is warm-started from a BERT checkpoint (model_type 'bert'); "
@@ -54,7 +58,7 @@ def bert2bert_config(
     ids = {"eos_token_id": eos_token_id, "pad_token_id": pad_token_id}
     return bert.replace(
         arch="encoder_decoder",
-        n_decoder_layers=bert.n_layers,
+        n_decoder_layers=decoder_layers or bert.n_layers,
         head="seq2seq_lm",
         separate_decoder_embeddings=True,
         head_transform=True,
@@ -71,6 +75,7 @@ def bert2bert_from_pretrained(
     eos_token_id: int | None = None,
     pad_token_id: int | None = None,
     cross_attention_init: str = "random",
+    decoder_layers: int | None = None,
 ) -> Transformer:
     """A BERT2BERT `Transformer` warm-started from the BERT checkpoint at `path_or_hub_id` (see the module doc).
 
@@ -80,6 +85,8 @@ def bert2bert_from_pretrained(
     "self_attention" (each decoder layer's cross-attention starts as a copy of that layer's trained
     self-attention: q from its query rows, k and v from its key and value rows, the output projection and the
     norm after it likewise), so that the decoder starts by attending to context tokens like its own.
+    decoder_layers: the decoder keeps BERT's first this many layers (None: all), as `EncoderDecoderModel` with
+    the decoder config's `num_hidden_layers` set so.
     Returns the model in eval mode, as transformers does. Raises `UnsupportedCheckpoint` for a checkpoint that
     is not a BERT.
     """
@@ -88,13 +95,15 @@ def bert2bert_from_pretrained(
             f"cross_attention_init={cross_attention_init!r} is invalid: expected one of {CROSS_ATTENTION_INITS}"
         )
     bert = from_hf(path_or_hub_id)
-    model = Transformer(bert2bert_config(bert.cfg, decoder_start_token_id, eos_token_id, pad_token_id))
+    cfg = bert2bert_config(bert.cfg, decoder_start_token_id, eos_token_id, pad_token_id, decoder_layers)
+    model = Transformer(cfg)
     source, target = bert.state_dict(), model.state_dict()
     copies: dict[str, str] = {}
     for name in source:
         if name.startswith("encoder."):
             copies[name] = name
-            copies["decoder." + name.removeprefix("encoder.")] = name
+            if "decoder." + name.removeprefix("encoder.") in target:  # the decoder may keep fewer layers
+                copies["decoder." + name.removeprefix("encoder.")] = name
         elif name in EMBEDDINGS:
             copies.update({ours: name for ours in EMBEDDINGS[name]})
     if bert.cfg.head_kind == "masked_lm":
@@ -105,7 +114,7 @@ def bert2bert_from_pretrained(
         for ours, theirs in copies.items():
             target[ours].copy_(source[theirs])
         if cross_attention_init == "self_attention":
-            _cross_from_self(target, bert.cfg.n_layers, bert.cfg.d_model)
+            _cross_from_self(target, cfg.decoder_layers, bert.cfg.d_model)
     return model.eval()
 
 

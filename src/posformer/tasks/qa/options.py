@@ -152,6 +152,12 @@ class QAJobOptions(QAColumns):
         "(default: random)",
         choices=CROSS_ATTENTION_INITS,
     )
+    decoder_layers: int | None = option(
+        None,
+        "--head seq2seq warm-started from a BERT: the decoder keeps the BERT's first this many layers (fewer: faster "
+        "steps, and the new cross-attention a larger share of the decoder) (default: all)",
+        minimum=1,
+    )
     dropout: float | None = option(
         None,
         "dropout probability of every dropout of the model (hidden, attention, feed-forward) while it is "
