@@ -56,6 +56,22 @@ def _oracle(directory) -> dict[str, torch.Tensor]:
     return {k: v for k, v in state.items() if not k.startswith("encoder.pooler.") and k not in tied}
 
 
+def _loaded_by_transformers_alike(model: pf.Transformer, directory) -> EncoderDecoderModel:
+    """`model` exported to `directory` and loaded by transformers, checked to give our outputs on padded batches."""
+    pf.to_hf(model, directory)
+    hf = EncoderDecoderModel.from_pretrained(directory, attn_implementation="eager").eval()
+    decoder = padded_batch(VOCAB, length=5, seed=1)
+    assert_same_outputs(
+        model,
+        hf,
+        padded_batch(VOCAB),
+        use_cache=False,
+        decoder_input_ids=decoder["input_ids"],
+        decoder_attention_mask=decoder["attention_mask"],
+    )
+    return hf
+
+
 def test_warm_start_copies_what_transformers_copies_and_initialises_the_rest_alike(tmp_path):
     bert = _save_bert(tmp_path / "bert")
     torch.manual_seed(3)
@@ -108,18 +124,8 @@ def test_the_exported_model_is_what_transformers_loads_with_our_logits(tmp_path)
     bert = _save_bert(tmp_path / "bert", position_embedding_type="relative_key")
     torch.manual_seed(3)
     model = pf.hf.bert2bert_from_pretrained(bert, **IDS)
-    pf.to_hf(model, tmp_path / "hf")
-    hf = EncoderDecoderModel.from_pretrained(tmp_path / "hf", attn_implementation="eager").eval()
+    hf = _loaded_by_transformers_alike(model, tmp_path / "hf")
     assert (hf.config.decoder_start_token_id, hf.config.eos_token_id, hf.config.pad_token_id) == (2, 3, 1)
-    decoder = padded_batch(VOCAB, length=5, seed=1)
-    assert_same_outputs(
-        model,
-        hf,
-        padded_batch(VOCAB),
-        use_cache=False,
-        decoder_input_ids=decoder["input_ids"],
-        decoder_attention_mask=decoder["attention_mask"],
-    )
 
 
 def test_cross_attention_started_from_self_attention_is_hfs_own_layers_copied(tmp_path):
@@ -157,18 +163,7 @@ def test_a_shorter_decoder_keeps_berts_first_layers_and_exports_to_what_transfor
     torch.testing.assert_close(
         model.state_dict()["decoder.layers.0.ffn.up.weight"], source["encoder.layers.0.ffn.up.weight"]
     )
-    pf.to_hf(model, tmp_path / "hf")
-    hf = EncoderDecoderModel.from_pretrained(tmp_path / "hf", attn_implementation="eager").eval()
-    assert hf.config.decoder.num_hidden_layers == 1
-    decoder = padded_batch(VOCAB, length=5, seed=1)
-    assert_same_outputs(
-        model,
-        hf,
-        padded_batch(VOCAB),
-        use_cache=False,
-        decoder_input_ids=decoder["input_ids"],
-        decoder_attention_mask=decoder["attention_mask"],
-    )
+    assert _loaded_by_transformers_alike(model, tmp_path / "hf").config.decoder.num_hidden_layers == 1
     with pytest.raises(ValueError, match=r"decoder_layers=3 is invalid: expected an integer in \[1, 2\]"):
         pf.hf.bert2bert_from_pretrained(bert, decoder_layers=3)
 
