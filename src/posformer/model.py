@@ -14,18 +14,13 @@ from torch import Tensor, nn
 from posformer.config import Config
 from posformer.generation import generate
 from posformer.modules.cache import Cache
+from posformer.modules.head_outputs import add_aux_loss, apply_head, check_head_options, refuse_unused
 from posformer.modules.heads import (
     IGNORE_INDEX,
-    TOKEN_HEADS,
     build_head,
-    check_labels,
-    class_loss,
-    mask_padded_logits,
-    span_loss,
-    token_loss,
 )
 from posformer.modules.init import deepnorm_alphas, deepnorm_init_, normal_init_, t5_init_
-from posformer.modules.moe import MoEFeedForward, load_balancing_loss
+from posformer.modules.moe import MoEFeedForward
 from posformer.modules.outputs import ModelOutput
 from posformer.modules.random_positions import sample_positions
 from posformer.modules.shift_right import shift_right
@@ -35,7 +30,6 @@ from posformer.ops.masks import KeyReach, build_mask, document_positions, docume
 from posformer.ops.packing import TokenPacking
 from posformer.pretrained import Pretrained
 from posformer.utils.tensor_checks import check_in_range, check_shape, check_token_ids
-from posformer.utils.validation import check_int
 
 
 class Transformer(Pretrained, nn.Module):
@@ -289,7 +283,8 @@ class Transformer(Pretrained, nn.Module):
         adds `Config.router_aux_loss_coef` times it to `loss` (evaluation losses stay the head's own).
         """
         cfg = self.cfg
-        self._refuse_unused(
+        refuse_unused(
+            cfg,
             token_type_ids=token_type_ids,
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
@@ -298,7 +293,7 @@ class Transformer(Pretrained, nn.Module):
             end_positions=end_positions,
             labels=labels,
         )
-        self._check_head_options(logits_to_keep, return_logits, labels)
+        check_head_options(cfg, logits_to_keep, return_logits, labels)
         if use_cache and cache is None and cfg.arch != "encoder":
             cache = self.new_cache()
         out = ModelOutput(cache=cache)
@@ -347,7 +342,9 @@ class Transformer(Pretrained, nn.Module):
             out.encoder_last_hidden_state = memory
         out.last_hidden_state = hidden
         head_input = hidden[:, -logits_to_keep:] if logits_to_keep else hidden
-        self._apply_head(
+        apply_head(
+            self.head,
+            cfg,
             out,
             head_input,
             labels,
@@ -359,102 +356,8 @@ class Transformer(Pretrained, nn.Module):
         if self.has_experts:
             decoder_mask = {"decoder": attention_mask, "encoder_decoder": decoder_attention_mask}.get(cfg.arch)
             decoder_ids = decoder_input_ids if cfg.arch == "encoder_decoder" else input_ids
-            self._add_aux_loss(out, *routers, decoder_mask, decoder_ids.shape[1])
+            add_aux_loss(cfg, self.training, out, *routers, decoder_mask, decoder_ids.shape[1])
         return out
-
-    def _add_aux_loss(
-        self,
-        out: ModelOutput,
-        encoder_logits: list[Tensor],
-        decoder_logits: list[Tensor],
-        decoder_mask: Tensor | None,
-        length: int,
-    ) -> None:
-        """`out.aux_loss`: the load-balancing loss of every router's logits over the real tokens (the encoder's
-        rows are real tokens already, packed; the decoder's are B * length, its mask's last `length` columns
-        say which); while training, `out.loss` gains `Config.router_aux_loss_coef` times it."""
-        keep = None if decoder_mask is None else decoder_mask[:, -length:]
-        keeps = [None] * len(encoder_logits) + [keep] * len(decoder_logits)
-        out.aux_loss = load_balancing_loss(encoder_logits + decoder_logits, self.cfg.experts_per_token, keeps)
-        if out.loss is not None and self.training and self.cfg.router_aux_loss_coef:
-            out.loss = out.loss + self.cfg.router_aux_loss_coef * out.aux_loss
-
-    def _refuse_unused(self, **given: Tensor | None) -> None:
-        """Raise `ValueError` naming an input that was given but that this model would ignore."""
-        cfg = self.cfg
-        unused = {
-            "token_type_ids": cfg.type_vocab_size == 0,
-            "decoder_input_ids": cfg.arch != "encoder_decoder",
-            "decoder_attention_mask": cfg.arch != "encoder_decoder",
-            "decoder_position_ids": cfg.arch != "encoder_decoder",
-            "start_positions": cfg.head_kind != "span_qa",
-            "end_positions": cfg.head_kind != "span_qa",
-            "labels": cfg.head_kind in ("span_qa", "none"),
-        }
-        for name, value in given.items():
-            if value is not None and unused[name]:
-                raise ValueError(
-                    f"{name} was given, but this model (arch={cfg.arch!r}, head={cfg.head_kind!r}, "
-                    f"type_vocab_size={cfg.type_vocab_size}) has no use for it"
-                )
-
-    def _check_head_options(self, logits_to_keep: int, return_logits: bool, labels: Tensor | None) -> None:
-        """Raise `ValueError` unless `logits_to_keep` is an int >= 0, and 0 without a language-model head or with
-        labels (the loss reads every position's logits); and unless `return_logits` is a bool, False only with
-        labels and a token head (causal, seq2seq or masked LM)."""
-        check_int("logits_to_keep", logits_to_keep, minimum=0)
-        if not isinstance(return_logits, bool):
-            raise ValueError(f"return_logits must be True or False, got {return_logits!r}")
-        if not return_logits and (labels is None or self.cfg.head_kind not in TOKEN_HEADS):
-            raise ValueError(
-                f"return_logits=False returns the loss alone: it needs labels and a language-model "
-                f"head {TOKEN_HEADS}; this call has labels={'given' if labels is not None else None}"
-                f" and head {self.cfg.head_kind!r}"
-            )
-        if logits_to_keep and self.cfg.head_kind not in ("causal_lm", "seq2seq_lm"):
-            raise ValueError(
-                f"logits_to_keep={logits_to_keep} was given, but this model's head "
-                f"({self.cfg.head_kind!r}) is not a language-model head"
-            )
-        if logits_to_keep and labels is not None:
-            raise ValueError(
-                f"logits_to_keep={logits_to_keep} with labels: the loss needs every position's "
-                "logits; pass logits_to_keep=0"
-            )
-
-    def _apply_head(
-        self,
-        out: ModelOutput,
-        hidden: Tensor,
-        labels: Tensor | None,
-        start_positions: Tensor | None,
-        end_positions: Tensor | None,
-        attention_mask: Tensor | None,
-        return_logits: bool,
-    ) -> None:
-        """Logits (span logits of padded positions set to the dtype's minimum: never an answer) and the loss;
-        without `return_logits` a token head's loss alone."""
-        kind = self.cfg.head_kind
-        if kind == "span_qa":
-            out.start_logits, out.end_logits = self.head(hidden)
-            if attention_mask is not None:
-                out.start_logits = mask_padded_logits(out.start_logits, attention_mask)
-                out.end_logits = mask_padded_logits(out.end_logits, attention_mask)
-            if start_positions is not None and end_positions is not None:
-                out.loss = span_loss(out.start_logits, out.end_logits, start_positions, end_positions)
-        elif kind == "classification":
-            out.logits = self.head(hidden)
-            if labels is not None:
-                check_labels("labels", labels, out.logits.shape[:1], self.cfg.num_labels)
-                out.loss = class_loss(out.logits, labels)
-        elif not return_logits:
-            check_labels("labels", labels, hidden.shape[:2], None)
-            out.loss = self.head.loss(hidden, labels, shift=kind == "causal_lm")
-        elif kind != "none":
-            out.logits = self.head(hidden)
-            if labels is not None:
-                check_labels("labels", labels, out.logits.shape[:2], None)
-                out.loss = token_loss(out.logits, labels, shift=kind == "causal_lm")
 
     def shift_right(self, labels: Tensor) -> Tensor:
         """Decoder inputs for teacher forcing: labels (B, T) -> (B, T); see `modules.shift_right`."""

@@ -16,7 +16,9 @@ kernel `attend`), then the smaller parts:
 | moe | the mixture-of-experts feed-forward: a top-k router, batched experts, the load-balancing loss |
 | norms | LayerNorm, RMSNorm and DeepNorm's constants |
 | heads | the output heads (LM, MLM, span QA, classification) and their losses |
+| head_outputs | the head's side of the forward: inputs a model can use, logits and losses, the experts' aux loss |
 | outputs | `ModelOutput`, the record `Transformer.forward` returns |
 | init | the weight initialisation schemes of `Config.init` |
 | random_positions | randomized positions for training (Ruoss et al. 2023) |
+| sink_tokens | learned sink tokens leading every decoder sequence (`Config.sink_tokens`) |
 """

@@ -143,7 +143,7 @@ class PaddingMaskedSpanLoss(nn.Module):
 
     `BertForQuestionAnswering` takes its softmax over every position of the batch, padding included, so a
     window's loss depends on the longest window it was batched with; posformer's span head gives padded
-    positions the lowest logit (`Transformer._apply_head`), so they never take probability mass. Both
+    positions the lowest logit (`modules.head_outputs.apply_head`), so they never take probability mass. Both
     sides of the benchmark train on that one loss; the network, its weights and its speed are HF's.
     Calls without answer positions (prediction) return HF's output unchanged.
     """
