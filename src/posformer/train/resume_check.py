@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from posformer.utils.user_files import read_yaml_file
+
 RESUMABLE_TRAINER_FIELDS = frozenset(
     {
         "steps",
@@ -145,3 +147,64 @@ def check_same_model(checkpoint: Path, model_fields: dict) -> None:
             f"{[k for k, _, _ in differ]}: {values}); resume with the same model settings, "
             "or start a fresh run in another output dir"
         )
+
+
+TRAINER_POLICY = ResumePolicy(applied=RESUMABLE_TRAINER_FIELDS, name=lambda key: f"trainer.{key}")
+GLOBAL_BATCH = "global_batch"  # what the data position counts: sequences per optimizer step, every process's
+GLOBAL_BATCH_NAME = "batch of an optimizer step (trainer.batch_size x trainer.grad_accum x processes)"
+RUN_CONFIG_FILE = "run_config.yaml"
+
+
+def trainer_settings_record(settings: Any, world_size: int) -> dict:
+    """The trainer settings a checkpoint records, with the batch of an optimizer step over every process."""
+    return {**settings_dict(settings), GLOBAL_BATCH: settings.batch_size * settings.grad_accum * world_size}
+
+
+def check_checkpoint_settings(
+    run_dir: Path,
+    checkpoint: Path,
+    state: dict,
+    ours: dict,
+    run_config: dict | None,
+    policy: ResumePolicy | None,
+    log: Callable[[str], None],
+) -> None:
+    """Refuse, by name, a resume whose settings the checkpoint's state fixes were changed: the trainer settings
+    (`ours`, a `trainer_settings_record`), then the run config under the caller's `policy` (its "model"
+    section aside: `check_same_model` compares the model), the checkpoint's own copy or else `run_dir`'s
+    run_config.yaml. What may change is applied, and said."""
+    saved_settings = _json_dict(state.get("trainer_settings"))
+    if saved_settings is not None:
+        saved_settings.setdefault(GLOBAL_BATCH, ours[GLOBAL_BATCH])
+        names = {GLOBAL_BATCH: GLOBAL_BATCH_NAME, **(policy.trainer_names if policy else {})}
+        trainer = dataclasses.replace(TRAINER_POLICY, name=lambda key: names.get(key, f"trainer.{key}"))
+        quiet = policy is not None  # the run config's check says what it applies
+        check_resume(saved_settings, ours, trainer, str(checkpoint), (lambda message: None) if quiet else log)
+    saved_config = _saved_run_config(run_dir, state, log)
+    if policy is not None and run_config is not None and saved_config is not None:
+        without_model = [{k: v for k, v in c.items() if k != "model"} for c in (saved_config, run_config)]
+        check_resume(*without_model, policy, str(checkpoint), log)
+
+
+def _saved_run_config(run_dir: Path, state: dict, log: Callable[[str], None]) -> dict | None:
+    """The run config the checkpoint was trained with: its own copy, else the run dir's run_config.yaml."""
+    if "run_config" in state:
+        return _json_dict(state["run_config"])
+    path = run_dir / RUN_CONFIG_FILE
+    if not path.is_file():
+        return None
+    try:
+        saved = read_yaml_file(path, "the run config")
+    except ValueError as err:
+        log(f"warning: {err}; the run config is not compared on resume")
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
+def _json_dict(text: Any) -> dict | None:
+    """The mapping a checkpoint stored as JSON text (its settings, its run config); None when there is none."""
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -18,7 +18,6 @@ with a `RunFileError` naming the path; the previous checkpoint stays intact.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import os
@@ -41,12 +40,12 @@ from posformer.train.interrupt import HeldInterrupt
 from posformer.train.metrics_log import MetricsLog, plot_losses
 from posformer.train.optim import build_optimizer, build_scheduler
 from posformer.train.resume_check import (
-    RESUMABLE_TRAINER_FIELDS,
+    RUN_CONFIG_FILE,
     ResumePolicy,
-    check_resume,
+    check_checkpoint_settings,
     check_same_model,
     plain,
-    settings_dict,
+    trainer_settings_record,
 )
 from posformer.train.rng import rng_state, seed_everything, set_rng_state
 from posformer.train.settings import TrainerSettings
@@ -54,7 +53,6 @@ from posformer.train.trackers import Trackers
 from posformer.train.training_checkpoint import CheckpointManager
 from posformer.train.write_errors import RunFileError, describe, writing
 from posformer.utils.progress import progress_bar
-from posformer.utils.user_files import read_yaml_file
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -65,24 +63,6 @@ class TrainingStopped(RuntimeError):
 
 class CheckpointWriteError(RunFileError):
     """A checkpoint could not be written; the message names its path and the last good checkpoint (intact)."""
-
-
-TRAINER_POLICY = ResumePolicy(applied=RESUMABLE_TRAINER_FIELDS, name=lambda key: f"trainer.{key}")
-GLOBAL_BATCH = "global_batch"  # what the data position counts: sequences per optimizer step, every process's
-GLOBAL_BATCH_NAME = "batch of an optimizer step (trainer.batch_size x trainer.grad_accum x processes)"
-
-
-def _silent(message: str) -> None:
-    """A log that says nothing."""
-
-
-def _json_dict(text) -> dict | None:
-    """The mapping a checkpoint stored as JSON text (its settings, its run config); None when there is none."""
-    try:
-        value = json.loads(text) if isinstance(text, str) else None
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 @dataclass
@@ -164,7 +144,7 @@ class Trainer:
             self.output_dir, s.tensorboard, s.wandb_project, self.run_config, start, enabled=ctx.is_main
         )
         if ctx.is_main and self.run_config is not None:
-            path = self.output_dir / "run_config.yaml"
+            path = self.output_dir / RUN_CONFIG_FILE
             with writing(path, "the run config"):
                 write_text_atomic(path, yaml.safe_dump(self.run_config, sort_keys=False))
         return start
@@ -185,7 +165,10 @@ class Trainer:
             self.log(f"no checkpoint in {self.checkpoints.root}: starting from step 0")
             return 0
         checkpoint, state = found
-        self._check_settings(checkpoint.path, state)
+        ours = self._trainer_settings()
+        policy = self.resume_policy
+        check_checkpoint_settings(self.output_dir, checkpoint.path, state, ours, self.run_config, policy, self.log)
+        check_same_model(checkpoint.path, self.model.cfg.to_dict())
         distributed.load_full_state(
             self.model, self.optimizer, load_file(checkpoint.path / "model.safetensors"), state["optimizer"]
         )
@@ -206,44 +189,8 @@ class Trainer:
         self.log(f"resumed from {checkpoint.path} (step {checkpoint.step})")
         return checkpoint.step
 
-    def _saved_run_config(self, state: dict) -> dict | None:
-        """The run config the checkpoint was trained with: its own copy, else the run dir's run_config.yaml."""
-        if "run_config" in state:
-            return _json_dict(state["run_config"])
-        path = self.output_dir / "run_config.yaml"
-        if not path.is_file():
-            return None
-        try:
-            saved = read_yaml_file(path, "the run config")
-        except ValueError as err:
-            self.log(f"warning: {err}; the run config is not compared on resume")
-            return None
-        return saved if isinstance(saved, dict) else None
-
     def _trainer_settings(self) -> dict:
-        """The trainer settings a checkpoint records, with the batch of an optimizer step over every process."""
-        s = self.settings
-        return {**settings_dict(s), GLOBAL_BATCH: s.batch_size * s.grad_accum * self.ctx.world_size}
-
-    def _check_settings(self, checkpoint: Path, state: dict) -> None:
-        """Refuse, by name, a resume whose settings the checkpoint's state fixes were changed (`resume_check`):
-        the trainer settings, the run config under the caller's policy (its "model" section: as the model's
-        fields), then the model. What may change is applied, and said."""
-        saved_settings, ours = _json_dict(state.get("trainer_settings")), self._trainer_settings()
-        if saved_settings is not None:
-            saved_settings.setdefault(GLOBAL_BATCH, ours[GLOBAL_BATCH])
-            names = {
-                GLOBAL_BATCH: GLOBAL_BATCH_NAME,
-                **(self.resume_policy.trainer_names if self.resume_policy else {}),
-            }
-            policy = dataclasses.replace(TRAINER_POLICY, name=lambda key: names.get(key, f"trainer.{key}"))
-            quiet = self.resume_policy is not None  # the run config's check says what it applies
-            check_resume(saved_settings, ours, policy, str(checkpoint), _silent if quiet else self.log)
-        saved_config = self._saved_run_config(state)
-        if self.resume_policy is not None and self.run_config is not None and saved_config is not None:
-            without_model = [{k: v for k, v in c.items() if k != "model"} for c in (saved_config, self.run_config)]
-            check_resume(*without_model, self.resume_policy, str(checkpoint), self.log)
-        check_same_model(checkpoint, self.model.cfg.to_dict())
+        return trainer_settings_record(self.settings, self.ctx.world_size)
 
     # -------------------------------------------------------------- checkpoints
     def _save(self, step: int) -> Path | None:
