@@ -3,7 +3,9 @@ run's later events dropped and logged again, and a clear error when a tracker as
 
 from __future__ import annotations
 
+import shutil
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -40,9 +42,11 @@ def test_tensorboard_logs_what_metrics_jsonl_logs_and_a_resume_replaces_the_even
         assert events[f"train/{name}"] == [(r["step"], pytest.approx(r[name], rel=1e-6)) for r in train], name
     assert events["eval/val_loss"] == [(r["step"], pytest.approx(r["eval"]["val_loss"])) for r in logged if "eval" in r]
     assert all(r["grad_norm"] > 0 for r in train)
-    _train(corpus, tmp_path / "run", 8, resume=True)  # from the step-4 checkpoint's... the newest: step 6
+    shutil.rmtree(tmp_path / "run" / "checkpoints" / "step-00000006")  # resume from step 4: 5 and 6 logged again
+    time.sleep(1.1)  # TensorBoard orders event files by their names' whole-second timestamp, then a per-process
+    _train(corpus, tmp_path / "run", 8, resume=True)  # counter ("...9" after "...10"): a real resume is later
     steps = [step for step, _ in _events(tmp_path / "run")["train/loss"]]
-    assert steps == sorted(set(steps)) == list(range(1, 9))
+    assert sorted(steps) == list(range(1, 9))  # the first run's 5 and 6 purged
 
 
 def test_wandb_gets_the_same_scalars_and_keeps_its_run_id(corpus, tmp_path, monkeypatch):
