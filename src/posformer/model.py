@@ -15,13 +15,11 @@ from posformer.config import Config
 from posformer.generation import generate
 from posformer.modules.cache import Cache
 from posformer.modules.head_outputs import add_aux_loss, apply_head, check_head_options, refuse_unused
-from posformer.modules.heads import (
-    IGNORE_INDEX,
-    build_head,
-)
+from posformer.modules.heads import IGNORE_INDEX, build_head, check_labels, token_loss
 from posformer.modules.init import deepnorm_alphas, deepnorm_init_, normal_init_, t5_init_
 from posformer.modules.moe import MoEFeedForward
 from posformer.modules.outputs import ModelOutput
+from posformer.modules.pointer_generator import PointerGenerator
 from posformer.modules.random_positions import sample_positions
 from posformer.modules.shift_right import shift_right
 from posformer.modules.sink_tokens import SinkTokens
@@ -59,6 +57,7 @@ class Transformer(Pretrained, nn.Module):
             )
         self.sink_tokens = SinkTokens(cfg.sink_tokens, cfg.d_model) if cfg.sink_tokens else None
         self.head = build_head(cfg)
+        self.pointer_generator = PointerGenerator(cfg.d_model) if cfg.pointer_generator else None
         self.has_experts = any(isinstance(m, MoEFeedForward) for m in self.modules())
         self.apply(self._init_weights)
         if cfg.norm == "deepnorm":
@@ -342,22 +341,56 @@ class Transformer(Pretrained, nn.Module):
             out.encoder_last_hidden_state = memory
         out.last_hidden_state = hidden
         head_input = hidden[:, -logits_to_keep:] if logits_to_keep else hidden
-        apply_head(
-            self.head,
-            cfg,
-            out,
-            head_input,
-            labels,
-            start_positions,
-            end_positions,
-            attention_mask if cfg.arch == "encoder" else None,
-            return_logits,
-        )
+        if self.pointer_generator is not None:
+            self._copy_or_generate(out, head_input, input_ids, attention_mask, decoder_input_ids, labels, return_logits)
+        else:
+            apply_head(
+                self.head,
+                cfg,
+                out,
+                head_input,
+                labels,
+                start_positions,
+                end_positions,
+                attention_mask if cfg.arch == "encoder" else None,
+                return_logits,
+            )
         if self.has_experts:
             decoder_mask = {"decoder": attention_mask, "encoder_decoder": decoder_attention_mask}.get(cfg.arch)
             decoder_ids = decoder_input_ids if cfg.arch == "encoder_decoder" else input_ids
             add_aux_loss(cfg, self.training, out, *routers, decoder_mask, decoder_ids.shape[1])
         return out
+
+    def _copy_or_generate(
+        self,
+        out: ModelOutput,
+        hidden: Tensor,
+        source_ids: Tensor,
+        source_mask: Tensor | None,
+        decoder_ids: Tensor,
+        labels: Tensor | None,
+        return_logits: bool,
+    ) -> None:
+        """`out`'s logits (the log-probabilities of the pointer-generator's mixture, (B, T, V) float32) and loss for
+        the decoder's hidden (B, T, d_model) at decoder_ids' last T positions, from the LM head's logits and a copy
+        of the source_ids (B, S) the encoder read (`Config.pointer_generator`)."""
+        vocab_logits = self.head(hidden)
+        decoder_ids = decoder_ids[:, -hidden.shape[1] :]
+        keep = None if source_mask is None else source_mask.bool()
+        out.logits = self.pointer_generator(
+            hidden,
+            vocab_logits,
+            out.encoder_last_hidden_state,
+            source_ids,
+            keep,
+            decoder_ids,
+            self.cfg.decoder_start_token_id,
+        )
+        if labels is not None:
+            check_labels("labels", labels, out.logits.shape[:2], None)
+            out.loss = token_loss(out.logits, labels, shift=False)
+        if not return_logits:
+            out.logits = None
 
     def shift_right(self, labels: Tensor) -> Tensor:
         """Decoder inputs for teacher forcing: labels (B, T) -> (B, T); see `modules.shift_right`."""

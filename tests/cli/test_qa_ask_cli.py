@@ -141,7 +141,13 @@ BAD_INPUT = {  # name: (flags, stdin, what the one-line error says)
     "invalid-json": (
         [],
         '{"context": "a b", "question": "a?"}\n{"context": "a b", question: 1}\n',
-        "stdin line 2: invalid JSON (Expecting property name enclosed in double quotes at column 20)",
+        "stdin line 2 is not valid JSON at line 1, column 20: Expecting property name enclosed in double quotes; "
+        'expected a JSON object {"context": ..., "question": ...}',
+    ),
+    "deep-json": (
+        [],
+        "[" * 100_000 + "]" * 100_000 + "\n",
+        "stdin line 1 is refused: it is nested too deeply",
     ),
     "no-question-field": ([], '\n{"context": "a b"}\n', "stdin line 2: missing field 'question'"),
     "no-context-field": ([], '{"question": "a?"}\n', "stdin line 1: missing field 'context'"),

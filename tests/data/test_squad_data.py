@@ -161,7 +161,7 @@ def test_malformed_squad_questions(tmp_path, qa, message):
 def test_malformed_files(tmp_path):
     bad = tmp_path / "broken.json"
     bad.write_text("{not json")
-    with pytest.raises(QADataError, match=r"broken.json: not valid JSON"):
+    with pytest.raises(QADataError, match=r"broken.json is not valid JSON"):
         load_qa_file(bad)
     lines = tmp_path / "broken.jsonl"
     lines.write_text('{"id": "a"}\n{oops\n')

@@ -36,7 +36,7 @@ def test_a_binary_or_missing_config_names_the_file(tmp_path) -> None:
     binary.write_bytes(bytes(range(256)))
     assert f"run config {binary} is not UTF-8 text" in refused("train", "--config", str(binary))
     assert f"config file {binary} is not UTF-8 text" in refused("info", "--config", str(binary))
-    assert f"run config {tmp_path} is not a file" in refused("train", "--config", str(tmp_path))
+    assert f"run config {tmp_path} is not a regular file but a directory" in refused("train", "--config", str(tmp_path))
     assert "does not exist" in refused("info", "--config", str(tmp_path / "nope.json"))
 
 

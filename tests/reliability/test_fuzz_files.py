@@ -1,7 +1,8 @@
 """Fuzzing every kind of file posformer reads: damaged bytes (cut, flipped, replaced, appended) and well-formed
-JSON/YAML with a node swapped for a wrong value. Each read must end in a working result or a `ValueError` /
-`FileNotFoundError` that names the file; never a raw library exception (SafetensorError, UnpicklingError, KeyError,
-TypeError...)."""
+JSON/YAML with a node swapped for a wrong value (a hostile one among them: a lone surrogate, an integer of 5,000
+digits, lists nested 100,000 deep). Each read must end in a working result or a `ValueError` / `FileNotFoundError`
+that names the file; never a raw library exception (SafetensorError, UnpicklingError, KeyError, TypeError,
+RecursionError...) or Python's own message without the file."""
 
 from __future__ import annotations
 
@@ -21,7 +22,17 @@ from posformer.data.squad import load_qa_file, squad_sample
 from posformer.loading import load_model, load_text_tokenizer
 from posformer.train.settings import load_run_settings
 
+BIG_INT, DEEP = "__BIG_INT__", "__DEEP__"  # stand-ins, written into the dumped text by `hostile`
 POISON = [None, True, 0, -1, 1.5, float("nan"), "", "x", [], {}, [None], {"a": None}, "../../etc/passwd", "/etc/passwd"]
+POISON += ["\ud800", "a\udfffb", BIG_INT, DEEP]
+
+
+def hostile(text: str) -> bytes:
+    """Dumped JSON/YAML `text` with the stand-ins of POISON replaced by what no dumper writes: an integer of 5,000
+    digits, lists nested 100,000 deep."""
+    for stand_in, value in ((BIG_INT, "7" * 5000), (DEEP, "[" * 100_000 + "]" * 100_000)):
+        text = text.replace(f'"{stand_in}"', value).replace(stand_in, value)
+    return text.encode()
 
 
 @st.composite
@@ -110,7 +121,7 @@ def test_damaged_model_directory_files(sources, tmp_path_factory, kind: str, nam
     original = (source / name).read_bytes()
     target = tmp_path_factory.mktemp("damaged") / kind
     if name.endswith(".json") and data.draw(st.booleans()):
-        content = json.dumps(data.draw(structure_damage(json.loads(original)))).encode()
+        content = hostile(json.dumps(data.draw(structure_damage(json.loads(original)))))
     else:
         content = data.draw(byte_damage(original))
     damaged_copy(source, target, name, content)
@@ -131,7 +142,7 @@ def test_damaged_run_configs(tmp_path_factory, data) -> None:
     path = tmp_path_factory.mktemp("yaml") / "run.yaml"
     text = yaml.safe_dump(RUN_CONFIG).encode()
     if data.draw(st.booleans()):
-        text = yaml.safe_dump(data.draw(structure_damage(RUN_CONFIG))).encode()
+        text = hostile(yaml.safe_dump(data.draw(structure_damage(RUN_CONFIG))))
     else:
         text = data.draw(byte_damage(text))
     path.write_bytes(text)
@@ -143,7 +154,7 @@ def test_damaged_run_configs(tmp_path_factory, data) -> None:
 def test_damaged_config_files(tmp_path_factory, data, suffix: str) -> None:
     fields = Config(vocab_size=32, d_model=16, n_layers=1, n_heads=2).to_dict()
     path = tmp_path_factory.mktemp("config") / f"config{suffix}"
-    dump = (lambda v: json.dumps(v).encode()) if suffix == ".json" else (lambda v: yaml.safe_dump(v).encode())
+    dump = (lambda v: hostile(json.dumps(v))) if suffix == ".json" else (lambda v: hostile(yaml.safe_dump(v)))
     content = (
         dump(data.draw(structure_damage(fields))) if data.draw(st.booleans()) else data.draw(byte_damage(dump(fields)))
     )
@@ -159,7 +170,7 @@ def test_damaged_squad_files(tmp_path_factory, data) -> None:
     squad["data"][0]["paragraphs"] = squad["data"][0]["paragraphs"][:2]
     path = tmp_path_factory.mktemp("squad") / "dev.json"
     content = (
-        json.dumps(data.draw(structure_damage(squad))).encode()
+        hostile(json.dumps(data.draw(structure_damage(squad))))
         if data.draw(st.booleans())
         else data.draw(byte_damage(json.dumps(squad).encode()))
     )

@@ -113,7 +113,10 @@ def experiment_overrides(draw):
     cls = EXPERIMENTS[label]
     names = draw(
         st.lists(
-            st.sampled_from([f.name for f in dataclasses.fields(cls)] + ["nope"]), min_size=1, max_size=3, unique=True
+            st.sampled_from([f.name for f in dataclasses.fields(cls)] + ["nope", "name"]),
+            min_size=1,
+            max_size=3,
+            unique=True,
         )
     )
     return label, {name: as_set_value(draw(st.sampled_from(VALUES))) for name in names}

@@ -8,11 +8,11 @@ first, so a truncated or tampered file is reported by name instead of being load
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Iterable
 
 from posformer.checkpoints.model_dir import model_file
+from posformer.utils.user_files import parse_json
 
 MANIFEST = "manifest.json"
 
@@ -38,7 +38,7 @@ def _entries(path: Path) -> tuple[dict, dict[str, tuple[int, str]]]:
     if not manifest_path.is_file():
         raise CorruptCheckpoint(f"{path}: no {MANIFEST} (the write did not finish)")
     try:
-        manifest = json.loads(manifest_path.read_text())
+        manifest = parse_json(manifest_path.read_text(), MANIFEST)
         files = {str(name): (int(entry["bytes"]), str(entry["sha256"])) for name, entry in manifest["files"].items()}
     except (ValueError, KeyError, TypeError, AttributeError, OSError) as err:  # not UTF-8, not JSON, not its layout
         raise CorruptCheckpoint(f"{manifest_path} is unreadable: {err}") from err

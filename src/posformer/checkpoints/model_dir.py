@@ -7,14 +7,17 @@ A name is refused (`ValueError` naming the file) when it is absolute, has a `..`
 symlinks followed, to a file outside the directory: a model directory never hands out a secret
 file elsewhere on the machine. The one exception is the Hugging Face hub cache, whose snapshots
 (`models--org--name/snapshots/<rev>/<file>`) are symlinks into the same repository's
-`models--org--name/blobs/` folder.
+`models--org--name/blobs/` folder. That folder is trusted only when it is a real directory (not a symlink) of
+the repository folder, and the snapshot's own path is taken with its symlinks followed, so neither `blobs` nor
+`snapshots` can be a link that leads elsewhere.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path, PurePosixPath, PureWindowsPath
+
+from posformer.utils.user_files import parse_json, regular_file
 
 HUB_REPO_PREFIX = "models--"
 
@@ -27,22 +30,32 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
 
 
+def _hub_blobs(root: Path) -> Path | None:
+    """The blobs/ folder of the hub cache repository whose snapshot is the real path `root`, or None when `root`
+    is no snapshot (`models--*/snapshots/<rev>`) or blobs/ is not a real directory (a symlink is never trusted)."""
+    snapshots, repo = root.parent, root.parent.parent
+    if snapshots.name != "snapshots" or not repo.name.startswith(HUB_REPO_PREFIX):
+        return None
+    blobs = repo / "blobs"
+    if blobs.is_symlink() or not blobs.is_dir():
+        return None
+    return blobs
+
+
 def allowed_roots(directory: str | os.PathLike) -> list[Path]:
-    """Where the files of `directory` may really live: the directory itself, and for a hub cache snapshot
-    its repository's blobs/ folder."""
+    """Where the files of `directory` may really live: the directory itself (its symlinks followed), and for a
+    hub cache snapshot its repository's blobs/ folder (`_hub_blobs`)."""
     root = Path(os.path.realpath(directory))
-    roots = [root]
-    if root.parent.name == "snapshots" and root.parent.parent.name.startswith(HUB_REPO_PREFIX):
-        roots.append(Path(os.path.realpath(root.parent.parent / "blobs")))
-    return roots
+    blobs = _hub_blobs(root)
+    return [root] if blobs is None else [root, blobs]
 
 
 def model_file(directory: str | os.PathLike, name: str | os.PathLike, source: str | os.PathLike | None = None) -> Path:
     """The path of file `name` inside model directory `directory` (it need not exist).
 
     Raises `OutsideModelDir` (a `ValueError`) when `name` is absolute, has a `..` part, or is (or lies under) a symlink
-    whose target is outside the directory. `source`: the file that named `name` (a shard index, a
-    manifest), quoted in the error.
+    whose target is outside the directory; a `ValueError` when it is a FIFO, device or socket. `source`: the file
+    that named `name` (a shard index, a manifest), quoted in the error.
     """
     directory, text = Path(directory), os.fspath(name)
     where = f" (named in {source})" if source is not None else ""
@@ -65,24 +78,29 @@ def model_file(directory: str | os.PathLike, name: str | os.PathLike, source: st
             f"{path}{where} is refused: it is a symlink to {real}, outside the model directory "
             f"{directory}; expected a file inside it"
         )
+    if real.exists() and not real.is_dir():
+        regular_file(path, f"{path}{where}")  # a FIFO or device would block, or never end, when read
     return path
 
 
 def read_json(directory: str | os.PathLike, name: str, error: type[ValueError] = ValueError) -> dict:
-    """The JSON object in file `name` of `directory` (through `model_file`).
+    """The JSON object in file `name` of `directory` (through `model_file`, read by `user_files.parse_json`).
 
     Raises `FileNotFoundError` when it does not exist, `error` (a `ValueError`) naming the file when
-    it is not UTF-8, not JSON, or not a JSON object.
+    it is not a regular file, not UTF-8, not JSON (or JSON nested too deeply, with an integer too long to read or
+    a lone surrogate), or not a JSON object.
     """
     path = model_file(directory, name)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist")
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        data = parse_json(regular_file(path, str(path)).read_bytes().decode("utf-8"), str(path))
+    except FileNotFoundError:
+        raise
+    except UnicodeDecodeError as err:
         raise error(f"{path} is not valid JSON: {err}") from err
     except OSError as err:
         raise error(f"{path} cannot be read: {err}") from err
+    except ValueError as err:
+        raise error(str(err)) from err
     if not isinstance(data, dict):
         raise error(f"{path} must hold a JSON object, got {type(data).__name__}")
     return data

@@ -100,13 +100,14 @@ def flag_keys(settings_class: type) -> list[str]:
 def _overrides(args: argparse.Namespace, keys: list[str], example: str) -> dict:
     """The flags among `keys` that were given, then --set KEY=VALUE (YAML values); "a,b" lists split."""
     from posformer.utils.user_files import parse_yaml
+    from posformer.utils.validation import excerpt
 
     overrides = {key: getattr(args, key) for key in keys if getattr(args, key, None) is not None}
     for item in args.set:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"--set {item!r}: expected KEY=VALUE, e.g. {example}")
-        value = parse_yaml(raw, f"--set {item!r}: the value")
+            raise ValueError(f"--set {excerpt(item)}: expected KEY=VALUE, e.g. {example}")
+        value = parse_yaml(raw, f"--set {excerpt(item)}: the value")
         overrides[key.strip()] = _ints(value) if key.strip() == "eval_lens" and isinstance(value, str) else value
     return overrides
 
@@ -133,6 +134,7 @@ def task_settings_from_args(args: argparse.Namespace):
     from posformer.experiments.extrapolation.settings import ExtrapolationSettings
     from posformer.experiments.synthetic.settings import TaskSettings
     from posformer.utils.options import flag_spelling
+    from posformer.utils.validation import excerpt
 
     task_knobs = {f.name for f in fields(TaskSettings)}
     keys = flag_keys(ExtrapolationSettings)
@@ -140,6 +142,8 @@ def task_settings_from_args(args: argparse.Namespace):
     if ignored:
         raise ValueError(f"--task {args.task}: {', '.join(ignored)} apply to the language-model benchmark only")
     overrides = _overrides(args, [key for key in keys if key in task_knobs], "steps=200 or eval_examples=100")
+    if "task" in overrides:
+        raise ValueError(f"--set task={excerpt(overrides['task'])}: expected the task given by --task only")
     return TaskSettings.preset(args.preset, task=args.task, **overrides)
 
 

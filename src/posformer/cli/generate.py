@@ -9,6 +9,8 @@ from posformer.cli.command import Command
 from posformer.cli.option_flags import add_option_flags, options_from_args
 from posformer.utils.options import option
 
+MAX_NEW_TOKENS = 1_000_000  # far beyond a useful continuation; its KV cache alone fills a machine's memory
+
 
 @dataclass
 class GenerateOptions:
@@ -16,7 +18,9 @@ class GenerateOptions:
 
     model: str = option(help="model directory (or a Hub id when online)")
     prompt: str = option("\n", "text to continue (default: a newline)")
-    max_new_tokens: int = option(200, "tokens generated after the prompt", minimum=0)
+    max_new_tokens: int = option(
+        200, "tokens generated after the prompt, at most 1,000,000", minimum=0, maximum=MAX_NEW_TOKENS
+    )
     num_beams: int = option(1, "beam search with this many beams (default: 1, no beam search)", minimum=1)
     temperature: float = option(
         0.8,

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from posformer.cli.arg_types import number_type
 from posformer.utils.options import Option, flag_spelling, options
-from posformer.utils.validation import number_interval
+from posformer.utils.validation import int_range, number_interval
 
 T = TypeVar("T")
 
@@ -157,10 +157,12 @@ def _value_type(opt: Option, kind: Any) -> Any:
     """The argparse `type` of an int, float or str value, with the option's range."""
     spec = opt.spec
     if kind is int:
-        low = spec.minimum
-        if low is None:
+        low, high = spec.minimum, spec.maximum
+        if low is None and high is None:
             return number_type(int, lambda v: True, "an integer")
-        return number_type(int, lambda v: v >= low, "a positive integer" if low == 1 else f"an integer >= {low}")
+        if high is None:  # 2**31 - 1 and beyond: refused by the options' own check, which says so
+            return number_type(int, lambda v: v >= low, int_range(low))
+        return number_type(int, lambda v: (low is None or v >= low) and v <= high, int_range(low, high))
     if kind is float:
         expected = number_interval(spec.low, spec.high, spec.low_open, spec.high_open)
         return number_type(float, lambda v: _inside(v, spec.low, spec.high, spec.low_open, spec.high_open), expected)

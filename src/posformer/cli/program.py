@@ -24,6 +24,7 @@ from posformer.cli import (
     train,
 )
 from posformer.cli.command import Command, add_commands
+from posformer.cli.failures import argument_problem, is_rust_panic, panic_line
 
 COMMANDS: tuple[Command, ...] = (
     info.COMMAND,
@@ -74,10 +75,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run `posformer ARGV`; returns the exit status: 2 for bad input (one line on stderr naming the field or file),
-    1 for an unexpected error (its type and message; `--debug` shows the traceback), 130 when interrupted."""
+    """Run `posformer ARGV`; returns the exit status: 2 for bad input (one line on stderr naming the field or file;
+    an argument that is not UTF-8, a panic of the Rust tokenizer on its files or input), 1 for an unexpected error
+    (its type and message; `--debug` shows the traceback), 130 when interrupted."""
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = DEBUG_FLAG in argv
+    problem = argument_problem(argv)
+    if problem is not None:
+        print(f"posformer: error: {problem}", file=sys.stderr)
+        return 2
     args = parse([arg for arg in argv if arg != DEBUG_FLAG])
     try:
         return args.run(args)
@@ -92,3 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         hint = "" if user_error else f" (rerun with {DEBUG_FLAG} for the traceback, and please report it)"
         print(f"posformer {args.command}: {kind}: {err}{hint}", file=sys.stderr)
         return 2 if user_error else 1
+    except BaseException as err:  # a Rust panic; SystemExit, GeneratorExit and the like go on
+        if debug or not is_rust_panic(err):
+            raise
+        print(f"posformer {args.command}: error: {panic_line(err)}", file=sys.stderr)
+        return 2

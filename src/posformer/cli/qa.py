@@ -107,6 +107,7 @@ TRAINING = (
     "keep_null_windows",
     "cross_attention_init",
     "decoder_layers",
+    "pointer_generator",
     "dropout",
     "calibration_fraction",
 )

@@ -35,6 +35,7 @@ class TrainCommandOptions:
 def cmd_train(args: argparse.Namespace) -> int:
     from posformer.tasks.causal_lm import train_causal_lm
     from posformer.train import distributed
+    from posformer.train.interrupt import Terminated
     from posformer.train.settings import load_run_settings
 
     options = options_from_args(TrainCommandOptions, args)
@@ -42,6 +43,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     settings = load_run_settings(options.config, overrides)
     try:
         train_causal_lm(settings, options.output_dir, resume=options.resume, progress=options.progress)
+    except Terminated as stop:  # SIGTERM, checkpoint written: status 143, a torchrun worker without finalization
+        distributed.shutdown(completed=False)
+        distributed.exit_worker(stop.code)
+        raise
     except BaseException:
         distributed.shutdown(completed=False)
         raise

@@ -98,6 +98,9 @@ class Config:
     `head_transform` makes an LM head (causal_lm, seq2seq_lm) first apply BERT's prediction-head
     transform: dense (d_model -> d_model), the activation, LayerNorm (BertLMHeadModel); the
     masked_lm head always has it.
+    `pointer_generator` (encoder_decoder with the seq2seq_lm head only) lets the decoder copy source tokens: its
+    logits are the log-probabilities of a mixture of the LM head's distribution and an attention over the
+    encoder's input tokens (See et al. 2017; `posformer.modules.pointer_generator`). No Hugging Face family has it.
     `separate_decoder_embeddings` (encoder_decoder only) gives the decoder its own token and
     token-type embeddings (`Transformer.decoder_embed_tokens`, `decoder_token_types`) instead of
     sharing the encoder's; a tied LM head ties to the decoder's (BERT2BERT, Hugging Face's
@@ -169,6 +172,7 @@ class Config:
     parallel_residual: bool = False
     tie_embeddings: bool = True
     separate_decoder_embeddings: bool = False
+    pointer_generator: bool = False
     head_bias: bool = False
     head_transform: bool = False
     scale_tied_head: bool = False

@@ -140,6 +140,10 @@ def check_config(cfg: Config) -> None:
         )
     if cfg.parallel_residual and (cfg.norm_placement != "pre" or cfg.arch == "encoder_decoder"):
         _fail("parallel_residual", True, "False unless norm_placement='pre' and arch is 'encoder' or 'decoder'")
+    if cfg.pointer_generator not in (True, False):
+        _fail("pointer_generator", cfg.pointer_generator, "True or False")
+    if cfg.pointer_generator and cfg.head_kind != "seq2seq_lm":
+        _fail("pointer_generator", True, f"False with head {cfg.head_kind!r} (it copies into a seq2seq_lm's output)")
     if cfg.separate_decoder_embeddings and cfg.arch != "encoder_decoder":
         _fail("separate_decoder_embeddings", True, "False unless arch='encoder_decoder' (only it has two stacks)")
     if cfg.hf_model_type is not None and not isinstance(cfg.hf_model_type, str):

@@ -19,12 +19,12 @@ skipped. A bad record is a `ValueError` naming the file and its line (or row).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from posformer.data import dataset_files
 from posformer.data.text import read_utf8
+from posformer.utils.user_files import parse_json, regular_file
 
 JSONL_SUFFIX = ".jsonl"
 DIRECTORY_SUFFIXES = (".txt", JSONL_SUFFIX, ".parquet")  # what a plain directory contributes
@@ -40,8 +40,7 @@ def documents(paths: Sequence[str | Path], text_field: str = "text") -> Iterator
 def source_files(path: Path) -> list[Path]:
     """The files (and saved datasets) `path` stands for, in reading order. A missing path, or a directory without
     any, is an error naming it."""
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist")
+    regular_file(path, str(path), directory=True)
     if not path.is_dir() or dataset_files.is_saved_dataset(path):
         return [path]
     found = sorted(_walk(path), key=lambda p: p.relative_to(path).parts)
@@ -84,10 +83,7 @@ def jsonl_documents(path: Path, text_field: str = "text") -> Iterator[str]:
                 raise ValueError(f"{where} is not valid UTF-8: {err}") from None
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{where} is not valid JSON: {err}") from None
+            record = parse_json(line, where)
             yield record_text(record, text_field, where)
 
 

@@ -25,7 +25,6 @@ What happens to them depends on ``for_training``:
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Iterable, Iterator, Sequence
@@ -33,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from posformer.utils.unicode_text import check_text
+from posformer.utils.user_files import parse_json, read_json_file, read_text_file
 from posformer.utils.validation import check_number, is_int
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
@@ -58,6 +59,13 @@ class QAExample:
     question: str
     answers: list[str] = field(default_factory=list)
     answer_starts: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        """Refuse a context or question that no tokenizer takes (a lone surrogate), naming the example."""
+        for name in ("context", "question"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                check_text(f"QA example {self.id!r}: {name}", value)
 
     @property
     def is_impossible(self) -> bool:
@@ -185,15 +193,21 @@ def _unique_ids(examples: list[QAExample], source: str) -> None:
         seen.add(ex.id)
 
 
-def _read_json(path: Path) -> Any:
-    if not path.is_file():
-        raise FileNotFoundError(f"QA data file {path} does not exist")
+def _read_json(path: Path, lines: bool = False) -> Any:
+    """The JSON value of a QA data file (with `lines`, the list of its JSON lines' values), read through
+    `user_files`; a `QADataError` naming the file (and line) for anything but a missing file."""
     try:
-        return json.loads(path.read_text(encoding="utf-8-sig"))
-    except UnicodeDecodeError as err:
-        raise QADataError(f"{path}: not valid UTF-8: {err}") from None
-    except json.JSONDecodeError as err:
-        raise QADataError(f"{path}: not valid JSON: {err}") from None
+        if not lines:
+            return read_json_file(path, "QA data file")
+        records: list[Any] = []
+        for n, line in enumerate(read_text_file(path, "QA data file").removeprefix("\ufeff").splitlines(), 1):
+            if line.strip():
+                records.append(parse_json(line, f"{path}: line {n} (record {len(records)})"))
+        return records
+    except FileNotFoundError:
+        raise
+    except ValueError as err:
+        raise QADataError(str(err)) from None
 
 
 def is_squad_schema(obj: Any) -> bool:
@@ -270,16 +284,7 @@ def parse_record(
 
 def _records(path: Path) -> list[Any]:
     if path.suffix == ".jsonl":
-        if not path.is_file():
-            raise FileNotFoundError(f"QA data file {path} does not exist")
-        records = []
-        for n, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise QADataError(f"{path}: line {n} (record {len(records)}) is not valid JSON: {err}") from None
-        return records
+        return _read_json(path, lines=True)
     obj = _read_json(path)
     if isinstance(obj, dict) and isinstance(obj.get("data"), list):
         return obj["data"]

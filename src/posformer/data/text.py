@@ -20,7 +20,7 @@ from posformer.hf.char_byte_tokenizers import (
     tokenizer_files,
 )
 from posformer.hf.tokenizer_files import TOKENIZER_JSON
-from posformer.utils.user_files import read_json_file
+from posformer.utils.user_files import read_json_file, regular_file
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
 
@@ -32,9 +32,7 @@ def default_corpus() -> Path:
 
 def read_utf8(path: str | Path, name: str) -> str:
     """Read a UTF-8 text file (a byte-order mark is dropped); errors begin with `name` ("text corpus x.txt")."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{name} does not exist")
+    path = regular_file(path, name)
     try:
         return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as err:

@@ -26,7 +26,14 @@ from posformer.config import Config
 from posformer.generation.beam_search import beam_search
 from posformer.generation.decoding import Decoding
 from posformer.generation.sampling import next_token
-from posformer.utils.validation import check_int, check_number, check_token_in_vocabulary, fail, is_int
+from posformer.utils.validation import (
+    LARGEST_INT,
+    check_int,
+    check_number,
+    check_token_in_vocabulary,
+    fail,
+    is_int,
+)
 
 EosIds = Union[int, Sequence[int], None]
 
@@ -56,6 +63,18 @@ def _pad_id(pad_token_id: int | None, cfg: Config, eos: list[int]) -> int | None
     if eos:
         check_token_in_vocabulary(name, pad, cfg.vocab_size, "it fills the rows that ended at an eos id")
     return pad
+
+
+def _check_length(max_new_tokens: int, prefix: int) -> None:
+    """The `prefix` tokens the decoder starts from (the prompt, or the decoder start token) and `max_new_tokens`
+    fit in the positions a cache holds (2**31 - 1)."""
+    if max_new_tokens > LARGEST_INT - prefix:
+        fail(
+            "max_new_tokens",
+            max_new_tokens,
+            f"an integer in [0, {LARGEST_INT - prefix}]: the {prefix} tokens before the new ones and these must fit "
+            "in 2**31 - 1 positions",
+        )
 
 
 def _check_options(
@@ -193,6 +212,7 @@ def generate(
         generator,
     )
     _check_prompt(input_ids, attention_mask)
+    _check_length(max_new_tokens, input_ids.shape[1] if cfg.arch == "decoder" else 1)
     eos = _eos_ids(eos_token_id, cfg.eos_token_id, cfg.vocab_size)
     pad = _pad_id(pad_token_id, cfg, eos)
     was_training = model.training

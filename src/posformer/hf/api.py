@@ -145,10 +145,11 @@ def from_hf(
 
 def _without_a_family(cfg: Config) -> list[tuple[str, Any]]:
     """The (field, value) pairs of `cfg`, or of one of its layer types, that its family of `to_hf` cannot write:
-    smeared keys, sink tokens, chunked attention, learned attention sinks (but in a family that has them: gpt_oss)."""
+    smeared keys, sink tokens, a pointer-generator, chunked attention, learned attention sinks (but in a family that
+    has them: gpt_oss)."""
     layers = cfg.layer_configs(cfg.decoder_layers)
     sinks = cfg.hf_model_type in FAMILIES and FAMILIES[cfg.hf_model_type].attention_sinks
-    names = ("key_smear", "sink_tokens") + (() if sinks else ("attention_sinks",))
+    names = ("key_smear", "sink_tokens", "pointer_generator") + (() if sinks else ("attention_sinks",))
     found = [(name, getattr(cfg, name)) for name in names if getattr(cfg, name)]
     return found + [("attention_chunk", c.attention_chunk) for c in layers if c.attention_chunk is not None][:1]
 

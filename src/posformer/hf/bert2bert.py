@@ -44,10 +44,12 @@ def bert2bert_config(
     eos_token_id: int | None = None,
     pad_token_id: int | None = None,
     decoder_layers: int | None = None,
+    pointer_generator: bool = False,
 ) -> Config:
     """The BERT2BERT `Config` of a BERT `Config` (arch "encoder"): two stacks of its size (the decoder's first
-    `decoder_layers` only, when given), the decoder with its own embeddings and BERT's LM head. Special ids left
-    None keep BERT's (decoder start: none)."""
+    `decoder_layers` only, when given), the decoder with its own embeddings and BERT's LM head (and a
+    pointer-generator with `pointer_generator`, which Hugging Face has not). Special ids left None keep BERT's
+    (decoder start: none)."""
     if decoder_layers is not None and not (isinstance(decoder_layers, int) and 1 <= decoder_layers <= bert.n_layers):
         raise ValueError(f"decoder_layers={decoder_layers!r} is invalid: expected an integer in [1, {bert.n_layers}]")
     if bert.arch != "encoder" or bert.hf_model_type != "bert":
@@ -63,6 +65,7 @@ def bert2bert_config(
         separate_decoder_embeddings=True,
         head_transform=True,
         head_bias=True,
+        pointer_generator=pointer_generator,
         decoder_start_token_id=decoder_start_token_id,
         hf_model_type=MODEL_TYPE,
         **{k: v for k, v in ids.items() if v is not None},
@@ -76,6 +79,7 @@ def bert2bert_from_pretrained(
     pad_token_id: int | None = None,
     cross_attention_init: str = "random",
     decoder_layers: int | None = None,
+    pointer_generator: bool = False,
 ) -> Transformer:
     """A BERT2BERT `Transformer` warm-started from the BERT checkpoint at `path_or_hub_id` (see the module doc).
 
@@ -86,7 +90,8 @@ def bert2bert_from_pretrained(
     self-attention: q from its query rows, k and v from its key and value rows, the output projection and the
     norm after it likewise), so that the decoder starts by attending to context tokens like its own.
     decoder_layers: the decoder keeps BERT's first this many layers (None: all), as `EncoderDecoderModel` with
-    the decoder config's `num_hidden_layers` set so.
+    the decoder config's `num_hidden_layers` set so. pointer_generator: the decoder may also copy source tokens
+    (`Config.pointer_generator`; its weights start fresh, as BERT initialises linear layers).
     Returns the model in eval mode, as transformers does. Raises `UnsupportedCheckpoint` for a checkpoint that
     is not a BERT.
     """
@@ -95,7 +100,9 @@ def bert2bert_from_pretrained(
             f"cross_attention_init={cross_attention_init!r} is invalid: expected one of {CROSS_ATTENTION_INITS}"
         )
     bert = from_hf(path_or_hub_id)
-    cfg = bert2bert_config(bert.cfg, decoder_start_token_id, eos_token_id, pad_token_id, decoder_layers)
+    cfg = bert2bert_config(
+        bert.cfg, decoder_start_token_id, eos_token_id, pad_token_id, decoder_layers, pointer_generator
+    )
     model = Transformer(cfg)
     source, target = bert.state_dict(), model.state_dict()
     copies: dict[str, str] = {}

@@ -30,6 +30,7 @@ from posformer.modules.attention import CrossAttention
 from posformer.modules.feedforward import FeedForward
 from posformer.modules.moe import Experts
 from posformer.modules.norms import deepnorm_constants
+from posformer.modules.pointer_generator import PointerGenerator
 from posformer.modules.sink_tokens import SinkTokens
 
 
@@ -39,7 +40,7 @@ def normal_init_(module: nn.Module, std: float) -> None:
         nn.init.normal_(module.weight, std=std)
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
-    elif isinstance(module, (Experts, SinkTokens)):
+    elif isinstance(module, (Experts, SinkTokens, PointerGenerator)):
         module.reset_parameters(std)
 
 

@@ -28,6 +28,7 @@ from posformer.train import distributed
 from posformer.train.batches import PackedBatches, WindowBatches, packed_batch
 from posformer.train.resume_check import trainer_policy
 from posformer.train.rng import seed_everything
+from posformer.train.run_lock import RunDirLock
 from posformer.train.settings import RunSettings
 from posformer.train.trainer import FitResult, Trainer, check_output_dir
 from posformer.utils.validation import is_int
@@ -97,11 +98,17 @@ def train_causal_lm(
 ) -> FitResult:
     """Train the causal LM `settings` describes into `output_dir`; print a sample at the end.
 
-    Under torchrun only rank 0 logs.
+    Under torchrun only rank 0 logs. `output_dir` is held from before the data is read until the sample is
+    printed (`RunDirLock`): another process writing it is refused by name.
     """
+    settings.validate()
+    with RunDirLock(output_dir):
+        return _train(settings, output_dir, resume, log, progress)
+
+
+def _train(settings: RunSettings, output_dir: str, resume: bool, log, progress: bool) -> FitResult:
     if not distributed.launched_as_main():
         log = _quiet
-    settings.validate()
     check_output_dir(Path(output_dir))  # before reading the data: an unwritable path fails at once
     data, trainer_settings = settings.data, settings.trainer
     tokenizer = build_tokenizer(data.tokenizer, lambda: documents(data.train, data.text_field))

@@ -92,6 +92,15 @@ def all_true(flag: bool, ctx: Context) -> bool:
     return bool(value.item())
 
 
+def max_across(value: int, ctx: Context) -> int:
+    """The largest of an integer over all processes (the signal that stops a run: every rank stops on it)."""
+    if not ctx.distributed:
+        return value
+    tensor = torch.tensor(value, device=ctx.device, dtype=torch.int64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return int(tensor.item())
+
+
 def barrier(ctx: Context) -> None:
     if ctx.distributed:
         dist.barrier()

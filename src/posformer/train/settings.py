@@ -19,8 +19,17 @@ from pathlib import Path
 from posformer.data.dataset_files import import_datasets
 from posformer.data.documents import needs_datasets
 from posformer.data.text import default_corpus
-from posformer.utils.user_files import parse_yaml, read_yaml_file
-from posformer.utils.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int, is_number
+from posformer.utils.user_files import parse_yaml, read_yaml_file, regular_file
+from posformer.utils.validation import (
+    check_choice,
+    check_field_kinds,
+    check_int,
+    check_number,
+    excerpt,
+    fail,
+    is_int,
+    is_number,
+)
 
 SCHEDULES = ("constant", "linear", "cosine")
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -149,8 +158,7 @@ class DataSettings:
             fail("data.text_field", self.text_field, "the name of the field that holds the text")
         for name in ("train", "valid"):
             for path in getattr(self, name):
-                if not Path(path).exists():
-                    raise FileNotFoundError(f"data.{name}: {path} does not exist")
+                regular_file(path, f"data.{name}: {path}", directory=True)
                 if needs_datasets(Path(path)):
                     try:
                         import_datasets()
@@ -229,13 +237,13 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         parts = key.strip().split(".")
         if not sep or len(parts) != 2 or parts[0] not in ("model", "data", "trainer") or not parts[1]:
             raise ValueError(
-                f"--set {item!r}: expected SECTION.KEY=VALUE with SECTION one of model, data, trainer "
+                f"--set {excerpt(item)}: expected SECTION.KEY=VALUE with SECTION one of model, data, trainer "
                 "(e.g. trainer.lr=1e-3 or model.position=alibi)"
             )
         data.setdefault(parts[0], {})
         if data[parts[0]] is None:
             data[parts[0]] = {}
-        data[parts[0]][parts[1]] = parse_yaml(raw, f"--set {item!r}: the value")
+        data[parts[0]][parts[1]] = parse_yaml(raw, f"--set {excerpt(item)}: the value")
     return data
 
 

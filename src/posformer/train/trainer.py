@@ -13,6 +13,9 @@ trainer settings its state fixes (lr, schedule, batch size, seed, ...), the mode
 run config under the caller's `resume_policy`; a change is applied and recorded, or refused
 by name. A file the run cannot write (checkpoint, metrics.jsonl, run_config.yaml) stops it
 with a `RunFileError` naming the path; the previous checkpoint stays intact.
+
+`fit` holds the output dir exclusively (`run_lock`): another process writing it is refused by name. Ctrl-C
+and SIGTERM (preemption) stop the run after the step in flight, with a checkpoint at that step (`interrupt`).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from posformer.checkpoints.native import config_json as checkpoint_config_json
 from posformer.model import Transformer
 from posformer.modules.heads import loss_only
 from posformer.train import distributed
-from posformer.train.interrupt import HeldInterrupt
+from posformer.train.interrupt import NAMES, HeldInterrupt, stopping_exception
 from posformer.train.metrics_log import MetricsLog, plot_losses
 from posformer.train.optim import build_optimizer, build_scheduler
 from posformer.train.resume_check import (
@@ -48,6 +51,7 @@ from posformer.train.resume_check import (
     trainer_settings_record,
 )
 from posformer.train.rng import rng_state, seed_everything, set_rng_state
+from posformer.train.run_lock import RunDirLock, claim_run_dir
 from posformer.train.settings import TrainerSettings
 from posformer.train.trackers import Trackers
 from posformer.train.training_checkpoint import CheckpointManager
@@ -74,14 +78,22 @@ class FitResult:
 
 
 def check_output_dir(output_dir: Path) -> None:
-    """Fail before any work when the output directory cannot be created or written."""
+    """Claim the output directory for this process (`run_lock`: refused by name while another process writes it)
+    after checking it can be created and written; before any work, so both failures cost nothing."""
+    _check_writable(output_dir)
+    claim_run_dir(output_dir)
+
+
+def _check_writable(output_dir: Path) -> None:
+    probe = output_dir / f".write-test-{os.getpid()}"
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
-        probe = output_dir / f".write-test-{os.getpid()}"
         probe.write_text("ok")
-        probe.unlink()
     except OSError as err:
         raise ValueError(f"output dir {output_dir} is not writable: {err.strerror or err}") from err
+    finally:  # also when the write failed (a full disk creates the file, then refuses its bytes)
+        with contextlib.suppress(OSError):
+            probe.unlink(missing_ok=True)
 
 
 class Trainer:
@@ -110,7 +122,7 @@ class Trainer:
                 )
             model.set_activation_checkpointing(True)
         self.output_dir = Path(output_dir)
-        check_output_dir(self.output_dir)
+        _check_writable(self.output_dir)  # claimed by `fit`
         self.evaluate_fn, self.run_config, self.extra_files = evaluate, run_config, extra_files or {}
         self.log, self.progress, self.resume_policy = log, progress, resume_policy
         self.checkpoints = CheckpointManager(self.output_dir, settings.keep_last, log)
@@ -299,7 +311,14 @@ class Trainer:
 
     # ---------------------------------------------------------------------- fit
     def fit(self, resume: bool = False) -> FitResult:
-        """Train to `settings.steps`, evaluating, logging and checkpointing; resume from the newest valid checkpoint."""
+        """Train to `settings.steps`, evaluating, logging and checkpointing; resume from the newest valid checkpoint.
+
+        The output dir is held for the whole fit (`RunDirLock`), its check for earlier checkpoints included. Ctrl-C
+        or SIGTERM stops after the step in flight, with a checkpoint at that step (`_stop`)."""
+        with RunDirLock(self.output_dir):
+            return self._fit(resume)
+
+    def _fit(self, resume: bool) -> FitResult:
         s = self.settings
         self.ctx = distributed.init(s.device)
         step = self._setup(resume)
@@ -314,15 +333,13 @@ class Trainer:
             disable=not (self.progress and self.ctx.is_main),
         )
         started, saved_at = time.monotonic(), step
-        ctrl_c = HeldInterrupt()
+        held = HeldInterrupt()
         try:
-            ctrl_c.install()
+            held.install()
             while step < s.steps:
-                if not distributed.all_true(not ctrl_c.requested, self.ctx):  # every rank stops at the same step
-                    if step > saved_at:
-                        bar.write(f"interrupted at step {step}: saving a checkpoint")
-                        self._save(step)
-                    raise KeyboardInterrupt
+                stop = distributed.max_across(held.signal or 0, self.ctx)  # every rank stops at the same step
+                if stop:
+                    self._stop(stop, step, saved_at)
                 t0 = time.monotonic()
                 lr = self.optimizer.param_groups[0]["lr"]
                 loss, tokens, grad_norm = self._train_step()
@@ -347,16 +364,38 @@ class Trainer:
                     bar.write(f"stopping at step {step}: trainer.max_minutes={s.max_minutes} reached")
                     break
         finally:
-            ctrl_c.restore()
+            held.restore()
             bar.close()
             self.trackers.close()
         result.step = step
-        if self.ctx.is_main:
-            try:
-                plot = plot_losses(self.metrics.records(), self.output_dir / "loss.png", f"{self.output_dir.name}")
-            except RunFileError as err:  # the run itself is complete: its checkpoint and log are written
-                self.log(f"warning: {err}")
-                plot = None
-            if plot is not None:
-                self.log(f"loss curve: {plot}")
+        self._plot()
         return result
+
+    def _stop(self, signum: int, step: int, saved_at: int) -> None:
+        """End the run on `signum` (Ctrl-C, SIGTERM) at `step`, a finished step: checkpoint it (unless it is saved
+        already), draw the loss curve, say where it stopped and raise the signal's exception (`stopping_exception`)."""
+        name = NAMES[signum]
+        if step > saved_at:
+            self._save(step)
+        if step == 0:
+            message = f"{name} before the first step: no checkpoint to write"
+        else:
+            where = self.checkpoints.root / f"step-{step:08d}"
+            message = f"{name} at step {step}: saved checkpoint {where}; resume with --resume"
+        self._plot()
+        if self.ctx.is_main:
+            self.log(message)
+        raise stopping_exception(signum, message)
+
+    def _plot(self) -> None:
+        """loss.png from metrics.jsonl (rank 0); a plot that cannot be written is a warning, as the run's checkpoint
+        and log are written."""
+        if not self.ctx.is_main:
+            return
+        try:
+            plot = plot_losses(self.metrics.records(), self.output_dir / "loss.png", f"{self.output_dir.name}")
+        except RunFileError as err:
+            self.log(f"warning: {err}")
+            return
+        if plot is not None:
+            self.log(f"loss curve: {plot}")

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import MISSING
 from typing import Any
 
-from posformer.utils.validation import check_choice, check_int, check_number
+from posformer.utils.validation import LARGEST_INT, check_choice, check_int, check_number
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +33,8 @@ class OptionSpec:
         a config or `--set` only); a bare name ("RUN"): a positional argument shown so. A bool option whose default
         is True and whose flag is named turns it off.
     aliases: other spellings of the flag (`--model-name-or-path`).
-    minimum: an int option's smallest value. low / high (low_open / high_open): a float option's interval.
+    minimum / maximum: an int option's smallest and largest values (maximum None: 2**31 - 1, what `check_int`
+        allows). low / high (low_open / high_open): a float option's interval.
     choices: the values a str option takes. metavar: the value's name in the help.
     repeatable: a list option given once per value (`--question A --question B`), not as one list (`--batch 1 8`).
     """
@@ -42,6 +43,7 @@ class OptionSpec:
     flag: str | None | bool = None
     aliases: tuple[str, ...] = ()
     minimum: int | None = None
+    maximum: int | None = None
     low: float | None = None
     high: float | None = None
     low_open: bool = False
@@ -63,6 +65,7 @@ def option(
     flag: str | None | bool = None,
     aliases: Sequence[str] = (),
     minimum: int | None = None,
+    maximum: int | None = None,
     low: float | None = None,
     high: float | None = None,
     low_open: bool = False,
@@ -77,6 +80,7 @@ def option(
         flag=flag,
         aliases=tuple(aliases),
         minimum=minimum,
+        maximum=maximum,
         low=low,
         high=high,
         low_open=low_open,
@@ -157,8 +161,13 @@ def check_options(values: Any, prefix: str = "", name_of: Callable[[str], str] |
 
 
 def _check_value(name: str, value: Any, kind: Any, spec: OptionSpec) -> None:
-    if spec.minimum is not None:
-        check_int(name, value, minimum=spec.minimum)
+    if spec.minimum is not None or spec.maximum is not None:
+        check_int(
+            name,
+            value,
+            minimum=spec.minimum if spec.minimum is not None else -LARGEST_INT - 1,
+            maximum=spec.maximum if spec.maximum is not None else LARGEST_INT,
+        )
     if kind is float:
         check_number(name, value, spec.low, spec.high, spec.low_open, spec.high_open)
     if spec.choices is not None:

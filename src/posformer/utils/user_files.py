@@ -4,6 +4,12 @@
     data = read_yaml_file(path, "run config")     # YAML 1.2 numbers (1e-3 is a float)
     data = read_json_file(path, "predictions file")
 
+All YAML posformer reads goes through `parse_yaml`, which refuses a document whose aliases would expand it beyond
+`MAX_ALIAS_NODES` nodes (a "billion laughs" bomb) or that refers to itself, before any value is built. All JSON
+of user files goes through `parse_json`, which names the file for text that is not JSON, nested too deeply or with
+an integer too long to read. Both refuse a string holding a lone surrogate (`posformer.utils.unicode_text`), and
+`regular_file` refuses a FIFO, device or directory given as a file ("is not a regular file").
+
 Files inside a model directory go through `posformer.checkpoints.model_dir`, which also keeps them inside it.
 """
 
@@ -12,14 +18,36 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from posformer.utils.unicode_text import check_texts
+
+MAX_ALIAS_NODES = 100_000  # the values that aliases may add to a document: far beyond any config, far below a bomb
+
+
+class _AliasRefused(yaml.YAMLError):
+    """A document whose aliases expand it too far, or make it contain itself."""
+
 
 class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading 1e-3 as a number as YAML 1.2 does (YAML 1.1 needs 1.0e-3)."""
+    """PyYAML's safe loader, reading 1e-3 as a number as YAML 1.2 does (YAML 1.1 needs 1.0e-3), that checks what
+    a document's aliases expand to before building its values."""
+
+    def compose_document(self) -> yaml.Node:
+        node = super().compose_document()
+        sizes: dict[int, int] = {}
+        added = _expanded_size(node, sizes, set()) - len(sizes)
+        if added > MAX_ALIAS_NODES:
+            raise _AliasRefused(
+                f"its aliases (*name) repeat {added:,} values, more than {MAX_ALIAS_NODES:,} (a YAML alias bomb?); "
+                "expected a document without such repetition"
+            )
+        return node
 
 
 _Loader.add_implicit_resolver(
@@ -29,25 +57,104 @@ _Loader.add_implicit_resolver(
 )
 
 
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """How many nodes `node` stands for with every alias expanded (`sizes`: memo by node id; `open_nodes`: the
+    nodes being counted, one reached again is an alias to a node that contains it)."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_nodes:
+        raise _AliasRefused("an alias (*name) refers to a node that contains it; expected a document without cycles")
+    open_nodes.add(key)
+    if isinstance(node, yaml.MappingNode):
+        children = [child for pair in node.value for child in pair]
+    else:
+        children = node.value if isinstance(node, yaml.SequenceNode) else []
+    sizes[key] = 1 + sum(_expanded_size(child, sizes, open_nodes) for child in children)
+    open_nodes.discard(key)
+    return sizes[key]
+
+
 def parse_yaml(text: str, where: str = "YAML text") -> Any:
     """The value of YAML `text` (safe: no Python objects); `ValueError` naming `where` and the line on a syntax
-    error."""
+    error, and naming `where` for an alias bomb, a document that contains itself or one nested too deeply."""
     try:
-        return yaml.load(text, Loader=_Loader)
+        value = yaml.load(text, Loader=_Loader)
+    except _AliasRefused as err:
+        raise ValueError(f"{where} is refused: {err}") from None
+    except RecursionError:
+        raise ValueError(
+            f"{where} is refused: it is nested too deeply; expected a few levels of lists and mappings"
+        ) from None
+    except ValueError as err:  # an integer of more than sys.get_int_max_str_digits() digits
+        raise ValueError(f"{where} is refused: {_number_problem(err)}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise ValueError(f"{where} is not valid YAML{at}: {problem}") from None
+    check_texts(value, where, text)
+    return value
+
+
+def parse_json(text: str, where: str) -> Any:
+    """The JSON value of `text`; `ValueError` naming `where` (a file, "stdin line 3") and what is wrong: not JSON
+    (the line and column), nested too deeply, an integer too long to read, or a string with a lone surrogate."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{where} is not valid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    except RecursionError:
+        raise ValueError(
+            f"{where} is refused: it is nested too deeply; expected a few levels of lists and objects"
+        ) from None
+    except ValueError as err:  # an integer of more than sys.get_int_max_str_digits() digits
+        raise ValueError(f"{where} is refused: {_number_problem(err)}") from None
+    check_texts(value, where, text)
+    return value
+
+
+def _number_problem(err: ValueError) -> str:
+    """What a `ValueError` raised while reading JSON or YAML says, in words: Python reads an integer of at most
+    `sys.get_int_max_str_digits()` digits."""
+    if "integer string conversion" in str(err):
+        return (
+            f"it holds an integer of more than {sys.get_int_max_str_digits()} digits; expected numbers of an "
+            "ordinary size"
+        )
+    return str(err)
+
+
+FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def regular_file(path: str | os.PathLike, name: str, directory: bool = False) -> Path:
+    """`path` when it is a regular file (symlinks followed), or with `directory` a directory. `FileNotFoundError`
+    "`name` does not exist" when nothing is there; `ValueError` "`name` is not a regular file (it is a FIFO ...)"
+    for anything else (a FIFO or device would block or never end when read)."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{name} does not exist") from None
+    except OSError as err:
+        raise ValueError(f"{name} cannot be read: {err.strerror or err}") from None
+    if stat.S_ISREG(mode) or (directory and stat.S_ISDIR(mode)):
+        return path
+    kind = next((kind for test, kind in FILE_KINDS if test(mode)), "another kind of file")
+    expected = "a file or a directory" if directory else "a file"
+    raise ValueError(f"{name} is not a regular file but {kind}: expected {expected}")
 
 
 def read_text_file(path: str | os.PathLike, what: str) -> str:
     """The UTF-8 text of the file at `path`, which a message calls `what` ("run config")."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{what} {path} does not exist")
-    if not path.is_file():
-        raise ValueError(f"{what} {path} is not a file: expected a text file")
+    path = regular_file(path, f"{what} {path}")
     try:
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
@@ -63,13 +170,7 @@ def read_yaml_file(path: str | os.PathLike, what: str) -> Any:
 
 def read_json_file(path: str | os.PathLike, what: str) -> Any:
     """The JSON value of the file at `path` (a UTF-8 byte-order mark is allowed, as SQuAD files carry one)."""
-    text = read_text_file(path, what).removeprefix("\ufeff")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(
-            f"{what} {path} is not valid JSON at line {err.lineno}, column {err.colno}: {err.msg}"
-        ) from None
+    return parse_json(read_text_file(path, what).removeprefix("\ufeff"), f"{what} {path}")
 
 
 def read_mapping_file(path: str | os.PathLike, what: str) -> dict:

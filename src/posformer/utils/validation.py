@@ -1,20 +1,66 @@
 """The checks every settings object shares: Config, run settings, QA options, experiment settings.
 
 Each raises a `ValueError` that names the field (with its owner's prefix), the
-value and what was expected, e.g. `trainer.lr=-1 is invalid: expected a number > 0`.
+value and what was expected, e.g. `trainer.lr=-1 is invalid: expected a number > 0`. The value is quoted by
+`excerpt`: its repr, cut to `EXCERPT_CHARS` characters (and never built in full), so a huge value makes a short
+message.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, NoReturn
+
+EXCERPT_CHARS = 200  # the most of a value's repr that a message quotes
 
 
 def fail(name: str, value: Any, expected: str) -> NoReturn:
-    """Raise the one error shape: `{name}={value!r} is invalid: expected {expected}`."""
-    raise ValueError(f"{name}={value!r} is invalid: expected {expected}")
+    """Raise the one error shape: `{name}={excerpt(value)} is invalid: expected {expected}`."""
+    raise ValueError(f"{name}={excerpt(value)} is invalid: expected {expected}")
+
+
+def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
+    """`repr(value)`, or its first `limit` characters and "..." when longer. Lists, tuples and dicts are written
+    piece by piece and only until the cut, so a value with billions of (shared) items costs no more than a short
+    one."""
+    text = ""
+    for piece in _repr_pieces(value, limit):
+        text += piece
+        if len(text) > limit:
+            return text[:limit] + "..."
+    return text
+
+
+def _repr_pieces(value: Any, limit: int) -> Iterator[str]:
+    """The repr of `value` in pieces; a long string is written from its first `limit` + 1 characters only."""
+    kind = type(value)
+    if kind in (list, tuple):
+        yield "[" if kind is list else "("
+        for i, item in enumerate(value):
+            yield ", " if i else ""
+            yield from _repr_pieces(item, limit)
+        yield "," if kind is tuple and len(value) == 1 else ""
+        yield "]" if kind is list else ")"
+    elif kind is dict:
+        yield "{"
+        for i, (key, item) in enumerate(value.items()):
+            yield ", " if i else ""
+            yield from _repr_pieces(key, limit)
+            yield ": "
+            yield from _repr_pieces(item, limit)
+        yield "}"
+    elif kind is str and len(value) > limit:
+        yield repr(value[: limit + 1] + _quote_forcing(value))
+    else:
+        yield repr(value)
+
+
+def _quote_forcing(text: str) -> str:
+    """Characters that, appended to a piece of `text`, make `repr` pick the quotes that it picks for all of `text`
+    (double quotes only for a text with ' and without ")."""
+    return "'" if "'" in text and '"' not in text else "'\""
 
 
 def is_number(value: Any) -> bool:
@@ -30,11 +76,21 @@ def is_int(value: Any) -> bool:
 LARGEST_INT = 2**31 - 1  # a size, count or length beyond this is no model or run that can exist
 
 
-def check_int(name: str, value: Any, minimum: int = 1) -> None:
-    """`value` is an integer in [`minimum`, LARGEST_INT] (minimum 1: "a positive integer")."""
-    if not is_int(value) or not minimum <= value <= LARGEST_INT:
-        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        fail(name, value, f"{kind} (at most 2**31 - 1)" if is_int(value) and value > LARGEST_INT else kind)
+def check_int(name: str, value: Any, minimum: int = 1, maximum: int = LARGEST_INT) -> None:
+    """`value` is an integer in [`minimum`, `maximum`] (minimum 1: "a positive integer"; `maximum` at most
+    LARGEST_INT)."""
+    maximum = min(maximum, LARGEST_INT)
+    if not is_int(value) or not minimum <= value <= maximum:
+        fail(name, value, int_range(minimum, maximum, above=is_int(value) and value > maximum))
+
+
+def int_range(minimum: int | None, maximum: int = LARGEST_INT, above: bool = False) -> str:
+    """An integer in [`minimum`, `maximum`], in words: "a positive integer", "an integer >= 0 (at most 2**31 - 1)"
+    (the maximum said when `above`, or when it is not LARGEST_INT), "an integer in [0, 1000000]"."""
+    if maximum < LARGEST_INT:
+        return f"an integer <= {maximum}" if minimum is None else f"an integer in [{minimum}, {maximum}]"
+    kind = "an integer" if minimum is None else "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    return f"{kind} (at most 2**31 - 1)" if above else kind
 
 
 def check_number(

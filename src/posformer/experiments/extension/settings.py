@@ -122,7 +122,7 @@ class ExtendSettings(TrainingKnobs):
     )
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "ExtendSettings":
+    def preset(cls, name: str, /, **overrides: Any) -> "ExtendSettings":
         return from_preset(cls, PRESETS, name, overrides, "extend")
 
     def to_dict(self) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from posformer.experiments.extrapolation import data
 from posformer.model import Transformer
-from posformer.utils.user_files import read_yaml_file
+from posformer.utils.user_files import read_yaml_file, regular_file
 
 TEXT_EVAL_FRACTION = 0.1
 
@@ -97,8 +97,7 @@ def load_source(run_dir: str | Path, text: str | None, data_dir: str | None = No
 def _text_source(model: Transformer, run_dir: Path, path: Path, config: dict) -> Source:
     from posformer.loading import checkpoint_dir, load_text_tokenizer, tokenizer_paths
 
-    if not path.is_file():
-        raise FileNotFoundError(f"extend: --text {path} does not exist")
+    regular_file(path, f"extend: --text {path}")
     loaded = load_text_tokenizer(run_dir)
     tokenizer = getattr(loaded, "tokenizer", loaded)  # the Hugging Face tokenizer itself, or posformer's own
     text = data.read_document(path)

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from posformer.data.shared import fetch_hint
 from posformer.data.text import default_corpus
+from posformer.utils.user_files import regular_file
 from posformer.utils.validation import fail
 
 CORPORA = ("gutenberg", "shakespeare")
@@ -35,8 +36,7 @@ END = re.compile(r"^\*\*\* ?END OF.*$", re.MULTILINE)
 
 def read_document(path: Path) -> str:
     """A text file as UTF-8 (a byte-order mark dropped) with "\\n" line endings."""
-    if not path.is_file():
-        raise FileNotFoundError(f"extrapolate: data file {path} does not exist")
+    regular_file(path, f"extrapolate: data file {path}")
     return path.read_text(encoding="utf-8-sig").replace("\r\n", "\n")
 
 

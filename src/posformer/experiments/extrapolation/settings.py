@@ -201,7 +201,7 @@ class ExtrapolationSettings(TrainingKnobs):
     )
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "ExtrapolationSettings":
+    def preset(cls, name: str, /, **overrides: Any) -> "ExtrapolationSettings":
         settings = from_preset(cls, PRESETS, name, overrides, "extrapolate")
         if settings.eval_lens is None and is_int(settings.train_len):  # else validate() names train_len
             settings.eval_lens = [settings.train_len * k for k in (1, 2, 4, 8, 16)]

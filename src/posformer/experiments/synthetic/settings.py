@@ -102,7 +102,7 @@ class TaskSettings(TrainingKnobs):
         check_field_kinds(self, "")
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "TaskSettings":
+    def preset(cls, name: str, /, **overrides: Any) -> "TaskSettings":
         return from_preset(cls, PRESETS, name, overrides, "extrapolate --task")
 
     def to_dict(self) -> dict[str, Any]:

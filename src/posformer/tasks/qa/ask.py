@@ -33,6 +33,7 @@ from posformer.model import Transformer
 from posformer.tasks.qa.job import prediction_options, qa_predictor
 from posformer.tasks.qa.models import load_qa_model
 from posformer.tasks.qa.options import QAJobOptions
+from posformer.utils.user_files import parse_json
 
 FIELDS = ("context", "question")
 
@@ -138,12 +139,9 @@ def questions_from_lines(lines: Iterable[str], name: str = "stdin") -> list[Ques
             continue
         where = f"{name} line {number}"
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(
-                f"{where}: invalid JSON ({err.msg} at column {err.colno}): expected a JSON object "
-                '{"context": ..., "question": ...}'
-            ) from None
+            record = parse_json(line, where)
+        except ValueError as err:
+            raise ValueError(f'{err}; expected a JSON object {{"context": ..., "question": ...}}') from None
         context, question = (_field(where, record, f) for f in FIELDS)
         questions.append(Question(context, question, where))
     return questions

@@ -13,10 +13,10 @@ from typing import Any, Sequence
 
 import torch
 
-from posformer.checkpoints.atomic import write_json_atomic
+from posformer.checkpoints.atomic import write_json_set_atomic
 from posformer.data.squad import QAExample
 from posformer.tasks.qa.predictor import QAPredictor
-from posformer.tasks.qa.squad_metric import squad_v2_evaluate, write_predictions
+from posformer.tasks.qa.squad_metric import squad_v2_evaluate
 
 NULL_ODDS_CLIP = 1e9
 
@@ -64,9 +64,15 @@ class QAEvaluator:
         return {k: float(v) for k, v in self.report.items()}
 
     def write(self, out_dir: str | Path, info: dict[str, Any]) -> dict[str, Any]:
-        """Write predictions.json, answers.json, null_odds.json and eval_results.json (the report plus `info`)."""
-        write_predictions(out_dir, self.predictions, self.null_odds)
-        write_json_atomic(Path(out_dir) / "answers.json", self.answers)
+        """Write predictions.json, null_odds.json (the files the official script reads), answers.json and
+        eval_results.json (the report plus `info`) as one set: all new, or, when one cannot be written (a full
+        disk), all as they were, never a mix of two evaluations."""
         results = {**self.report, **info}
-        write_json_atomic(Path(out_dir) / "eval_results.json", results)
+        files = {
+            "predictions.json": {str(k): str(v) for k, v in self.predictions.items()},
+            "null_odds.json": {str(k): float(v) for k, v in self.null_odds.items()},
+            "answers.json": self.answers,
+            "eval_results.json": results,
+        }
+        write_json_set_atomic(out_dir, files)
         return results

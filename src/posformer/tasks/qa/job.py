@@ -234,7 +234,9 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
     else:
         path = o.model or default_pretrained_model()
         torch.manual_seed(o.seed)
-        model, tokenizer, _, directory = load_qa_model(path, o.head, o.cross_attention_init, o.decoder_layers)
+        model, tokenizer, _, directory = load_qa_model(
+            path, o.head, o.cross_attention_init, o.decoder_layers, o.pointer_generator
+        )
         source = str(directory)
     check_window_fits(o, model)
     if o.dropout is not None:

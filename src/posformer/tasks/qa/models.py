@@ -72,12 +72,17 @@ def model_head(model: Transformer, where: Path) -> str:
 
 
 def load_qa_model(
-    path: str | Path, head: str | None, cross_attention_init: str = "random", decoder_layers: int | None = None
+    path: str | Path,
+    head: str | None,
+    cross_attention_init: str = "random",
+    decoder_layers: int | None = None,
+    pointer_generator: bool = False,
 ) -> tuple[Transformer, Any, str, Path]:
     """(model, tokenizer, head, directory) for a checkpoint: a `qa train` run dir or checkpoint, or a
     Hugging Face directory (a span head is added to a BERT-family base; --head seq2seq warm-starts a
     BERT2BERT model from an encoder-only one, its cross-attention started as `cross_attention_init` says, its
-    decoder keeping `decoder_layers` layers). head None: the model's own."""
+    decoder keeping `decoder_layers` layers, with a pointer-generator when `pointer_generator`). head None: the
+    model's own."""
     from posformer.checkpoints.model_dir import model_file, read_json
     from posformer.checkpoints.native import load_pretrained
     from posformer.hf import bert2bert_from_pretrained, from_hf, load_tokenizer
@@ -92,7 +97,11 @@ def load_qa_model(
         if head == "seq2seq" and encoder_only:
             ids = bert2bert_token_ids(load_tokenizer(directory))
             model = bert2bert_from_pretrained(
-                directory, **ids, cross_attention_init=cross_attention_init, decoder_layers=decoder_layers
+                directory,
+                **ids,
+                cross_attention_init=cross_attention_init,
+                decoder_layers=decoder_layers,
+                pointer_generator=pointer_generator,
             )
         else:
             model = from_hf(directory, head="span_qa" if head == "span" and encoder_only else None)

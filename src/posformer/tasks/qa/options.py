@@ -158,6 +158,12 @@ class QAJobOptions(QAColumns):
         "steps, and the new cross-attention a larger share of the decoder) (default: all)",
         minimum=1,
     )
+    pointer_generator: bool = option(
+        False,
+        "--head seq2seq warm-started from a BERT: the decoder may also copy context tokens, a pointer-generator "
+        "(See et al. 2017) whose copy attention also learns to continue a copied span (see "
+        "posformer.modules.pointer_generator); Hugging Face's EncoderDecoderModel has no such layer (default: off)",
+    )
     dropout: float | None = option(
         None,
         "dropout probability of every dropout of the model (hidden, attention, feed-forward) while it is "
