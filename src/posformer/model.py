@@ -15,7 +15,15 @@ from posformer.config import Config
 from posformer.generation import generate
 from posformer.modules.cache import Cache
 from posformer.modules.head_outputs import add_aux_loss, apply_head, check_head_options, refuse_unused
-from posformer.modules.heads import IGNORE_INDEX, build_head, check_labels, token_loss
+from posformer.modules.heads import (
+    IGNORE_INDEX,
+    SpanQAHead,
+    build_head,
+    check_labels,
+    mask_padded_logits,
+    span_loss,
+    token_loss,
+)
 from posformer.modules.init import deepnorm_alphas, deepnorm_init_, normal_init_, t5_init_
 from posformer.modules.moe import MoEFeedForward
 from posformer.modules.outputs import ModelOutput
@@ -58,6 +66,7 @@ class Transformer(Pretrained, nn.Module):
         self.sink_tokens = SinkTokens(cfg.sink_tokens, cfg.d_model) if cfg.sink_tokens else None
         self.head = build_head(cfg)
         self.pointer_generator = PointerGenerator(cfg.d_model) if cfg.pointer_generator else None
+        self.encoder_span = SpanQAHead(cfg) if cfg.encoder_span_loss else None
         self.has_experts = any(isinstance(m, MoEFeedForward) for m in self.modules())
         self.apply(self._init_weights)
         if cfg.norm == "deepnorm":
@@ -270,6 +279,8 @@ class Transformer(Pretrained, nn.Module):
         cached + new positions, and the `Cache` from the previous output.
         Encoder-decoder: `decoder_input_ids` default to `labels` shifted right.
         labels: (B, T) token labels (-100 ignored), or (B,) class labels.
+        start_positions, end_positions: (B,) the span_qa head's answer tokens; for an encoder-decoder with
+        `Config.encoder_span_loss`, the answer tokens of the encoder's input, whose span loss it adds.
         logits_to_keep: n > 0 applies a language-model head to the last n positions only (logits (B, n, V)),
         as Hugging Face's `logits_to_keep`: generation's prompt pass needs one; 0 keeps every position.
         return_logits: False (with labels, for a language-model head) returns the loss alone, logits None: it is
@@ -355,6 +366,8 @@ class Transformer(Pretrained, nn.Module):
                 attention_mask if cfg.arch == "encoder" else None,
                 return_logits,
             )
+        if self.encoder_span is not None and (start_positions is not None or end_positions is not None):
+            self._encoder_span_loss(out, attention_mask, start_positions, end_positions)
         if self.has_experts:
             decoder_mask = {"decoder": attention_mask, "encoder_decoder": decoder_attention_mask}.get(cfg.arch)
             decoder_ids = decoder_input_ids if cfg.arch == "encoder_decoder" else input_ids
@@ -391,6 +404,21 @@ class Transformer(Pretrained, nn.Module):
             out.loss = token_loss(out.logits, labels, shift=False)
         if not return_logits:
             out.logits = None
+
+    def _encoder_span_loss(
+        self, out: ModelOutput, source_mask: Tensor | None, start: Tensor | None, end: Tensor | None
+    ) -> None:
+        """`out`'s start and end logits (B, S) from the encoder's output, padding at the dtype's minimum, and
+        `Config.encoder_span_loss` times their span loss against start and end (B,) added to `out.loss`."""
+        if start is None or end is None:
+            raise ValueError("the encoder's span loss needs both start_positions and end_positions")
+        start_logits, end_logits = self.encoder_span(out.encoder_last_hidden_state)
+        if source_mask is not None:
+            start_logits = mask_padded_logits(start_logits, source_mask)
+            end_logits = mask_padded_logits(end_logits, source_mask)
+        out.start_logits, out.end_logits = start_logits, end_logits
+        auxiliary = self.cfg.encoder_span_loss * span_loss(start_logits, end_logits, start, end)
+        out.loss = auxiliary if out.loss is None else out.loss + auxiliary
 
     def shift_right(self, labels: Tensor) -> Tensor:
         """Decoder inputs for teacher forcing: labels (B, T) -> (B, T); see `modules.shift_right`."""

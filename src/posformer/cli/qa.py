@@ -108,6 +108,7 @@ TRAINING = (
     "cross_attention_init",
     "decoder_layers",
     "pointer_generator",
+    "encoder_span_loss",
     "dropout",
     "calibration_fraction",
 )

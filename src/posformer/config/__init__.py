@@ -101,6 +101,10 @@ class Config:
     `pointer_generator` (encoder_decoder with the seq2seq_lm head only) lets the decoder copy source tokens: its
     logits are the log-probabilities of a mixture of the LM head's distribution and an attention over the
     encoder's input tokens (See et al. 2017; `posformer.modules.pointer_generator`). No Hugging Face family has it.
+    `encoder_span_loss` w > 0 (encoder_decoder with the seq2seq_lm head only) gives the encoder a span head of its
+    own (`Transformer.encoder_span`, start and end logits from the encoder's output) and, when the forward is given
+    start_positions and end_positions, adds w times its span loss to the loss: an auxiliary task that teaches the
+    encoder to mark where the answer lies for the decoder to find (question answering). 0: none.
     `separate_decoder_embeddings` (encoder_decoder only) gives the decoder its own token and
     token-type embeddings (`Transformer.decoder_embed_tokens`, `decoder_token_types`) instead of
     sharing the encoder's; a tied LM head ties to the decoder's (BERT2BERT, Hugging Face's
@@ -173,6 +177,7 @@ class Config:
     tie_embeddings: bool = True
     separate_decoder_embeddings: bool = False
     pointer_generator: bool = False
+    encoder_span_loss: float = 0.0
     head_bias: bool = False
     head_transform: bool = False
     scale_tied_head: bool = False

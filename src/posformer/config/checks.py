@@ -144,6 +144,11 @@ def check_config(cfg: Config) -> None:
         _fail("pointer_generator", cfg.pointer_generator, "True or False")
     if cfg.pointer_generator and cfg.head_kind != "seq2seq_lm":
         _fail("pointer_generator", True, f"False with head {cfg.head_kind!r} (it copies into a seq2seq_lm's output)")
+    check_number("Config.encoder_span_loss", cfg.encoder_span_loss, low=0)
+    if cfg.encoder_span_loss and cfg.head_kind != "seq2seq_lm":
+        _fail(
+            "encoder_span_loss", cfg.encoder_span_loss, f"0 with head {cfg.head_kind!r} (it trains a seq2seq's encoder)"
+        )
     if cfg.separate_decoder_embeddings and cfg.arch != "encoder_decoder":
         _fail("separate_decoder_embeddings", True, "False unless arch='encoder_decoder' (only it has two stacks)")
     if cfg.hf_model_type is not None and not isinstance(cfg.hf_model_type, str):

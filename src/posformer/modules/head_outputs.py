@@ -19,8 +19,8 @@ def refuse_unused(cfg: Config, **given: Tensor | None) -> None:
         "decoder_input_ids": cfg.arch != "encoder_decoder",
         "decoder_attention_mask": cfg.arch != "encoder_decoder",
         "decoder_position_ids": cfg.arch != "encoder_decoder",
-        "start_positions": cfg.head_kind != "span_qa",
-        "end_positions": cfg.head_kind != "span_qa",
+        "start_positions": cfg.head_kind != "span_qa" and not cfg.encoder_span_loss,
+        "end_positions": cfg.head_kind != "span_qa" and not cfg.encoder_span_loss,
         "labels": cfg.head_kind in ("span_qa", "none"),
     }
     for name, value in given.items():

@@ -170,7 +170,9 @@ def test_training_features_labels_are_the_answer_then_the_end_token(request, nam
 
 
 def test_select_seq2seq_answer_threshold_and_null_odds():
-    assert select_seq2seq_answer([("", -1.0), ("Paris", -0.5), ("", -2.0)]) == ("Paris", -0.5)
+    assert select_seq2seq_answer([("", -1.0), ("Paris", -0.5), ("", -2.0)]) == ("Paris", -1.5)  # the lowest ""
+    answer, odds = select_seq2seq_answer([("", -0.1), ("Paris", -0.5), ("", -0.4)], null_score_diff_threshold=-0.2)
+    assert (answer, odds) == ("Paris", pytest.approx(0.1))  # the best "" (-0.1) would have kept ""
     assert select_seq2seq_answer([("", -1.0), ("Paris", -0.5)], null_score_diff_threshold=0.5) == ("", -0.5)
     assert select_seq2seq_answer([("", -1.0), ("Paris", -0.5)], null_score_diff_threshold=0.4) == ("Paris", -0.5)
     assert select_seq2seq_answer([("", -1.0), ("Paris", -1.0)]) == ("", 0.0)  # equal: "" keeps it

@@ -43,7 +43,13 @@ from posformer.data.squad import QAData, QAExample, load_hf_dataset, load_qa_fil
 from posformer.model import Transformer
 from posformer.tasks.qa.evaluation import QAEvaluator
 from posformer.tasks.qa.extractive import SpanPredictor, span_train_tensors
-from posformer.tasks.qa.models import default_pretrained_model, load_qa_model, tokenizer_files, with_dropout
+from posformer.tasks.qa.models import (
+    default_pretrained_model,
+    load_qa_model,
+    tokenizer_files,
+    with_dropout,
+    with_encoder_span_loss,
+)
 from posformer.tasks.qa.null_answers import (
     calibrate_null_threshold,
     keep_null_windows,
@@ -241,13 +247,21 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
     check_window_fits(o, model)
     if o.dropout is not None:
         model = with_dropout(model, o.dropout)
+    if o.head == "seq2seq":
+        model = with_encoder_span_loss(model, o.encoder_span_loss)
     train, calibration = calibration_split(train, o.calibration_fraction)
     if o.head == "span":
         features = span_train_tensors(train, tokenizer, o.max_seq_length, o.doc_stride, model.cfg)
         null = span_null_windows(features, tokenizer.cls_token_id)
     else:
         features = seq2seq_train_tensors(
-            train, tokenizer, o.max_seq_length, o.doc_stride, o.max_answer_length, end_token_id(model.cfg)
+            train,
+            tokenizer,
+            o.max_seq_length,
+            o.doc_stride,
+            o.max_answer_length,
+            end_token_id(model.cfg),
+            span_positions=bool(o.encoder_span_loss),
         )
         null = seq2seq_null_windows(features, end_token_id(model.cfg))
     features = keep_null_windows(features, null, o.keep_null_windows, o.seed)

@@ -118,6 +118,20 @@ def with_dropout(model: Transformer, p: float) -> Transformer:
     return rebuilt.train(model.training)
 
 
+def with_encoder_span_loss(model: Transformer, weight: float) -> Transformer:
+    """`model` (an encoder-decoder) with `Config.encoder_span_loss` = weight: the same weights in a model built from
+    the changed config, its encoder's span head (when new) drawn from torch's global generator."""
+    if model.cfg.encoder_span_loss == weight:
+        return model
+    rebuilt = Transformer(model.cfg.replace(encoder_span_loss=weight))
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("encoder_span.")}
+    missing = rebuilt.load_state_dict(state, strict=False).missing_keys
+    unexpected = [k for k in missing if not k.startswith("encoder_span.")]
+    if unexpected:
+        raise RuntimeError(f"rebuilding the model for the encoder's span loss lost {unexpected}")
+    return rebuilt.train(model.training)
+
+
 def tokenizer_files(tokenizer) -> dict[str, str]:
     """The text files of `tokenizer.save_pretrained`, to store in every checkpoint beside the model."""
     with tempfile.TemporaryDirectory() as tmp:

@@ -105,9 +105,9 @@ class QAJobOptions(QAColumns):
     )
     null_score_diff_threshold: float | None = option(
         None,
-        'seq2seq: answer only when the best answer\'s score beats the best "" score by more than this; span '
-        '(run_qa.py): predict "" when the null score beats the best span\'s by more than this. A larger value means '
-        f"fewer answers for seq2seq and more for span (default: {FROM_RUN}"
+        'seq2seq: answer only when the best answer\'s score beats the lowest "" score of its windows by more than '
+        'this; span (run_qa.py): predict "" when the null score beats the best span\'s by more than this. A larger '
+        f"value means fewer answers for seq2seq and more for span (default: {FROM_RUN}"
         f"{ANSWER_DEFAULTS['null_score_diff_threshold']:g}, where both agree)",
     )
     n_best_size: int | None = option(
@@ -163,6 +163,13 @@ class QAJobOptions(QAColumns):
         "--head seq2seq warm-started from a BERT: the decoder may also copy context tokens, a pointer-generator "
         "(See et al. 2017) whose copy attention also learns to continue a copied span (see "
         "posformer.modules.pointer_generator); Hugging Face's EncoderDecoderModel has no such layer (default: off)",
+    )
+    encoder_span_loss: float = option(
+        0.0,
+        "--head seq2seq: also train a span head on the encoder (start and end of the answer, the first token for "
+        "none) and add this times its loss to the decoder's: the encoder learns to mark the answer for the decoder "
+        "to find (multi-task learning); the span head is not used to predict (default: 0, off)",
+        low=0,
     )
     dropout: float | None = option(
         None,
@@ -227,5 +234,7 @@ def check_options(o: QAJobOptions) -> None:
             True,
             "only with --head seq2seq and without --model (it trains a new t5-preset model and tokenizer)",
         )
+    if o.encoder_span_loss and o.head != "seq2seq":
+        fail("--encoder-span-loss", o.encoder_span_loss, "0 without --head seq2seq (it trains a generative model)")
     if o.max_seq_length is not None and o.doc_stride is not None and o.doc_stride >= o.max_seq_length:
         fail("--doc-stride", o.doc_stride, f"an integer smaller than --max-seq-length ({o.max_seq_length})")

@@ -11,8 +11,9 @@ holding the first gold answer is trained on its text, every other window (and ev
 window of an unanswerable question) on "". Prediction scores two sequences in every window
 of an example: "" (the lone eos; its score is log p(eos) at the first step) and the best
 non-empty answer (generated with the eos barred from the first step, `min_new_tokens=1`).
-`select_seq2seq_answer` keeps the best-scoring non-empty answer across the windows unless
-the best "" scores within `null_score_diff_threshold` of it. The score of an answer is
+`select_seq2seq_answer` keeps the best-scoring non-empty answer across the windows unless the lowest ""
+score over the windows (run_qa.py's minimum null score) is within `null_score_diff_threshold` of it. The
+score of an answer is
 `generate(..., return_scores=True)`'s: the unmasked log-prob sum up to the eos for greedy
 decoding, the length-penalized beam score for beam search (where "" has length 1).
 Scoring "" in every window, rather than only where greedy decoding emits it, is what makes
@@ -164,11 +165,14 @@ def seq2seq_train_tensors(
     doc_stride: int,
     max_answer_tokens: int,
     end_token: int,
+    span_positions: bool = False,
 ) -> dict[str, Tensor]:
     """The training windows of `examples`, one row per window, ready for `FeatureBatches`: input_ids,
     attention_mask (N, max_seq_length) and labels (N, max_answer_tokens + 1): the answer's tokens,
-    `end_token`, -100s."""
-    return seq2seq_training_features(examples, tokenizer, max_seq_length, doc_stride, max_answer_tokens + 1, end_token)
+    `end_token`, -100s; with `span_positions` the answer's start and end token (N,) for the encoder's span loss."""
+    return seq2seq_training_features(
+        examples, tokenizer, max_seq_length, doc_stride, max_answer_tokens + 1, end_token, span_positions
+    )
 
 
 def _fold(text: str) -> str:
@@ -236,7 +240,7 @@ class Seq2SeqPredictor:
 
     @torch.no_grad()
     def predict(self, model: Transformer) -> QAPredictions:
-        """(predictions, null odds, best non-empty answers) id -> value; null odds are the best "" score
+        """(predictions, null odds, best non-empty answers) id -> value; null odds are the lowest "" score
         minus the best answer score, +-inf when one kind is missing. See `QAPredictions`."""
         tokenizer = self.tokenizer
         end = end_token_id(model.cfg)

@@ -40,6 +40,8 @@ class Seq2SeqWindow:
     char_span: (start, end) characters of the context this window covers (end exclusive).
     token_span: (start, end) indices into the context's own tokenization (end exclusive).
     target: the answer text if the first gold answer lies entirely inside char_span, else "".
+    answer_tokens: (first, last) indices into input_ids of the tokens that hold that answer, or None when the
+    target is "".
     """
 
     example_id: str
@@ -48,6 +50,7 @@ class Seq2SeqWindow:
     char_span: tuple[int, int]
     token_span: tuple[int, int]
     target: str
+    answer_tokens: tuple[int, int] | None = None
 
 
 def special_token_frame(tokenizer) -> tuple[list[int], list[int]]:
@@ -116,6 +119,8 @@ def seq2seq_windows(example: QAExampleLike, tokenizer, max_seq_length: int, doc_
     for index, (start, end) in enumerate(spans):
         chars = (offsets[start][0], offsets[end - 1][1]) if end > start else (0, 0)
         inside = answer is not None and chars[0] <= answer[0] and answer[1] <= chars[1]
+        first = len(before) + len(prefix) - start  # input_ids index of context token 0
+        tokens = _answer_tokens(offsets, start, end, answer) if inside else None
         windows.append(
             Seq2SeqWindow(
                 example_id=example.id,
@@ -124,9 +129,18 @@ def seq2seq_windows(example: QAExampleLike, tokenizer, max_seq_length: int, doc_
                 char_span=chars,
                 token_span=(start, end),
                 target=example.answers[0] if inside else "",
+                answer_tokens=None if tokens is None else (first + tokens[0], first + tokens[1]),
             )
         )
     return windows
+
+
+def _answer_tokens(
+    offsets: Sequence[tuple[int, int]], start: int, end: int, answer: tuple[int, int]
+) -> tuple[int, int] | None:
+    """(first, last) context-token indices in [start, end) whose characters overlap the answer's [a, b), or None."""
+    held = [k for k in range(start, end) if offsets[k][0] < answer[1] and answer[0] < offsets[k][1]]
+    return (held[0], held[-1]) if held else None
 
 
 def seq2seq_eval_windows(
@@ -171,13 +185,17 @@ def seq2seq_training_features(
     doc_stride: int,
     max_target_length: int,
     end_token_id: int,
+    span_positions: bool = False,
 ) -> dict[str, Tensor]:
     """Training tensors for every window of every example.
 
     Windows containing the first gold answer are trained on its text; all other windows
     (and unanswerable questions) on "". Returns input_ids and attention_mask of shape
     (n_windows, max_seq_length), and labels of shape (n_windows, max_target_length) from
-    `target_labels`: the target's tokens, then `end_token_id`, then -100.
+    `target_labels`: the target's tokens, then `end_token_id`, then -100. With `span_positions`, also
+    start_positions and end_positions (n_windows,): the answer's first and last token in input_ids
+    (`Seq2SeqWindow.answer_tokens`), 0 for a window whose target is "" (the encoder's span loss,
+    `Config.encoder_span_loss`).
     """
     windows = seq2seq_eval_windows(examples, tokenizer, max_seq_length, doc_stride)
     pad_id = tokenizer.pad_token_id
@@ -185,6 +203,10 @@ def seq2seq_training_features(
         raise ValueError("the tokenizer has no pad token")
     batch = pad_windows(windows, pad_id, max_seq_length)
     batch["labels"] = target_labels([w.target for w in windows], tokenizer, max_target_length, end_token_id)
+    if span_positions:
+        spans = [w.answer_tokens or (0, 0) for w in windows]
+        batch["start_positions"] = torch.tensor([s for s, _ in spans], dtype=torch.long)
+        batch["end_positions"] = torch.tensor([e for _, e in spans], dtype=torch.long)
     return batch
 
 
@@ -194,21 +216,24 @@ def select_seq2seq_answer(
     """Pick one answer among the windows' generations of one example.
 
     candidates: (generated text, sequence score) per window; text that is empty after
-    stripping whitespace counts as "". The best non-empty answer wins only if its score
-    exceeds the best "" score by more than the threshold (no "" window: null score -inf).
-    Returns (answer, null odds) where null odds = best "" score - best non-empty score
+    stripping whitespace counts as "". The null score is the *lowest* "" score over the windows, as run_qa.py
+    takes the minimum null (CLS) score over an example's features: a window without the answer is right to
+    say "", so the window least sure that there is nothing to answer speaks for the example. The best
+    non-empty answer wins only if its score exceeds the null score by more than the threshold (no "" window:
+    null score -inf). Returns (answer, null odds) where null odds = null score - best non-empty score
     (+inf when no window answered, -inf when every window answered).
     """
-    null_score = -math.inf
+    null_scores = []
     best_text, best_score = "", -math.inf
     for text, score in candidates:
         text = text.strip()
         if not text:
-            null_score = max(null_score, score)
+            null_scores.append(score)
         elif score > best_score:
             best_text, best_score = text, score
     if best_score == -math.inf:
         return "", math.inf
+    null_score = min(null_scores, default=-math.inf)
     odds = null_score - best_score
     if best_score - null_score > null_score_diff_threshold:
         return best_text, odds
