@@ -104,3 +104,15 @@ def finished_run(root: Path, steps: int) -> tuple[Path, Path]:
     config = write_config(root / "run.yaml", tiny_run(write_corpus(root / "text.txt"), steps))
     assert main(["train", "--config", str(config), "--output-dir", str(root / "run"), "--no-progress"]) == 0
     return config, root / "run"
+
+
+def logged_step(run_dir: Path) -> int:
+    """The last step metrics.jsonl records (0 before the first)."""
+    path = run_dir / "metrics.jsonl"
+    step = 0
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            step = max(step, json.loads(line)["step"])
+        except json.JSONDecodeError:  # a line being written
+            break
+    return step

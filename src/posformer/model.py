@@ -14,16 +14,15 @@ from torch import Tensor, nn
 from posformer.config import Config
 from posformer.generation import generate
 from posformer.modules.cache import Cache
-from posformer.modules.head_outputs import add_aux_loss, apply_head, check_head_options, refuse_unused
-from posformer.modules.heads import (
-    IGNORE_INDEX,
-    SpanQAHead,
-    build_head,
-    check_labels,
-    mask_padded_logits,
-    span_loss,
-    token_loss,
+from posformer.modules.head_outputs import (
+    add_aux_loss,
+    add_encoder_span_loss,
+    apply_head,
+    check_head_options,
+    copy_or_generate,
+    refuse_unused,
 )
+from posformer.modules.heads import IGNORE_INDEX, SpanQAHead, build_head
 from posformer.modules.init import deepnorm_alphas, deepnorm_init_, normal_init_, t5_init_
 from posformer.modules.moe import MoEFeedForward
 from posformer.modules.outputs import ModelOutput
@@ -79,7 +78,6 @@ class Transformer(Pretrained, nn.Module):
         """The "normal" scheme (`posformer.modules.init`), which every `Config.init` starts from."""
         normal_init_(module, self.cfg.init_std)
 
-    # ---------------------------------------------------------- embeddings
     def token_embeddings(self, stack: str = "encoder") -> tuple[nn.Embedding, nn.Embedding | None]:
         """The (token, token-type) embeddings that feed `stack`, "encoder" or "decoder" (the type
         embedding is None without `Config.type_vocab_size`)."""
@@ -106,7 +104,6 @@ class Transformer(Pretrained, nn.Module):
         ):
             self.head.proj.weight = words.weight
 
-    # ------------------------------------------------------------- helpers
     @classmethod
     def _keep(cls, mask: Tensor | None, batch: int, length: int, name: str) -> Tensor | None:
         """Validate a (B, length) 0/1 padding mask and return it as bool."""
@@ -168,7 +165,6 @@ class Transformer(Pretrained, nn.Module):
             x = x + types(token_type_ids)
         return x
 
-    # ------------------------------------------------------------- forward
     def encode(
         self,
         input_ids: Tensor,
@@ -353,7 +349,9 @@ class Transformer(Pretrained, nn.Module):
         out.last_hidden_state = hidden
         head_input = hidden[:, -logits_to_keep:] if logits_to_keep else hidden
         if self.pointer_generator is not None:
-            self._copy_or_generate(out, head_input, input_ids, attention_mask, decoder_input_ids, labels, return_logits)
+            copy_or_generate(
+                self, out, head_input, (input_ids, attention_mask, decoder_input_ids), labels, return_logits
+            )
         else:
             apply_head(
                 self.head,
@@ -367,58 +365,12 @@ class Transformer(Pretrained, nn.Module):
                 return_logits,
             )
         if self.encoder_span is not None and (start_positions is not None or end_positions is not None):
-            self._encoder_span_loss(out, attention_mask, start_positions, end_positions)
+            add_encoder_span_loss(self, out, attention_mask, start_positions, end_positions)
         if self.has_experts:
             decoder_mask = {"decoder": attention_mask, "encoder_decoder": decoder_attention_mask}.get(cfg.arch)
             decoder_ids = decoder_input_ids if cfg.arch == "encoder_decoder" else input_ids
             add_aux_loss(cfg, self.training, out, *routers, decoder_mask, decoder_ids.shape[1])
         return out
-
-    def _copy_or_generate(
-        self,
-        out: ModelOutput,
-        hidden: Tensor,
-        source_ids: Tensor,
-        source_mask: Tensor | None,
-        decoder_ids: Tensor,
-        labels: Tensor | None,
-        return_logits: bool,
-    ) -> None:
-        """`out`'s logits (the log-probabilities of the pointer-generator's mixture, (B, T, V) float32) and loss for
-        the decoder's hidden (B, T, d_model) at decoder_ids' last T positions, from the LM head's logits and a copy
-        of the source_ids (B, S) the encoder read (`Config.pointer_generator`)."""
-        vocab_logits = self.head(hidden)
-        decoder_ids = decoder_ids[:, -hidden.shape[1] :]
-        keep = None if source_mask is None else source_mask.bool()
-        out.logits = self.pointer_generator(
-            hidden,
-            vocab_logits,
-            out.encoder_last_hidden_state,
-            source_ids,
-            keep,
-            decoder_ids,
-            self.cfg.decoder_start_token_id,
-        )
-        if labels is not None:
-            check_labels("labels", labels, out.logits.shape[:2], None)
-            out.loss = token_loss(out.logits, labels, shift=False)
-        if not return_logits:
-            out.logits = None
-
-    def _encoder_span_loss(
-        self, out: ModelOutput, source_mask: Tensor | None, start: Tensor | None, end: Tensor | None
-    ) -> None:
-        """`out`'s start and end logits (B, S) from the encoder's output, padding at the dtype's minimum, and
-        `Config.encoder_span_loss` times their span loss against start and end (B,) added to `out.loss`."""
-        if start is None or end is None:
-            raise ValueError("the encoder's span loss needs both start_positions and end_positions")
-        start_logits, end_logits = self.encoder_span(out.encoder_last_hidden_state)
-        if source_mask is not None:
-            start_logits = mask_padded_logits(start_logits, source_mask)
-            end_logits = mask_padded_logits(end_logits, source_mask)
-        out.start_logits, out.end_logits = start_logits, end_logits
-        auxiliary = self.cfg.encoder_span_loss * span_loss(start_logits, end_logits, start, end)
-        out.loss = auxiliary if out.loss is None else out.loss + auxiliary
 
     def shift_right(self, labels: Tensor) -> Tensor:
         """Decoder inputs for teacher forcing: labels (B, T) -> (B, T); see `modules.shift_right`."""

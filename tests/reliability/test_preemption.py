@@ -4,7 +4,6 @@ under torchrun every rank stops at the same step (`posformer.train.interrupt`)."
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -22,7 +21,7 @@ from posformer.train.batches import WindowBatches
 from posformer.train.interrupt import TERMINATED, Terminated
 from posformer.train.settings import RunSettings
 from posformer.train.training_checkpoint import CheckpointManager, verify
-from train_helpers import assert_same_run, losses, tiny_run, write_config, write_corpus
+from train_helpers import assert_same_run, logged_step, losses, tiny_run, write_config, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 END = 40  # every run ends here: the signals land at step 13 or a little later
@@ -50,17 +49,6 @@ def reference(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Path:
     root = tmp_path_factory.mktemp("reference")
     assert train(write_config(root / "run.yaml", run(corpus, END)), root / "run") == 0
     return root / "run"
-
-
-def logged_step(run_dir: Path) -> int:
-    path = run_dir / "metrics.jsonl"
-    step = 0
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        try:
-            step = max(step, json.loads(line)["step"])
-        except json.JSONDecodeError:  # a line being written
-            break
-    return step
 
 
 def default_signals() -> None:

@@ -26,7 +26,7 @@ from posformer.train.run_lock import LOCK_FILE, RunDirBusy, RunDirLock, holds_ru
 from posformer.train.settings import RunSettings
 from posformer.train.trainer import check_output_dir
 from posformer.train.training_checkpoint import CheckpointManager
-from train_helpers import records, tiny_run, write_config, write_corpus
+from train_helpers import logged_step, records, tiny_run, write_config, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -168,17 +168,6 @@ def test_every_command_that_writes_a_run_directory_is_refused_while_another_proc
 
 
 # ---------------------------------------------------------------------- real `posformer train` processes
-def logged_step(run_dir: Path) -> int:
-    path = run_dir / "metrics.jsonl"
-    step = 0
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        try:
-            step = max(step, json.loads(line)["step"])
-        except json.JSONDecodeError:  # a line being written
-            break
-    return step
-
-
 def test_a_second_run_or_a_resume_while_a_run_writes_is_refused_and_the_log_stays_one_run(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

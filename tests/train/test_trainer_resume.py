@@ -7,7 +7,6 @@ never interrupted; a damaged newest checkpoint is reported and the previous one 
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -28,7 +27,16 @@ from posformer.train import training_checkpoint
 from posformer.train.batches import WindowBatches
 from posformer.train.settings import RunSettings
 from posformer.train.training_checkpoint import CheckpointManager, verify
-from train_helpers import assert_same_run, flip_byte, losses, tiny_run, truncate, write_config, write_corpus
+from train_helpers import (
+    assert_same_run,
+    flip_byte,
+    logged_step,
+    losses,
+    tiny_run,
+    truncate,
+    write_config,
+    write_corpus,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -67,18 +75,6 @@ def long_reference(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> tu
     out = tmp_path_factory.mktemp("long_reference") / "run"
     train(config, out)
     return config, out
-
-
-def logged_step(run_dir: Path) -> int:
-    """The last step metrics.jsonl records (0 before the first)."""
-    path = run_dir / "metrics.jsonl"
-    step = 0
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        try:
-            step = max(step, json.loads(line)["step"])
-        except json.JSONDecodeError:  # a line being written
-            break
-    return step
 
 
 def default_ctrl_c() -> None:

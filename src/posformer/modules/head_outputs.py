@@ -1,5 +1,6 @@
-"""The head's side of `Transformer.forward`: which inputs a model can use, its logits and losses, and the
-load-balancing loss of its mixture-of-experts layers."""
+"""The head's side of `Transformer.forward`: which inputs a model can use, its logits and losses (a
+pointer-generator's and an encoder span loss's included), and the load-balancing loss of its mixture-of-experts
+layers."""
 
 from __future__ import annotations
 
@@ -90,6 +91,55 @@ def apply_head(
         if labels is not None:
             check_labels("labels", labels, out.logits.shape[:2], None)
             out.loss = token_loss(out.logits, labels, shift=kind == "causal_lm")
+
+
+def copy_or_generate(
+    model: nn.Module,
+    out: ModelOutput,
+    hidden: Tensor,
+    source: tuple[Tensor, Tensor | None, Tensor],
+    labels: Tensor | None,
+    return_logits: bool,
+) -> None:
+    """`out`'s logits and loss under `model`'s pointer-generator (`Config.pointer_generator`): the log-probabilities
+    (B, T, V) float32 of the mixture of its head's logits and a copy of the encoder's input, for the decoder's hidden
+    (B, T, d_model). source: (encoder input ids (B, S), their attention mask or None, decoder input ids (B, >= T), whose
+    last T are hidden's). `out.encoder_last_hidden_state` is the encoder's output."""
+    source_ids, source_mask, decoder_ids = source
+    out.logits = model.pointer_generator(
+        hidden,
+        model.head(hidden),
+        out.encoder_last_hidden_state,
+        source_ids,
+        None if source_mask is None else source_mask.bool(),
+        decoder_ids[:, -hidden.shape[1] :],
+        model.cfg.decoder_start_token_id,
+    )
+    if labels is not None:
+        check_labels("labels", labels, out.logits.shape[:2], None)
+        out.loss = token_loss(out.logits, labels, shift=False)
+    if not return_logits:
+        out.logits = None
+
+
+def add_encoder_span_loss(
+    model: nn.Module,
+    out: ModelOutput,
+    source_mask: Tensor | None,
+    start: Tensor | None,
+    end: Tensor | None,
+) -> None:
+    """`out`'s start and end logits (B, S) from `model.encoder_span` on the encoder's output, padding at the dtype's
+    minimum, and `Config.encoder_span_loss` times their span loss against start and end (B,) added to `out.loss`."""
+    if start is None or end is None:
+        raise ValueError("the encoder's span loss needs both start_positions and end_positions")
+    start_logits, end_logits = model.encoder_span(out.encoder_last_hidden_state)
+    if source_mask is not None:
+        start_logits = mask_padded_logits(start_logits, source_mask)
+        end_logits = mask_padded_logits(end_logits, source_mask)
+    out.start_logits, out.end_logits = start_logits, end_logits
+    auxiliary = model.cfg.encoder_span_loss * span_loss(start_logits, end_logits, start, end)
+    out.loss = auxiliary if out.loss is None else out.loss + auxiliary
 
 
 def add_aux_loss(
