@@ -41,10 +41,11 @@ demo: $(VENV)/.installed-pretrained
 
 # The seed job's generative QA (run_seq2seq_qa.py), warm-started as BERT2BERT from all-MiniLM-L6-v2 with a
 # pointer-generator (the decoder may copy context tokens), two decoder layers whose cross-attention starts from
-# their self-attention, and 192-token windows; about 12 min on 2 CPU cores (see docs/qa.md).
+# their self-attention, a span loss on the encoder, and 192-token windows; about 12 min on 2 CPU cores
+# (see docs/qa.md).
 DEMO_SEQ2SEQ := --learning-rate 3e-4 --warmup-ratio 0.1 --max-steps 400 --per-device-train-batch-size 16 \
                 --keep-null-windows 0.5 --max-seq-length 192 --doc-stride 64 \
-                --pointer-generator --cross-attention-init self_attention --decoder-layers 2
+                --pointer-generator --cross-attention-init self_attention --decoder-layers 2 --encoder-span-loss 1
 demo-seq2seq: $(VENV)/.installed-pretrained
 	$(BIN)/posformer qa train --head seq2seq $(DEMO_SEQ2SEQ) --output-dir runs/demo-seq2seq --resume
 
