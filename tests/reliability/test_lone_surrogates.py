@@ -74,7 +74,7 @@ def test_qa_ask_json_lines_name_the_line_and_field(qa_run: Path, monkeypatch, re
     )
     err = refused("qa", "ask", "--model", str(qa_run), "--json")
     field = "question" if "\ud800" in record["question"] else "context"
-    assert f"QA example 'stdin line 2': {field} holds a lone surrogate" in err
+    assert f"stdin line 2: {field} holds a lone surrogate" in err
 
 
 def test_a_qa_example_refuses_a_lone_surrogate() -> None:

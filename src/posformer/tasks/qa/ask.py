@@ -138,10 +138,7 @@ def questions_from_lines(lines: Iterable[str], name: str = "stdin") -> list[Ques
         if not line.strip():
             continue
         where = f"{name} line {number}"
-        try:
-            record = parse_json(line, where)
-        except ValueError as err:
-            raise ValueError(f'{err}; expected a JSON object {{"context": ..., "question": ...}}') from None
+        record = parse_json(line, where)
         context, question = (_field(where, record, f) for f in FIELDS)
         questions.append(Question(context, question, where))
     return questions
