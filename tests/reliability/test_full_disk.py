@@ -16,7 +16,7 @@ from checkpoint_fixtures import refused
 from posformer.checkpoints import atomic
 from posformer.checkpoints.atomic import write_json_set_atomic
 from posformer.tasks.qa.evaluation import QAEvaluator
-from posformer.train.trainer import check_output_dir
+from posformer.train.run_lock import check_output_dir
 
 OUTPUTS = ("predictions.json", "null_odds.json", "answers.json", "eval_results.json")
 

@@ -22,9 +22,8 @@ import pytest
 from posformer.cli import main
 from posformer.tasks.causal_lm import train_causal_lm
 from posformer.train import run_lock
-from posformer.train.run_lock import LOCK_FILE, RunDirBusy, RunDirLock, holds_run_dir
+from posformer.train.run_lock import LOCK_FILE, RunDirBusy, RunDirLock, check_output_dir, holds_run_dir
 from posformer.train.settings import RunSettings
-from posformer.train.trainer import check_output_dir
 from posformer.train.training_checkpoint import CheckpointManager
 from train_helpers import logged_step, records, tiny_run, write_config, write_corpus
 

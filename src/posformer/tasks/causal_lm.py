@@ -28,9 +28,9 @@ from posformer.train import distributed
 from posformer.train.batches import PackedBatches, WindowBatches, packed_batch
 from posformer.train.resume_check import trainer_policy
 from posformer.train.rng import seed_everything
-from posformer.train.run_lock import RunDirLock
+from posformer.train.run_lock import RunDirLock, check_output_dir
 from posformer.train.settings import RunSettings
-from posformer.train.trainer import FitResult, Trainer, check_output_dir
+from posformer.train.trainer import FitResult, Trainer
 from posformer.utils.validation import is_int
 
 

@@ -26,6 +26,7 @@ without locks (some network mounts) is used unlocked, with a warning.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import json
 import os
@@ -173,3 +174,23 @@ def claim_run_dir(directory: str | os.PathLike) -> None:
 def holds_run_dir(directory: str | os.PathLike) -> bool:
     """True when this process holds the lock of `directory`."""
     return os.path.realpath(directory) in _held
+
+
+def check_output_dir(output_dir: Path) -> None:
+    """Claim the output directory for this process (`run_lock`: refused by name while another process writes it)
+    after checking it can be created and written; before any work, so both failures cost nothing."""
+    check_writable(output_dir)
+    claim_run_dir(output_dir)
+
+
+def check_writable(output_dir: Path) -> None:
+    """Create `output_dir` if needed and prove a file can be written in it (the probe is removed); ValueError if not."""
+    probe = output_dir / f".write-test-{os.getpid()}"
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_text("ok")
+    except OSError as err:
+        raise ValueError(f"output dir {output_dir} is not writable: {err.strerror or err}") from err
+    finally:  # also when the write failed (a full disk creates the file, then refuses its bytes)
+        with contextlib.suppress(OSError):
+            probe.unlink(missing_ok=True)

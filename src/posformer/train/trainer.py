@@ -51,7 +51,7 @@ from posformer.train.resume_check import (
     trainer_settings_record,
 )
 from posformer.train.rng import rng_state, seed_everything, set_rng_state
-from posformer.train.run_lock import RunDirLock, claim_run_dir
+from posformer.train.run_lock import RunDirLock, check_writable
 from posformer.train.settings import TrainerSettings
 from posformer.train.trackers import Trackers
 from posformer.train.training_checkpoint import CheckpointManager
@@ -75,25 +75,6 @@ class FitResult:
     losses: list[float] = field(default_factory=list)
     evals: list[dict] = field(default_factory=list)
     checkpoint: Path | None = None
-
-
-def check_output_dir(output_dir: Path) -> None:
-    """Claim the output directory for this process (`run_lock`: refused by name while another process writes it)
-    after checking it can be created and written; before any work, so both failures cost nothing."""
-    _check_writable(output_dir)
-    claim_run_dir(output_dir)
-
-
-def _check_writable(output_dir: Path) -> None:
-    probe = output_dir / f".write-test-{os.getpid()}"
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        probe.write_text("ok")
-    except OSError as err:
-        raise ValueError(f"output dir {output_dir} is not writable: {err.strerror or err}") from err
-    finally:  # also when the write failed (a full disk creates the file, then refuses its bytes)
-        with contextlib.suppress(OSError):
-            probe.unlink(missing_ok=True)
 
 
 class Trainer:
@@ -122,7 +103,7 @@ class Trainer:
                 )
             model.set_activation_checkpointing(True)
         self.output_dir = Path(output_dir)
-        _check_writable(self.output_dir)  # claimed by `fit`
+        check_writable(self.output_dir)  # claimed by `fit`
         self.evaluate_fn, self.run_config, self.extra_files = evaluate, run_config, extra_files or {}
         self.log, self.progress, self.resume_policy = log, progress, resume_policy
         self.checkpoints = CheckpointManager(self.output_dir, settings.keep_last, log)

@@ -51,7 +51,8 @@ from posformer.model import Transformer
 from posformer.train.batches import WindowBatches
 from posformer.train.distributed import resolve_device
 from posformer.train.metrics_log import MetricsLog
-from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
+from posformer.train.run_lock import check_output_dir
+from posformer.train.trainer import Trainer, TrainingStopped
 from posformer.utils.progress import ProgressBar, progress_bar
 
 

@@ -38,7 +38,8 @@ from posformer.train.batches import WindowBatches
 from posformer.train.distributed import resolve_device
 from posformer.train.metrics_log import MetricsLog
 from posformer.train.rng import seed_everything
-from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
+from posformer.train.run_lock import check_output_dir
+from posformer.train.trainer import Trainer, TrainingStopped
 from posformer.utils.options import options
 from posformer.utils.progress import progress_bar
 from posformer.utils.user_files import read_mapping_file

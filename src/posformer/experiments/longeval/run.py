@@ -85,7 +85,7 @@ def run_longeval(settings: LongevalSettings, log: Callable[[str], None] = print)
     from posformer.experiments.extrapolation.experiment import versions
     from posformer.loading import load_model
     from posformer.train.distributed import resolve_device
-    from posformer.train.trainer import check_output_dir
+    from posformer.train.run_lock import check_output_dir
 
     s, started = settings, time.monotonic()
     check_options(s, prefix="longeval: ")

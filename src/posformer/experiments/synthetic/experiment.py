@@ -25,7 +25,8 @@ from posformer.experiments.synthetic.settings import TaskSettings, model_config
 from posformer.model import Transformer
 from posformer.train.metrics_log import MetricsLog
 from posformer.train.rng import seed_everything
-from posformer.train.trainer import Trainer, TrainingStopped, check_output_dir
+from posformer.train.run_lock import check_output_dir
+from posformer.train.trainer import Trainer, TrainingStopped
 
 
 def _save(results: dict, layout: ExperimentLayout) -> None:

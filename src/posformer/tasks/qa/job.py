@@ -226,8 +226,9 @@ def print_report(report: dict[str, Any], log: Callable[[str], None] = print) -> 
 def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train a QA model as `qa train` does, evaluate it at the end, write the outputs; returns the report."""
     from posformer.tasks.qa.feature_batches import FeatureBatches
+    from posformer.train.run_lock import check_output_dir
     from posformer.train.settings import TrainerSettings
-    from posformer.train.trainer import Trainer, check_output_dir
+    from posformer.train.trainer import Trainer
 
     o = dataclasses.replace(o, head=o.head or "seq2seq", output_dir=o.output_dir or "runs/qa")
     o = o.resolved(SCRATCH_DEFAULTS if o.from_scratch else PRETRAINED_DEFAULTS)
@@ -379,7 +380,7 @@ def eval_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, An
         raise ValueError("qa eval needs --model (a `qa train` output dir, a checkpoint or a model dir)")
     if o.head is not None:
         check_choice("--head", o.head, HEADS)
-    from posformer.train.trainer import check_output_dir
+    from posformer.train.run_lock import check_output_dir
 
     check_output_dir(Path(o.output_dir or o.model))
     model, tokenizer, head, directory = load_qa_model(o.model, o.head)
