@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import posformer as pf
+from posformer.ops import flex as flex_ops
 from posformer.ops.flex import flex_attend
 from posformer.ops.flex_blocks import block_mask
 from posformer.ops.masks import AttentionMask, MaskRule
@@ -214,10 +215,17 @@ def test_flex_generates_the_tokens_of_sdpa_from_left_padded_prompts(name: str) -
     assert torch.equal(flex.generate(prompts, attention_mask=mask, max_new_tokens=6, eos_token_id=[]), expected)
 
 
-def test_flex_keeps_compiling_past_torchs_global_recompile_limit() -> None:
+@pytest.mark.parametrize("torch_compile", ["with a per-function limit", "without one (torch before 2.12)"])
+def test_flex_keeps_compiling_past_torchs_global_recompile_limit(torch_compile: str, monkeypatch) -> None:
     """More compiled shapes than torch._dynamo's global recompile limit (lowered here to 1 from its 8): the kernel
     has a limit of its own, so every shape still runs fused (PyTorch's unfused fallback warns, which fails the test)
-    and right. Unpadded: a plain causal block mask, and no block mask at all."""
+    and right. Unpadded: a plain causal block mask, and no block mask at all. Where torch.compile takes no
+    recompile_limit, the kernel's calls raise the global limits for themselves."""
+    if torch_compile.startswith("without"):
+        from torch.nn.attention.flex_attention import flex_attention
+
+        kernel = flex_ops._with_own_recompile_limit(torch.compile(flex_attention, dynamic=False))
+        monkeypatch.setattr(flex_ops, "_kernel", lambda: kernel)
     with torch._dynamo.config.patch(recompile_limit=1), torch.no_grad():
         for arch, length in (("decoder", 3), ("decoder", 5), ("encoder", 6)):
             sdpa, flex = models("alibi", arch)
@@ -270,7 +278,9 @@ cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch's 
 
 @cuda_only
 @pytest.mark.parametrize(
-    "name, arch", [(name, "decoder") for name in FLEX] + [(name, "encoder") for name in FLEX if name in BIASED]
+    "name, arch",
+    [(name, "decoder") for name in FLEX]
+    + [(name, "encoder") for name in BIASED if name in pf.positions.usable("encoder")],
 )
 def test_flex_trains_as_sdpa_on_cuda(name: str, arch: str) -> None:
     """The loss and every parameter's gradient of one padded batch equal the SDPA path's (float32)."""

@@ -32,6 +32,7 @@ Shapes: B batch, H query heads, Hkv key/value heads, T query length, S key lengt
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Callable
 
 import torch
@@ -55,7 +56,24 @@ RECOMPILE_LIMIT = 256
 def _kernel() -> Callable[..., Tensor]:
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention, dynamic=False, recompile_limit=RECOMPILE_LIMIT, isolate_recompiles=True)
+    if "recompile_limit" in inspect.signature(torch.compile).parameters:
+        return torch.compile(flex_attention, dynamic=False, recompile_limit=RECOMPILE_LIMIT, isolate_recompiles=True)
+    return _with_own_recompile_limit(torch.compile(flex_attention, dynamic=False))
+
+
+def _with_own_recompile_limit(compiled: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """Torch before 2.12 has no per-function recompile limit: raise the global ones for the kernel's calls alone."""
+    import torch._dynamo.config as dynamo_config
+
+    names = ("recompile_limit", "accumulated_recompile_limit")
+    if not all(hasattr(dynamo_config, name) for name in names):
+        names = ("cache_size_limit", "accumulated_cache_size_limit")
+
+    def kernel(*args, **kwargs) -> Tensor:
+        with dynamo_config.patch(**dict.fromkeys(names, RECOMPILE_LIMIT)):
+            return compiled(*args, **kwargs)
+
+    return kernel
 
 
 def flex_attend(

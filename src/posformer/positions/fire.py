@@ -132,13 +132,20 @@ class FIRE(PositionEncoding):
         k_rows = batch_rows(k_pos).expand(batch, -1)
         normalizer = normalizer.expand(batch, -1)
         w1, b1, w2, b2 = self.w1[g], self.b1[g], self.w2[g], self.b2[g]
+        # FlexAttention's backward takes each tensor that needs a gradient indexed once in a score_mod: each hidden
+        # unit's weights are tensors of their own, (H,), read at the head
+        heads = w2.shape[1]
+        units = [
+            (w1[unit].expand(heads).clone(), b1[unit].expand(heads).clone(), w2[unit].clone())
+            for unit in range(w1.shape[0])
+        ]
 
         def add_bias(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
             x = (psi[q_rows[b, q_idx] - k_rows[b, kv_idx]] / normalizer[b, q_idx]).to(w1.dtype)
-            out = torch.relu(x * w1[0] + b1[0]) * w2[0, h]
-            for unit in range(1, w1.shape[0]):
-                out = out + torch.relu(x * w1[unit] + b1[unit]) * w2[unit, h]
-            return score + (out + b2[h]).to(score.dtype)
+            out = b2[h]
+            for weight, unit_bias, head_weights in units:
+                out = out + torch.relu(x * weight[h] + unit_bias[h]) * head_weights[h]
+            return score + out.to(score.dtype)
 
         return add_bias
 
