@@ -24,7 +24,17 @@ from transformers import (
 
 import posformer as pf
 from hf_noise import perturb_constants
-from hf_oracle import assert_same_outputs, check_family, max_diff, padded_batch, right_padded_batch, save_hf
+from hf_oracle import (
+    assert_same_outputs,
+    check_family,
+    max_diff,
+    padded_batch,
+    removed_in_transformers_5,
+    right_padded_batch,
+    save_hf,
+)
+
+RELATIVE_KEY = removed_in_transformers_5("BERT's relative_key and relative_key_query position embeddings")
 
 SIZES = dict(
     vocab_size=97,
@@ -87,6 +97,7 @@ def test_against_hf_bert_untied_gelu_new(tmp_path):
     assert model.cfg.activation == "gelu_tanh" and model.head.proj.weight is not model.embed_tokens.weight
 
 
+@RELATIVE_KEY
 def test_against_hf_bert_relative_key(tmp_path):
     model = check_family(
         _bert(position_embedding_type="relative_key"), BertForMaskedLM, tmp_path, _with_token_types(padded_batch(97))
@@ -94,6 +105,7 @@ def test_against_hf_bert_relative_key(tmp_path):
     assert model.cfg.position == "relative_key"
 
 
+@RELATIVE_KEY
 def test_against_hf_bert_relative_key_query(tmp_path):
     model = check_family(
         _bert(position_embedding_type="relative_key_query", hidden_act="relu"),
@@ -132,7 +144,7 @@ def test_legacy_gamma_beta_names_and_prefixed_base_model(tmp_path):
     assert base.head is None and diff <= 1e-4
 
 
-@pytest.mark.parametrize("kind", ["absolute", "relative_key_query"])
+@pytest.mark.parametrize("kind", ["absolute", pytest.param("relative_key_query", marks=RELATIVE_KEY)])
 def test_to_hf_writes_every_tensor_transformers_expects(tmp_path, kind):
     model = pf.from_hf(save_hf(_bert(position_embedding_type=kind), tmp_path / "hf"))
     pf.to_hf(model, tmp_path / "out")
@@ -163,6 +175,7 @@ def test_against_hf_roberta_sequence_classification(tmp_path):
     check_family(hf, RobertaForSequenceClassification, tmp_path, right_padded_batch(97), per_token=False)
 
 
+@RELATIVE_KEY
 def test_against_hf_roberta_relative_key(tmp_path):
     model = check_family(
         _roberta(position_embedding_type="relative_key"), RobertaForMaskedLM, tmp_path, padded_batch(97)

@@ -13,7 +13,9 @@ from transformers import BertConfig, EncoderDecoderConfig, EncoderDecoderModel, 
 
 import posformer as pf
 from hf_noise import perturb_constants
-from hf_oracle import assert_same_outputs, check_family, padded_batch, round_trip
+from hf_oracle import assert_same_outputs, check_family, padded_batch, removed_in_transformers_5, round_trip
+
+RELATIVE_KEY = removed_in_transformers_5("BERT's relative_key and relative_key_query position embeddings")
 
 VOCAB = 97
 SIZES = dict(
@@ -66,8 +68,8 @@ def test_against_hf_bert2bert(tmp_path):
     "changes",
     [
         {"tie_word_embeddings": False},
-        {"position_embedding_type": "relative_key"},
-        {"position_embedding_type": "relative_key_query", "hidden_act": "gelu_new"},
+        pytest.param({"position_embedding_type": "relative_key"}, marks=RELATIVE_KEY),
+        pytest.param({"position_embedding_type": "relative_key_query", "hidden_act": "gelu_new"}, marks=RELATIVE_KEY),
     ],
     ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()),
 )

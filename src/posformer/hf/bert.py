@@ -247,13 +247,14 @@ def stack_rules(
 
 @dataclass(frozen=True)
 class HeadKeys:
-    """Where a BERT-like family keeps its head weights: the masked-LM head's dense, norm, bias and
-    (untied) decoder, and the classification head's pooler and classifier."""
+    """Where a BERT-like family keeps its head weights: the masked-LM head's dense, norm, bias, (untied) decoder
+    and the decoder's own bias, and the classification head's pooler and classifier."""
 
     lm_dense: str
     lm_norm: str
     lm_bias: str
     lm_decoder: str
+    lm_decoder_bias: str
     pooler: str
     classifier: str
 
@@ -263,6 +264,7 @@ BERT_HEADS = HeadKeys(
     "cls.predictions.transform.LayerNorm",
     "cls.predictions.bias",
     "cls.predictions.decoder.weight",
+    "cls.predictions.decoder.bias",
     "bert.pooler.dense",
     "classifier",
 )
@@ -275,7 +277,7 @@ def encoder_with_head_rules(cfg: Config, base: str, keys: HeadKeys) -> list[Rule
     if kind == "masked_lm":
         out += linear("head.dense", keys.lm_dense)
         out += norm("head.norm", keys.lm_norm)
-        out.append(same("head.proj.bias", keys.lm_bias))
+        out.append(lm_bias_rule(cfg, keys.lm_bias, keys.lm_decoder_bias))
         if not cfg.tie_embeddings:
             out.append(same("head.proj.weight", keys.lm_decoder))
     elif kind == "span_qa":
@@ -305,8 +307,27 @@ def legacy_state(state: dict[str, Tensor], prefix: str, base_model: bool) -> dic
     return renamed
 
 
+def lm_bias_state(state: dict[str, Tensor], bias: str, decoder_bias: str) -> dict[str, Tensor]:
+    """`state` with the masked-LM head's bias under both its names, `bias` and `decoder_bias`. transformers 4 ties
+    the decoder's bias to the head's (one tensor, often stored once); transformers 5 ties them only with tied
+    embeddings, and untied its decoder uses its own bias, so the decoder's, where stored, is the one used."""
+    used = state.get(decoder_bias, state.get(bias))
+    if used is not None:
+        state[bias] = state[decoder_bias] = used
+    return state
+
+
+def lm_bias_rule(cfg: Config, bias: str, decoder_bias: str) -> Rule:
+    """The masked-LM head's bias (the decoder's copy, `lm_bias_state`): with tied embeddings written once, as
+    both versions save it; untied under both names, since transformers 5 reads the decoder's."""
+    if cfg.tie_embeddings:
+        return same("head.proj.bias", bias)
+    return Rule("head.proj.bias", (bias, decoder_bias), lambda ts: ts[1], lambda t: [t, t.clone()])
+
+
 def prepare_state(cfg: Config, hf: dict, state: dict[str, Tensor]) -> dict[str, Tensor]:
-    return legacy_state(state, "bert.", cfg.head_kind == "none")
+    state = legacy_state(state, "bert.", cfg.head_kind == "none")
+    return lm_bias_state(state, BERT_HEADS.lm_bias, BERT_HEADS.lm_decoder_bias)
 
 
 def ignore(cfg: Config) -> tuple[str, ...]:
@@ -314,12 +335,11 @@ def ignore(cfg: Config) -> tuple[str, ...]:
     patterns = [
         r"(bert\.)?embeddings\.(position_ids|token_type_ids)",
         r"cls\.seq_relationship\.(weight|bias)",
-        r"cls\.predictions\.decoder\.bias",
     ]
     if cfg.head_kind != "classification":
         patterns.append(r"(bert\.)?pooler\.dense\.(weight|bias)")
     if cfg.tie_embeddings:
-        patterns.append(r"cls\.predictions\.decoder\.weight")
+        patterns.append(r"cls\.predictions\.decoder\.(weight|bias)")
     return tuple(patterns)
 
 

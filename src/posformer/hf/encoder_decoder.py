@@ -30,6 +30,8 @@ sizes that differ (HF's enc_to_dec_proj) and any other field the two configs dis
 
 from __future__ import annotations
 
+from torch import Tensor
+
 from posformer.config import Config
 from posformer.hf import bert
 from posformer.hf.family import Family, UnsupportedCheckpoint, architecture, register, unsupported
@@ -194,22 +196,25 @@ def rules(cfg: Config) -> list[Rule]:
     for i in range(cfg.decoder_layers):
         out += _cross_attention(cfg, i)
     out += linear("head.dense", f"{HEAD}.transform.dense") + norm("head.norm", f"{HEAD}.transform.LayerNorm")
-    out.append(same("head.proj.bias", f"{HEAD}.bias"))
+    out.append(bert.lm_bias_rule(cfg, f"{HEAD}.bias", f"{HEAD}.decoder.bias"))
     if not cfg.tie_embeddings:
         out.append(same("head.proj.weight", f"{HEAD}.decoder.weight"))
     return out
 
 
 def ignore(cfg: Config) -> tuple[str, ...]:
-    """The encoder's pooler, id buffers of old checkpoints, the LM head's copy of its bias and of a tied weight."""
+    """The encoder's pooler, id buffers of old checkpoints, the LM head's copy of a tied weight."""
     patterns = [
         r"encoder\.pooler\.dense\.(weight|bias)",
         r"(encoder|decoder\.bert)\.embeddings\.(position_ids|token_type_ids)",
-        r"decoder\.cls\.predictions\.decoder\.bias",
     ]
     if cfg.tie_embeddings:
-        patterns.append(r"decoder\.cls\.predictions\.decoder\.weight")
+        patterns.append(r"decoder\.cls\.predictions\.decoder\.(weight|bias)")
     return tuple(patterns)
 
 
-FAMILY = register(Family((MODEL_TYPE,), config_from_hf, config_to_hf, rules, ignore))
+def prepare_state(cfg: Config, hf: dict, state: dict[str, Tensor]) -> dict[str, Tensor]:
+    return bert.lm_bias_state(state, f"{HEAD}.bias", f"{HEAD}.decoder.bias")
+
+
+FAMILY = register(Family((MODEL_TYPE,), config_from_hf, config_to_hf, rules, ignore, prepare_state=prepare_state))

@@ -24,7 +24,14 @@ from __future__ import annotations
 from torch import Tensor
 
 from posformer.config import Config
-from posformer.hf.bert import HeadKeys, encoder_config, encoder_config_to_hf, encoder_with_head_rules, legacy_state
+from posformer.hf.bert import (
+    HeadKeys,
+    encoder_config,
+    encoder_config_to_hf,
+    encoder_with_head_rules,
+    legacy_state,
+    lm_bias_state,
+)
 from posformer.hf.family import Family, register, unsupported
 from posformer.hf.mapping import Rule
 
@@ -70,6 +77,7 @@ ROBERTA_HEADS = HeadKeys(
     "lm_head.layer_norm",
     "lm_head.bias",
     "lm_head.decoder.weight",
+    "lm_head.decoder.bias",
     "classifier.dense",
     "classifier.out_proj",
 )
@@ -81,7 +89,8 @@ def rules(cfg: Config) -> list[Rule]:
 
 def prepare_state(cfg: Config, hf: dict, state: dict[str, Tensor]) -> dict[str, Tensor]:
     """LayerNorm `gamma` / `beta` read as `weight` / `bias`; a base model stored with `roberta.` read without it."""
-    return legacy_state(state, "roberta.", cfg.head_kind == "none")
+    state = legacy_state(state, "roberta.", cfg.head_kind == "none")
+    return lm_bias_state(state, ROBERTA_HEADS.lm_bias, ROBERTA_HEADS.lm_decoder_bias)
 
 
 def ignore(cfg: Config) -> tuple[str, ...]:
@@ -89,10 +98,9 @@ def ignore(cfg: Config) -> tuple[str, ...]:
     patterns = [
         r"(roberta\.)?embeddings\.(position_ids|token_type_ids)",
         r"(roberta\.)?pooler\.dense\.(weight|bias)",
-        r"lm_head\.decoder\.bias",
     ]
     if cfg.tie_embeddings:
-        patterns.append(r"lm_head\.decoder\.weight")
+        patterns.append(r"lm_head\.decoder\.(weight|bias)")
     return tuple(patterns)
 
 

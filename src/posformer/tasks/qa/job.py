@@ -199,6 +199,7 @@ def qa_predictor(head: str, tokenizer, examples: Sequence[QAExample], o: QAJobOp
         num_beams=o.num_beams,
         max_answer_tokens=o.max_answer_length,
         null_score_diff_threshold=o.null_score_diff_threshold,
+        null_score=o.null_score,
     )
 
 
@@ -250,6 +251,8 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
         model = with_dropout(model, o.dropout)
     if o.head == "seq2seq":
         model = with_encoder_span_loss(model, o.encoder_span_loss)
+        if o.null_score not in (None, "decoder") and not o.encoder_span_loss:
+            fail("--null-score", o.null_score, "decoder without --encoder-span-loss (which trains that span head)")
     train, calibration = calibration_split(train, o.calibration_fraction)
     if o.head == "span":
         features = span_train_tensors(train, tokenizer, o.max_seq_length, o.doc_stride, model.cfg)

@@ -3,13 +3,15 @@
 In SQuAD v2 about half the questions have no answer, and a question whose context spans several
 windows adds a null window (the answer is elsewhere) for each extra window. Early in fine-tuning
 the null class wins everywhere: every prediction is "" while the model has barely learnt to find
-spans. Two levers, both off by default (run_qa.py's behaviour):
+spans. Three levers, all off by default (run_qa.py's behaviour):
 
 - `keep_null_windows(features, null, fraction, seed)` keeps a seeded share of the training
   windows whose target is "no answer", so more of each step goes to finding answers;
 - `calibrate_null_threshold(...)` then sets the threshold between "answer" and "no answer" where
   F1 is best on held-out questions (training articles kept out of training), the official
-  script's best_f1 threshold, instead of the fixed 0 that a skewed training mix no longer suits.
+  script's best_f1 threshold, instead of the fixed 0 that a skewed training mix no longer suits;
+- a generative model trained with an encoder span loss can let that span head decide instead
+  (`encoder_span_scores`, `qa train --null-score`).
 """
 
 from __future__ import annotations
@@ -64,3 +66,26 @@ def calibrate_null_threshold(predictor: QAPredictor, head: str, model: nn.Module
         return -NULL_ODDS_CLIP if head == "span" else NULL_ODDS_CLIP
     threshold = float(report["best_f1_thresh"])
     return threshold if head == "span" else -math.nextafter(threshold, math.inf)
+
+
+def encoder_span_scores(
+    start_logits: Tensor, end_logits: Tensor, context_tokens: Sequence[tuple[int, int]], max_answer_tokens: int
+) -> tuple[Tensor, Tensor]:
+    """The encoder span head's (null score, best span score) of each window, as run_qa.py scores a window.
+
+    The null score is start + end at position 0, where the encoder's span loss puts "no answer"; the best span
+    score is the largest start_i + end_j over the window's context tokens with i <= j < i + max_answer_tokens
+    (-inf without context tokens). start_logits, end_logits: (B, S); context_tokens: B [first, end) ranges into
+    the S positions -> two (B,) float32 tensors.
+    """
+    start, end = start_logits.float(), end_logits.float()
+    width = start.shape[1]
+    bounds = torch.tensor(context_tokens, dtype=torch.long, device=start.device).reshape(-1, 2)
+    positions = torch.arange(width, device=start.device)
+    inside = (positions >= bounds[:, :1]) & (positions < bounds[:, 1:])  # (B, S)
+    best = torch.full(start.shape[:1], -math.inf, device=start.device)
+    for length in range(min(max_answer_tokens, width)):  # spans of length + 1 tokens: start i, end i + length
+        pairs = start[:, : width - length] + end[:, length:]
+        allowed = inside[:, : width - length] & inside[:, length:]
+        best = torch.maximum(best, pairs.masked_fill(~allowed, -math.inf).amax(dim=1))
+    return start[:, 0] + end[:, 0], best

@@ -14,7 +14,10 @@ from posformer.utils.options import flag_spelling, option
 from posformer.utils.validation import fail
 
 HEADS = ("seq2seq", "span")
-ANSWER_DEFAULTS = dict(max_answer_length=30, num_beams=1, null_score_diff_threshold=0.0, n_best_size=20)
+ANSWER_DEFAULTS = dict(
+    max_answer_length=30, num_beams=1, null_score_diff_threshold=0.0, n_best_size=20, null_score="decoder"
+)
+NULL_SCORES = ("decoder", "encoder-span", "both")
 PRETRAINED_DEFAULTS = dict(
     per_device_train_batch_size=12,
     learning_rate=3e-5,
@@ -113,6 +116,15 @@ class QAJobOptions(QAColumns):
     n_best_size: int | None = option(
         None, f"span: candidate starts/ends per window (default: {FROM_RUN}{ANSWER_DEFAULTS['n_best_size']})", minimum=1
     )
+    null_score: str | None = option(
+        None,
+        'seq2seq: what decides "no answer": decoder (the "" generation\'s score against the best answer\'s), '
+        "encoder-span (the encoder's span head of --encoder-span-loss: its null score against its best span, "
+        "run_qa.py's rule), or both (the two null odds added, as the Retro-Reader of Zhang et al. 2021 adds its "
+        "two verifiers' scores); the answer is always the decoder's "
+        f"(default: {FROM_RUN}{ANSWER_DEFAULTS['null_score']})",
+        choices=NULL_SCORES,
+    )
     output_dir: str | None = option(None, "where the outputs go (qa eval: unset, the --model dir)")
     eval_steps: int | None = option(None, "also evaluate every N steps", minimum=1)
     save_steps: int = option(500, "checkpoint every N steps", minimum=1)
@@ -168,7 +180,8 @@ class QAJobOptions(QAColumns):
         0.0,
         "--head seq2seq: also train a span head on the encoder (start and end of the answer, the first token for "
         "none) and add this times its loss to the decoder's: the encoder learns to mark the answer for the decoder "
-        "to find (multi-task learning); the span head is not used to predict (default: 0, off)",
+        "to find (multi-task learning); the span head answers nothing, and decides 'no answer' only as --null-score "
+        "says (default: 0, off)",
         low=0,
     )
     dropout: float | None = option(
@@ -236,5 +249,7 @@ def check_options(o: QAJobOptions) -> None:
         )
     if o.encoder_span_loss and o.head != "seq2seq":
         fail("--encoder-span-loss", o.encoder_span_loss, "0 without --head seq2seq (it trains a generative model)")
+    if o.null_score not in (None, "decoder") and o.head == "span":
+        fail("--null-score", o.null_score, "decoder (the default) with --head span, which has its own null score")
     if o.max_seq_length is not None and o.doc_stride is not None and o.doc_stride >= o.max_seq_length:
         fail("--doc-stride", o.doc_stride, f"an integer smaller than --max-seq-length ({o.max_seq_length})")

@@ -29,6 +29,7 @@ APPLIED = (
     "num_beams",
     "n_best_size",
     "null_score_diff_threshold",
+    "null_score",
     "device",
     "precision",
 )

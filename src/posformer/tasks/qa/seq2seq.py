@@ -39,6 +39,8 @@ from torch import Tensor
 from posformer.config import Config
 from posformer.data.stable_unigram import canonical_unigram
 from posformer.model import Transformer
+from posformer.tasks.qa.null_answers import encoder_span_scores
+from posformer.tasks.qa.options import NULL_SCORES
 from posformer.tasks.qa.predictor import QAPredictions, check_windows
 from posformer.tasks.qa.windows import (
     QAExampleLike,
@@ -48,7 +50,7 @@ from posformer.tasks.qa.windows import (
     seq2seq_eval_windows,
     seq2seq_training_features,
 )
-from posformer.utils.validation import check_int, check_number, check_token_in_vocabulary
+from posformer.utils.validation import check_choice, check_int, check_number, check_token_in_vocabulary
 
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
 TOKENIZER_KINDS = ("unigram", "bpe")
@@ -208,6 +210,11 @@ class Seq2SeqPredictor:
     best non-empty generation of at most max_answer_tokens tokens, greedy or `num_beams` beams,
     with its score); `select_seq2seq_answer` picks across the windows. The model's
     `Config.eos_token_id` ends the answers and `Config.pad_token_id` fills after it.
+
+    `null_score` says what decides "no answer" (the answer is always the decoder's): "decoder" (the "" scores
+    against the best answer's), "encoder-span" (the encoder's span head of `Config.encoder_span_loss`: the lowest
+    null score of the windows against the best span score, `encoder_span_scores`) or "both" (the two null odds
+    added).
     """
 
     def __init__(
@@ -222,6 +229,7 @@ class Seq2SeqPredictor:
         max_answer_tokens: int = 30,
         null_score_diff_threshold: float = 0.0,
         length_penalty: float = 1.0,
+        null_score: str = "decoder",
     ) -> None:
         check_windows(examples, max_seq_length, doc_stride)
         for name, value in (
@@ -232,6 +240,8 @@ class Seq2SeqPredictor:
             check_int(name, value)
         check_number("null_score_diff_threshold", null_score_diff_threshold)
         check_number("length_penalty", length_penalty)
+        check_choice("null_score", null_score, NULL_SCORES)
+        self.null_score = null_score
         self.tokenizer, self.examples = tokenizer, list(examples)
         self.batch_size, self.num_beams, self.max_answer_tokens = batch_size, num_beams, max_answer_tokens
         self.null_score_diff_threshold, self.length_penalty = null_score_diff_threshold, length_penalty
@@ -244,8 +254,14 @@ class Seq2SeqPredictor:
         minus the best answer score, +-inf when one kind is missing. See `QAPredictions`."""
         tokenizer = self.tokenizer
         end = end_token_id(model.cfg)
+        if self.null_score != "decoder" and getattr(model, "encoder_span", None) is None:
+            raise ValueError(
+                f"--null-score {self.null_score} needs the encoder's span head, and this model has none: train it "
+                "with --encoder-span-loss, or predict with --null-score decoder"
+            )
         contexts = {example.id: example.context for example in self.examples}
         candidates: dict[str, list[tuple[str, float]]] = defaultdict(list)
+        spans: dict[str, list[tuple[float, float]]] = defaultdict(list)  # encoder span head: (null, best span)
         device = next(model.parameters()).device
         for first in range(0, len(self.windows), self.batch_size):
             chunk = self.windows[first : first + self.batch_size]
@@ -260,8 +276,16 @@ class Seq2SeqPredictor:
                 return_scores=True,
                 min_new_tokens=1,
             )
-            first_step = model(**batch, decoder_input_ids=tokens[:, :1]).logits[:, 0].float()
-            null_scores = torch.log_softmax(first_step, dim=-1)[:, end]
+            out = model(**batch, decoder_input_ids=tokens[:, :1])
+            null_scores = torch.log_softmax(out.logits[:, 0].float(), dim=-1)[:, end]
+            if self.null_score != "decoder":
+                span_null, span_best = encoder_span_scores(
+                    *model.encoder_span(out.encoder_last_hidden_state),
+                    [w.context_tokens for w in chunk],
+                    self.max_answer_tokens,
+                )
+                for window, pair in zip(chunk, zip(span_null.tolist(), span_best.tolist())):
+                    spans[window.example_id].append(pair)
             texts = tokenizer.batch_decode(
                 tokens[:, 1:].cpu(), skip_special_tokens=True, clean_up_tokenization_spaces=True
             )
@@ -271,8 +295,11 @@ class Seq2SeqPredictor:
                 candidates[window.example_id] += [("", null), (text, score)]
         predictions, null_odds, answers = {}, {}, {}
         for example in self.examples:
-            predictions[example.id], null_odds[example.id] = select_seq2seq_answer(
-                candidates[example.id], self.null_score_diff_threshold
-            )
-            answers[example.id] = select_seq2seq_answer(candidates[example.id], -math.inf)[0]
+            answer, odds = select_seq2seq_answer(candidates[example.id], -math.inf)
+            if self.null_score != "decoder" and answer:
+                span_odds = min(n for n, _ in spans[example.id]) - max(b for _, b in spans[example.id])
+                odds = span_odds if self.null_score == "encoder-span" else odds + span_odds
+                odds = math.inf if math.isnan(odds) else odds  # no context token and no "" window: no answer
+            answers[example.id], null_odds[example.id] = answer, odds
+            predictions[example.id] = answer if answer and -odds > self.null_score_diff_threshold else ""
         return QAPredictions(predictions, null_odds, answers)

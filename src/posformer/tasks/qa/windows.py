@@ -42,6 +42,7 @@ class Seq2SeqWindow:
     target: the answer text if the first gold answer lies entirely inside char_span, else "".
     answer_tokens: (first, last) indices into input_ids of the tokens that hold that answer, or None when the
     target is "".
+    context_tokens: [start, end) indices into input_ids of the window's context tokens.
     """
 
     example_id: str
@@ -51,6 +52,7 @@ class Seq2SeqWindow:
     token_span: tuple[int, int]
     target: str
     answer_tokens: tuple[int, int] | None = None
+    context_tokens: tuple[int, int] = (0, 0)
 
 
 def special_token_frame(tokenizer) -> tuple[list[int], list[int]]:
@@ -130,6 +132,7 @@ def seq2seq_windows(example: QAExampleLike, tokenizer, max_seq_length: int, doc_
                 token_span=(start, end),
                 target=example.answers[0] if inside else "",
                 answer_tokens=None if tokens is None else (first + tokens[0], first + tokens[1]),
+                context_tokens=(first + start, first + end),
             )
         )
     return windows
