@@ -185,5 +185,5 @@ def test_against_hf_default_config(tmp_path, family):
     expected = hf.config
     if case.generation_ids:
         expected, written = hf.generation_config, transformers.GenerationConfig.from_model_config(written)
-    for name in TOKEN_IDS:
-        assert getattr(model.cfg, name) == getattr(expected, name) == getattr(written, name), name
+    for name in TOKEN_IDS:  # transformers 5's configs only have the ids their family uses
+        assert getattr(model.cfg, name) == getattr(expected, name, None) == getattr(written, name, None), name

@@ -21,6 +21,7 @@ from posformer.hf.infer_family import infer_family
 from posformer.hf.mapping import export_state, import_state
 from posformer.hf.rope import v5_rope_parameters
 from posformer.hf.tokenizer_files import check_tokenizer_dir
+from posformer.hf.versions import export_version
 from posformer.model import Transformer
 from posformer.modules.heads import build_head
 
@@ -113,6 +114,7 @@ def from_hf(
     if head is not None:
         dataclasses.replace(cfg, head=head)  # validates `head` before any weight is read
     state = read_state(directory)
+    cfg = family.config_for_state(cfg, state)
     dtype = dtype or torch.float32
     if not dtype.is_floating_point:
         raise ValueError(f"from_hf: dtype must be a floating-point dtype, got {dtype}")
@@ -155,13 +157,20 @@ def _without_a_family(cfg: Config) -> list[tuple[str, Any]]:
 
 
 def to_hf(
-    model: Transformer, out_dir: str | os.PathLike, rope_parameters: bool = False, hf_model_type: str | None = None
+    model: Transformer,
+    out_dir: str | os.PathLike,
+    rope_parameters: bool = False,
+    hf_model_type: str | None = None,
+    transformers_version: str | None = None,
 ) -> Path:
     """Write `model` as a Hugging Face checkpoint (`config.json` + `model.safetensors`) into `out_dir`.
 
     The family is `hf_model_type` when given, else `model.cfg.hf_model_type` (set by `from_hf` and by the
     presets), else the first family that writes the config and reads it back the same (`infer_family`: llama,
     gpt2, bert, t5, ...). `transformers`' `from_pretrained` then loads it and gives the same logits.
+    `transformers_version`: the transformers the checkpoint is for, recorded in config.json (default: the
+    installed one, else the newest, `posformer.hf.versions`); where 4 and 5 read a key differently (T5's head
+    scaling), the config says it in that version's words, and a model that version cannot express is refused.
     `rope_parameters`: write the RoPE settings in transformers v5's form (`rope_parameters`, see
     `posformer.hf.rope`), which 4.57.6 does not read, instead of v4's (`rope_theta`, `rope_scaling`).
     """
@@ -199,6 +208,7 @@ def to_hf(
             )
         hf_config = v5_rope_parameters(hf_config)
     hf_config.setdefault("torch_dtype", str(next(model.parameters()).dtype).removeprefix("torch."))
+    hf_config["transformers_version"] = export_version(transformers_version)
     state = export_state(model, family.rules(cfg))
     family.finish_export(model, hf_config, state)
     return write_checkpoint(out_dir, hf_config, state)

@@ -26,7 +26,10 @@ class Family:
     prepare_state: (`Config`, HF config dict, HF state) -> the HF state in the layout `rules` describe,
       for layouts an HF config switch changes (a tensor HF shares between two uses, a renamed head).
     finish_export: (model, HF config dict, exported state) -> None; edits both in place, for
-      choices that depend on the weights themselves (writing a shared tensor once).
+      choices that depend on the weights themselves (writing a shared tensor once) or on the transformers
+      version the export is for (the config's `transformers_version`).
+    config_for_state: (`Config`, HF state) -> the `Config` the stored tensors call for, where a config key
+      alone cannot tell (transformers 5 writes a tied head for a checkpoint that stores it untied).
     logit_scale: whether `config_to_hf` writes `Config.logit_scale` (`to_hf` refuses a scale other than 1
       for the families that have none).
     experts: whether the family has mixture-of-experts layers (`to_hf` refuses `Config.n_experts` for the
@@ -44,6 +47,7 @@ class Family:
     ignore: Callable[[Config], tuple[str, ...]] = lambda cfg: ()
     prepare_state: Callable[[Config, dict, dict[str, Tensor]], dict[str, Tensor]] = lambda cfg, hf, state: state
     finish_export: Callable[[nn.Module, dict, dict[str, Tensor]], None] = lambda model, hf, state: None
+    config_for_state: Callable[[Config, dict[str, Tensor]], Config] = lambda cfg, state: cfg
     logit_scale: bool = False
     experts: bool = False
     latent_attention: bool = False

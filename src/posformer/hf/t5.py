@@ -5,7 +5,10 @@ stack (HF keeps it in block 0 and reuses it in every layer: posformer's
 `T5Bias.table` of the stack), a final norm per stack. v1.0 ("relu", tied
 embeddings) multiplies the decoder output by d_model**-0.5 before the tied LM
 head (`Config.scale_tied_head`); v1.1 ("gated-gelu": the tanh GELU, posformer's
-"geglu_tanh") has an untied `lm_head`. HF's gated FFN: `wi_0` is the activated
+"geglu_tanh") has an untied `lm_head`. transformers 5 ties every T5 and mT5 head
+(it unties one stored with other values than the shared embedding, and so does
+posformer), scales a T5 head as `scale_decoder_outputs` says and never an mT5 one;
+transformers 4 scales every tied head (`posformer.hf.versions`). HF's gated FFN: `wi_0` is the activated
 branch, `wi_1` the linear one, i.e. posformer's rows [gate; value] of `ffn.up`.
 Heads: *ForConditionalGeneration (seq2seq_lm), *Model (none), *EncoderModel (an
 encoder stack only).
@@ -15,10 +18,14 @@ from __future__ import annotations
 
 import math
 
+import torch
+from torch import Tensor, nn
+
 from posformer.config import Config
 from posformer.hf.activations import TO_HF, activation_from_hf, activation_to_hf
 from posformer.hf.family import Family, architecture, register, unsupported
 from posformer.hf.mapping import Rule, fused_linear, linear, norm, same
+from posformer.hf.versions import writer_major
 from posformer.modules.feedforward import GATED as GATED_FFN
 
 MODEL_TYPES = ("t5", "mt5")
@@ -70,9 +77,39 @@ def _arch_and_head(hf: dict) -> tuple[str, str]:
     return ("encoder", "none") if kind == "encoder" else ("encoder_decoder", kind)
 
 
+def _tied_and_scaled(model_type: str, hf: dict) -> tuple[bool, bool]:
+    """Whether the LM head is tied to the shared embedding, and whether its input is scaled by d_model**-0.5, as
+    the transformers that wrote `hf` means them."""
+    tied = bool(hf["tie_word_embeddings"])
+    if "scale_decoder_outputs" in hf:  # transformers 5's T5 says it outright
+        return tied, tied and bool(hf["scale_decoder_outputs"])
+    if not tied or model_type == "t5":
+        return tied, tied
+    writer = writer_major(hf)
+    if writer is None:
+        raise unsupported(
+            model_type,
+            "tie_word_embeddings=true without transformers_version (transformers 4 scales a tied mT5 head by "
+            "d_model**-0.5, transformers 5 does not), so its logits cannot be told",
+        )
+    return True, writer < 5
+
+
+def config_for_state(cfg: Config, state: dict[str, Tensor]) -> Config:
+    """`cfg` untied where the checkpoint stores an LM head with other values than the shared embedding, as
+    transformers 5 loads it (it writes tie_word_embeddings=true for every T5)."""
+    head, shared = state.get("lm_head.weight"), state.get("shared.weight")
+    if not cfg.tie_embeddings or head is None or shared is None or torch.equal(head, shared):
+        return cfg
+    if cfg.scale_tied_head and cfg.hf_model_type == "t5":
+        raise unsupported("t5", "an untied LM head scaled by d_model**-0.5 (scale_decoder_outputs=true)")
+    return cfg.replace(tie_embeddings=False)
+
+
 def config_from_hf(hf: dict) -> Config:
     model_type = hf["model_type"]
     hf = {**DEFAULTS[model_type], **hf}
+    tied, scaled = _tied_and_scaled(model_type, hf)
     if hf.get("tie_encoder_decoder"):
         raise unsupported(model_type, "encoder and decoder weights tied to each other (tie_encoder_decoder)")
     arch, head = _arch_and_head(hf)
@@ -105,8 +142,8 @@ def config_from_hf(hf: dict) -> Config:
         attn_out_bias=False,
         ffn_bias=False,
         attn_scale=1.0,
-        tie_embeddings=bool(hf["tie_word_embeddings"]),
-        scale_tied_head=True,
+        tie_embeddings=tied,
+        scale_tied_head=scaled,
         head=head,
         pad_token_id=pad,
         eos_token_id=eos[0] if isinstance(eos, list) else eos,
@@ -142,8 +179,6 @@ def _layout_problems(cfg: Config) -> list[str]:
         problems.append("no final norm")
     if cfg.activation not in GATED_TO_HF and cfg.activation not in TO_HF:
         problems.append(f"activation={cfg.activation!r}")
-    if cfg.head_kind == "seq2seq_lm" and cfg.tie_embeddings and not cfg.scale_tied_head:
-        problems.append("a tied LM head without scale_tied_head (HF T5 always scales a tied head)")
     return problems
 
 
@@ -239,4 +274,36 @@ def ignore(cfg: Config) -> tuple[str, ...]:
     return tuple(patterns)
 
 
-FAMILY = register(Family(MODEL_TYPES, config_from_hf, config_to_hf, rules, ignore))
+def finish_export(model: nn.Module, hf: dict, state: dict[str, Tensor]) -> None:
+    """Say how the LM head is scaled in the words of the transformers the export is for (`hf`'s version)."""
+    cfg = model.cfg
+    tied = cfg.head_kind == "seq2seq_lm" and cfg.tie_embeddings
+    scaled = tied and cfg.scale_tied_head
+    if writer_major(hf, "to_hf") < 5:
+        if tied and not scaled:
+            raise unsupported(
+                cfg.hf_model_type,
+                "a tied LM head without scale_tied_head for transformers 4, which scales every tied T5 head "
+                "(to_hf) (transformers 5 does not: transformers_version='5')",
+            )
+    elif cfg.hf_model_type == "t5":
+        hf["scale_decoder_outputs"] = scaled
+    elif scaled:
+        raise unsupported(
+            "mt5",
+            "a tied LM head scaled by d_model**-0.5 for transformers 5, whose mT5 never scales it (to_hf) "
+            "(write hf_model_type='t5', or for transformers 4: transformers_version='4.57.6')",
+        )
+
+
+FAMILY = register(
+    Family(
+        MODEL_TYPES,
+        config_from_hf,
+        config_to_hf,
+        rules,
+        ignore,
+        finish_export=finish_export,
+        config_for_state=config_for_state,
+    )
+)
