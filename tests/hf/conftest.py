@@ -1,0 +1,43 @@
+"""The parity suite runs against two oracles: transformers 4.57.6 (`make test`'s .venv) and the newest 5.x
+(.venv-hf5, `make test-hf5`). Under 5.x, the tests below fail today: issue 40's list of families still to map by
+what transformers 5 writes. Each is marked a strict expected failure, so the suite says at once when one starts to
+pass (and must leave this list) and fails on any other test that breaks under 5.x.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hf_oracle import ORACLE, TRANSFORMERS_5
+
+FUSED = "transformers 5 stores each layer's experts as fused tensors"
+NOT_YET_UNDER_5 = {  # a test id, or the start of several (its parametrisations)
+    "test_hf_checkpoint.py::test_pytorch_bin_is_read_with_weights_only": "transformers 5 saves no .bin files",
+    "test_hf_checkpoint.py::test_unsupported_feature_is_named": "the feature it names loads in transformers 5",
+    "test_hf_deberta_v2.py::test_against_hf_deberta_v2_mlm_untied": "an untied DeBERTa-v2 head's own bias",
+    "test_hf_deepseek_v3.py::test_against_hf_deepseek_v3_yarn_with_mscale": "YaRN's mscale in rope_parameters",
+    "test_hf_deepseek_v3.py::test_deepseek_v3_generates_hf_tokens[yarn]": "YaRN's mscale in rope_parameters",
+    "test_hf_deepseek_v3.py::test_deepseek_v3_writes_its_own_fields_back": "the attention scale of 5's YaRN",
+    "test_hf_default_configs.py::test_against_hf_default_config[qwen3_moe]": FUSED,
+    "test_hf_exaone4.py::test_exaone4_writes_its_own_fields_back": "rope_parameters written back",
+    "test_hf_gpt_oss.py::test_clamped_swiglu_is_gpt_oss_expert_unit": FUSED,
+    "test_hf_gpt_oss.py::test_gpt_oss_aux_loss_and_training_loss_are_hf_ones": "the router's auxiliary loss",
+    "test_hf_gpt_oss.py::test_gpt_oss_writes_its_own_fields_back": "rope_parameters written back",
+    "test_hf_marian.py::test_against_hf_marian_untied_unscaled": "untied, 5 keeps three embeddings",
+    "test_hf_olmo3.py::test_against_hf_olmo3": "5's per-layer RoPE of local layers",
+    "test_hf_olmo3.py::test_olmo3_writes_its_own_fields_back": "5's per-layer RoPE of local layers",
+    "test_hf_qwen3_moe.py::test_against_hf_qwen3_moe": FUSED,
+    "test_hf_qwen3_moe.py::test_qwen3_moe_": FUSED,
+    "test_hf_qwen3_moe.py::test_unsupported_qwen3_moe_features_are_refused_by_name[{'num_experts': 0}": FUSED,
+    "test_hf_qwen3_moe.py::test_to_hf_refuses_what_qwen3_moe_cannot_express": FUSED,
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not TRANSFORMERS_5:
+        return
+    for item in items:
+        name = item.nodeid.removeprefix("tests/hf/")
+        gap = next((why for test, why in NOT_YET_UNDER_5.items() if name.startswith(test)), None)
+        if gap is not None:
+            item.add_marker(pytest.mark.xfail(strict=True, reason=f"issue 40, not yet under {ORACLE}: {gap}"))
