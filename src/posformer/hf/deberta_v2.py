@@ -57,6 +57,7 @@ from torch import Tensor, nn
 
 from posformer.config import Config
 from posformer.hf.activations import activation_from_hf, activation_to_hf
+from posformer.hf.bert import lm_bias_rule, lm_bias_state
 from posformer.hf.family import Family, UnsupportedCheckpoint, architecture, register, unsupported
 from posformer.hf.layout import require_fields, require_head
 from posformer.hf.mapping import Rule, fused_linear, linear, norm, same
@@ -330,7 +331,7 @@ def rules(cfg: Config) -> list[Rule]:
     if cfg.head_kind == "masked_lm":
         out += linear("head.dense", "cls.predictions.transform.dense")
         out += norm("head.norm", "cls.predictions.transform.LayerNorm")
-        out.append(same("head.proj.bias", "cls.predictions.bias"))
+        out.append(lm_bias_rule(cfg, "cls.predictions.bias", "cls.predictions.decoder.bias"))
         if not cfg.tie_embeddings:
             out.append(same("head.proj.weight", "cls.predictions.decoder.weight"))
     elif cfg.head_kind == "span_qa":
@@ -347,9 +348,9 @@ def ignore(cfg: Config) -> tuple[str, ...]:
     else:
         patterns.append(r"(deberta\.)?encoder\.LayerNorm\.(weight|bias)")
     if cfg.head_kind == "masked_lm":
-        patterns += [r"cls\.predictions\.decoder\.bias", r"mask_predictions\..*"]
+        patterns.append(r"mask_predictions\..*")
         if cfg.tie_embeddings:
-            patterns.append(r"cls\.predictions\.decoder\.weight")
+            patterns.append(r"cls\.predictions\.decoder\.(weight|bias)")
     elif cfg.head_kind == "none":
         patterns.append(r"(lm_predictions|mask_predictions)\..*")
     return tuple(patterns)
@@ -380,6 +381,8 @@ def prepare_state(cfg: Config, hf: dict, state: dict[str, Tensor]) -> dict[str, 
         for theirs, ours in NON_LEGACY_HEAD.items():
             for key in [k for k in state if k.startswith(theirs)]:
                 state[ours + key.removeprefix(theirs)] = state.pop(key)
+    if cfg.head_kind == "masked_lm":
+        state = lm_bias_state(state, "cls.predictions.bias", "cls.predictions.decoder.bias")
     if hf.get("share_att_key", False):
         for separate, shared in _shared_pairs(cfg):
             if shared in state:
