@@ -12,8 +12,6 @@ from hf_oracle import ORACLE, TRANSFORMERS_5
 
 FUSED = "transformers 5 stores each layer's experts as fused tensors"
 NOT_YET_UNDER_5 = {  # a test id, or the start of several (its parametrisations)
-    "test_hf_checkpoint.py::test_pytorch_bin_is_read_with_weights_only": "transformers 5 saves no .bin files",
-    "test_hf_checkpoint.py::test_unsupported_feature_is_named": "the feature it names loads in transformers 5",
     "test_hf_deepseek_v3.py::test_against_hf_deepseek_v3_yarn_with_mscale": "YaRN's mscale in rope_parameters",
     "test_hf_deepseek_v3.py::test_deepseek_v3_generates_hf_tokens[yarn]": "YaRN's mscale in rope_parameters",
     "test_hf_deepseek_v3.py::test_deepseek_v3_writes_its_own_fields_back": "the attention scale of 5's YaRN",
