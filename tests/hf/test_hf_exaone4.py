@@ -5,6 +5,7 @@ generation equal to HF's."""
 
 from __future__ import annotations
 
+import copy  # transformers 5 edits a config's rope_scaling dict in place: give it copies
 import json
 
 import pytest
@@ -43,7 +44,7 @@ SIZES = dict(
 @torch.no_grad()
 def _exaone4(model_class=Exaone4ForCausalLM, **changes):
     torch.manual_seed(0)
-    hf = model_class(Exaone4Config(**{**SIZES, **changes}, attn_implementation="eager")).eval()
+    hf = model_class(Exaone4Config(**copy.deepcopy({**SIZES, **changes}), attn_implementation="eager")).eval()
     for name, param in hf.named_parameters():  # HF starts every norm weight at one; make a swapped one show
         if "norm" in name:
             param.normal_(1.0, 0.5)

@@ -5,6 +5,8 @@ trip; refusals by name."""
 
 from __future__ import annotations
 
+import copy  # transformers 5 edits a config's rope_scaling dict in place: give it copies
+
 import pytest
 import torch
 from transformers import GptOssConfig, GptOssForCausalLM, GptOssModel
@@ -46,7 +48,7 @@ YARN = {
 @torch.no_grad()
 def _gpt_oss(model_class=GptOssForCausalLM, **changes):
     torch.manual_seed(0)
-    hf = model_class(GptOssConfig(**{**SIZES, **changes}, attn_implementation="eager")).eval()
+    hf = model_class(GptOssConfig(**copy.deepcopy({**SIZES, **changes}), attn_implementation="eager")).eval()
     for name, param in hf.named_parameters():  # HF starts norms at one and biases at zero; make a swap show
         if "norm" in name:
             param.normal_(1.0, 0.5)
