@@ -5,6 +5,8 @@ to HF's."""
 
 from __future__ import annotations
 
+import copy  # transformers 5 edits a config's rope_scaling dict in place: give it copies
+
 import pytest
 import torch
 from transformers import Olmo3Config, Olmo3ForCausalLM, Olmo3Model
@@ -33,7 +35,7 @@ SIZES = dict(
 @torch.no_grad()
 def _olmo3(model_class=Olmo3ForCausalLM, **changes):
     torch.manual_seed(0)
-    hf = model_class(Olmo3Config(**{**SIZES, **changes}, attn_implementation="eager")).eval()
+    hf = model_class(Olmo3Config(**copy.deepcopy({**SIZES, **changes}), attn_implementation="eager")).eval()
     for name, param in hf.named_parameters():  # HF starts every norm weight at one; make a swapped one show
         if "norm" in name:
             param.normal_(1.0, 0.5)
