@@ -9,7 +9,7 @@ import pytest
 from posformer.cli import main
 from posformer.data.squad import load_squad_json, split_by_article, squad_sample
 from posformer.tasks.qa.evaluation import NULL_ODDS_CLIP
-from posformer.tasks.qa.job import EVAL_FRACTION, SPLIT_SEED
+from posformer.tasks.qa.job_data import EVAL_FRACTION, SPLIT_SEED
 from squad_oracle import hf_evaluate
 from tiny_bert import save_tiny_bert
 

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from posformer.data.shared import default_data_dir, fetch_hint, squad_v2_dev
 from posformer.data.squad import QAExample, load_qa_file, split_by_article, squad_sample
 from posformer.tasks.qa.feature_batches import FeatureBatches
-from posformer.tasks.qa.job import EVAL_FRACTION, SPLIT_SEED  # the split of `qa train --train-file`
+from posformer.tasks.qa.job_data import EVAL_FRACTION, SPLIT_SEED  # the split of `qa train --train-file`
 
 DEFAULT_DATA = squad_v2_dev()
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "classifier_dropout": 0.0}
