@@ -103,3 +103,18 @@ def test_a_tied_mt5_head_is_scaled_as_its_writer_meant_and_refused_without_a_ver
     edit_config(out, transformers_version=None)
     with pytest.raises(UnsupportedCheckpoint, match=r"mt5 checkpoint uses tie_word_embeddings=true without trans"):
         pf.from_hf(out)
+
+
+def test_the_convert_command_writes_for_the_version_asked(tmp_path, capsys) -> None:
+    from posformer.checkpoints.native import save_pretrained
+    from posformer.cli import main
+
+    save_pretrained(t5_model(scale_tied_head=False), tmp_path / "ours")
+    command = ["convert", "--to-hf", str(tmp_path / "ours"), "--out", str(tmp_path / "v5")]
+    assert main([*command, "--transformers-version", "5.24.0"]) == 0
+    written = json.loads((tmp_path / "v5" / "config.json").read_text())
+    assert (written["transformers_version"], written["scale_decoder_outputs"]) == ("5.24.0", False)
+    capsys.readouterr()
+    wrong = ["convert", "--from-hf", str(tmp_path / "v5"), "--out", str(tmp_path / "x"), "--transformers-version", "5"]
+    assert main(wrong) == 2
+    assert "--transformers-version applies to --to-hf only" in capsys.readouterr().err

@@ -31,6 +31,13 @@ class ConvertOptions:
         "with --to-hf: write RoPE settings in transformers v5's rope_parameters form (default: v4's rope_theta and "
         "rope_scaling, which transformers 4.x reads)",
     )
+    transformers_version: str | None = option(
+        None,
+        "with --to-hf: the transformers version the checkpoint is for, e.g. 4.57.6 or 5.24.0 (where the two read a "
+        "config key differently, as T5's head scaling, it is written in that version's words; default: the "
+        "installed transformers, else the newest)",
+        metavar="VERSION",
+    )
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -46,8 +53,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
         raise ValueError(
             "give exactly one of --from-hf DIR (Hugging Face -> posformer) or --to-hf DIR (posformer -> Hugging Face)"
         )
-    if options.hf_model_type is not None and options.to_hf is None:
-        raise ValueError("--hf-model-type applies to --to-hf only")
+    for name, value in (
+        ("--hf-model-type", options.hf_model_type),
+        ("--transformers-version", options.transformers_version),
+    ):
+        if value is not None and options.to_hf is None:
+            raise ValueError(f"{name} applies to --to-hf only")
     out = Path(options.out)
     if options.from_hf is not None:
         source = resolve(options.from_hf)
@@ -57,7 +68,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
     else:
         source = checkpoint_dir(Path(options.to_hf))
         model = load_pretrained(source)
-        to_hf(model, out, rope_parameters=options.rope_parameters, hf_model_type=options.hf_model_type)
+        to_hf(
+            model,
+            out,
+            rope_parameters=options.rope_parameters,
+            hf_model_type=options.hf_model_type,
+            transformers_version=options.transformers_version,
+        )
         written = json.loads((out / "config.json").read_text())["model_type"]
     copied = copy_tokenizer_files(source, out, hf_only=options.to_hf is not None)
     print(
@@ -75,7 +92,9 @@ COMMAND = Command(
     "run or one of its checkpoints) as a Hugging Face checkpoint that transformers' from_pretrained loads, in "
     "the family --hf-model-type names or the one inferred from the config. Tokenizer files are copied.",
     add_arguments=lambda parser: add_option_flags(
-        parser, ConvertOptions, only=("from_hf", "to_hf", "hf_model_type", "rope_parameters", "out")
+        parser,
+        ConvertOptions,
+        only=("from_hf", "to_hf", "hf_model_type", "rope_parameters", "transformers_version", "out"),
     ),
     run=cmd_convert,
 )
