@@ -30,16 +30,13 @@ Layouts one Hugging Face config switch changes are brought to a single layout
   original checkpoints carry no `architectures` and add `lm_predictions.*` and
   `mask_predictions.*` pretraining heads, which are dropped).
 
-`to_hf` writes the legacy MLM layout (tied: `tie_word_embeddings=true`; untied: with
-`cls.predictions.decoder.weight`). It writes `share_att_key=true`, each shared
-tensor once, when every layer's position projections equal its query/key
-projections exactly (as after loading a v3 checkpoint); once they differ (after
-training in posformer, where they are separate parameters) it writes
-`share_att_key=false` with `pos_key_proj`/`pos_query_proj`, which gives the same
-outputs either way.
+`to_hf` writes the legacy MLM layout (untied: `cls.predictions.decoder.weight` and `.bias`, the bias transformers
+5 reads, `bert.lm_bias_state`), and `share_att_key=true`, each shared tensor once, when every layer's position
+projections equal its query/key projections exactly (as after loading a v3 checkpoint); once they differ (after
+training in posformer) `share_att_key=false` with `pos_key_proj`/`pos_query_proj`, the same outputs either way.
 
-Hugging Face multiplies the embeddings by the padding mask and masks padded
-queries as well as keys; both only change outputs at padded positions.
+Hugging Face multiplies the embeddings by the padding mask and masks padded queries as well as keys; both only
+change outputs at padded positions.
 
 Limit: with max_relative_positions - 1 <= position_buckets / 2 (a degenerate
 setting no published checkpoint uses, e.g. 256 buckets and 64 positions) Hugging
