@@ -12,7 +12,13 @@ from posformer.tasks.qa.options import PREDICTION_OPTIONS, PRETRAINED_DEFAULTS, 
 from tests.conftest import tiny
 
 STORED = dict(
-    max_seq_length=96, doc_stride=24, max_answer_length=12, num_beams=3, null_score_diff_threshold=-1.5, n_best_size=7
+    max_seq_length=96,
+    doc_stride=24,
+    max_answer_length=12,
+    num_beams=3,
+    null_score_diff_threshold=-1.5,
+    n_best_size=7,
+    null_score="both",
 )
 
 
