@@ -78,7 +78,7 @@ test: lint
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: the suite is missing" >&2; exit 1; fi; exit $$rc
 	@$(MAKE) --no-print-directory test-hf5
 
-# The Hugging Face parity suite against the newest transformers 5.x (tests/hf/conftest.py lists what is not yet).
+# The Hugging Face parity suite against the newest transformers 5.x (tests/hf_gaps.py lists what is not yet).
 test-hf5: $(HF5)/.installed
 	@$(HF5)/bin/python -m pytest -q tests/hf; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: tests/hf is missing" >&2; exit 1; fi; exit $$rc

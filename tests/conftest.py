@@ -6,6 +6,11 @@ import pytest
 import torch
 
 import posformer as pf
+from hf_gaps import mark_gaps
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_gaps(items)
 
 
 @pytest.fixture(autouse=True, scope="session")
