@@ -19,7 +19,6 @@ NOT_YET_UNDER_5 = {  # a test id, or the start of several (its parametrisations)
     "test_hf_deepseek_v3.py::test_deepseek_v3_generates_hf_tokens[yarn]": "YaRN's mscale in rope_parameters",
     "test_hf_deepseek_v3.py::test_deepseek_v3_writes_its_own_fields_back": "the attention scale of 5's YaRN",
     "test_hf_default_configs.py::test_against_hf_default_config[qwen3_moe]": FUSED,
-    "test_hf_gpt_oss.py::test_clamped_swiglu_is_gpt_oss_expert_unit": FUSED,
     "test_hf_gpt_oss.py::test_gpt_oss_aux_loss_and_training_loss_are_hf_ones": "the router's auxiliary loss",
     "test_hf_marian.py::test_against_hf_marian_untied_unscaled": "untied, 5 keeps three embeddings",
     "test_hf_olmo3.py::test_against_hf_olmo3": OLMO3_ROPE,

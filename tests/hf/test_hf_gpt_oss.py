@@ -13,7 +13,7 @@ from transformers import GptOssConfig, GptOssForCausalLM, GptOssModel
 from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
 
 import posformer as pf
-from hf_oracle import TOLERANCE, causal_labels, check_family, padded_batch, save_hf
+from hf_oracle import TOLERANCE, TRANSFORMERS_5, causal_labels, check_family, padded_batch, save_hf
 from posformer.hf.gpt_oss import config_to_hf
 from posformer.modules.moe import clamped_swiglu
 
@@ -68,7 +68,8 @@ def test_clamped_swiglu_is_gpt_oss_expert_unit():
         experts.down_proj.copy_(torch.eye(4, 8)[None])
         experts.down_proj_bias.zero_()
     x = torch.linspace(-20.0, 20.0, 8 * 16).view(16, 8)
-    theirs = experts(x[None], torch.zeros(16, 1, dtype=torch.long), torch.ones(16, 1))[0, :, :4]
+    route = (torch.zeros(16, 1, dtype=torch.long), torch.ones(16, 1))  # every token to expert 0, weight 1
+    theirs = (experts(x, *route) if TRANSFORMERS_5 else experts(x[None], *route)[0])[:, :4]  # 5 takes flat tokens
     assert torch.allclose(clamped_swiglu(x[:, ::2], x[:, 1::2]), theirs, atol=1e-6, rtol=0)
 
 
