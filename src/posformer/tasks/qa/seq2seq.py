@@ -44,6 +44,7 @@ from posformer.tasks.qa.options import NULL_SCORES
 from posformer.tasks.qa.predictor import QAPredictions, check_windows
 from posformer.tasks.qa.windows import (
     QAExampleLike,
+    kept_answer,
     pad_windows,
     question_prefix,
     select_seq2seq_answer,
@@ -301,5 +302,5 @@ class Seq2SeqPredictor:
                 odds = span_odds if self.null_score == "encoder-span" else odds + span_odds
                 odds = math.inf if math.isnan(odds) else odds  # no context token and no "" window: no answer
             answers[example.id], null_odds[example.id] = answer, odds
-            predictions[example.id] = answer if answer and -odds > self.null_score_diff_threshold else ""
+            predictions[example.id] = kept_answer(answer, odds, self.null_score_diff_threshold)
         return QAPredictions(predictions, null_odds, answers)

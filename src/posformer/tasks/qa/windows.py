@@ -236,8 +236,10 @@ def select_seq2seq_answer(
             best_text, best_score = text, score
     if best_score == -math.inf:
         return "", math.inf
-    null_score = min(null_scores, default=-math.inf)
-    odds = null_score - best_score
-    if best_score - null_score > null_score_diff_threshold:
-        return best_text, odds
-    return "", odds
+    odds = min(null_scores, default=-math.inf) - best_score
+    return kept_answer(best_text, odds, null_score_diff_threshold), odds
+
+
+def kept_answer(answer: str, null_odds: float, null_score_diff_threshold: float) -> str:
+    """`answer` when it beats "no answer" by more than the threshold (-null_odds > threshold), else ""."""
+    return answer if answer and -null_odds > null_score_diff_threshold else ""
