@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from safetensors.torch import load_file, save_file
 
 import posformer as pf
 
@@ -53,6 +54,36 @@ def causal_labels(batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
 def save_hf(hf_model, directory: Path) -> Path:
     hf_model.save_pretrained(directory, safe_serialization=True)
+    return directory
+
+
+def save_fused_experts(hf_model, directory: Path, module: str, names: tuple[str, str, str]) -> Path:
+    """`hf_model` saved with its experts in transformers 5's in-memory layout: each layer's
+    `{layer}.mlp.experts.gate_up_proj` (n_experts, 2 d_ff, hidden), its experts' `names[0]` (gate) rows then
+    `names[1]` (up) rows, `down_proj` (n_experts, hidden, d_ff) of `names[2]`, the router `{layer}.mlp.gate`,
+    built here from the per-expert tensors under `{layer}.{module}` that `save_pretrained` writes. Under
+    transformers 5 that state is its model's own `state_dict()`, which is checked."""
+    save_hf(hf_model, directory)
+    state = load_file(directory / "model.safetensors")
+    fused = {key: value for key, value in state.items() if f".{module}." not in key}
+    layers = sorted({key.split(f".{module}.")[0] for key in state if f".{module}.experts." in key})
+    for layer in layers:
+        n = len({key for key in state if key.startswith(f"{layer}.{module}.experts.")}) // 3
+        expert = [[state[f"{layer}.{module}.experts.{e}.{name}.weight"] for e in range(n)] for name in names]
+        fused[f"{layer}.mlp.experts.gate_up_proj"] = torch.stack([torch.cat(pair) for pair in zip(*expert[:2])])
+        fused[f"{layer}.mlp.experts.down_proj"] = torch.stack(expert[2])
+        fused[f"{layer}.mlp.gate.weight"] = state[f"{layer}.{module}.gate.weight"]
+    fused.update(
+        {
+            key: value
+            for key, value in state.items()
+            if f".{module}." in key and key.split(f".{module}.")[0] not in layers
+        }
+    )
+    if TRANSFORMERS_5:
+        own = hf_model.state_dict()
+        assert sorted(fused) == sorted(own) and all(torch.equal(fused[k], own[k]) for k in own), "not 5's layout"
+    save_file({key: value.contiguous() for key, value in fused.items()}, directory / "model.safetensors")
     return directory
 
 

@@ -1,6 +1,6 @@
-"""Mixtral against transformers 4.57.6: 4 experts, top-1 to top-3, with and without a sliding window, at inputs
+"""Mixtral against transformers 4.57.6 and 5: 4 experts, top-1 to top-3, with and without a sliding window, at inputs
 shorter and longer than the window and than max_position_embeddings; the load-balancing loss and the training
-loss with it; a round trip; greedy generation equal to HF's; refusals by name."""
+loss with it; a round trip; transformers 5's fused experts; greedy generation equal to HF's; refusals by name."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ import torch
 from transformers import MixtralConfig, MixtralForCausalLM, MixtralModel
 
 import posformer as pf
-from hf_oracle import TOLERANCE, causal_labels, check_family, padded_batch, save_hf
+from hf_oracle import (
+    TOLERANCE,
+    assert_same_outputs,
+    causal_labels,
+    check_family,
+    padded_batch,
+    save_fused_experts,
+    save_hf,
+)
 from posformer.hf.mixtral import config_to_hf
 
 SIZES = dict(
@@ -59,6 +67,13 @@ def test_against_hf_mixtral(tmp_path, changes, length):
 def test_against_hf_mixtral_base_model(tmp_path):
     model = check_family(_mixtral(MixtralModel), MixtralModel, tmp_path, padded_batch(97), field="last_hidden_state")
     assert model.head is None
+
+
+def test_mixtral_reads_fused_experts(tmp_path):
+    """transformers 5's layout: `mlp.gate`, one `mlp.experts.gate_up_proj` ([w1; w3]) and `down_proj` a layer."""
+    hf = _mixtral()
+    model = pf.from_hf(save_fused_experts(hf, tmp_path, "block_sparse_moe", ("w1", "w3", "w2")))
+    assert_same_outputs(model, hf, padded_batch(97))
 
 
 def test_mixtral_generates_hf_tokens(tmp_path):

@@ -1,16 +1,26 @@
-"""Qwen3-MoE against transformers 4.57.6: 4 experts top-2 with and without `norm_topk_prob`, dense layers among
-the expert ones (`mlp_only_layers`, `decoder_sparse_step`), per-head QK-norm, attention biases, a sliding window;
-the load-balancing loss and the training loss with it; a round trip; greedy generation equal to HF's; refusals by
-name."""
+"""Qwen3-MoE against transformers 4.57.6 and 5: 4 experts top-2 with and without `norm_topk_prob`, dense layers
+among the expert ones (`mlp_only_layers`, `decoder_sparse_step`), per-head QK-norm, attention biases, a sliding
+window; the load-balancing loss and the training loss with it; a round trip; transformers 5's fused experts and its
+`num_local_experts`; greedy generation equal to HF's; refusals by name."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM, Qwen3MoeModel
 
 import posformer as pf
-from hf_oracle import TOLERANCE, causal_labels, check_family, padded_batch, save_hf
+from hf_oracle import (
+    TOLERANCE,
+    assert_same_outputs,
+    causal_labels,
+    check_family,
+    padded_batch,
+    save_fused_experts,
+    save_hf,
+)
 from posformer.hf.qwen3_moe import config_to_hf
 
 SIZES = dict(
@@ -64,6 +74,23 @@ def test_against_hf_qwen3_moe_base_model(tmp_path):
     hf = _qwen3_moe(Qwen3MoeModel, num_hidden_layers=3, mlp_only_layers=[0])
     model = check_family(hf, Qwen3MoeModel, tmp_path, padded_batch(97), field="last_hidden_state")
     assert model.head is None
+
+
+def test_qwen3_moe_reads_fused_experts(tmp_path):
+    """transformers 5's layout (one gate_up_proj and one down_proj per expert layer), a dense layer between."""
+    hf = _qwen3_moe(num_hidden_layers=3, mlp_only_layers=[1])
+    model = pf.from_hf(save_fused_experts(hf, tmp_path, "mlp", ("gate_proj", "up_proj", "down_proj")))
+    assert_same_outputs(model, hf, padded_batch(97))
+
+
+@pytest.mark.parametrize("version, key", [("4.57.6", "num_experts"), ("5.24.0", "num_local_experts")])
+def test_qwen3_moe_writes_the_number_of_experts_for_its_version(tmp_path, version, key):
+    model = pf.from_hf(save_hf(_qwen3_moe(), tmp_path / "hf"))
+    pf.to_hf(model, tmp_path / "out", transformers_version=version)
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    other = "num_local_experts" if key == "num_experts" else "num_experts"
+    assert written[key] == 4 and other not in written
+    assert pf.from_hf(tmp_path / "out").cfg == model.cfg
 
 
 def test_qwen3_moe_generates_hf_tokens(tmp_path):

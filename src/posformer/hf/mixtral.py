@@ -7,6 +7,8 @@ the softmax renormalised over its experts (`Config.norm_topk_prob=True`); expert
 and `w2` (down), SwiGLU of `intermediate_size` units, are rows of the batched `experts.up` ([w1; w3]) and
 `experts.down`. `router_aux_loss_coef` is `Config.router_aux_loss_coef`; `router_jitter_noise` (a training-time
 noise on the router's input) is refused. Heads: MixtralForCausalLM (causal_lm), MixtralModel (none).
+transformers 5 saves these per-expert tensors too; its in-memory layout (`mlp.gate`, `mlp.experts.gate_up_proj`,
+`mlp.experts.down_proj`) is read as well (`fused_experts`).
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+from torch import Tensor
 
 from posformer.config import Config
 from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.fused_experts import split_fused_experts
 from posformer.hf.layout import require_fields, require_head
 from posformer.hf.llama import GATED, HIDDEN_ACT, first_token_id, ignore, layer_norms
 from posformer.hf.mapping import Rule, fused_linear, linear, norm, same
@@ -203,4 +207,11 @@ def rules(cfg: Config) -> list[Rule]:
     return moe_decoder_rules(cfg, attention_rules(cfg), ffn)
 
 
-FAMILY = register(Family((MODEL_TYPE,), config_from_hf, config_to_hf, rules, ignore, experts=True))
+def prepare_state(cfg: Config, hf: dict, state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """transformers 5's fused expert tensors split into the per-expert ones `rules` read."""
+    return split_fused_experts(state, "block_sparse_moe", ("w1", "w3", "w2"))
+
+
+FAMILY = register(
+    Family((MODEL_TYPE,), config_from_hf, config_to_hf, rules, ignore, prepare_state=prepare_state, experts=True)
+)

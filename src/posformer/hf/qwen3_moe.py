@@ -10,19 +10,43 @@ Layer i has experts unless it is in `mlp_only_layers` or (i + 1) is not a multip
 biases. Heads: Qwen3MoeForCausalLM (causal_lm), Qwen3MoeModel (none). `num_experts=0`, or a
 `decoder_sparse_step` / `mlp_only_layers` that leave no layer with experts (a dense Qwen3 checkpoint: load it as
 qwen3), are refused.
+
+transformers 5 writes the number of experts as `num_local_experts` (4.57.6: `num_experts`); both are read, and
+`to_hf` writes the one of the version it exports for. Its checkpoints keep 4.57.6's per-expert tensors (it fuses
+them while loading and splits them again while saving); a checkpoint holding transformers 5's fused
+`mlp.experts.gate_up_proj` / `down_proj` (a state dict saved as its model holds it) is read as well
+(`fused_experts`).
 """
 
 from __future__ import annotations
 
+from torch import Tensor, nn
+
 from posformer.config import Config
 from posformer.hf.family import Family, register, unsupported
+from posformer.hf.fused_experts import split_fused_experts
 from posformer.hf.llama import ignore
 from posformer.hf.mapping import Rule, fused_linear, linear, same
 from posformer.hf.mixtral import attention_rules, common_fields, common_to_hf, experts_rule, moe_decoder_rules
 from posformer.hf.rope import rope_params
+from posformer.hf.versions import writer_major
 from posformer.utils.validation import is_int
 
 MODEL_TYPE = "qwen3_moe"
+EXPERT_NAMES = ("gate_proj", "up_proj", "down_proj")
+
+
+def _num_experts(hf: dict) -> int:
+    """`num_experts` (transformers 4) or `num_local_experts` (5), 128 when neither is there; both, differing, are
+    refused naming them."""
+    given = {key: hf[key] for key in ("num_experts", "num_local_experts") if hf.get(key) is not None}
+    if len(set(given.values())) > 1:
+        raise unsupported(
+            MODEL_TYPE,
+            f"num_experts={given['num_experts']} beside num_local_experts="
+            f"{given['num_local_experts']} (one number of experts, written once)",
+        )
+    return next(iter(given.values()), 128)
 
 
 def _moe_layers(hf: dict) -> list[bool]:
@@ -33,10 +57,10 @@ def _moe_layers(hf: dict) -> list[bool]:
             MODEL_TYPE, f"decoder_sparse_step={step}, mlp_only_layers={dense} (expected an integer >= 1, layer indices)"
         )
     layers = [i not in dense and (i + 1) % step == 0 for i in range(n)]
-    if hf.get("num_experts", 128) == 0 or not any(layers):
+    if _num_experts(hf) == 0 or not any(layers):
         raise unsupported(
             MODEL_TYPE,
-            f"no layer with experts (num_experts={hf.get('num_experts', 128)}, decoder_sparse_step={step}, "
+            f"no layer with experts (num_experts={_num_experts(hf)}, decoder_sparse_step={step}, "
             f"mlp_only_layers={dense}): a dense Qwen3 checkpoint, load it as qwen3",
         )
     return layers
@@ -50,7 +74,7 @@ def config_from_hf(hf: dict) -> Config:
         bos_token_id=hf.get("bos_token_id"),
         norm_eps=hf.get("rms_norm_eps", 1e-6),
         d_ff=hf.get("intermediate_size", 6144),
-        n_experts=hf.get("num_experts", 128),
+        n_experts=_num_experts(hf),
         experts_per_token=hf.get("num_experts_per_tok", 8),
         expert_d_ff=hf.get("moe_intermediate_size", 768),
         norm_topk_prob=bool(hf.get("norm_topk_prob", False)),
@@ -92,13 +116,34 @@ def rules(cfg: Config) -> list[Rule]:
         if not cfg.uses_experts(layer):
             up = fused_linear(f"{ours}.ffn.up", (f"{mlp}.gate_proj", f"{mlp}.up_proj"), (cfg.ff_dim,) * 2, False)
             return up + linear(f"{ours}.ffn.down", f"{mlp}.down_proj", bias=False)
-        names = [[f"{mlp}.experts.{e}.{w}.weight" for e in range(cfg.n_experts)] for w in ("gate_proj", "up_proj")]
-        downs = [f"{mlp}.experts.{e}.down_proj.weight" for e in range(cfg.n_experts)]
+        names = [[f"{mlp}.experts.{e}.{w}.weight" for e in range(cfg.n_experts)] for w in EXPERT_NAMES]
         return [same(f"{ours}.ffn.router.weight", f"{mlp}.gate.weight")] + experts_rule(
-            f"{ours}.ffn.experts", *names, downs, cfg.expert_ff_dim
+            f"{ours}.ffn.experts", *names, cfg.expert_ff_dim
         )
 
     return moe_decoder_rules(cfg, attention_rules(cfg), ffn)
 
 
-FAMILY = register(Family((MODEL_TYPE,), config_from_hf, config_to_hf, rules, ignore, experts=True))
+def prepare_state(cfg: Config, hf: dict, state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """transformers 5's fused expert tensors split into the per-expert ones `rules` read."""
+    return split_fused_experts(state, "mlp", EXPERT_NAMES)
+
+
+def finish_export(model: nn.Module, hf: dict, state: dict[str, Tensor]) -> None:
+    """The number of experts under the name of the transformers the export is for (5: `num_local_experts`)."""
+    if writer_major(hf, "to_hf") >= 5:
+        hf["num_local_experts"] = hf.pop("num_experts")
+
+
+FAMILY = register(
+    Family(
+        (MODEL_TYPE,),
+        config_from_hf,
+        config_to_hf,
+        rules,
+        ignore,
+        prepare_state=prepare_state,
+        finish_export=finish_export,
+        experts=True,
+    )
+)
