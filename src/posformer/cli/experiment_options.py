@@ -10,7 +10,7 @@ from posformer.utils.options import option
 
 @dataclass(kw_only=True)
 class ExperimentRunOptions:
-    """`--set KNOB=VALUE` and `--no-progress`; each experiment's command adds its own options."""
+    """`--set KNOB=VALUE`, `--seeds` and `--no-progress`; each experiment's command adds its own options."""
 
     options_group: ClassVar[str] = "overrides and progress"
 
@@ -19,5 +19,11 @@ class ExperimentRunOptions:
         help="override any knob, those with a flag too (steps=200); values are YAML (repeatable)",
         metavar="KNOB=VALUE",
         repeatable=True,
+    )
+    seeds: str | None = option(
+        None,
+        "run the whole experiment once per seed, each into OUTPUT/seed-S/, and report every measure as its mean "
+        "over seeds with a 95% interval: N (the seeds --seed .. --seed + N - 1) or a list (0,1,2)",
+        metavar="N|S,S,...",
     )
     progress: bool = option(True, "no progress bars", flag="--no-progress")

@@ -149,28 +149,56 @@ def task_settings_from_args(args: argparse.Namespace):
 
 def cmd_task(args: argparse.Namespace) -> int:
     from posformer.experiments.extrapolation.layout import ExperimentLayout
+    from posformer.experiments.seeds.runs import parse_seeds, run_over_seeds
+    from posformer.experiments.synthetic import seed_report
     from posformer.experiments.synthetic.experiment import run_tasks
     from posformer.experiments.synthetic.report import markdown
 
-    results = run_tasks(task_settings_from_args(args), args.output_dir, progress=args.progress)
-    print("\n" + markdown(results))
+    settings = task_settings_from_args(args)
     root = ExperimentLayout(args.output_dir).root
-    print(f"written: {root / 'results.md'}, {root / 'results.json'}, {root / 'accuracy.png'}")
+    if args.seeds is None:
+        print("\n" + markdown(run_tasks(settings, args.output_dir, progress=args.progress)))
+        print(f"written: {root / 'results.md'}, {root / 'results.json'}, {root / 'accuracy.png'}")
+        return 0
+    seeds = parse_seeds(args.seeds, settings.seed)
+    record = run_over_seeds(
+        settings,
+        root,
+        seeds,
+        lambda seeded, directory: run_tasks(seeded, directory, progress=args.progress),
+        seed_report.markdown,
+        "tasks",
+    )
+    print("\n" + seed_report.markdown(record))
+    print(f"written: {root / 'results.md'}, {root / 'results.json'}, and each seed's run in {root}/seed-S/")
     return 0
 
 
 def cmd_extrapolate(args: argparse.Namespace) -> int:
     if args.task is not None:
         return cmd_task(args)
+    from posformer.experiments.extrapolation import seed_report
     from posformer.experiments.extrapolation.experiment import run_extrapolation
     from posformer.experiments.extrapolation.layout import ExperimentLayout
     from posformer.experiments.extrapolation.report import markdown
+    from posformer.experiments.seeds.runs import parse_seeds, run_over_seeds
 
     settings = settings_from_args(args)
-    results = run_extrapolation(settings, args.output_dir, progress=args.progress)
-    print("\n" + markdown(results))
     layout = ExperimentLayout(args.output_dir)
-    print(f"written: {', '.join(str(path) for path in (layout.results_md, layout.results_json, layout.plot_png))}")
+    if args.seeds is None:
+        print("\n" + markdown(run_extrapolation(settings, args.output_dir, progress=args.progress)))
+        print(f"written: {', '.join(str(path) for path in (layout.results_md, layout.results_json, layout.plot_png))}")
+        return 0
+    record = run_over_seeds(
+        settings,
+        layout.root,
+        parse_seeds(args.seeds, settings.seed),
+        lambda seeded, directory: run_extrapolation(seeded, directory, progress=args.progress),
+        seed_report.markdown,
+        "extrapolation",
+    )
+    print("\n" + seed_report.markdown(record))
+    print(f"written: {layout.results_md}, {layout.results_json}, and each seed's run in {layout.root}/seed-S/")
     return 0
 
 

@@ -30,12 +30,12 @@ import contextlib
 import errno
 import json
 import os
-import shlex
 import socket
 import sys
 from pathlib import Path
 
 from posformer.train.distributed import launched_as_main
+from posformer.utils.provenance import command_line
 
 try:
     import fcntl
@@ -48,14 +48,6 @@ _held: dict[str, int] = {}  # the real path of each directory this process holds
 
 class RunDirBusy(RuntimeError):
     """Another process holds the run directory; the message names it (pid, command) and what to do."""
-
-
-def _command() -> str:
-    """This process's command line, `posformer ...` for the program however it was started."""
-    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
-    if name in ("posformer", "__main__.py"):
-        name = "posformer"
-    return shlex.join([name, *sys.argv[1:]])
 
 
 def _holder(fd: int) -> str:
@@ -98,7 +90,7 @@ def _lock(fd: int, directory: Path) -> bool:
             f"{directory} is being written by another posformer process ({_holder(fd)}); wait for it or "
             "choose another --output-dir"
         ) from None
-    record = {"pid": os.getpid(), "host": socket.gethostname(), "command": _command()}
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "command": command_line()}
     os.ftruncate(fd, 0)
     os.pwrite(fd, (json.dumps(record) + "\n").encode("utf-8"), 0)
     return True

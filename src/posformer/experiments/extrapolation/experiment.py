@@ -42,6 +42,7 @@ from posformer.train.run_lock import check_output_dir
 from posformer.train.trainer import Trainer, TrainingStopped
 from posformer.utils.options import options
 from posformer.utils.progress import progress_bar
+from posformer.utils.provenance import provenance
 from posformer.utils.user_files import read_mapping_file
 
 IGNORED_FOR_RESUME = ("positions", "methods", "threads")  # rows (methods) may be added to a finished run
@@ -79,8 +80,18 @@ def open_results(settings: ExtrapolationSettings, layout: ExperimentLayout, benc
                 "settings or another --output-dir"
             )
         saved["config"] = config
+        made_by = saved.setdefault("provenance", [])
+        if not made_by or made_by[-1] != provenance():  # a resume by another command or commit is on record too
+            made_by.append(provenance())
         return saved
-    return {"benchmark": benchmark, "config": config, "data": {}, "rows": {}, "versions": versions()}
+    return {
+        "benchmark": benchmark,
+        "config": config,
+        "data": {},
+        "rows": {},
+        "versions": versions(),
+        "provenance": [provenance()],
+    }
 
 
 def save_results(results: dict, layout: ExperimentLayout, draw: bool = True) -> None:

@@ -1,0 +1,94 @@
+"""The tables of a language-model extrapolation over several seeds (`posformer extrapolate --seeds N`).
+
+Per evaluation set: the perplexity at each length and the ratio ppl(kL) / ppl(L), each as the geometric mean
+over seeds with its 95% Student-t interval (taken on the log scale, `seeds.stats`); then the rows ranked by the
+ratio at the longest length, each neighbour pair compared seed by seed: a pair is ordered only when the interval
+of its per-seed log-ratio difference excludes 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+from posformer.experiments.extrapolation.report import eval_sets, markdown_table
+from posformer.experiments.seeds.stats import Spread, compare, spread
+
+
+def _runs(record: dict) -> list[dict]:
+    return list(record["per_seed"].values())
+
+
+def _exp_cell(found: Spread, digits: int = 2) -> str:
+    """A spread of logs shown as the geometric mean [interval]."""
+    if found.interval is None:
+        return f"{math.exp(found.mean):.{digits}f}"
+    low, high = found.interval
+    return f"{math.exp(found.mean):.{digits}f} [{math.exp(low):.{digits}f}, {math.exp(high):.{digits}f}]"
+
+
+def _log_values(runs: list[dict], row: str, eval_set: str, length: int, train_len: int | None) -> list[float] | None:
+    """log ppl(length) (over ppl(train_len) when given) of `row` in each seed; None where a seed has no value."""
+    found = []
+    for run in runs:
+        ppl = run["rows"].get(row, {}).get("ppl", {}).get(eval_set, {})
+        value, base = ppl.get(str(length)), 1.0 if train_len is None else ppl.get(str(train_len))
+        if value is None or base is None:
+            return None
+        found.append(math.log(value / base))
+    return found
+
+
+def _rows(runs: list[dict], eval_set: str) -> list[str]:
+    return [row for row in runs[0]["rows"] if all(eval_set in run["rows"].get(row, {}).get("ppl", {}) for run in runs)]
+
+
+def _table(record: dict, eval_set: str, ratio: bool) -> str:
+    runs, cfg = _runs(record), record["config"]
+    lengths, train_len = cfg["eval_lens"], cfg["train_len"]
+    body = []
+    for row in _rows(runs, eval_set):
+        cells = [row]
+        for n in lengths:
+            values = _log_values(runs, row, eval_set, n, train_len if ratio else None)
+            cells.append("n/a" if values is None else _exp_cell(spread(values)))
+        body.append(cells)
+    return markdown_table(["row"] + [f"{n} ({n / train_len:g}L)" for n in lengths], body)
+
+
+def ranking_lines(record: dict, eval_set: str) -> list[str]:
+    """The rows ranked by ppl(longest) / ppl(L) (geometric mean over seeds), each neighbour pair compared."""
+    runs, cfg = _runs(record), record["config"]
+    longest, train_len = max(cfg["eval_lens"]), cfg["train_len"]
+    logs = {row: _log_values(runs, row, eval_set, longest, train_len) for row in _rows(runs, eval_set)}
+    ranked = sorted((row for row in logs if logs[row] is not None), key=lambda row: sum(logs[row]))
+    lines = [f"| pair (ranked by ppl({longest}) / ppl({train_len})) | ratio of ratios [95% interval] | verdict |"]
+    lines.append("|---|---:|---|")
+    for a, b in zip(ranked, ranked[1:]):
+        found = compare(logs[a], logs[b])
+        lines.append(
+            f"| {a} / {b} | {_exp_cell(found.difference, 3)} | {found.verdict(a, b, higher_is_better=False)} |"
+        )
+    return lines
+
+
+def markdown(record: dict) -> str:
+    """results.md of a language-model extrapolation over seeds."""
+    cfg, seeds = record["config"], list(record["per_seed"])
+    parts = [
+        f"# Length extrapolation over {len(seeds)} seeds ({', '.join(seeds)}): train at L={cfg['train_len']}, "
+        f"evaluate up to {max(cfg['eval_lens'])}\n",
+        f"Model: decoder, d_model {cfg['d_model']}, {cfg['layers']} layers, {cfg['heads']} heads, vocab "
+        f"{cfg['vocab_size']}; {cfg['steps']} steps of {cfg['batch_size']} x {cfg['train_len']} tokens; protocol "
+        f"{cfg['protocol']}; corpus {cfg['corpus']}. Each cell: the geometric mean over seeds [95% Student-t "
+        "interval over seeds]. `n/a`: the encoding cannot represent that length.\n",
+    ]
+    for name in eval_sets(_runs(record)[0]):
+        parts += [
+            f"## {name}: perplexity\n",
+            _table(record, name, ratio=False) + "\n",
+            f"### {name}: ppl(kL) / ppl(L)\n",
+            _table(record, name, ratio=True) + "\n",
+            f"### {name}: ranking seed by seed\n",
+            "\n".join(ranking_lines(record, name)) + "\n",
+        ]
+    return "\n".join(parts)

@@ -1,0 +1,1 @@
+"""Experiments over several seeds: the runs (`runs`) and the statistics over them (`stats`)."""

@@ -1,0 +1,90 @@
+"""One experiment over several seeds: each seed a whole run of its own in OUTPUT/seed-S/, and OUTPUT/results.json
+the record of all of them.
+
+    OUTPUT/
+      results.json   {"benchmark", "seeds", "config" (the settings, seed aside), "per_seed": {S: that seed's
+                     results.json}, "provenance"}: what `posformer report` and the docs' tables read
+      results.md     the tables over seeds: each measure's mean and Student-t interval, comparisons seed by seed
+      seed-S/        seed S's run, as a one-seed run writes it (its rows, results.json, results.md, figures)
+
+Within a seed the rows share the data order and initial weights, as in a one-seed run; seed S differs from
+seed S' in both. Each seed's run resumes on its own, so re-running into OUTPUT continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
+from posformer.utils.provenance import provenance
+from posformer.utils.user_files import read_mapping_file
+
+SEED_DIR_PREFIX = "seed-"
+
+
+def parse_seeds(text: str, first: int) -> list[int]:
+    """--seeds: 'N' (the seeds first .. first + N - 1) or a comma-separated list of distinct seeds ('0,1,2')."""
+    parts = [part.strip() for part in str(text).split(",") if part.strip()]
+    try:
+        numbers = [int(part) for part in parts]
+    except ValueError:
+        raise ValueError(f"--seeds {text!r}: expected a count (3) or comma-separated seeds (0,1,2)") from None
+    if not numbers or any(n < 0 for n in numbers) or (len(numbers) == 1 and numbers[0] < 1):
+        raise ValueError(f"--seeds {text!r}: expected a count >= 1 or seeds >= 0")
+    seeds = list(range(first, first + numbers[0])) if len(numbers) == 1 else numbers
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds {text!r}: a seed is listed twice")
+    return seeds
+
+
+def seed_dir(root: str | Path, seed: int) -> Path:
+    """Seed `seed`'s run directory under the experiment directory `root`."""
+    return Path(root) / f"{SEED_DIR_PREFIX}{seed}"
+
+
+def is_over_seeds(results: dict) -> bool:
+    """Whether `results` is the record of several seeds (else: one run's results.json)."""
+    return "per_seed" in results
+
+
+def _check_root(root: Path, benchmark: str, seeds: list[int]) -> None:
+    if (root / "rows").is_dir():
+        raise ValueError(f"{root} holds a one-seed run; give --seeds runs another --output-dir")
+    path = root / "results.json"
+    if path.is_file():
+        saved = read_mapping_file(path, "the results file")
+        if saved.get("benchmark") != benchmark or not is_over_seeds(saved):
+            raise ValueError(
+                f"{path} holds a run of another kind ({saved.get('benchmark')!r}); use another --output-dir"
+            )
+        if [int(s) for s in saved["per_seed"]] != seeds[: len(saved["per_seed"])]:
+            raise ValueError(
+                f"{path} holds seeds {list(saved['per_seed'])}; --seeds gives {seeds} (the recorded ones must come "
+                "first, in order)"
+            )
+
+
+def run_over_seeds(
+    settings: Any,
+    output_dir: str | Path,
+    seeds: list[int],
+    run_one: Callable[[Any, Path], dict],
+    markdown: Callable[[dict], str],
+    benchmark: str,
+    log: Callable[[str], None] = print,
+) -> dict:
+    """Run `run_one(settings with seed S, OUTPUT/seed-S)` for each seed of `seeds` in turn (each resumes on its
+    own) and write OUTPUT/results.json and results.md (`markdown` of the record) after each; the record."""
+    root = Path(output_dir)
+    _check_root(root, benchmark, seeds)
+    root.mkdir(parents=True, exist_ok=True)
+    config = {k: v for k, v in settings.to_dict().items() if k != "seed"}
+    record = {"benchmark": benchmark, "seeds": seeds, "config": config, "per_seed": {}, "provenance": [provenance()]}
+    for index, seed in enumerate(seeds):
+        log(f"\n=== seed {seed} ({index + 1} of {len(seeds)}) in {seed_dir(root, seed)}")
+        record["per_seed"][str(seed)] = run_one(dataclasses.replace(settings, seed=seed), seed_dir(root, seed))
+        write_json_atomic(root / "results.json", record)
+        write_text_atomic(root / "results.md", markdown(record))
+    return record
