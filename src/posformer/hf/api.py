@@ -200,7 +200,7 @@ def to_hf(
             f"{'is' if family.latent_attention else 'is not'} multi-head latent attention"
         )
     hf_config = family.config_to_hf(cfg)
-    if rope_parameters:
+    if rope_parameters and "rope_parameters" not in hf_config:  # a family may write v5's form itself
         if "rope_theta" not in hf_config:
             raise UnsupportedCheckpoint(
                 f"to_hf(rope_parameters=True): {cfg.hf_model_type} has no RoPE settings "

@@ -10,9 +10,19 @@ query heads together (num_attention_heads * head_dim) and `k_norm` over all the 
 projections before the split into heads and before RoPE (`Config.qk_norm_over="projection"`). `attention_bias`
 gives q/k/v/o biases; the FFN is SwiGLU without biases. Heads: Olmo3ForCausalLM (causal_lm), Olmo3Model (none).
 `sliding_window=None` (transformers 4.57.6 builds the sliding mask regardless, and fails) is refused.
+
+transformers 5 gives the sliding layers a RoPE of their own: `rope_parameters` keyed by layer type, which it writes,
+and which it fills from v4's keys with `rope_theta` and `rope_scaling` for the global layers only, the sliding ones
+getting its default theta, 500000 (`Olmo3Config.default_theta`). A config is read as the transformers that wrote it
+meant it (`versions.writer_major`): a v4-form one from 4.x (or unrecorded) with the global theta unscaled on the
+sliding layers, from 5.x with 500000; a flat `rope_parameters` (which 5 ignores for Olmo 3) from 5.x is refused.
+`to_hf` writes the nested form for transformers 5, and for 4 the v4 form, refusing sliding layers whose RoPE is
+not the global one without its scaling.
 """
 
 from __future__ import annotations
+
+from torch import Tensor, nn
 
 from posformer.config import Config
 from posformer.hf.family import Family, architecture, register, unsupported
@@ -28,11 +38,13 @@ from posformer.hf.llama import (
     separate_projections,
 )
 from posformer.hf.mapping import Rule
-from posformer.hf.rope import has_v5_layer_params, rope_params, rope_to_hf
+from posformer.hf.rope import has_v5_layer_params, rope_params, rope_to_hf, v5_rope_parameters
+from posformer.hf.versions import writer_major
 
 MODEL_TYPE = "olmo3"
 HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
 DEFAULT_WINDOW = 4096  # Olmo3Config's: written when no layer slides (transformers builds the mask regardless)
+V5_LOCAL_THETA = 500000.0  # transformers 5's Olmo3Config.default_theta: its sliding layers' theta in a v4-form config
 
 
 def _layer_types(hf: dict) -> list[str]:
@@ -41,9 +53,18 @@ def _layer_types(hf: dict) -> list[str]:
 
 
 def _local_rope(hf: dict, global_rope: dict) -> dict:
-    """The RoPE of the sliding layers: v5's own entry for them, else the global RoPE without its scaling."""
+    """The RoPE of the sliding layers: v5's own entry for them, else, in v4's form, the global RoPE without its
+    scaling (transformers 4) or with transformers 5's default theta (a config it wrote)."""
     if has_v5_layer_params(hf, LOCAL):
         return rope_params(hf, layer_type=LOCAL)
+    if writer_major(hf) == 5:
+        if isinstance(hf.get("rope_parameters"), dict):
+            raise unsupported(
+                MODEL_TYPE,
+                f"rope_parameters={hf['rope_parameters']} not keyed by layer type ({GLOBAL!r}, {LOCAL!r}) in a "
+                "transformers 5 config, which transformers 5 ignores for Olmo 3",
+            )
+        return {"theta": V5_LOCAL_THETA, "layout": "half"}
     return {key: value for key, value in global_rope.items() if key != "scaling"}
 
 
@@ -92,23 +113,45 @@ def config_from_hf(hf: dict) -> Config:
     )
 
 
-def _layers_to_hf(cfg: Config) -> dict:
-    """`layer_types` and `sliding_window`: global layers use the config's own RoPE and no window, local ones one
-    window and the same RoPE without its scaling."""
-    local_rope = {**cfg.position_params, "scaling": None}
+def _layers_to_hf(cfg: Config) -> tuple[dict, dict | None]:
+    """(`layer_types` and `sliding_window`, the sliding layers' RoPE `position_params` or None when none slides):
+    global layers use the config's own RoPE and no window, local ones one window and one RoPE of their own."""
+    local_ropes: list[dict] = []
 
     def kind(layer: Config) -> str | None:
         if layer.position != "rope" or layer.query_temperature is not None:
             return None
         if layer.sliding_window is None and layer.position_params == cfg.position_params:
             return GLOBAL
-        return LOCAL if layer.sliding_window is not None and layer.position_params == local_rope else None
+        if layer.sliding_window is None or layer.position_params.get("layout") != "half":
+            return None
+        local_ropes.append(layer.position_params)
+        return LOCAL
 
-    expected = (
-        "global ones (the config's RoPE, no window) and local ones (a sliding window, the config's RoPE without "
-        "scaling)"
-    )
-    return layers_to_hf(cfg, MODEL_TYPE, kind, expected, DEFAULT_WINDOW)
+    expected = "global ones (the config's RoPE, no window) and local ones (a sliding window, RoPE in half layout)"
+    layers = layers_to_hf(cfg, MODEL_TYPE, kind, expected, DEFAULT_WINDOW)
+    if any(rope != local_ropes[0] for rope in local_ropes):
+        raise unsupported(MODEL_TYPE, "sliding layers with RoPE settings that differ (to_hf)")
+    return layers, (local_ropes[0] if local_ropes else None)
+
+
+def _nested_rope(cfg: Config, local: dict) -> dict:
+    """transformers 5's `rope_parameters` of `cfg`'s global RoPE and the sliding layers' `local` one, keyed by
+    layer type, with `max_position_embeddings` (refused where the two RoPEs would need different ones)."""
+    full, sliding = rope_to_hf(cfg), rope_to_hf(cfg.replace(position_params=local))
+    if full["max_position_embeddings"] != sliding["max_position_embeddings"]:
+        raise unsupported(
+            MODEL_TYPE,
+            f"sliding layers' RoPE {local} and global {cfg.position_params} whose scalings need different "
+            "max_position_embeddings (to_hf)",
+        )
+    return {
+        "max_position_embeddings": full["max_position_embeddings"],
+        "rope_parameters": {
+            GLOBAL: v5_rope_parameters(full)["rope_parameters"],
+            LOCAL: v5_rope_parameters(sliding)["rope_parameters"],
+        },
+    }
 
 
 def config_to_hf(cfg: Config) -> dict:
@@ -137,6 +180,9 @@ def config_to_hf(cfg: Config) -> dict:
         raise unsupported(MODEL_TYPE, "a FFN other than a gated one, or RoPE's interleaved layout (to_hf)")
     if abs(cfg.scale - cfg.head_dim**-0.5) > 1e-12:
         raise unsupported(MODEL_TYPE, f"an attention scale other than head_dim ** -0.5: {cfg.scale} (to_hf)")
+    layers, local = _layers_to_hf(cfg)
+    unscaled = {**cfg.position_params, "scaling": None}
+    rope = rope_to_hf(cfg) if local is None or local == unscaled else _nested_rope(cfg, local)
     return {
         "model_type": MODEL_TYPE,
         "architectures": ["Olmo3ForCausalLM" if cfg.head_kind == "causal_lm" else "Olmo3Model"],
@@ -156,8 +202,8 @@ def config_to_hf(cfg: Config) -> dict:
         "pad_token_id": cfg.pad_token_id,
         "bos_token_id": cfg.bos_token_id,
         "eos_token_id": cfg.eos_token_id,
-        **rope_to_hf(cfg),
-        **_layers_to_hf(cfg),
+        **rope,
+        **layers,
     }
 
 
@@ -165,4 +211,28 @@ def rules(cfg: Config) -> list[Rule]:
     return decoder_rules(cfg, separate_projections(cfg), output_norms)
 
 
-FAMILY = register(Family((MODEL_TYPE,), config_from_hf, config_to_hf, rules, ignore))
+def finish_export(model: nn.Module, hf: dict, state: dict[str, Tensor]) -> None:
+    """The RoPE settings in the form of the transformers the export is for: for 5, `rope_parameters` keyed by layer
+    type (the sliding layers' entry the global RoPE without its scaling, where `config_to_hf` wrote one RoPE); for
+    4, v4's keys, refusing sliding layers with a RoPE of their own."""
+    params = hf.get("rope_parameters")
+    nested = isinstance(params, dict) and isinstance(params.get(LOCAL), dict)
+    if writer_major(hf, "to_hf") < 5:
+        if nested:
+            raise unsupported(
+                MODEL_TYPE,
+                f"sliding layers whose RoPE ({params[LOCAL]}) is not the global one ({params[GLOBAL]}) without its "
+                "scaling, for transformers 4, which rotates them with the global theta (to_hf) (transformers 5 "
+                "gives them their own: transformers_version='5.24.0')",
+            )
+        return
+    if nested:
+        return
+    if params is None:
+        params = v5_rope_parameters(hf).pop("rope_parameters")
+        for key in ("rope_theta", "rope_scaling", "partial_rotary_factor"):
+            hf.pop(key, None)
+    hf["rope_parameters"] = {GLOBAL: params, LOCAL: {"rope_type": "default", "rope_theta": params["rope_theta"]}}
+
+
+FAMILY = register(Family((MODEL_TYPE,), config_from_hf, config_to_hf, rules, ignore, finish_export=finish_export))
