@@ -13,9 +13,6 @@ import pytest
 from hf_oracle import ORACLE, TRANSFORMERS_5
 
 NOT_YET_UNDER_5 = {  # a test id, or the start of several (its parametrisations)
-    "test_hf_deepseek_v3.py::test_against_hf_deepseek_v3_yarn_with_mscale": "YaRN's mscale in rope_parameters",
-    "test_hf_deepseek_v3.py::test_deepseek_v3_generates_hf_tokens[yarn]": "YaRN's mscale in rope_parameters",
-    "test_hf_deepseek_v3.py::test_deepseek_v3_writes_its_own_fields_back": "the attention scale of 5's YaRN",
     "test_hf_gpt_oss.py::test_gpt_oss_aux_loss_and_training_loss_are_hf_ones": "the router's auxiliary loss",
     "test_hf_marian.py::test_against_hf_marian_untied_unscaled": "untied, 5 keeps three embeddings",
 }

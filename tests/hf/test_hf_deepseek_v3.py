@@ -1,16 +1,18 @@
-"""DeepSeek-V3 (dense layers) against transformers 4.57.6: multi-head latent attention with and without a query
-latent, interleaved and half RoPE, YaRN with DeepSeek's mscale on the softmax scale; logits on padded batches
-(full, right- and left-padded rows), a round trip, greedy generation token for token against HF's, and the
-features refused by name."""
+"""DeepSeek-V3 (dense layers) against transformers 4.57.6 and 5: multi-head latent attention with and without a
+query latent, interleaved and half RoPE, YaRN with DeepSeek's mscale on the softmax scale (v4's `rope_scaling`, v5's
+`rope_parameters`); logits on padded batches (full, right- and left-padded rows), a round trip, greedy generation
+token for token against HF's, and the features refused by name."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, DeepseekV3Model
 
 import posformer as pf
-from hf_oracle import check_family, padded_batch, save_hf
+from hf_oracle import TRANSFORMERS_5, assert_same_outputs, check_family, padded_batch, save_hf
 from posformer.hf.deepseek_v3 import config_to_hf
 
 VOCAB = 97
@@ -106,6 +108,24 @@ def test_deepseek_v3_writes_its_own_fields_back(tmp_path):
     assert (hf["qk_nope_head_dim"], hf["v_head_dim"], hf["first_k_dense_replace"]) == (8, 8, 2)
     assert hf["rope_interleave"] and hf["rope_scaling"]["mscale_all_dim"] == 0.7
     assert hf["max_position_embeddings"] == 64 and hf["rope_scaling"]["original_max_position_embeddings"] == 16
+
+
+def test_deepseek_v3_reads_mscale_from_rope_parameters(tmp_path):
+    """v5's form (`rope_parameters` with YaRN's mscale and mscale_all_dim) gives the softmax scale v4's form gives;
+    transformers 5 loads it with the same logits. A `rope_type` of "default" there leaves the scale alone."""
+    model = pf.from_hf(save_hf(_deepseek(rope_scaling=dict(YARN)), tmp_path / "hf"))
+    pf.to_hf(model, tmp_path / "v5", rope_parameters=True)
+    written = json.loads((tmp_path / "v5" / "config.json").read_text())
+    assert written["rope_parameters"]["mscale_all_dim"] == 0.7 and "rope_scaling" not in written
+    again = pf.from_hf(tmp_path / "v5")
+    assert again.cfg == model.cfg and model.cfg.attn_scale is not None
+    if TRANSFORMERS_5:
+        reloaded = DeepseekV3ForCausalLM.from_pretrained(tmp_path / "v5", attn_implementation="eager").eval()
+        assert reloaded.model.layers[0].self_attn.scaling == model.cfg.attn_scale
+        assert_same_outputs(again, reloaded, padded_batch(VOCAB, length=40))
+    default = {"rope_type": "default", "rope_theta": 100.0, "factor": 4.0, "mscale_all_dim": 0.7}
+    (tmp_path / "v5" / "config.json").write_text(json.dumps({**written, "rope_parameters": default}))
+    assert pf.from_hf(tmp_path / "v5").cfg.attn_scale is None
 
 
 @pytest.mark.parametrize(

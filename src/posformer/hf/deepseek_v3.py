@@ -7,7 +7,8 @@ rope key of `qk_rope_head_dim`), `kv_a_layernorm` -> `kv_b_proj` -> each head's 
 (2i, 2i + 1) (layout "interleaved") with `rope_interleave` (the default), else (i, i + r/2) ("half"), with
 `rope_theta` and any `rope_scaling`. The softmax scale is `qk_head_dim` ** -0.5, times mscale(factor,
 mscale_all_dim) ** 2 (YaRN's 0.1 * mscale_all_dim * ln(factor) + 1) when `rope_scaling` has a non-zero
-`mscale_all_dim`, as transformers 4.57.6 computes it: `Config.attn_scale`. Pre-RMSNorm, `attention_bias` on
+`mscale_all_dim`, as transformers 4.57.6 computes it: `Config.attn_scale` (transformers 5 reads both from
+`rope_parameters`, where a `rope_type` of "default" leaves the scale alone). Pre-RMSNorm, `attention_bias` on
 q_a_proj / kv_a_proj_with_mqa / o_proj. The feed-forward is dense (SwiGLU of `intermediate_size`) in every layer:
 `first_k_dense_replace` >= `num_hidden_layers`; a model with mixture-of-experts layers is refused by name, as are
 `num_key_value_heads` other than `num_attention_heads` (which transformers cannot run either). Heads:
@@ -23,7 +24,7 @@ from posformer.hf.family import Family, architecture, register, unsupported
 from posformer.hf.layout import require_fields, require_head
 from posformer.hf.llama import GATED, HIDDEN_ACT, decoder_rules, first_token_id, ignore
 from posformer.hf.mapping import Rule, fused_linear, linear, norm
-from posformer.hf.rope import rope_params, rope_to_hf
+from posformer.hf.rope import rope_params, rope_to_hf, scaling_dict
 
 MODEL_TYPE = "deepseek_v3"
 HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
@@ -42,6 +43,15 @@ def softmax_scale(qk_head_dim: int, scaling: dict | None) -> float:
     if mscale_all_dim:
         scale *= _yarn_mscale(float(scaling["factor"]), float(mscale_all_dim)) ** 2
     return scale
+
+
+def _mscale_scaling(hf: dict) -> dict | None:
+    """The RoPE scaling whose `mscale_all_dim` scales the softmax: v4's `rope_scaling` (any, as transformers 4.57.6
+    reads it), or v5's `rope_parameters` unless its `rope_type` is "default" (as transformers 5 reads it)."""
+    scaling, _, v5 = scaling_dict(hf)
+    if v5 and scaling.get("rope_type", scaling.get("type", "default")) == "default":
+        return None
+    return scaling
 
 
 def _check_features(hf: dict) -> None:
@@ -66,7 +76,7 @@ def _check_features(hf: dict) -> None:
 def config_from_hf(hf: dict) -> Config:
     _check_features(hf)
     nope, rope = hf.get("qk_nope_head_dim", 128), hf.get("qk_rope_head_dim", 64)
-    scale = softmax_scale(nope + rope, hf.get("rope_scaling"))
+    scale = softmax_scale(nope + rope, _mscale_scaling(hf))
     bias = bool(hf.get("attention_bias", False))
     layout = "interleaved" if hf.get("rope_interleave", True) else "half"
     return Config(

@@ -52,7 +52,7 @@ def _v5_params(hf: dict, layer_type: str | None) -> dict | None:
     return params
 
 
-def _scaling_dict(hf: dict, layer_type: str | None = None) -> tuple[dict | None, float | None, bool]:
+def scaling_dict(hf: dict, layer_type: str | None = None) -> tuple[dict | None, float | None, bool]:
     """(the scaling dict in either form, or None; rope_theta from rope_parameters, if there; whether the config
     is in v5's form)."""
     params = _v5_params(hf, layer_type)
@@ -72,7 +72,7 @@ def rope_params(hf: dict, default_theta: float = 10000.0, layer_type: str | None
     fields or from v5's `rope_parameters` (for `layer_type`, when they nest by layer type). A
     `partial_rotary_factor` other than 1 (top level, or inside `rope_parameters`) becomes `rotary_fraction`."""
     model_type = hf.get("model_type", "?")
-    scaling, theta, v5 = _scaling_dict(hf, layer_type)
+    scaling, theta, v5 = scaling_dict(hf, layer_type)
     theta = theta if theta is not None else hf.get("rope_theta", default_theta)
     fraction = (scaling or {}).get("partial_rotary_factor") if v5 else None
     fraction = float(fraction if fraction is not None else hf.get("partial_rotary_factor") or 1.0)
