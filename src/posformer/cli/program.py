@@ -20,11 +20,13 @@ from posformer.cli import (
     longeval,
     plot,
     qa,
+    report,
     tokenizer,
     train,
 )
 from posformer.cli.command import Command, add_commands
 from posformer.cli.failures import argument_problem, is_rust_panic, panic_line
+from posformer.utils.provenance import invoked
 
 COMMANDS: tuple[Command, ...] = (
     info.COMMAND,
@@ -37,6 +39,7 @@ COMMANDS: tuple[Command, ...] = (
     extend.COMMAND,
     longeval.COMMAND,
     plot.COMMAND,
+    report.COMMAND,
     data.COMMAND,
     tokenizer.COMMAND,
 )
@@ -85,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"posformer: error: {problem}", file=sys.stderr)
         return 2
     args = parse([arg for arg in argv if arg != DEBUG_FLAG])
+    invoked(argv)
     try:
         return args.run(args)
     except KeyboardInterrupt:

@@ -7,9 +7,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+_command: list[str] = []  # the arguments of the `posformer` command running in this process, once `main` has them
+
+
+def invoked(argv: list[str]) -> None:
+    """Record that this process runs `posformer ARGV` (called by the program's `main`, which may run in-process)."""
+    _command[:] = ["posformer", *argv]
+
 
 def command_line() -> str:
-    """This process's command line, `posformer ...` for the program however it was started."""
+    """The command this process runs: the `posformer ...` that `main` was given, else this process's command line
+    (`posformer ...` for the program however it was started)."""
+    if _command:
+        return shlex.join(_command)
     name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
     if name in ("posformer", "__main__.py"):
         name = "posformer"

@@ -10,6 +10,7 @@ in how many seeds a beat b. With one seed there is no interval (None): nothing i
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,30 +18,37 @@ from dataclasses import dataclass
 LEVEL = 0.95
 
 
-def _t_density(x: float, dof: int) -> float:
-    log_norm = math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2) - 0.5 * math.log(dof * math.pi)
-    return math.exp(log_norm - (dof + 1) / 2 * math.log1p(x * x / dof))
+def _within(x: float, dof: int) -> float:
+    """P(|T| < x) for T ~ Student t with `dof` degrees of freedom: the finite series of Abramowitz & Stegun 26.7.3
+    (odd dof) and 26.7.4 (even), in theta = atan(x / sqrt(dof))."""
+    theta = math.atan(x / math.sqrt(dof))
+    cos2 = math.cos(theta) ** 2
+    if dof % 2:
+        term = total = math.cos(theta) if dof > 1 else 0.0
+        for k in range(1, (dof - 1) // 2):
+            term *= cos2 * (2 * k) / (2 * k + 1)
+            total += term
+        return 2 / math.pi * (theta + math.sin(theta) * total)
+    term = total = 1.0
+    for k in range(1, dof // 2):
+        term *= cos2 * (2 * k - 1) / (2 * k)
+        total += term
+    return math.sin(theta) * total
 
 
-def _t_cdf_above_zero(x: float, dof: int, steps: int = 2000) -> float:
-    """P(0 < T < x) for T ~ Student t with `dof` degrees of freedom, x >= 0 (Simpson's rule, `steps` even)."""
-    h = x / steps
-    total = _t_density(0.0, dof) + _t_density(x, dof)
-    total += sum((4 if i % 2 else 2) * _t_density(i * h, dof) for i in range(1, steps))
-    return total * h / 3
-
-
+@functools.lru_cache(maxsize=256)
 def t_quantile(probability: float, dof: int) -> float:
     """The `probability` quantile (> 0.5) of Student's t with `dof` >= 1 degrees of freedom, by bisection on its
-    distribution function (P(T < q) = 0.5 + P(0 < T < q))."""
+    distribution function P(T < q) = (1 + P(|T| < q)) / 2."""
     if not 0.5 < probability < 1 or dof < 1:
         raise ValueError(f"t_quantile: expected 0.5 < probability < 1 and dof >= 1, got {probability}, {dof}")
+    within = 2 * probability - 1
     low, high = 0.0, 1.0
-    while 0.5 + _t_cdf_above_zero(high, dof) < probability:
+    while _within(high, dof) < within:
         low, high = high, 2 * high
-    for _ in range(60):
+    for _ in range(100):
         middle = (low + high) / 2
-        low, high = (middle, high) if 0.5 + _t_cdf_above_zero(middle, dof) < probability else (low, middle)
+        low, high = (middle, high) if _within(middle, dof) < within else (low, middle)
     return (low + high) / 2
 
 

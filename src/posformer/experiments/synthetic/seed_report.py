@@ -47,7 +47,7 @@ def ordering_lines(ranks: dict[str, list[float]]) -> list[str]:
     lines = ["| pair (paper's order) | MRR difference [95% interval] | verdict |", "|---|---:|---|"]
     for a, b in pairs:
         found = compare(ranks[a], ranks[b])
-        lines.append(f"| {a} - {b} | {found.difference.cell(2, sign=True)} | {found.verdict(a, b)} |")
+        lines.append(f"| {a} - {b} | {found.difference.cell(2, (-1.0, 1.0), sign=True)} | {found.verdict(a, b)} |")
     return lines
 
 
@@ -61,7 +61,7 @@ def _mrr_lines(ranks: dict[str, list[float]], seeds: list[str]) -> list[str]:
         lines.append(
             f"| {row} | "
             + " | ".join(f"{v:.2f}" for v in ranks[row])
-            + f" | {spread(ranks[row]).cell(2)} | {'' if paper is None else f'{paper:.2f}'} |"
+            + f" | {spread(ranks[row]).cell(2, UNIT)} | {'' if paper is None else f'{paper:.2f}'} |"
         )
     return lines
 
@@ -121,7 +121,7 @@ def summary_markdown(records: dict[str, dict]) -> str:
             + " | ".join(f"{sum(ranks[row]) / len(seeds):.2f}" for ranks in by_task.values())
             + " | "
             + " | ".join(f"{v:.2f}" for v in over_tasks[row])
-            + f" | {spread(over_tasks[row]).cell(2)} | {'' if paper is None else f'{paper:.2f}'} |"
+            + f" | {spread(over_tasks[row]).cell(2, UNIT)} | {'' if paper is None else f'{paper:.2f}'} |"
         )
     lines += ["", "The paper's orderings over the tasks, seed by seed:\n", *ordering_lines(over_tasks)]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,59 @@
+"""Generated blocks in a hand-written markdown page: the text between two marker lines belongs to a generator,
+everything else to the author.
+
+    <!-- report NAME: the command that regenerates it -->
+    ...generated text...
+    <!-- /report NAME -->
+
+`replace_block` rewrites one block (atomically, the rest of the page kept byte for byte); `read_block` returns
+its text, as a test that compares a fresh run with the page needs.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from posformer.checkpoints.atomic import write_text_atomic
+
+
+def _pattern(name: str) -> re.Pattern:
+    return re.compile(
+        rf"^<!-- report {re.escape(name)}(?::[^\n]*)? -->\n(.*?)^<!-- /report {re.escape(name)} -->$",
+        re.MULTILINE | re.DOTALL,
+    )
+
+
+def _check_name(name: str) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise ValueError(f"--block {name!r}: expected letters, digits, '.', '_' or '-'")
+
+
+def _find(path: Path, name: str) -> tuple[str, re.Match]:
+    _check_name(name)
+    if not path.is_file():
+        raise FileNotFoundError(f"--into {path}: no such file")
+    page = path.read_text(encoding="utf-8")
+    found = list(_pattern(name).finditer(page))
+    if len(found) != 1:
+        problem = "has no" if not found else f"has {len(found)}"
+        raise ValueError(
+            f"--into {path} {problem} block {name!r}: expected one pair of lines '<!-- report {name} -->' and "
+            f"'<!-- /report {name} -->' where the generated text goes"
+        )
+    return page, found[0]
+
+
+def read_block(path: str | Path, name: str) -> str:
+    """The generated text of block `name` in the page at `path`."""
+    return _find(Path(path), name)[1].group(1)
+
+
+def replace_block(path: str | Path, name: str, text: str, command: str) -> None:
+    """Put `text` into block `name` of the page at `path`, its opening marker naming `command`."""
+    path = Path(path)
+    page, found = _find(path, name)
+    if "-->" in command:
+        raise ValueError(f"--block {name}: the command {command!r} cannot go inside an HTML comment")
+    block = f"<!-- report {name}: {command} -->\n{text.rstrip()}\n<!-- /report {name} -->"
+    write_text_atomic(path, page[: found.start()] + block + page[found.end() :])

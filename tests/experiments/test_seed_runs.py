@@ -1,0 +1,67 @@
+"""`posformer extrapolate --seeds`: each seed a whole run of its own, the record over seeds, resume, refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from posformer.cli import main
+from posformer.experiments.seeds.runs import parse_seeds
+
+TINY_TASK = ["--task", "copy", "--positions", "none,rope", "--no-progress", "--steps", "12",
+             "--set", "eval_examples=8", "--set", "d_model=16", "--set", "layers=1", "--set", "heads=2",
+             "--set", "batch_size=8", "--set", "warmup=2", "--set", "save_every=6"]  # fmt: skip
+
+
+def test_seeds_are_a_count_from_seed_or_a_list() -> None:
+    assert parse_seeds("3", 5) == [5, 6, 7] and parse_seeds("0, 4,2", 9) == [0, 4, 2]
+    for bad, why in (
+        ("0", "a count >= 1"),
+        ("a,b", "comma-separated seeds"),
+        ("1,1", "listed twice"),
+        ("-1,2", ">= 0"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            parse_seeds(bad, 0)
+
+
+@pytest.fixture(scope="module")
+def two_seeds(tmp_path_factory):
+    out = tmp_path_factory.mktemp("seeds")
+    assert main(["extrapolate", *TINY_TASK, "--seeds", "2", "--output-dir", str(out)]) == 0
+    return out
+
+
+def test_each_seed_is_the_run_that_seed_alone_gives(two_seeds, tmp_path) -> None:
+    record = json.loads((two_seeds / "results.json").read_text())
+    assert record["benchmark"] == "tasks" and record["seeds"] == [0, 1] and list(record["per_seed"]) == ["0", "1"]
+    assert "seed" not in record["config"] and record["provenance"][0]["command"].startswith("posformer extrapolate")
+    assert main(["extrapolate", *TINY_TASK, "--seed", "1", "--output-dir", str(tmp_path)]) == 0
+    alone = json.loads((tmp_path / "results.json").read_text())
+    seeded = record["per_seed"]["1"]
+    assert {row: r["accuracy"] for row, r in seeded["rows"].items()} == {
+        row: r["accuracy"] for row, r in alone["rows"].items()
+    }
+    assert seeded["rows"]["rope"]["final_loss"] == alone["rows"]["rope"]["final_loss"]
+    assert seeded["rows"]["rope"]["final_loss"] != record["per_seed"]["0"]["rows"]["rope"]["final_loss"]
+    assert json.loads((two_seeds / "seed-0" / "results.json").read_text()) == record["per_seed"]["0"]
+
+
+def test_the_record_over_seeds_reports_means_intervals_and_pairs(two_seeds) -> None:
+    text = (two_seeds / "results.md").read_text()
+    assert "over 2 seeds (0, 1)" in text and "| seed 0 | seed 1 |" in text and "| none - rope |" in text
+
+
+def test_a_third_seed_adds_to_the_record_and_the_others_resume(two_seeds, capsys) -> None:
+    assert main(["extrapolate", *TINY_TASK, "--seeds", "0,1,2", "--output-dir", str(two_seeds)]) == 0
+    assert "already recorded" in capsys.readouterr().out
+    assert list(json.loads((two_seeds / "results.json").read_text())["per_seed"]) == ["0", "1", "2"]
+    assert main(["extrapolate", *TINY_TASK, "--seeds", "1,0", "--output-dir", str(two_seeds)]) == 2
+    assert "holds seeds ['0', '1', '2']" in capsys.readouterr().err
+
+
+def test_seeds_refuse_a_one_seed_run(tmp_path, capsys) -> None:
+    assert main(["extrapolate", *TINY_TASK, "--output-dir", str(tmp_path)]) == 0
+    assert main(["extrapolate", *TINY_TASK, "--seeds", "2", "--output-dir", str(tmp_path)]) == 2
+    assert "holds a one-seed run" in capsys.readouterr().err
