@@ -14,7 +14,6 @@ from hf_oracle import ORACLE, TRANSFORMERS_5
 
 NOT_YET_UNDER_5 = {  # a test id, or the start of several (its parametrisations)
     "test_hf_gpt_oss.py::test_gpt_oss_aux_loss_and_training_loss_are_hf_ones": "the router's auxiliary loss",
-    "test_hf_marian.py::test_against_hf_marian_untied_unscaled": "untied, 5 keeps three embeddings",
 }
 
 

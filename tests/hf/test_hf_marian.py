@@ -1,13 +1,17 @@
-"""Marian (MarianMTModel, MarianModel) against transformers 4.57.6: post-norm, half-layout sinusoids, logits bias."""
+"""Marian (MarianMTModel, MarianModel) against transformers 4.57.6 and 5: post-norm, half-layout sinusoids, logits
+bias; untied, the embeddings of each version (5: one per stack, and `shared`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+from safetensors.torch import load_file
 from transformers import MarianConfig, MarianModel, MarianMTModel
 
 import posformer as pf
-from hf_oracle import assert_same_outputs, check_family, padded_batch, round_trip
+from hf_oracle import TRANSFORMERS_5, assert_same_outputs, check_family, padded_batch, round_trip, save_hf
 
 SIZES = dict(
     vocab_size=97,
@@ -74,6 +78,45 @@ def test_against_hf_marian_untied_unscaled(tmp_path, activation):
     )
     model = check_family(hf, MarianMTModel, tmp_path, padded_batch(97), **_decoder_inputs())
     assert model.cfg.activation == activation and model.head.proj.weight is not model.embed_tokens.weight
+    assert model.cfg.separate_decoder_embeddings == TRANSFORMERS_5  # 5: each stack its own, both saved
+
+
+def _untied(tmp_path: Path) -> pf.Transformer:
+    """An untied model whose stacks share one embedding (transformers 4's untied Marian)."""
+    hf = _marian(tie_word_embeddings=False, encoder_layers=1, decoder_layers=1)
+    model = pf.from_hf(save_hf(hf, tmp_path / "hf"))
+    return model if not TRANSFORMERS_5 else pf.Transformer(model.cfg.replace(separate_decoder_embeddings=False))
+
+
+@pytest.mark.parametrize("version", ["4.57.6", "5.24.0"])
+def test_marian_untied_export_for_each_version(tmp_path, version):
+    """Untied, one embedding for both stacks: `shared` alone for 4, `shared` and each stack's copy for 5 (which
+    fills none of them from `shared`); read back as the same model, and by the installed transformers alike."""
+    model = _untied(tmp_path).eval()
+    pf.to_hf(model, tmp_path / "out", transformers_version=version)
+    stored = set(load_file(tmp_path / "out" / "model.safetensors"))
+    stacks = {f"model.{stack}.embed_tokens.weight" for stack in ("encoder", "decoder")}
+    assert "model.shared.weight" in stored and (stacks <= stored) == version.startswith("5")
+    assert pf.from_hf(tmp_path / "out").cfg == model.cfg
+    if version.startswith("5") == TRANSFORMERS_5:
+        reloaded = MarianMTModel.from_pretrained(tmp_path / "out", attn_implementation="eager").eval()
+        assert_same_outputs(model, reloaded, padded_batch(97), **_decoder_inputs())
+
+
+def test_marian_separate_decoder_embeddings_export_for_5_only(tmp_path):
+    """A decoder with embeddings of its own: transformers 5's untied Marian, which 4 cannot express."""
+    model = _untied(tmp_path)
+    torch.manual_seed(2)
+    separate = pf.Transformer(model.cfg.replace(separate_decoder_embeddings=True)).eval()
+    with pytest.raises(pf.hf.UnsupportedCheckpoint, match="separate_decoder_embeddings=True for transformers 4"):
+        pf.to_hf(separate, tmp_path / "out4", transformers_version="4.57.6")
+    pf.to_hf(separate, tmp_path / "out5", transformers_version="5.24.0")
+    again = pf.from_hf(tmp_path / "out5")
+    assert again.cfg == separate.cfg
+    assert_same_outputs(again, separate, padded_batch(97), **_decoder_inputs())
+    tied = pf.Transformer(separate.cfg.replace(tie_embeddings=True))
+    with pytest.raises(pf.hf.UnsupportedCheckpoint, match="separate_decoder_embeddings=True with tie_embeddings"):
+        pf.to_hf(tied, tmp_path / "tied", transformers_version="5.24.0")
 
 
 def test_against_hf_marian_model(tmp_path):

@@ -9,16 +9,27 @@ head, and a `final_logits_bias` added to the logits (`Config.head_bias`).
 The tables HF may store as `embed_positions.weight` are fixed, so they are
 dropped on load and not written by `to_hf` (`transformers` rebuilds them).
 Heads: MarianMTModel (seq2seq_lm) and MarianModel (none).
+
+Untied (`tie_word_embeddings=False`), transformers 4 still feeds both stacks from `shared`, and saves it alone;
+transformers 5 gives the encoder, the decoder and `shared` embeddings of their own (the stacks use theirs,
+`shared` none) and saves the three. A config is read by its writer's meaning (`versions.writer_major`): from 5, an
+untied model's stacks read `encoder.embed_tokens` and `decoder.embed_tokens`, the decoder's own embeddings
+(`Config.separate_decoder_embeddings`) where the two differ. `to_hf` writes the three for 5 (an untied export),
+and refuses separate decoder embeddings for 4, or tied to the head.
 """
 
 from __future__ import annotations
 
 import math
 
+import torch
+from torch import Tensor, nn
+
 from posformer.config import Config
 from posformer.hf.activations import activation_from_hf, activation_to_hf
 from posformer.hf.family import Family, architecture, register, unsupported
 from posformer.hf.mapping import Rule, fused_linear, linear, norm, same
+from posformer.hf.versions import writer_major
 
 MODEL_TYPE = "marian"
 HEADS = {"MTModel": "seq2seq_lm", "Model": "none"}
@@ -43,6 +54,34 @@ def _check_features(hf: dict) -> None:
             raise unsupported(MODEL_TYPE, f"encoder_{name}={enc} different from decoder_{name}={dec}")
     if hf["d_model"] % 2:
         raise unsupported(MODEL_TYPE, f"an odd d_model={hf['d_model']} (its sinusoidal table is uneven)")
+
+
+def _own_stack_embeddings(hf: dict) -> bool:
+    """Whether each stack reads embeddings of its own: an untied model written by transformers 5."""
+    return writer_major(hf) == 5 and not hf.get("tie_word_embeddings", True)
+
+
+def _base(cfg: Config) -> str:
+    return "model." if cfg.head_kind == "seq2seq_lm" else ""
+
+
+def config_for_state(cfg: Config, state: dict[str, Tensor]) -> Config:
+    """One embedding for both stacks where transformers 5's encoder and decoder ones are equal (or not stored)."""
+    if not cfg.separate_decoder_embeddings:
+        return cfg
+    encoder, decoder = (state.get(f"{_base(cfg)}{stack}.embed_tokens.weight") for stack in ("encoder", "decoder"))
+    if encoder is None or decoder is None or torch.equal(encoder, decoder):
+        return cfg.replace(separate_decoder_embeddings=False)
+    return cfg
+
+
+def prepare_state(cfg: Config, hf: dict, state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """An untied model written by transformers 5: its encoder's embeddings (which its encoder reads, unlike
+    `shared`) in the place of `shared`, which `rules` read."""
+    base = _base(cfg)
+    if not _own_stack_embeddings(hf) or f"{base}encoder.embed_tokens.weight" not in state:
+        return state
+    return {**state, f"{base}shared.weight": state[f"{base}encoder.embed_tokens.weight"]}
 
 
 def config_from_hf(hf: dict) -> Config:
@@ -70,6 +109,7 @@ def config_from_hf(hf: dict) -> Config:
         activation_dropout=hf.get("activation_dropout", 0.0),
         scale_embeddings=bool(hf.get("scale_embedding", False)),
         tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
+        separate_decoder_embeddings=_own_stack_embeddings(hf),
         head_bias=head == "seq2seq_lm",
         head=head,
         pad_token_id=pad,
@@ -109,6 +149,8 @@ def _layout_problems(cfg: Config) -> list[str]:
         problems.append(f"attention scale {cfg.scale:g} (Marian: 1/sqrt(d_head))")
     if cfg.scale_tied_head and cfg.tie_embeddings:
         problems.append("scale_tied_head=True")
+    if cfg.separate_decoder_embeddings and cfg.tie_embeddings:
+        problems.append("separate_decoder_embeddings=True with tie_embeddings=True (Marian ties one embedding)")
     return problems
 
 
@@ -175,8 +217,10 @@ def _logits_bias() -> Rule:
 
 
 def rules(cfg: Config) -> list[Rule]:
-    base = "model." if cfg.head_kind == "seq2seq_lm" else ""
+    base = _base(cfg)
     out = [same("embed_tokens.weight", f"{base}shared.weight")]
+    if cfg.separate_decoder_embeddings:
+        out.append(same("decoder_embed_tokens.weight", f"{base}decoder.embed_tokens.weight"))
     out += _stack(cfg, "encoder", f"{base}encoder", cfg.n_layers, cross=False)
     out += _stack(cfg, "decoder", f"{base}decoder", cfg.decoder_layers, cross=True)
     if cfg.head_kind == "seq2seq_lm":
@@ -198,4 +242,33 @@ def ignore(cfg: Config) -> tuple[str, ...]:
     return tuple(patterns)
 
 
-FAMILY = register(Family((MODEL_TYPE,), config_from_hf, config_to_hf, rules, ignore))
+def finish_export(model: nn.Module, hf: dict, state: dict[str, Tensor]) -> None:
+    """For transformers 5, an untied model's encoder and decoder embeddings stored too (its stacks read them, and
+    it does not fill them from `shared`); for 4, separate decoder embeddings refused."""
+    cfg, base = model.cfg, _base(model.cfg)
+    if writer_major(hf, "to_hf") < 5:
+        if cfg.separate_decoder_embeddings:
+            raise unsupported(
+                MODEL_TYPE,
+                "separate_decoder_embeddings=True for transformers 4, whose stacks both read `shared` (to_hf) "
+                "(transformers 5 gives an untied model's decoder its own: transformers_version='5.24.0')",
+            )
+        return
+    if not cfg.tie_embeddings:
+        shared = state[f"{base}shared.weight"]
+        state[f"{base}encoder.embed_tokens.weight"] = shared.clone()
+        state.setdefault(f"{base}decoder.embed_tokens.weight", shared.clone())
+
+
+FAMILY = register(
+    Family(
+        (MODEL_TYPE,),
+        config_from_hf,
+        config_to_hf,
+        rules,
+        ignore,
+        prepare_state=prepare_state,
+        finish_export=finish_export,
+        config_for_state=config_for_state,
+    )
+)
