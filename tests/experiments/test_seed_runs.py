@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -65,3 +66,17 @@ def test_seeds_refuse_a_one_seed_run(tmp_path, capsys) -> None:
     assert main(["extrapolate", *TINY_TASK, "--output-dir", str(tmp_path)]) == 0
     assert main(["extrapolate", *TINY_TASK, "--seeds", "2", "--output-dir", str(tmp_path)]) == 2
     assert "holds a one-seed run" in capsys.readouterr().err
+
+
+def test_a_language_model_run_over_seeds_reports_geometric_means_and_rankings(tmp_path) -> None:
+    from test_extrapolate import TINY
+
+    out = tmp_path / "lm"
+    assert main(["extrapolate", *TINY, "--seeds", "0,3", "--output-dir", str(out)]) == 0
+    record = json.loads((out / "results.json").read_text())
+    assert record["benchmark"] == "extrapolation" and list(record["per_seed"]) == ["0", "3"]
+    text = (out / "results.md").read_text()
+    assert "over 2 seeds (0, 3)" in text and "ranking seed by seed" in text and "| learned |" in text
+    ratio = [run["rows"]["rope"]["ppl"]["tinyshakespeare"] for run in record["per_seed"].values()]
+    mean = math.exp(sum(math.log(r["64"] / r["16"]) for r in ratio) / 2)
+    assert "| rope | 1.00 [1.00, 1.00] | " in text and f"{mean:.2f} [" in text
