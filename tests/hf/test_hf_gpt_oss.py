@@ -1,7 +1,7 @@
-"""GPT-OSS against transformers 4.57.6 (eager attention, as HF runs it on CPU): 4 experts top-2 with biases and
-the clamped SwiGLU, learned sinks, a sliding layer (window 4) and a full one, with and without YaRN, on padded
-batches shorter and longer than the window; the load-balancing loss; greedy generation equal to HF's; a round
-trip; refusals by name."""
+"""GPT-OSS against transformers 4.57.6 and 5 (eager attention, as HF runs it on CPU): 4 experts top-2 with biases
+and the clamped SwiGLU, learned sinks, a sliding layer (window 4) and a full one, with and without YaRN, on padded
+batches shorter and longer than the window; the load-balancing loss (5's: over the router logits); greedy
+generation equal to HF's; a round trip; refusals by name."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import copy  # transformers 5 edits a config's rope_scaling dict in place: give 
 
 import pytest
 import torch
+from torch.nn import functional as F
 from transformers import GptOssConfig, GptOssForCausalLM, GptOssModel
-from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts, load_balancing_loss_func
 
 import posformer as pf
 from hf_oracle import TOLERANCE, TRANSFORMERS_5, causal_labels, check_family, padded_batch, save_hf
@@ -101,19 +102,45 @@ def test_gpt_oss_generates_hf_tokens(tmp_path):
     assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected)
 
 
+def _switch_loss_of_router_logits(hf, batch: dict, out) -> torch.Tensor:
+    """HF's load-balancing loss over its routers' logits (with their bias), as transformers 5 records them: its
+    own aux_loss there. transformers 4.57.6 records the sparse routing scores (a token's top-k softmax at its
+    experts, zero elsewhere) and its aux_loss takes a second softmax of those, nearly uniform; here its own
+    `load_balancing_loss_func` gets the logits of its routers, caught at their inputs."""
+    if TRANSFORMERS_5:
+        return out.aux_loss
+    inputs = []
+    hooks = [layer.mlp.router.register_forward_hook(lambda m, a, o: inputs.append(a[0])) for layer in hf.model.layers]
+    try:
+        recorded = hf(**batch, output_router_logits=True).router_logits
+    finally:
+        for hook in hooks:
+            hook.remove()
+    routers = [layer.mlp.router for layer in hf.model.layers]
+    logits = tuple(F.linear(x.reshape(-1, r.weight.shape[1]), r.weight, r.bias) for x, r in zip(inputs, routers))
+    k = hf.config.num_experts_per_tok
+    scores = torch.softmax(torch.stack(logits).topk(k).values, -1)
+    assert torch.allclose(torch.stack(recorded).topk(k).values, scores)  # what 4.57.6 records instead
+    assert torch.allclose(torch.stack(recorded).sum(-1), torch.ones(()))
+    return load_balancing_loss_func(logits, hf.config.num_local_experts, k, batch["attention_mask"])
+
+
 def test_gpt_oss_aux_loss_and_training_loss_are_hf_ones(tmp_path):
-    """HF with output_router_logits: its aux_loss (over the softmax of the routing scores it records, real
-    tokens of a padded batch only), and in training mode its loss with router_aux_loss_coef times it."""
+    """The Switch load-balancing loss over the softmax of HF's router logits (real tokens of a padded batch only):
+    transformers 5's aux_loss; in training mode HF's loss with router_aux_loss_coef times it."""
     hf = _gpt_oss()
     model = pf.from_hf(save_hf(hf, tmp_path))
     batch = padded_batch(97)
     labels = causal_labels(batch)
+    coef = hf.config.router_aux_loss_coef
     with torch.no_grad():
         ours, theirs = model(**batch, labels=labels), hf(**batch, labels=labels, output_router_logits=True)
-        assert abs(float(ours.aux_loss - theirs.aux_loss)) <= TOLERANCE
+        expected = _switch_loss_of_router_logits(hf, batch, theirs)
+        assert abs(float(ours.aux_loss - expected)) <= TOLERANCE
         model.train(), hf.train()
         ours, theirs = model(**batch, labels=labels), hf(**batch, labels=labels, output_router_logits=True)
-        assert abs(float(ours.loss - theirs.loss)) <= TOLERANCE
+        expected = theirs.loss + coef * (_switch_loss_of_router_logits(hf, batch, theirs) - theirs.aux_loss)
+        assert abs(float(ours.loss - expected)) <= TOLERANCE
 
 
 def test_gpt_oss_reads_transformers_defaults():

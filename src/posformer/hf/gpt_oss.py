@@ -14,7 +14,8 @@ GPT-OSS, nor is `swiglu_limit`, whose value other than 7 is refused). `experts.g
 hidden, 2 d_ff) holds the gate and up columns interleaved (gate at even columns), and its bias alike;
 `down_proj` is (n_experts, d_ff, hidden): both transposed against posformer's `experts.up` / `experts.down`.
 `router_aux_loss_coef` is `Config.router_aux_loss_coef` (`output_router_logits` is not read: posformer always
-returns the load-balancing loss, over the routing scores transformers records). Embeddings untied by default.
+returns the load-balancing loss, over the softmax of the router logits, as transformers 5 does; 4.57.6 took it
+over its routing scores). Embeddings untied by default.
 Heads: GptOssForCausalLM (causal_lm), GptOssModel (none).
 """
 

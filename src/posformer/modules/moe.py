@@ -138,10 +138,10 @@ class MoEFeedForward(nn.Module):
 
     router: Linear d_model -> n_experts (its weight (n_experts, d_model); a bias with `router_bias`);
     experts: `Experts`. `forward` appends the router's logits (N, n_experts) to `router_logits` when given: the
-    model's load-balancing loss (`load_balancing_loss`) reads them. With softmax_over "top_k" it appends what
-    transformers 4.57.6's GPT-OSS records as its router logits instead: the routing scores (N, n_experts), a
-    token's weights at its experts and zero elsewhere (its load-balancing loss takes their softmax).
-    The router has a bias with `Config.router_bias`; its softmax runs over `Config.router_softmax`.
+    model's load-balancing loss (`load_balancing_loss`) reads them, whatever softmax routes the tokens (GPT-OSS's
+    too, as transformers 5 records them; 4.57.6's GPT-OSS recorded its sparse routing scores instead, whose
+    softmax, a second one, is nearly uniform). The router has a bias with `Config.router_bias`; its softmax runs
+    over `Config.router_softmax`.
     """
 
     def __init__(self, cfg: Config) -> None:
@@ -160,8 +160,7 @@ class MoEFeedForward(nn.Module):
         logits = self.router(flat)  # (N, n_experts)
         weights, chosen = route(logits, self.top_k, self.renormalise, self.softmax_over)  # (N, k) each
         if router_logits is not None:
-            top_k = self.softmax_over == "top_k"
-            router_logits.append(torch.zeros_like(logits).scatter(1, chosen, weights) if top_k else logits)
+            router_logits.append(logits)
         slots = chosen.flatten()  # (N k,): token t's j-th expert at slot t * k + j
         order = slots.argsort(stable=True)  # (N k,): the slots grouped by expert
         inverse = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
@@ -190,8 +189,8 @@ class _RowsInOrder(torch.autograd.Function):
 
 def load_balancing_loss(router_logits: list[Tensor], top_k: int, keep: list[Tensor | None]) -> Tensor:
     """The Switch Transformer's auxiliary load-balancing loss (Fedus et al. 2022, eqs. 4-6), as transformers'
-    `load_balancing_loss_func` computes it for Mixtral and Qwen3-MoE: over the rows of every layer's logits
-    together (real tokens only),
+    `load_balancing_loss_func` computes it for Mixtral, Qwen3-MoE and (transformers 5) GPT-OSS: over the rows of
+    every layer's router logits together (real tokens only),
 
         n_experts * sum over experts e and ranks j of f_je * P_e,
 
