@@ -383,3 +383,18 @@ def test_a_source_without_rope_is_refused_naming_its_position_and_the_methods(ex
     args = ["--methods", "rerope,self_extend", "--text", str(default_corpus()), "--train-len", "16"]
     assert main(["extend", str(tmp_path / "alibi"), *EXTEND, *args, "--output-dir", str(tmp_path / "e")]) != 0
     assert "uses position 'alibi'; the context-extension methods (rerope, self_extend)" in capsys.readouterr().err
+
+
+def test_extend_over_seeds_extends_each_seeds_source_and_calls_claims_seed_by_seed(extended, tmp_path):
+    source, _ = extended
+    lm = tmp_path / "lm"
+    assert main(["extrapolate", *ROW, "--seeds", "2", "--output-dir", str(lm)]) == 0
+    runs = str(lm / "seed-{seed}" / "rows" / "rope")
+    args = [*EXTEND, "--methods", "none,pi", "--seeds", "2", "--output-dir", str(tmp_path / "e")]
+    assert main(["extend", runs, *args]) == 0
+    record = json.loads((tmp_path / "e" / "results.json").read_text())
+    assert record["benchmark"] == "extend" and list(record["per_seed"]) == ["0", "1"]
+    for seed, run in record["per_seed"].items():
+        assert run["source"]["run"].endswith(f"seed-{seed}/rows/rope")
+    text = (tmp_path / "e" / "results.md").read_text()
+    assert "over 2 seeds (0, 1)" in text and "| pi+ft |" in text and "ppl(pi+ft) / ppl(none+ft)" in text

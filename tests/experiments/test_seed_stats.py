@@ -62,7 +62,7 @@ def test_a_paired_comparison_sees_through_what_the_seeds_share() -> None:
     assert found.verdict("alibi", "rope") == "alibi better, in 3 of 3 seeds"
     assert compare(a, b).verdict("alibi", "rope", higher_is_better=False) == "rope better, in 3 of 3 seeds"
     mixed = compare([0.5, 0.4, 0.6], [0.45, 0.5, 0.55])
-    assert not mixed.separated and mixed.verdict("a", "b") == "not separated (a higher in 2, b in 1 of 3 seeds)"
+    assert not mixed.separated and mixed.verdict("a", "b") == "not separated (a better in 2, b in 1 of 3 seeds)"
 
 
 def test_a_comparison_needs_the_same_seeds() -> None:

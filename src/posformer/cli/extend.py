@@ -16,7 +16,11 @@ from posformer.utils.options import option
 class ExtendCommandOptions(ExperimentRunOptions):
     """How `posformer extend` runs; the experiment's knobs are `ExtendSettings`."""
 
-    run_dir: str = option(help="the trained run (a directory with checkpoints/, or a checkpoint folder)", flag="RUN")
+    run_dir: str = option(
+        help="the trained run (a directory with checkpoints/, or a checkpoint folder); with --seeds, '{seed}' in it "
+        "stands for each seed (runs/lm/seed-{seed}/rows/rope: each seed extends its own source)",
+        flag="RUN",
+    )
     output_dir: str = option(help="results and the fine-tunes' runs")
     preset: str = option("cpu", "size and budget", choices=tuple(PRESETS))
     data_dir: str | None = option(
@@ -97,12 +101,24 @@ def cmd_extend(args: argparse.Namespace) -> int:
     from posformer.experiments.extension.report import markdown
     from posformer.experiments.extrapolation.layout import ExperimentLayout
 
-    results = run_extend(
-        settings_from_args(args), args.run_dir, args.output_dir, progress=args.progress, data_dir=args.data_dir
+    settings, root = settings_from_args(args), ExperimentLayout(args.output_dir).root
+    if args.seeds is None:
+        results = run_extend(settings, args.run_dir, root, progress=args.progress, data_dir=args.data_dir)
+        print("\n" + markdown(results))
+        print(f"written: {root / 'results.md'}, {root / 'results.json'}, {root / 'ppl.png'}, {root / 'passkey.png'}")
+        return 0
+    from posformer.experiments.extension import seed_report
+    from posformer.experiments.seeds.runs import parse_seeds, run_over_seeds
+
+    def extend_one(seeded, directory):
+        source = args.run_dir.replace("{seed}", str(seeded.seed))
+        return run_extend(seeded, source, directory, progress=args.progress, data_dir=args.data_dir)
+
+    record = run_over_seeds(
+        settings, root, parse_seeds(args.seeds, settings.seed), extend_one, seed_report.markdown, "extend"
     )
-    print("\n" + markdown(results))
-    root = ExperimentLayout(args.output_dir).root
-    print(f"written: {root / 'results.md'}, {root / 'results.json'}, {root / 'ppl.png'}, {root / 'passkey.png'}")
+    print("\n" + seed_report.markdown(record))
+    print(f"written: {root / 'results.md'}, {root / 'results.json'}, and each seed's run in {root}/seed-S/")
     return 0
 
 

@@ -31,6 +31,7 @@ def read_run(directory: str | Path) -> dict:
 def run_markdown(results: dict) -> str:
     """The results.md of one run (over seeds or not)."""
     from posformer.experiments.extension import report as extend_report
+    from posformer.experiments.extension import seed_report as extend_seed_report
     from posformer.experiments.extrapolation import report as lm_report
     from posformer.experiments.extrapolation import seed_report as lm_seed_report
     from posformer.experiments.synthetic import report as task_report
@@ -41,9 +42,7 @@ def run_markdown(results: dict) -> str:
         return (task_seed_report if seeded else task_report).markdown(results)
     if results["benchmark"] == "extrapolation":
         return (lm_seed_report if seeded else lm_report).markdown(results)
-    if seeded:
-        raise ValueError("posformer extend over seeds has no report yet")
-    return extend_report.markdown(results)
+    return (extend_seed_report if seeded else extend_report).markdown(results)
 
 
 def runs_markdown(runs: dict[str, dict]) -> str:

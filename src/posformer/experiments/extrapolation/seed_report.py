@@ -18,7 +18,7 @@ def _runs(record: dict) -> list[dict]:
     return list(record["per_seed"].values())
 
 
-def _exp_cell(found: Spread, digits: int = 2) -> str:
+def exp_cell(found: Spread, digits: int = 2) -> str:
     """A spread of logs shown as the geometric mean [interval]."""
     if found.interval is None:
         return f"{math.exp(found.mean):.{digits}f}"
@@ -50,7 +50,7 @@ def _table(record: dict, eval_set: str, ratio: bool) -> str:
         cells = [row]
         for n in lengths:
             values = _log_values(runs, row, eval_set, n, train_len if ratio else None)
-            cells.append("n/a" if values is None else _exp_cell(spread(values)))
+            cells.append("n/a" if values is None else exp_cell(spread(values)))
         body.append(cells)
     return markdown_table(["row"] + [f"{n} ({n / train_len:g}L)" for n in lengths], body)
 
@@ -65,9 +65,7 @@ def ranking_lines(record: dict, eval_set: str) -> list[str]:
     lines.append("|---|---:|---|")
     for a, b in zip(ranked, ranked[1:]):
         found = compare(logs[a], logs[b])
-        lines.append(
-            f"| {a} / {b} | {_exp_cell(found.difference, 3)} | {found.verdict(a, b, higher_is_better=False)} |"
-        )
+        lines.append(f"| {a} / {b} | {exp_cell(found.difference, 3)} | {found.verdict(a, b, higher_is_better=False)} |")
     return lines
 
 

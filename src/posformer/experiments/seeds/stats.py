@@ -101,13 +101,14 @@ class Comparison:
         return found is not None and (found[0] > 0 or found[1] < 0)
 
     def verdict(self, a: str, b: str, higher_is_better: bool = True) -> str:
-        """'a > b' / 'a < b' when separated (with 'better' read by `higher_is_better`), else 'not separated'."""
+        """'a better, in k of n seeds' when separated (better read by `higher_is_better`), else 'not separated
+        (a better in i, b in j of n seeds)'."""
         seeds = len(self.difference.values)
-        count = f"in {max(self.a_higher, self.b_higher)} of {seeds} seeds"
+        a_better, b_better = (self.a_higher, self.b_higher) if higher_is_better else (self.b_higher, self.a_higher)
         if not self.separated:
-            return f"not separated ({a} higher in {self.a_higher}, {b} in {self.b_higher} of {seeds} seeds)"
-        a_wins = (self.difference.mean > 0) == higher_is_better
-        return f"{a} better, {count}" if a_wins else f"{b} better, {count}"
+            return f"not separated ({a} better in {a_better}, {b} in {b_better} of {seeds} seeds)"
+        winner, count = (a, a_better) if (self.difference.mean > 0) == higher_is_better else (b, b_better)
+        return f"{winner} better, in {count} of {seeds} seeds"
 
 
 def compare(a: Sequence[float], b: Sequence[float], level: float = LEVEL) -> Comparison:
