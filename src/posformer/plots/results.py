@@ -25,6 +25,11 @@ def read_results(directory: str | Path) -> dict:
             "extrapolate` or `posformer extend`)"
         )
     results = read_mapping_file(path, "--results")
+    if "per_seed" in results:
+        raise ValueError(
+            f"--results {directory}: a run over seeds; give its seeds' runs ({directory}/seed-S), or `posformer "
+            "report` it"
+        )
     if not results.get("rows"):
         raise ValueError(f"--results {path}: no row recorded yet")
     return results
