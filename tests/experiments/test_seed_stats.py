@@ -68,3 +68,7 @@ def test_a_paired_comparison_sees_through_what_the_seeds_share() -> None:
 def test_a_comparison_needs_the_same_seeds() -> None:
     with pytest.raises(ValueError, match="the same seeds"):
         compare([1.0, 2.0], [1.0])
+
+
+def test_a_value_every_seed_gives_is_shown_alone() -> None:
+    assert spread([0.0, 0.0, 0.0]).cell(3) == "0.000" and spread([0.5, 0.5]).interval == (0.5, 0.5)

@@ -55,6 +55,9 @@ def runs_markdown(runs: dict[str, dict]) -> str:
     if len(found) == 1:
         return run_markdown(found[0])
     if all(r["benchmark"] == "tasks" for r in found):
+        tasks = [r["config"]["task"] for r in found]
+        if len(set(tasks)) == len(tasks):  # one run a task: each named by its task
+            runs = dict(zip(tasks, found))
         seeded = [is_over_seeds(r) for r in found]
         if all(seeded):
             return task_seed_report.summary_markdown(runs)

@@ -20,7 +20,7 @@ def _runs(record: dict) -> list[dict]:
 
 def exp_cell(found: Spread, digits: int = 2) -> str:
     """A spread of logs shown as the geometric mean [interval]."""
-    if found.interval is None:
+    if found.interval is None or len(set(found.values)) == 1:
         return f"{math.exp(found.mean):.{digits}f}"
     low, high = found.interval
     return f"{math.exp(found.mean):.{digits}f} [{math.exp(low):.{digits}f}, {math.exp(high):.{digits}f}]"

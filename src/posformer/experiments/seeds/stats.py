@@ -62,10 +62,11 @@ class Spread:
     interval: tuple[float, float] | None
 
     def cell(self, digits: int = 3, bounds: tuple[float, float] | None = None, sign: bool = False) -> str:
-        """'mean [low, high]', or the value alone with one seed; the interval clipped to `bounds` (the measure's
-        range, as [0, 1] for an accuracy); `sign`: '+' before positive numbers (a difference)."""
+        """'mean [low, high]', or the value alone with one seed or when every seed gives it; the interval
+        clipped to `bounds` (the measure's range, as [0, 1] for an accuracy); `sign`: '+' before positive numbers
+        (a difference)."""
         form = f"{'+' if sign else ''}.{digits}f"
-        if self.interval is None:
+        if self.interval is None or len(set(self.values)) == 1:  # one seed, or every seed the same: no spread
             return f"{self.mean:{form}}"
         low, high = self.interval
         if bounds is not None:

@@ -74,7 +74,8 @@ def markdown(record: dict) -> str:
         f"# Task `{cfg['task']}` over {len(seeds)} seeds ({', '.join(seeds)}): exact-match accuracy by length\n",
         f"Trained at lengths 1..{cfg['train_len']} ({cfg['steps']} steps of {cfg['batch_size']} examples; "
         f"d_model {cfg['d_model']}, {cfg['layers']} layers, {cfg['heads']} heads); {cfg['eval_examples']} held-out "
-        "examples per length and seed. Each cell: the mean over seeds [95% Student-t interval, clipped to [0, 1]].\n",
+        "examples per length and seed. Each cell: the mean over seeds [95% Student-t interval, clipped to [0, 1]]; a "
+        "bare value: every seed gave it.\n",
         accuracy_table(record),
         "",
         f"Mean reciprocal rank beyond n={cfg['train_len']}, per seed (Kazemnejad et al. 2023 beside):\n",
@@ -100,7 +101,11 @@ def summary_markdown(records: dict[str, dict]) -> str:
         row: [sum(ranks[row][i] for ranks in by_task.values()) / len(by_task) for i in range(len(seeds))]
         for row in shared
     }
-    lines = [f"# Length generalisation over {len(records)} tasks and {len(seeds)} seeds ({', '.join(seeds)})\n"]
+    lines = [
+        f"# Length generalisation over {len(records)} tasks and {len(seeds)} seeds ({', '.join(seeds)})\n",
+        "Exact match: the mean over seeds [95% Student-t interval over seeds, clipped to [0, 1]]; a bare value: "
+        "every seed gave it.\n",
+    ]
     for name, record in records.items():
         cfg = record["config"]
         lines += [
