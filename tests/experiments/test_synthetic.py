@@ -209,7 +209,7 @@ def _task_results(task: str, accuracy: dict[str, tuple[float, float]]) -> dict:
     return {"benchmark": "tasks", "config": config, "rows": rows}
 
 
-def test_plot_sums_up_several_task_runs_with_the_mean_reciprocal_rank_over_tasks(tmp_path, capsys) -> None:
+def test_report_sums_up_several_task_runs_with_the_mean_reciprocal_rank_over_tasks(tmp_path, capsys) -> None:
     """copy: none beyond L 0.5, rope 0 (reciprocal ranks 1, 1/2); sort: none 0, rope 0.25 (1/2, 1): means 0.75."""
     runs = {
         "copy": _task_results("copy", {"none": (1.0, 0.5), "rope": (1.0, 0.0)}),
@@ -220,11 +220,14 @@ def test_plot_sums_up_several_task_runs_with_the_mean_reciprocal_rank_over_tasks
         (tmp_path / name / "results.json").write_text(json.dumps(results))
     out = tmp_path / "figs"
     assert main(["plot", "--output-dir", str(out), "--results", str(tmp_path / "copy")]) == 0
-    assert not (out / "tasks-summary.md").exists()  # one task run: nothing to sum up
+    assert not (out / "tasks-summary.png").exists()  # one task run: nothing to sum up
     assert main(["plot", "--output-dir", str(out), "--results", str(tmp_path / "copy"), str(tmp_path / "sort")]) == 0
-    summary = (out / "tasks-summary.md").read_text()
+    assert (out / "tasks-summary.png").stat().st_size > 0
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "copy"), str(tmp_path / "sort")]) == 0
+    summary = capsys.readouterr().out
     assert "| none | 1.00 | 0.50 | 0.75 | 0.69 |" in summary and "| rope | 0.50 | 1.00 | 0.75 | 0.33 |" in summary
-    assert "| none | 0.500 | 0.000 |" in summary and (out / "tasks-summary.png").stat().st_size > 0
+    assert "| none | 0.500 | 0.000 |" in summary and "no command recorded" in summary
 
 
 def test_a_run_stopped_in_its_first_row_refuses_other_settings(tmp_path, capsys, monkeypatch) -> None:

@@ -60,8 +60,8 @@ results.json (NAME = the directory's name):
                         with 95% bootstrap bands
   NAME-accuracy.png     `posformer extrapolate --task`: exact match against length per encoding
   NAME-passkey.png      `posformer extend`: passkey retrieval heatmaps (length x depth) per row
-  tasks-summary.md/.png two or more task directories: every task's table, the mean reciprocal rank
-                        per task and over the tasks beside Kazemnejad et al.'s, one panel per task
+  tasks-summary.png     two or more task directories: one panel per task
+The tables of the same directories (the mean reciprocal rank over tasks among them): `posformer report`.
 """
 
 

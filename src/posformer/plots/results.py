@@ -2,10 +2,11 @@
 
   extrapolation (`posformer extrapolate`):         NAME-ppl.png       perplexity against length, 95% bands
   tasks (`posformer extrapolate --task`):          NAME-accuracy.png  exact match against length per encoding
+                                                                     (--seeds: the mean, a 95% band over seeds)
   extend (`posformer extend`):                     NAME-ppl.png       perplexity against length per method
                                                    NAME-passkey.png   passkey heatmaps, length x depth
-NAME is the directory's name. With two or more task directories, also tasks-summary.md (every table and the
-mean reciprocal rank over the tasks) and tasks-summary.png (one panel per task).
+NAME is the directory's name. With two or more task directories, also tasks-summary.png (one panel per task).
+The tables of the same directories: `posformer report`.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ def read_results(directory: str | Path) -> dict:
             "extrapolate` or `posformer extend`)"
         )
     results = read_mapping_file(path, "--results")
-    if "per_seed" in results:
+    if "per_seed" in results and results.get("benchmark") != "tasks":
         raise ValueError(
             f"--results {directory}: a run over seeds; give its seeds' runs ({directory}/seed-S), or `posformer "
             "report` it"
         )
-    if not results.get("rows"):
+    if not results.get("per_seed" if "per_seed" in results else "rows"):
         raise ValueError(f"--results {path}: no row recorded yet")
     return results
 
@@ -58,9 +59,7 @@ def draw_results(directory: str | Path, out_dir: str | Path) -> list[Path]:
 
 
 def draw_task_summary(directories: list[str | Path], out_dir: str | Path) -> list[Path]:
-    """With two or more task runs among `directories`: tasks-summary.md (every task's table and the mean
-    reciprocal rank over the tasks beside Kazemnejad et al.'s) and tasks-summary.png; else nothing."""
-    from posformer.checkpoints.atomic import write_text_atomic
+    """With two or more task runs among `directories`: tasks-summary.png, one panel per task; else nothing."""
     from posformer.experiments.synthetic import report as task_report
 
     found = [(Path(d).resolve().name, r) for d in directories if (r := read_results(d)).get("benchmark") == "tasks"]
@@ -68,6 +67,4 @@ def draw_task_summary(directories: list[str | Path], out_dir: str | Path) -> lis
         return []
     tasks = [r["config"]["task"] for _, r in found]
     runs = {task if len(set(tasks)) == len(tasks) else name: r for task, (name, r) in zip(tasks, found)}
-    out_dir = Path(out_dir)
-    write_text_atomic(out_dir / "tasks-summary.md", task_report.summary_markdown(runs))
-    return [out_dir / "tasks-summary.md", task_report.plot_summary(runs, out_dir / "tasks-summary.png")]
+    return [task_report.plot_summary(runs, Path(out_dir) / "tasks-summary.png")]

@@ -66,16 +66,42 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _curves(results: dict) -> dict[str, tuple[list[float], list[float], list[float]] | list[float]]:
+    """{row: accuracies by eval length} of one run; over seeds {row: (means, lows, highs)} (95% over seeds)."""
+    from posformer.experiments.seeds.stats import spread
+
+    lengths = results["config"]["eval_lens"]
+    if "per_seed" not in results:
+        return {
+            row: [r["accuracy"][str(n)] for n in lengths]
+            for row, r in results["rows"].items()
+            if r.get("error") is None
+        }
+    runs = list(results["per_seed"].values())
+    curves = {}
+    for row in runs[0]["rows"]:
+        if any(run["rows"].get(row, {}).get("error", "missing") is not None for run in runs):
+            continue
+        found = [spread([run["rows"][row]["accuracy"][str(n)] for run in runs]) for n in lengths]
+        bands = [f.interval or (f.mean, f.mean) for f in found]
+        curves[row] = ([f.mean for f in found], [max(0.0, b[0]) for b in bands], [min(1.0, b[1]) for b in bands])
+    return curves
+
+
 def _draw(ax, results: dict) -> None:
     cfg = results["config"]
-    for row, r in results["rows"].items():
-        if r.get("error") is None:
-            ax.plot(cfg["eval_lens"], [r["accuracy"][str(n)] for n in cfg["eval_lens"]], marker="o", ms=3, label=row)
+    for row, curve in _curves(results).items():
+        if isinstance(curve, tuple):
+            line = ax.plot(cfg["eval_lens"], curve[0], marker="o", ms=3, label=row)[0]
+            ax.fill_between(cfg["eval_lens"], curve[1], curve[2], color=line.get_color(), alpha=0.15, lw=0)
+        else:
+            ax.plot(cfg["eval_lens"], curve, marker="o", ms=3, label=row)
     ax.axvline(cfg["train_len"], color="grey", lw=0.8, ls=":")
     ax.set_xlabel(f"{cfg['task']} length n")
     ax.set_ylabel("exact-match accuracy")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(f"{cfg['task']}: trained at n <= {cfg['train_len']}")
+    seeds = f", mean of {len(results['per_seed'])} seeds, 95% band" if "per_seed" in results else ""
+    ax.set_title(f"{cfg['task']}: trained at n <= {cfg['train_len']}{seeds}")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
 

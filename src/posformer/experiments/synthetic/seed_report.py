@@ -51,6 +51,19 @@ def ordering_lines(ranks: dict[str, list[float]]) -> list[str]:
     return lines
 
 
+def separated_line(ranks: dict[str, list[float]]) -> str:
+    """The pairs whose per-seed difference of mean reciprocal rank has an interval that excludes 0, in a line."""
+    found = []
+    for a, b in combinations(ranks, 2):
+        pair = compare(ranks[a], ranks[b])
+        if pair.separated:
+            better, worse = (a, b) if pair.difference.mean > 0 else (b, a)
+            found.append(f"{better} > {worse} ({max(pair.a_higher, pair.b_higher)} of {len(ranks[a])} seeds)")
+    if not found:
+        return "Separated by mean reciprocal rank: no pair."
+    return "Separated by mean reciprocal rank: " + "; ".join(found) + "; no other pair."
+
+
 def _mrr_lines(ranks: dict[str, list[float]], seeds: list[str]) -> list[str]:
     lines = [
         "| encoding | " + " | ".join(f"seed {s}" for s in seeds) + " | mean [95% interval] | paper |",
@@ -112,6 +125,7 @@ def summary_markdown(records: dict[str, dict]) -> str:
             f"## `{name}`: trained at 1..{cfg['train_len']} ({cfg['steps']} steps, d_model {cfg['d_model']}, "
             f"{cfg['layers']} layers; {cfg['eval_examples']} examples a length and seed)\n",
             accuracy_table(record) + "\n",
+            separated_line(by_task[name]) + "\n",
         ]
     lines += [
         "## Mean reciprocal rank beyond L: per task (mean over seeds), over the tasks (per seed, then the mean "
