@@ -1,6 +1,7 @@
 """The figures of the experiments' results, redrawn from their output directories (results.json).
 
   extrapolation (`posformer extrapolate`):         NAME-ppl.png       perplexity against length, 95% bands
+                                                                     (--seeds: the geometric mean, 95% over seeds)
   tasks (`posformer extrapolate --task`):          NAME-accuracy.png  exact match against length per encoding
                                                                      (--seeds: the mean, a 95% band over seeds)
   extend (`posformer extend`):                     NAME-ppl.png       perplexity against length per method
@@ -26,7 +27,7 @@ def read_results(directory: str | Path) -> dict:
             "extrapolate` or `posformer extend`)"
         )
     results = read_mapping_file(path, "--results")
-    if "per_seed" in results and results.get("benchmark") != "tasks":
+    if "per_seed" in results and results.get("benchmark") == "extend":
         raise ValueError(
             f"--results {directory}: a run over seeds; give its seeds' runs ({directory}/seed-S), or `posformer "
             "report` it"

@@ -107,33 +107,59 @@ def markdown(results: dict) -> str:
     return "\n".join(parts)
 
 
+def _first_run(results: dict) -> dict:
+    return next(iter(results["per_seed"].values())) if "per_seed" in results else results
+
+
+def _curves(results: dict, eval_set: str) -> dict[str, list[tuple[int, float, float | None, float | None]]]:
+    """{row: [(length, ppl, band low, band high)]}: one run's perplexity with its 95% bootstrap interval over blocks;
+    over seeds, the geometric mean with its 95% interval over seeds."""
+    if "per_seed" in results:
+        from posformer.experiments.extrapolation.seed_report import curves
+
+        return curves(results, eval_set)
+    found = {}
+    for row, r in results["rows"].items():
+        if eval_set not in r["ppl"]:
+            continue
+        points = [(n, r["ppl"][eval_set].get(str(n))) for n in results["config"]["eval_lens"]]
+        bands = [(n, v, ppl_interval_of(r, eval_set, n)) for n, v in points if v is not None]
+        found[row] = [(n, v, *(band or (None, None))) for n, v, band in bands]
+    return found
+
+
 def plot(results: dict, path: Path) -> Path:
-    """ppl.png: perplexity against eval length (log2 x, log y), one line per row with its 95% bootstrap
-    band, one panel per eval set."""
+    """ppl.png: perplexity against eval length (log2 x, log y), one line per row with its 95% band (of one run:
+    the bootstrap over blocks; over seeds: the interval over seeds), one panel per eval set."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     cfg = results["config"]
-    sets = eval_sets(results)
+    sets = eval_sets(_first_run(results))
     fig, axes = plt.subplots(1, max(1, len(sets)), figsize=(6.5 * max(1, len(sets)), 4.8), squeeze=False)
     colors = plt.get_cmap("tab20").colors
     for ax, name in zip(axes[0], sets):
-        for i, (row, r) in enumerate(results["rows"].items()):
-            points = [(n, r["ppl"][name].get(str(n))) for n in cfg["eval_lens"] if name in r["ppl"]]
-            points = [(n, v) for n, v in points if v is not None]
+        for i, (row, points) in enumerate(_curves(results, name).items()):
             if points:
-                style = "--" if "+" in row else "-"
                 color = colors[i % len(colors)]
-                ax.plot([n for n, _ in points], [v for _, v in points], style, marker="o", ms=3, label=row, color=color)
-                bands = [(n, ppl_interval_of(r, name, n)) for n, _ in points]
-                bands = [(n, band) for n, band in bands if band is not None]
-                if bands:
+                lengths = [p[0] for p in points]
+                ax.plot(
+                    lengths,
+                    [p[1] for p in points],
+                    "--" if "+" in row else "-",
+                    marker="o",
+                    ms=3,
+                    label=row,
+                    color=color,
+                )
+                banded = [p for p in points if p[2] is not None]
+                if banded:
                     ax.fill_between(
-                        [n for n, _ in bands],
-                        [b[0] for _, b in bands],
-                        [b[1] for _, b in bands],
+                        [p[0] for p in banded],
+                        [p[2] for p in banded],
+                        [p[3] for p in banded],
                         color=color,
                         alpha=0.15,
                         lw=0,

@@ -55,6 +55,22 @@ def _table(record: dict, eval_set: str, ratio: bool) -> str:
     return markdown_table(["row"] + [f"{n} ({n / train_len:g}L)" for n in lengths], body)
 
 
+def curves(record: dict, eval_set: str) -> dict[str, list[tuple[int, float, float, float]]]:
+    """{row: [(length, geometric mean ppl, low, high)]} over seeds (95%), the lengths every seed could score."""
+    runs, lengths = _runs(record), record["config"]["eval_lens"]
+    found = {}
+    for row in _rows(runs, eval_set):
+        points = []
+        for n in lengths:
+            values = _log_values(runs, row, eval_set, n, None)
+            if values is not None:
+                middle = spread(values)
+                low, high = middle.interval or (middle.mean, middle.mean)
+                points.append((n, math.exp(middle.mean), math.exp(low), math.exp(high)))
+        found[row] = points
+    return found
+
+
 def ranking_lines(record: dict, eval_set: str) -> list[str]:
     """The rows ranked by ppl(longest) / ppl(L) (geometric mean over seeds), each neighbour pair compared."""
     runs, cfg = _runs(record), record["config"]
