@@ -87,3 +87,16 @@ def test_a_language_model_run_over_seeds_reports_geometric_means_and_rankings(tm
 def test_plot_draws_a_task_run_over_seeds_with_its_bands(two_seeds, tmp_path) -> None:
     assert main(["plot", "--output-dir", str(tmp_path), "--results", str(two_seeds)]) == 0
     assert (tmp_path / f"{two_seeds.name}-accuracy.png").stat().st_size > 0
+
+
+def test_report_writes_its_tables_into_a_block_of_a_page(two_seeds, tmp_path, capsys) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# By hand\n\n<!-- report copy -->\n<!-- /report copy -->\n\nAfter.\n")
+    assert main(["report", str(two_seeds), "--into", str(page), "--block", "copy"]) == 0
+    text = page.read_text()
+    assert text.startswith("# By hand\n\n<!-- report copy: posformer report ") and text.endswith("\n\nAfter.\n")
+    assert "### Task `copy` over 2 seeds (0, 1)" in text and "- `posformer extrapolate --task copy" in text
+    assert main(["report", str(two_seeds), "--into", str(page)]) == 2
+    assert "--into FILE and --block NAME go together" in capsys.readouterr().err
+    assert main(["report", str(tmp_path)]) == 2
+    assert "no results.json" in capsys.readouterr().err
