@@ -68,10 +68,14 @@ def runs_markdown(runs: dict[str, dict]) -> str:
 
 
 def made_by(runs: dict[str, dict]) -> list[str]:
-    """The command lines and commits recorded by the runs (in order, each once); older runs recorded none."""
+    """The command lines and commits recorded by the runs (over seeds: each seed's too), in order, each once; older
+    runs recorded none."""
     lines: list[str] = []
     for name, results in runs.items():
-        records = results.get("provenance") or []
+        records = [
+            *results.get("provenance", []),
+            *(p for r in results.get("per_seed", {}).values() for p in r.get("provenance", [])),
+        ]
         if not records:
             lines.append(f"{name}: no command recorded (made before posformer recorded one)")
         for record in records:
