@@ -44,7 +44,10 @@ def ordering_lines(ranks: dict[str, list[float]]) -> list[str]:
     """The pairs of encodings the paper orders (or, without the paper, every pair), each with the per-seed
     difference of mean reciprocal rank and its verdict."""
     pairs = [(a, b) for a, b in combinations(sorted(ranks, key=lambda r: -PAPER_MRR.get(r, -1)), 2)]
-    lines = ["| pair (paper's order) | MRR difference [95% interval] | verdict |", "|---|---:|---|"]
+    lines = [
+        "| pair a - b (the paper's rows in its order) | MRR difference [95% interval] | verdict |",
+        "|---|---:|---|",
+    ]
     for a, b in pairs:
         found = compare(ranks[a], ranks[b])
         lines.append(f"| {a} - {b} | {found.difference.cell(2, (-1.0, 1.0), sign=True)} | {found.verdict(a, b)} |")
@@ -142,5 +145,5 @@ def summary_markdown(records: dict[str, dict]) -> str:
             + " | ".join(f"{v:.2f}" for v in over_tasks[row])
             + f" | {spread(over_tasks[row]).cell(2, UNIT)} | {'' if paper is None else f'{paper:.2f}'} |"
         )
-    lines += ["", "The paper's orderings over the tasks, seed by seed:\n", *ordering_lines(over_tasks)]
+    lines += ["", "Every pair over the tasks, seed by seed:\n", *ordering_lines(over_tasks)]
     return "\n".join(lines) + "\n"
