@@ -1,14 +1,15 @@
 """The tables of a language-model extrapolation over several seeds (`posformer extrapolate --seeds N`).
 
 Per evaluation set: the perplexity at each length and the ratio ppl(kL) / ppl(L), each as the geometric mean
-over seeds with its 95% Student-t interval (taken on the log scale, `seeds.stats`); then the rows ranked by the
-ratio at the longest length, each neighbour pair compared seed by seed: a pair is ordered only when the interval
-of its per-seed log-ratio difference excludes 0.
+over seeds with its 95% Student-t interval (taken on the log scale, `seeds.stats`); then every pair of encodings
+(and each eval-time scaling against its plain row) compared by that ratio at the longest length, seed by seed: a
+pair is ordered only when the interval of its per-seed log-ratio difference excludes 0.
 """
 
 from __future__ import annotations
 
 import math
+from itertools import combinations
 
 from posformer.experiments.extrapolation.report import eval_sets, markdown_table
 from posformer.experiments.seeds.stats import Spread, compare, spread
@@ -71,15 +72,21 @@ def curves(record: dict, eval_set: str) -> dict[str, list[tuple[int, float, floa
     return found
 
 
-def ranking_lines(record: dict, eval_set: str) -> list[str]:
-    """The rows ranked by ppl(longest) / ppl(L) (geometric mean over seeds), each neighbour pair compared."""
+def pair_lines(record: dict, eval_set: str, at_train_len: bool = False) -> list[str]:
+    """Every pair of encodings (best first by the geometric mean over seeds), then each eval-time scaling against
+    its plain row (rope+yarn against rope), compared seed by seed by ppl(longest) / ppl(L); `at_train_len`: the
+    encodings alone, by their perplexity at L."""
     runs, cfg = _runs(record), record["config"]
     longest, train_len = max(cfg["eval_lens"]), cfg["train_len"]
-    logs = {row: _log_values(runs, row, eval_set, longest, train_len) for row in _rows(runs, eval_set)}
+    length, base = (train_len, None) if at_train_len else (longest, train_len)
+    logs = {row: _log_values(runs, row, eval_set, length, base) for row in _rows(runs, eval_set)}
     ranked = sorted((row for row in logs if logs[row] is not None), key=lambda row: sum(logs[row]))
-    lines = [f"| pair (ranked by ppl({longest}) / ppl({train_len})) | ratio of ratios [95% interval] | verdict |"]
-    lines.append("|---|---:|---|")
-    for a, b in zip(ranked, ranked[1:]):
+    pairs = list(combinations([row for row in ranked if "+" not in row], 2))
+    if not at_train_len:
+        pairs += [(row, row.split("+")[0]) for row in ranked if "+" in row and row.split("+")[0] in logs]
+    measure = f"ppl({train_len})" if at_train_len else f"ppl({longest}) / ppl({train_len})"
+    lines = [f"| a / b: {measure} of a over b's | ratio [95% interval] | verdict |", "|---|---:|---|"]
+    for a, b in pairs:
         found = compare(logs[a], logs[b])
         lines.append(f"| {a} / {b} | {exp_cell(found.difference, 3)} | {found.verdict(a, b, higher_is_better=False)} |")
     return lines
@@ -102,7 +109,9 @@ def markdown(record: dict) -> str:
             _table(record, name, ratio=False) + "\n",
             f"### {name}: ppl(kL) / ppl(L)\n",
             _table(record, name, ratio=True) + "\n",
-            f"### {name}: ranking seed by seed\n",
-            "\n".join(ranking_lines(record, name)) + "\n",
+            f"### {name}: pairs seed by seed, past L (a ratio below 1: a degrades less)\n",
+            "\n".join(pair_lines(record, name)) + "\n",
+            f"### {name}: pairs seed by seed, at L (a ratio below 1: a reads better)\n",
+            "\n".join(pair_lines(record, name, at_train_len=True)) + "\n",
         ]
     return "\n".join(parts)
