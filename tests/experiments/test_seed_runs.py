@@ -76,7 +76,7 @@ def test_a_language_model_run_over_seeds_reports_geometric_means_and_rankings(tm
     record = json.loads((out / "results.json").read_text())
     assert record["benchmark"] == "extrapolation" and list(record["per_seed"]) == ["0", "3"]
     text = (out / "results.md").read_text()
-    assert "over 2 seeds (0, 3)" in text and "pairs seed by seed" in text and "| learned |" in text
+    assert "over 2 seeds (0, 3)" in text and "pairs seed by seed at L = 16" in text and "| learned |" in text
     ratio = [run["rows"]["rope"]["ppl"]["tinyshakespeare"] for run in record["per_seed"].values()]
     mean = math.exp(sum(math.log(r["64"] / r["16"]) for r in ratio) / 2)
     assert "| rope | 1.00 | " in text and f"{mean:.2f} [" in text

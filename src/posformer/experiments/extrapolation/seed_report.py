@@ -2,8 +2,9 @@
 
 Per evaluation set: the perplexity at each length and the ratio ppl(kL) / ppl(L), each as the geometric mean
 over seeds with its 95% Student-t interval (taken on the log scale, `seeds.stats`); then every pair of encodings
-(and each eval-time scaling against its plain row) compared by that ratio at the longest length, seed by seed: a
-pair is ordered only when the interval of its per-seed log-ratio difference excludes 0.
+compared seed by seed by its perplexity at L and by the ratio at the first length past L and at the longest
+(each eval-time scaling against its plain row too): a pair is ordered only when the interval of its per-seed
+log-ratio difference excludes 0.
 """
 
 from __future__ import annotations
@@ -72,24 +73,39 @@ def curves(record: dict, eval_set: str) -> dict[str, list[tuple[int, float, floa
     return found
 
 
-def pair_lines(record: dict, eval_set: str, at_train_len: bool = False) -> list[str]:
-    """Every pair of encodings (best first by the geometric mean over seeds), then each eval-time scaling against
-    its plain row (rope+yarn against rope), compared seed by seed by ppl(longest) / ppl(L); `at_train_len`: the
-    encodings alone, by their perplexity at L."""
-    runs, cfg = _runs(record), record["config"]
-    longest, train_len = max(cfg["eval_lens"]), cfg["train_len"]
-    length, base = (train_len, None) if at_train_len else (longest, train_len)
-    logs = {row: _log_values(runs, row, eval_set, length, base) for row in _rows(runs, eval_set)}
+def pair_lines(record: dict, eval_set: str, length: int) -> list[str]:
+    """Every pair of encodings (best first by the geometric mean over seeds) compared seed by seed by
+    ppl(length) / ppl(L), then each eval-time scaling against its plain row (rope+yarn against rope); at
+    `length` = L, the encodings by their perplexity at L."""
+    runs, train_len = _runs(record), record["config"]["train_len"]
+    at_l = length == train_len
+    logs = {row: _log_values(runs, row, eval_set, length, None if at_l else train_len) for row in _rows(runs, eval_set)}
     ranked = sorted((row for row in logs if logs[row] is not None), key=lambda row: sum(logs[row]))
     pairs = list(combinations([row for row in ranked if "+" not in row], 2))
-    if not at_train_len:
+    if not at_l:
         pairs += [(row, row.split("+")[0]) for row in ranked if "+" in row and row.split("+")[0] in logs]
-    measure = f"ppl({train_len})" if at_train_len else f"ppl({longest}) / ppl({train_len})"
+    measure = f"ppl({length})" + ("" if at_l else f" / ppl({train_len})")
     lines = [f"| a / b: {measure} of a over b's | ratio [95% interval] | verdict |", "|---|---:|---|"]
     for a, b in pairs:
         found = compare(logs[a], logs[b])
         lines.append(f"| {a} / {b} | {exp_cell(found.difference, 3)} | {found.verdict(a, b, higher_is_better=False)} |")
     return lines
+
+
+def _pair_sections(record: dict, eval_set: str) -> list[str]:
+    """The pair tables at L, at the first length past L and at the longest."""
+    lengths, train_len = record["config"]["eval_lens"], record["config"]["train_len"]
+    past = [n for n in lengths if n > train_len]
+    parts = [
+        f"### {eval_set}: pairs seed by seed at L = {train_len} (below 1: a reads better)\n",
+        "\n".join(pair_lines(record, eval_set, train_len)) + "\n",
+    ]
+    for n in sorted({past[0], past[-1]}) if past else []:
+        parts += [
+            f"### {eval_set}: pairs seed by seed at {n} = {n / train_len:g}L (below 1: a degrades less)\n",
+            "\n".join(pair_lines(record, eval_set, n)) + "\n",
+        ]
+    return parts
 
 
 def markdown(record: dict) -> str:
@@ -109,9 +125,6 @@ def markdown(record: dict) -> str:
             _table(record, name, ratio=False) + "\n",
             f"### {name}: ppl(kL) / ppl(L)\n",
             _table(record, name, ratio=True) + "\n",
-            f"### {name}: pairs seed by seed, past L (a ratio below 1: a degrades less)\n",
-            "\n".join(pair_lines(record, name)) + "\n",
-            f"### {name}: pairs seed by seed, at L (a ratio below 1: a reads better)\n",
-            "\n".join(pair_lines(record, name, at_train_len=True)) + "\n",
+            *_pair_sections(record, name),
         ]
     return "\n".join(parts)
