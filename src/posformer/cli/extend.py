@@ -76,6 +76,10 @@ Outputs in --output-dir: results.md (summary at the target length, perplexity by
 results.json (every number, per-block losses, the resolved settings), ppl.png, passkey.png, and rows/METHOD/
 (the fine-tune's Trainer run: `posformer generate --model OUTPUT/rows/yarn`). Re-running into the same dir
 skips recorded methods and resumes a half-done fine-tune; a different configuration is refused.
+
+Seeds (--seeds N): each seed a whole run in OUTPUT/seed-S/, the source too when RUN names '{seed}'
+(runs/lm/seed-{seed}/rows/rope, from `posformer extrapolate --seeds`); OUTPUT/results.md gives the summary as
+means over seeds with 95% intervals and every paper's claim seed by seed.
 """
 
 EPILOG = (

@@ -66,6 +66,12 @@ ppl.png (perplexity against eval length, 95% bands), tokenizer/, and rows/ROW/ (
 `posformer generate --model OUTPUT/rows/rope` works). results.json is updated after each
 row: re-running into the same dir (or --resume) skips recorded rows and resumes a
 half-trained one from its checkpoint; a different configuration is refused.
+
+Seeds (--seeds N): one seed orders no encodings. Each seed is then a whole run in OUTPUT/seed-S/ (its own
+weights, data order and draws, shared by its rows), and OUTPUT/results.md gives every measure as its mean over
+seeds with a 95% Student-t interval and compares every pair seed by seed: a pair is ordered only when the
+interval of its per-seed difference excludes 0. `posformer report OUTPUT` prints it again, or writes it into
+a docs page.
 """
 
 EPILOG = (
