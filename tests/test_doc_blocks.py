@@ -1,10 +1,10 @@
-"""Generated blocks of a markdown page (`utils.doc_blocks`): one block rewritten, the author's text kept."""
+"""Generated blocks of a markdown page (`experiments.doc_blocks`): one block rewritten, the author's text kept."""
 
 from __future__ import annotations
 
 import pytest
 
-from posformer.utils.doc_blocks import read_block, replace_block
+from posformer.experiments.doc_blocks import read_block, replace_block
 
 PAGE = (
     "# Title\n\nBy hand.\n\n<!-- report a -->\nold table\n<!-- /report a -->\n\n"

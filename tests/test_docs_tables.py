@@ -12,7 +12,7 @@ import pytest
 
 from posformer.cli import main
 from posformer.cli.report import report_text
-from posformer.utils.doc_blocks import read_block
+from posformer.experiments.doc_blocks import read_block
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 CHECKED = [("tasks.md", "tasks-quick-check"), ("extrapolation.md", "lm-quick-check")]  # the quick presets' smallest

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from posformer.cli import main
+from posformer.train.run_lock import LOCK_FILE
 from train_helpers import finished_run, losses
 
 STEPS = 20  # checkpoints at 10 and 20
@@ -39,7 +40,8 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def _files(run: Path) -> dict[Path, bytes]:
-    return {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    """Every file of the run but its lock file, which names the command holding it (this test's latest)."""
+    return {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != LOCK_FILE}
 
 
 @pytest.mark.parametrize(

@@ -63,7 +63,7 @@ def report_text(runs: list[str], for_page: bool) -> str:
 def cmd_report(args: argparse.Namespace) -> int:
     import shlex
 
-    from posformer.utils.doc_blocks import replace_block
+    from posformer.experiments.doc_blocks import replace_block
 
     options = options_from_args(ReportOptions, args)
     if (options.into is None) != (options.block is None):

@@ -40,7 +40,7 @@ def read_results(directory: str | Path) -> dict:
 def draw_results(directory: str | Path, out_dir: str | Path) -> list[Path]:
     """Draw the figures of the experiment in `directory` into `out_dir`; the paths written."""
     from posformer.experiments.extension import report as extend_report
-    from posformer.experiments.extrapolation import report as lm_report
+    from posformer.experiments.extrapolation import figure as lm_figure
     from posformer.experiments.synthetic import report as task_report
 
     directory, out_dir = Path(directory), Path(out_dir)
@@ -48,7 +48,7 @@ def draw_results(directory: str | Path, out_dir: str | Path) -> list[Path]:
     kind, name, path = results.get("benchmark"), directory.resolve().name, directory / "results.json"
     out_dir.mkdir(parents=True, exist_ok=True)
     if kind == "extrapolation":
-        return [lm_report.plot(results, out_dir / f"{name}-ppl.png")]
+        return [lm_figure.plot(results, out_dir / f"{name}-ppl.png")]
     if kind == "tasks":
         return [task_report.plot(results, out_dir / f"{name}-accuracy.png")]
     if kind == "extend":

@@ -26,8 +26,9 @@ from posformer.data.shared import default_data_dir
 from posformer.experiments.copy_rows import CopyMix
 from posformer.experiments.extrapolation import data
 from posformer.experiments.extrapolation.evaluation import block_losses, represents, tokens_read
+from posformer.experiments.extrapolation.figure import plot
 from posformer.experiments.extrapolation.layout import ExperimentLayout
-from posformer.experiments.extrapolation.report import markdown, plot
+from posformer.experiments.extrapolation.report import markdown
 from posformer.experiments.extrapolation.settings import ExtrapolationSettings, model_config
 from posformer.experiments.longeval.mix import SuiteMix
 from posformer.experiments.memory_fit import Need, check_fit, evaluation_advice, evaluation_need, training_need
