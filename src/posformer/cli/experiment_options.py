@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, Callable, ClassVar
 
 from posformer.utils.options import option
 
@@ -27,3 +29,21 @@ class ExperimentRunOptions:
         metavar="N|S,S,...",
     )
     progress: bool = option(True, "no progress bars", flag="--no-progress")
+
+
+def run_seeds(
+    args: argparse.Namespace,
+    settings: Any,
+    root: Path,
+    run_one: Callable[[Any, Path], dict],
+    markdown: Callable[[dict], str],
+    benchmark: str,
+) -> int:
+    """--seeds: `run_one(settings with seed S, ROOT/seed-S)` for each seed (`seeds.runs.run_over_seeds`), then
+    the tables over seeds, printed; the exit status."""
+    from posformer.experiments.seeds.runs import parse_seeds, run_over_seeds
+
+    record = run_over_seeds(settings, root, parse_seeds(args.seeds, settings.seed), run_one, markdown, benchmark)
+    print("\n" + markdown(record))
+    print(f"written: {root / 'results.md'}, {root / 'results.json'}, and each seed's run in {root}/seed-S/")
+    return 0

@@ -7,7 +7,7 @@ import argparse
 from dataclasses import dataclass
 
 from posformer.cli.command import Command
-from posformer.cli.experiment_options import ExperimentRunOptions
+from posformer.cli.experiment_options import ExperimentRunOptions, run_seeds
 from posformer.experiments.extension.settings import PRESETS
 from posformer.utils.options import option
 
@@ -112,18 +112,12 @@ def cmd_extend(args: argparse.Namespace) -> int:
         print(f"written: {root / 'results.md'}, {root / 'results.json'}, {root / 'ppl.png'}, {root / 'passkey.png'}")
         return 0
     from posformer.experiments.extension import seed_report
-    from posformer.experiments.seeds.runs import parse_seeds, run_over_seeds
 
     def extend_one(seeded, directory):
         source = args.run_dir.replace("{seed}", str(seeded.seed))
         return run_extend(seeded, source, directory, progress=args.progress, data_dir=args.data_dir)
 
-    record = run_over_seeds(
-        settings, root, parse_seeds(args.seeds, settings.seed), extend_one, seed_report.markdown, "extend"
-    )
-    print("\n" + seed_report.markdown(record))
-    print(f"written: {root / 'results.md'}, {root / 'results.json'}, and each seed's run in {root}/seed-S/")
-    return 0
+    return run_seeds(args, settings, root, extend_one, seed_report.markdown, "extend")
 
 
 def add_extend_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass
 
 from posformer.cli.command import Command
-from posformer.cli.experiment_options import ExperimentRunOptions
+from posformer.cli.experiment_options import ExperimentRunOptions, run_seeds
 from posformer.experiments.extrapolation.settings import PRESETS
 from posformer.experiments.synthetic.generators import TASKS
 from posformer.utils.options import option
@@ -155,7 +155,6 @@ def task_settings_from_args(args: argparse.Namespace):
 
 def cmd_task(args: argparse.Namespace) -> int:
     from posformer.experiments.extrapolation.layout import ExperimentLayout
-    from posformer.experiments.seeds.runs import parse_seeds, run_over_seeds
     from posformer.experiments.synthetic import seed_report
     from posformer.experiments.synthetic.experiment import run_tasks
     from posformer.experiments.synthetic.report import markdown
@@ -166,18 +165,11 @@ def cmd_task(args: argparse.Namespace) -> int:
         print("\n" + markdown(run_tasks(settings, args.output_dir, progress=args.progress)))
         print(f"written: {root / 'results.md'}, {root / 'results.json'}, {root / 'accuracy.png'}")
         return 0
-    seeds = parse_seeds(args.seeds, settings.seed)
-    record = run_over_seeds(
-        settings,
-        root,
-        seeds,
-        lambda seeded, directory: run_tasks(seeded, directory, progress=args.progress),
-        seed_report.markdown,
-        "tasks",
-    )
-    print("\n" + seed_report.markdown(record))
-    print(f"written: {root / 'results.md'}, {root / 'results.json'}, and each seed's run in {root}/seed-S/")
-    return 0
+
+    def run_one(seeded, directory):
+        return run_tasks(seeded, directory, progress=args.progress)
+
+    return run_seeds(args, settings, root, run_one, seed_report.markdown, "tasks")
 
 
 def cmd_extrapolate(args: argparse.Namespace) -> int:
@@ -187,7 +179,6 @@ def cmd_extrapolate(args: argparse.Namespace) -> int:
     from posformer.experiments.extrapolation.experiment import run_extrapolation
     from posformer.experiments.extrapolation.layout import ExperimentLayout
     from posformer.experiments.extrapolation.report import markdown
-    from posformer.experiments.seeds.runs import parse_seeds, run_over_seeds
 
     settings = settings_from_args(args)
     layout = ExperimentLayout(args.output_dir)
@@ -195,17 +186,11 @@ def cmd_extrapolate(args: argparse.Namespace) -> int:
         print("\n" + markdown(run_extrapolation(settings, args.output_dir, progress=args.progress)))
         print(f"written: {', '.join(str(path) for path in (layout.results_md, layout.results_json, layout.plot_png))}")
         return 0
-    record = run_over_seeds(
-        settings,
-        layout.root,
-        parse_seeds(args.seeds, settings.seed),
-        lambda seeded, directory: run_extrapolation(seeded, directory, progress=args.progress),
-        seed_report.markdown,
-        "extrapolation",
-    )
-    print("\n" + seed_report.markdown(record))
-    print(f"written: {layout.results_md}, {layout.results_json}, and each seed's run in {layout.root}/seed-S/")
-    return 0
+
+    def run_one(seeded, directory):
+        return run_extrapolation(seeded, directory, progress=args.progress)
+
+    return run_seeds(args, settings, layout.root, run_one, seed_report.markdown, "extrapolation")
 
 
 def add_extrapolate_arguments(parser: argparse.ArgumentParser) -> None:

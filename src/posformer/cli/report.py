@@ -61,9 +61,8 @@ def report_text(runs: list[str], for_page: bool) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    import shlex
-
     from posformer.experiments.doc_blocks import replace_block
+    from posformer.utils.provenance import command_line
 
     options = options_from_args(ReportOptions, args)
     if (options.into is None) != (options.block is None):
@@ -72,8 +71,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if options.into is None:
         print(text)
         return 0
-    command = shlex.join(["posformer", "report", *options.runs, "--into", options.into, "--block", options.block])
-    replace_block(options.into, options.block, text, command)
+    replace_block(options.into, options.block, text, command_line())
     print(f"written: block {options.block} of {options.into}")
     return 0
 

@@ -14,26 +14,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from posformer.utils.user_files import read_mapping_file
-
 
 def read_results(directory: str | Path) -> dict:
-    """The results.json of an experiment directory, with at least one row recorded."""
-    directory = Path(directory)
-    path = directory / "results.json"
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"--results {directory}: no results.json (give the --output-dir of `posformer "
-            "extrapolate` or `posformer extend`)"
-        )
-    results = read_mapping_file(path, "--results")
-    if "per_seed" in results and results.get("benchmark") == "extend":
+    """The results.json of an experiment directory (`run_reports.read_run`) that has figures: not an extension
+    over seeds, whose figures are its seeds' runs'."""
+    from posformer.experiments.run_reports import read_run
+
+    results = read_run(directory)
+    if "per_seed" in results and results["benchmark"] == "extend":
         raise ValueError(
             f"--results {directory}: a run over seeds; give its seeds' runs ({directory}/seed-S), or `posformer "
             "report` it"
         )
-    if not results.get("per_seed" if "per_seed" in results else "rows"):
-        raise ValueError(f"--results {path}: no row recorded yet")
     return results
 
 
@@ -45,18 +37,16 @@ def draw_results(directory: str | Path, out_dir: str | Path) -> list[Path]:
 
     directory, out_dir = Path(directory), Path(out_dir)
     results = read_results(directory)
-    kind, name, path = results.get("benchmark"), directory.resolve().name, directory / "results.json"
+    kind, name = results["benchmark"], directory.resolve().name
     out_dir.mkdir(parents=True, exist_ok=True)
     if kind == "extrapolation":
         return [lm_figure.plot(results, out_dir / f"{name}-ppl.png")]
     if kind == "tasks":
         return [task_report.plot(results, out_dir / f"{name}-accuracy.png")]
-    if kind == "extend":
-        return [
-            extend_report.plot_ppl(results, out_dir / f"{name}-ppl.png"),
-            extend_report.plot_passkey(results, out_dir / f"{name}-passkey.png"),
-        ]
-    raise ValueError(f"--results {path}: unknown benchmark {kind!r}; expected extrapolation, tasks or extend")
+    return [  # extend, the last of `run_reports.BENCHMARKS`
+        extend_report.plot_ppl(results, out_dir / f"{name}-ppl.png"),
+        extend_report.plot_passkey(results, out_dir / f"{name}-passkey.png"),
+    ]
 
 
 def draw_task_summary(directories: list[str | Path], out_dir: str | Path) -> list[Path]:

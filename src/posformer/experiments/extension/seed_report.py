@@ -13,13 +13,10 @@ from posformer.experiments.extension.report import COMPARISONS
 from posformer.experiments.extension.retrieval_claims import RETRIEVAL_COMPARISONS
 from posformer.experiments.extrapolation.report import markdown_table
 from posformer.experiments.extrapolation.seed_report import exp_cell
+from posformer.experiments.seeds.runs import seed_runs
 from posformer.experiments.seeds.stats import compare, spread
 
 UNIT = (0.0, 1.0)
-
-
-def _runs(record: dict) -> list[dict]:
-    return list(record["per_seed"].values())
 
 
 def _rows(runs: list[dict]) -> list[str]:
@@ -37,7 +34,7 @@ def passkey_at(run: dict, row: str, length: int) -> float | None:
 
 
 def summary_table(record: dict, eval_set: str) -> str:
-    runs = _runs(record)
+    runs = seed_runs(record)
     cfg = runs[0]["config"]  # as each seed's run resolved it (train_len: the source's)
     target, train_len = cfg["target_len"], cfg["train_len"]
     body = []
@@ -54,7 +51,7 @@ def summary_table(record: dict, eval_set: str) -> str:
 def claims_table(record: dict, eval_set: str) -> str:
     """The perplexity claims (ratios at the target, below 1: the first row reads better) and the retrieval claims
     (passkey differences at the target, above 0: the first retrieves more), seed by seed."""
-    runs = _runs(record)
+    runs = seed_runs(record)
     target = runs[0]["config"]["target_len"]
     rows, body = set(_rows(runs)), []
     for claim, a, b in COMPARISONS:
@@ -76,7 +73,7 @@ def claims_table(record: dict, eval_set: str) -> str:
 
 def markdown(record: dict) -> str:
     """results.md of an extension over seeds."""
-    cfg, seeds = _runs(record)[0]["config"], list(record["per_seed"])
+    cfg, seeds = seed_runs(record)[0]["config"], list(record["per_seed"])
     parts = [
         f"# Context extension over {len(seeds)} seeds ({', '.join(seeds)}): L={cfg['train_len']} -> "
         f"{cfg['target_len']}\n",
@@ -87,7 +84,7 @@ def markdown(record: dict) -> str:
         )
         + ".\n",
     ]
-    for name in _runs(record)[0].get("data", {}).get("eval_sets", {}):
+    for name in seed_runs(record)[0].get("data", {}).get("eval_sets", {}):
         parts += [
             f"## {name}: at the target length, over seeds\n",
             summary_table(record, name) + "\n",

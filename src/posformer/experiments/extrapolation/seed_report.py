@@ -13,11 +13,8 @@ import math
 from itertools import combinations
 
 from posformer.experiments.extrapolation.report import eval_sets, markdown_table
+from posformer.experiments.seeds.runs import seed_runs
 from posformer.experiments.seeds.stats import Spread, compare, spread
-
-
-def _runs(record: dict) -> list[dict]:
-    return list(record["per_seed"].values())
 
 
 def exp_cell(found: Spread, digits: int = 2) -> str:
@@ -45,7 +42,7 @@ def _rows(runs: list[dict], eval_set: str) -> list[str]:
 
 
 def _table(record: dict, eval_set: str, ratio: bool) -> str:
-    runs, cfg = _runs(record), record["config"]
+    runs, cfg = seed_runs(record), record["config"]
     lengths, train_len = cfg["eval_lens"], cfg["train_len"]
     body = []
     for row in _rows(runs, eval_set):
@@ -59,7 +56,7 @@ def _table(record: dict, eval_set: str, ratio: bool) -> str:
 
 def curves(record: dict, eval_set: str) -> dict[str, list[tuple[int, float, float, float]]]:
     """{row: [(length, geometric mean ppl, low, high)]} over seeds (95%), the lengths every seed could score."""
-    runs, lengths = _runs(record), record["config"]["eval_lens"]
+    runs, lengths = seed_runs(record), record["config"]["eval_lens"]
     found = {}
     for row in _rows(runs, eval_set):
         points = []
@@ -77,7 +74,7 @@ def pair_lines(record: dict, eval_set: str, length: int) -> list[str]:
     """Every pair of encodings (best first by the geometric mean over seeds) compared seed by seed by
     ppl(length) / ppl(L), then each eval-time scaling against its plain row (rope+yarn against rope); at
     `length` = L, the encodings by their perplexity at L."""
-    runs, train_len = _runs(record), record["config"]["train_len"]
+    runs, train_len = seed_runs(record), record["config"]["train_len"]
     at_l = length == train_len
     logs = {row: _log_values(runs, row, eval_set, length, None if at_l else train_len) for row in _rows(runs, eval_set)}
     ranked = sorted((row for row in logs if logs[row] is not None), key=lambda row: sum(logs[row]))
@@ -119,7 +116,7 @@ def markdown(record: dict) -> str:
         f"{cfg['protocol']}; corpus {cfg['corpus']}. Each cell: the geometric mean over seeds [95% Student-t "
         "interval over seeds]. `n/a`: the encoding cannot represent that length.\n",
     ]
-    for name in eval_sets(_runs(record)[0]):
+    for name in eval_sets(seed_runs(record)[0]):
         parts += [
             f"## {name}: perplexity\n",
             _table(record, name, ratio=False) + "\n",

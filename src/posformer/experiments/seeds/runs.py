@@ -44,6 +44,11 @@ def seed_dir(root: str | Path, seed: int) -> Path:
     return Path(root) / f"{SEED_DIR_PREFIX}{seed}"
 
 
+def seed_runs(record: dict) -> list[dict]:
+    """Each seed's results, in the record's order of seeds."""
+    return list(record["per_seed"].values())
+
+
 def is_over_seeds(results: dict) -> bool:
     """Whether `results` is the record of several seeds (else: one run's results.json)."""
     return "per_seed" in results

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 from itertools import combinations
 
+from posformer.experiments.seeds.runs import seed_runs
 from posformer.experiments.seeds.stats import compare, spread
 from posformer.experiments.synthetic.report import PAPER_MRR, mean_reciprocal_rank
 
 UNIT = (0.0, 1.0)
-
-
-def _runs(record: dict) -> list[dict]:
-    return list(record["per_seed"].values())
 
 
 def _rows(runs: list[dict]) -> list[str]:
@@ -26,7 +23,7 @@ def _rows(runs: list[dict]) -> list[str]:
 
 def accuracy_table(record: dict) -> str:
     """Exact match per encoding and length: mean over seeds [95% interval]."""
-    runs, lengths = _runs(record), record["config"]["eval_lens"]
+    runs, lengths = seed_runs(record), record["config"]["eval_lens"]
     lines = ["| encoding | " + " | ".join(f"n={n}" for n in lengths) + " |", "|---|" + "---:|" * len(lengths)]
     for row in _rows(runs):
         cells = [spread([run["rows"][row]["accuracy"][str(n)] for run in runs]).cell(3, UNIT) for n in lengths]
@@ -85,7 +82,7 @@ def _mrr_lines(ranks: dict[str, list[float]], seeds: list[str]) -> list[str]:
 def markdown(record: dict) -> str:
     """results.md of a task run over seeds."""
     cfg, seeds = record["config"], list(record["per_seed"])
-    ranks = seed_ranks(_runs(record))
+    ranks = seed_ranks(seed_runs(record))
     lines = [
         f"# Task `{cfg['task']}` over {len(seeds)} seeds ({', '.join(seeds)}): exact-match accuracy by length\n",
         f"Trained at lengths 1..{cfg['train_len']} ({cfg['steps']} steps of {cfg['batch_size']} examples; "
@@ -111,7 +108,7 @@ def summary_markdown(records: dict[str, dict]) -> str:
     for name, record in records.items():
         if list(record["per_seed"]) != seeds:
             raise ValueError(f"{name}: seeds {list(record['per_seed'])}; the other runs have {seeds}")
-    by_task = {name: seed_ranks(_runs(record)) for name, record in records.items()}
+    by_task = {name: seed_ranks(seed_runs(record)) for name, record in records.items()}
     shared = [row for row in next(iter(by_task.values())) if all(row in ranks for ranks in by_task.values())]
     over_tasks = {
         row: [sum(ranks[row][i] for ranks in by_task.values()) / len(by_task) for i in range(len(seeds))]
