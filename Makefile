@@ -10,7 +10,7 @@ TORCH  ?= torch==2.13.0
 HF5        := .venv-hf5
 NEWEST_HF  ?= transformers==5.24.0
 
-.PHONY: demo demo-seq2seq demo-lm test test-hf5 lint format bench install dev clean
+.PHONY: demo demo-seq2seq demo-lm test test-hf5 lint format bench docs-tables install dev clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,13 @@ test-hf5: $(HF5)/.installed
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/posformer bench
+
+# Every generated block of docs/ (<!-- report NAME: COMMAND -->) rewritten by the command it records, from the
+# recorded runs under runs/ (made by the commands each block lists under "Made by").
+docs-tables: $(VENV)/.installed
+	@grep -h '^<!-- report [A-Za-z0-9_.-]*: posformer report ' docs/*.md \
+	| sed -E 's/^<!-- report [^ ]*: posformer (.*) -->$$/\1/' \
+	| while read -r args; do eval "$(BIN)/posformer $$args" || exit 1; done
 
 clean:
 	rm -rf $(VENV) $(HF5) runs .pytest_cache .hypothesis

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import pytest
 
 from posformer.cli import main
-from posformer.experiments.seeds.runs import parse_seeds
+from posformer.experiments.seeds.runs import parse_seeds, run_over_seeds
 
 TINY_TASK = ["--task", "copy", "--positions", "none,rope", "--no-progress", "--steps", "12",
              "--set", "eval_examples=8", "--set", "d_model=16", "--set", "layers=1", "--set", "heads=2",
@@ -100,3 +101,32 @@ def test_report_writes_its_tables_into_a_block_of_a_page(two_seeds, tmp_path, ca
     assert "--into FILE and --block NAME go together" in capsys.readouterr().err
     assert main(["report", str(tmp_path)]) == 2
     assert "no results.json" in capsys.readouterr().err
+
+
+@dataclasses.dataclass
+class _Settings:
+    seed: int = 0
+    rows: str = "a"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def test_adding_a_row_keeps_every_seeds_record_until_that_seed_returns(tmp_path) -> None:
+    def rows_of(settings: _Settings, seed_root) -> dict:
+        return {"rows": {row: settings.seed for row in settings.rows.split(",")}}
+
+    run_over_seeds(_Settings(), tmp_path, [0, 1], rows_of, lambda record: "", "toy", log=lambda _: None)
+
+    def fails_at_seed_1(settings: _Settings, seed_root) -> dict:
+        if settings.seed == 1:
+            raise RuntimeError("stopped")
+        return rows_of(settings, seed_root)
+
+    with pytest.raises(RuntimeError, match="stopped"):
+        run_over_seeds(
+            _Settings(rows="a,b"), tmp_path, [0, 1], fails_at_seed_1, lambda r: "", "toy", log=lambda _: None
+        )
+    record = json.loads((tmp_path / "results.json").read_text())
+    assert record["per_seed"] == {"0": {"rows": {"a": 0, "b": 0}}, "1": {"rows": {"a": 1}}}
+    assert len(record["provenance"]) == 1  # the same command line and commit: recorded once

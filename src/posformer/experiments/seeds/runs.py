@@ -54,21 +54,22 @@ def is_over_seeds(results: dict) -> bool:
     return "per_seed" in results
 
 
-def _check_root(root: Path, benchmark: str, seeds: list[int]) -> None:
+def _recorded(root: Path, benchmark: str, seeds: list[int]) -> dict:
+    """The record in `root` (checked: a run over seeds of `benchmark` whose seeds begin `seeds`), else {}."""
     if (root / "rows").is_dir():
         raise ValueError(f"{root} holds a one-seed run; give --seeds runs another --output-dir")
     path = root / "results.json"
-    if path.is_file():
-        saved = read_mapping_file(path, "the results file")
-        if saved.get("benchmark") != benchmark or not is_over_seeds(saved):
-            raise ValueError(
-                f"{path} holds a run of another kind ({saved.get('benchmark')!r}); use another --output-dir"
-            )
-        if [int(s) for s in saved["per_seed"]] != seeds[: len(saved["per_seed"])]:
-            raise ValueError(
-                f"{path} holds seeds {list(saved['per_seed'])}; --seeds gives {seeds} (the recorded ones must come "
-                "first, in order)"
-            )
+    if not path.is_file():
+        return {}
+    saved = read_mapping_file(path, "the results file")
+    if saved.get("benchmark") != benchmark or not is_over_seeds(saved):
+        raise ValueError(f"{path} holds a run of another kind ({saved.get('benchmark')!r}); use another --output-dir")
+    if [int(s) for s in saved["per_seed"]] != seeds[: len(saved["per_seed"])]:
+        raise ValueError(
+            f"{path} holds seeds {list(saved['per_seed'])}; --seeds gives {seeds} (the recorded ones must come "
+            "first, in order)"
+        )
+    return saved
 
 
 def run_over_seeds(
@@ -81,12 +82,22 @@ def run_over_seeds(
     log: Callable[[str], None] = print,
 ) -> dict:
     """Run `run_one(settings with seed S, OUTPUT/seed-S)` for each seed of `seeds` in turn (each resumes on its
-    own) and write OUTPUT/results.json and results.md (`markdown` of the record) after each; the record."""
+    own) and write OUTPUT/results.json and results.md (`markdown` of the record) after each; the record. A
+    re-run into OUTPUT (rows added, or seeds) keeps the recorded seeds' results until each returns anew, and
+    the commands that made them."""
     root = Path(output_dir)
-    _check_root(root, benchmark, seeds)
+    saved = _recorded(root, benchmark, seeds)
     root.mkdir(parents=True, exist_ok=True)
     config = {k: v for k, v in settings.to_dict().items() if k != "seed"}
-    record = {"benchmark": benchmark, "seeds": seeds, "config": config, "per_seed": {}, "provenance": [provenance()]}
+    recorded, this_command = saved.get("provenance", []), provenance()
+    made_by = recorded if this_command in recorded else [*recorded, this_command]
+    record = {
+        "benchmark": benchmark,
+        "seeds": seeds,
+        "config": config,
+        "per_seed": dict(saved.get("per_seed", {})),  # until a seed's re-run returns, its recorded results stand
+        "provenance": made_by,
+    }
     for index, seed in enumerate(seeds):
         log(f"\n=== seed {seed} ({index + 1} of {len(seeds)}) in {seed_dir(root, seed)}")
         record["per_seed"][str(seed)] = run_one(dataclasses.replace(settings, seed=seed), seed_dir(root, seed))
