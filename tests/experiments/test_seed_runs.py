@@ -81,6 +81,7 @@ def test_a_language_model_run_over_seeds_reports_geometric_means_and_rankings(tm
     ratio = [run["rows"]["rope"]["ppl"]["tinyshakespeare"] for run in record["per_seed"].values()]
     mean = math.exp(sum(math.log(r["64"] / r["16"]) for r in ratio) / 2)
     assert "| rope | 1.00 | " in text and f"{mean:.2f} [" in text
+    assert "| alibi / rope+yarn | " in text and "| rope / rope+yarn | " not in text  # the baseline past L
     assert main(["plot", "--output-dir", str(tmp_path / "figs"), "--results", str(out)]) == 0
     assert (tmp_path / "figs" / "lm-ppl.png").stat().st_size > 0
 

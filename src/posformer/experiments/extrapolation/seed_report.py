@@ -3,8 +3,8 @@
 Per evaluation set: the perplexity at each length and the ratio ppl(kL) / ppl(L), each as the geometric mean
 over seeds with its 95% Student-t interval (taken on the log scale, `seeds.stats`); then every pair of encodings
 compared seed by seed by its perplexity at L and by the ratio at the first length past L and at the longest
-(each eval-time scaling against its plain row too): a pair is ordered only when the interval of its per-seed
-log-ratio difference excludes 0.
+(each eval-time scaling against its plain row too, and every encoding against RoPE with eval-time YaRN): a pair is
+ordered only when the interval of its per-seed log-ratio difference excludes 0.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from itertools import combinations
 from posformer.experiments.extrapolation.report import eval_sets, markdown_table
 from posformer.experiments.seeds.runs import seed_runs
 from posformer.experiments.seeds.stats import Spread, compare, spread
+
+BASELINE = "rope+yarn"  # what a new encoding is compared with past L (PoPE, HoPE and the YaRN paper do)
 
 
 def exp_cell(found: Spread, digits: int = 2) -> str:
@@ -72,15 +74,18 @@ def curves(record: dict, eval_set: str) -> dict[str, list[tuple[int, float, floa
 
 def pair_lines(record: dict, eval_set: str, length: int) -> list[str]:
     """Every pair of encodings (best first by the geometric mean over seeds) compared seed by seed by
-    ppl(length) / ppl(L), then each eval-time scaling against its plain row (rope+yarn against rope); at
-    `length` = L, the encodings by their perplexity at L."""
+    ppl(length) / ppl(L), then each eval-time scaling against its plain row (rope+yarn against rope) and every
+    other encoding against rope+yarn; at `length` = L, the encodings by their perplexity at L."""
     runs, train_len = seed_runs(record), record["config"]["train_len"]
     at_l = length == train_len
     logs = {row: _log_values(runs, row, eval_set, length, None if at_l else train_len) for row in _rows(runs, eval_set)}
     ranked = sorted((row for row in logs if logs[row] is not None), key=lambda row: sum(logs[row]))
-    pairs = list(combinations([row for row in ranked if "+" not in row], 2))
+    plain = [row for row in ranked if "+" not in row]
+    pairs = list(combinations(plain, 2))
     if not at_l:
         pairs += [(row, row.split("+")[0]) for row in ranked if "+" in row and row.split("+")[0] in logs]
+        if BASELINE in logs:  # the papers' baseline past L: RoPE with YaRN at eval time
+            pairs += [(row, BASELINE) for row in plain if row != BASELINE.split("+")[0]]
     measure = f"ppl({length})" + ("" if at_l else f" / ppl({train_len})")
     lines = [f"| a / b: {measure} of a over b's | ratio [95% interval] | verdict |", "|---|---:|---|"]
     for a, b in pairs:
