@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from posformer.experiments.doc_blocks import generated_blocks
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 PAGES = [DOCS / "research.md", ROOT / "README.md", DOCS / "extrapolation.md", DOCS / "extension.md", DOCS / "tasks.md"]
-BLOCK = re.compile(r"^<!-- report ([\w.-]+)(?::[^\n]*)? -->\n(.*?)^<!-- /report \1 -->$", re.MULTILINE | re.DOTALL)
 WITH_INTERVAL = re.compile(r"[-+]?\d+\.\d+ \[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]")
 
 
@@ -23,7 +24,7 @@ def _read(page: Path) -> str:
 
 def quotable_text() -> str:
     """The text of every generated block of docs/ and of every recorded output in docs/results/."""
-    blocks = [m.group(2) for page in sorted(DOCS.glob("*.md")) for m in BLOCK.finditer(_read(page))]
+    blocks = [m.group(2) for page in sorted(DOCS.glob("*.md")) for m in generated_blocks(_read(page))]
     return "\n".join(blocks + [_read(page) for page in sorted((DOCS / "results").glob("*.md"))])
 
 
@@ -35,9 +36,12 @@ def test_the_pattern_finds_the_quoted_values() -> None:
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
 def test_every_value_with_an_interval_is_quoted_from_a_generated_block(page: Path) -> None:
     quotable = quotable_text()
+    text = _read(page)
+    for block in reversed(generated_blocks(text)):  # blanked, keeping the line numbers
+        text = text[: block.start()] + "\n" * block.group(0).count("\n") + text[block.end() :]
     missing = [
         f"{page.name}:{number}: {value}"
-        for number, line in enumerate(BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), _read(page)).split("\n"), 1)
+        for number, line in enumerate(text.split("\n"), 1)
         for value in WITH_INTERVAL.findall(line)
         if value not in quotable
     ]

@@ -6,7 +6,7 @@ everything else to the author.
     <!-- /report NAME -->
 
 `replace_block` rewrites one block (atomically, the rest of the page kept byte for byte); `read_block` returns
-its text, as a test that compares a fresh run with the page needs.
+its text, as a test that compares a fresh run with the page needs; `generated_blocks` finds every block of a page.
 """
 
 from __future__ import annotations
@@ -16,16 +16,24 @@ from pathlib import Path
 
 from posformer.checkpoints.atomic import write_text_atomic
 
+NAME_PATTERN = r"[A-Za-z0-9_.-]+"
+
 
 def _pattern(name: str) -> re.Pattern:
+    """Block `name` (a regular expression of names: any block for NAME_PATTERN); group 2 is its generated text."""
     return re.compile(
-        rf"^<!-- report {re.escape(name)}(?::[^\n]*)? -->\n(.*?)^<!-- /report {re.escape(name)} -->$",
+        rf"^<!-- report ({name})(?::[^\n]*)? -->\n(.*?)^<!-- /report \1 -->$",
         re.MULTILINE | re.DOTALL,
     )
 
 
+def generated_blocks(page: str) -> list[re.Match]:
+    """Every generated block of the page's text, in order (`match.group(2)`: its text)."""
+    return list(_pattern(NAME_PATTERN).finditer(page))
+
+
 def _check_name(name: str) -> None:
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+    if not re.fullmatch(NAME_PATTERN, name):
         raise ValueError(f"--block {name!r}: expected letters, digits, '.', '_' or '-'")
 
 
@@ -34,7 +42,7 @@ def _find(path: Path, name: str) -> tuple[str, re.Match]:
     if not path.is_file():
         raise FileNotFoundError(f"--into {path}: no such file")
     page = path.read_text(encoding="utf-8")
-    found = list(_pattern(name).finditer(page))
+    found = list(_pattern(re.escape(name)).finditer(page))
     if len(found) != 1:
         problem = "has no" if not found else f"has {len(found)}"
         raise ValueError(
@@ -46,7 +54,7 @@ def _find(path: Path, name: str) -> tuple[str, re.Match]:
 
 def read_block(path: str | Path, name: str) -> str:
     """The generated text of block `name` in the page at `path`."""
-    return _find(Path(path), name)[1].group(1)
+    return _find(Path(path), name)[1].group(2)
 
 
 def replace_block(path: str | Path, name: str, text: str, command: str) -> None:

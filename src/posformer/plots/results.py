@@ -19,9 +19,10 @@ def read_results(directory: str | Path) -> dict:
     """The results.json of an experiment directory (`run_reports.read_run`) that has figures: not an extension
     over seeds, whose figures are its seeds' runs'."""
     from posformer.experiments.run_reports import read_run
+    from posformer.experiments.seeds.runs import is_over_seeds
 
     results = read_run(directory)
-    if "per_seed" in results and results["benchmark"] == "extend":
+    if is_over_seeds(results) and results["benchmark"] == "extend":
         raise ValueError(
             f"--results {directory}: a run over seeds; give its seeds' runs ({directory}/seed-S), or `posformer "
             "report` it"

@@ -8,16 +8,13 @@ from pathlib import Path
 
 from posformer.experiments.extrapolation.report import eval_sets, ppl_interval_of
 from posformer.experiments.extrapolation.seed_report import curves
-
-
-def _first_run(results: dict) -> dict:
-    return next(iter(results["per_seed"].values())) if "per_seed" in results else results
+from posformer.experiments.seeds.runs import is_over_seeds, seed_runs
 
 
 def _curves(results: dict, eval_set: str) -> dict[str, list[tuple[int, float, float | None, float | None]]]:
     """{row: [(length, ppl, band low, band high)]}: one run's perplexity with its 95% bootstrap interval over blocks;
     over seeds, the geometric mean with its 95% interval over seeds."""
-    if "per_seed" in results:
+    if is_over_seeds(results):
         return curves(results, eval_set)
     found = {}
     for row, r in results["rows"].items():
@@ -38,7 +35,7 @@ def plot(results: dict, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     cfg = results["config"]
-    sets = eval_sets(_first_run(results))
+    sets = eval_sets(seed_runs(results)[0] if is_over_seeds(results) else results)
     fig, axes = plt.subplots(1, max(1, len(sets)), figsize=(6.5 * max(1, len(sets)), 4.8), squeeze=False)
     colors = plt.get_cmap("tab20").colors
     for ax, name in zip(axes[0], sets):
