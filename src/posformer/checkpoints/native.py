@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -115,11 +116,15 @@ def check_checkpoint(model_dir: str | Path) -> dict[str, tuple[int, ...]]:
     return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
 
 
-def load_pretrained(model_dir: str | Path, device: str | None = None) -> Transformer:
+def load_pretrained(
+    model_dir: str | Path, device: str | None = None, changes: dict[str, Any] | None = None
+) -> Transformer:
     """Load a model written by `save_pretrained` (or a training checkpoint, first checked against its manifest).
 
-    Every file is read through `model_dir.model_file`; a missing file is a `FileNotFoundError`, a corrupt,
-    truncated or foreign one a `ValueError` naming it.
+    changes: Config fields to change before the model is built once (dropout for fine-tuning, a new head's
+    weight); tensors the change adds start as the model initialises them, tensors it removes are left unread,
+    every other tensor must be in the file. Every file is read through `model_dir.model_file`; a missing file is
+    a `FileNotFoundError`, a corrupt, truncated or foreign one a `ValueError` naming it.
     """
     model_dir = Path(model_dir)
     config_path, weights_path = model_file(model_dir, CONFIG_FILE), model_file(model_dir, WEIGHTS_FILE)
@@ -127,13 +132,30 @@ def load_pretrained(model_dir: str | Path, device: str | None = None) -> Transfo
         if not path.is_file():
             raise FileNotFoundError(f"{path} does not exist: is {model_dir} a posformer checkpoint?")
     verify_if_present(model_dir, required=(CONFIG_FILE, WEIGHTS_FILE))
-    model = Transformer(read_config(model_dir))
-    check_weights(model, weights_path)
+    stored = read_config(model_dir)
+    if not changes:
+        model = Transformer(stored)
+        check_weights(model, weights_path)
+        _read_weights(model, weights_path, device, strict=True)
+        return model
+    with torch.device("meta"):  # the names and shapes the file must hold
+        check_weights(Transformer(stored), weights_path)
+    model = Transformer(stored.replace(**changes))
+    with torch.device("meta"):
+        kept = set(Transformer(stored).state_dict()) & set(model.state_dict())
+    missing = _read_weights(model, weights_path, device, strict=False)
+    if kept & missing:
+        raise ValueError(f"{weights_path}: the changes {changes} lost {sorted(kept & missing)[:10]}")
+    return model
+
+
+def _read_weights(model: Transformer, weights_path: Path, device: str | None, strict: bool) -> set[str]:
+    """Read the safetensors file into `model`; the names of the model's tensors it did not hold."""
     try:
-        load_model(model, str(weights_path), strict=True, device=device or "cpu")
+        missing, _ = load_model(model, str(weights_path), strict=strict, device=device or "cpu")
     except (SafetensorError, OSError) as err:
         raise ValueError(f"{weights_path} cannot be read as safetensors: {err}") from err
-    return model
+    return set(missing)
 
 
 Transformer.saver = staticmethod(save_pretrained)  # `Transformer.save_pretrained` (see `posformer.pretrained`)

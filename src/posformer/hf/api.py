@@ -89,6 +89,7 @@ def from_hf(
     dtype: torch.dtype | None = None,
     device: str | torch.device | None = None,
     head: str | None = None,
+    changes: dict[str, Any] | None = None,
 ) -> Transformer:
     """Load a Hugging Face checkpoint (a local directory, or a Hub id when online) as a `Transformer`.
 
@@ -100,6 +101,8 @@ def from_hf(
     warning names the newly initialised tensors. A checkpoint whose own head differs (a
     BertForMaskedLM asked for "span_qa") loses its head's tensors explicitly, and a warning
     names the dropped ones. None, or the checkpoint's own head, loads the checkpoint as it is.
+    changes: `Config` fields to change before the model is built (dropout rates for fine-tuning, an encoder span
+    head); tensors the change adds keep the model's initialisation, as a new head's do.
     (Unlike transformers, a pooler that a base checkpoint stores is not reused by a new
     "classification" head: it is initialised freshly too.)
     Raises `UnsupportedCheckpoint` for a model_type or a feature posformer does not implement,
@@ -115,13 +118,19 @@ def from_hf(
         dataclasses.replace(cfg, head=head)  # validates `head` before any weight is read
     state = read_state(directory)
     cfg = family.config_for_state(cfg, state)
+    before = None
+    if changes:
+        with torch.device("meta"):  # names only
+            before = set(Transformer(cfg).state_dict())
+        cfg = cfg.replace(**changes)
     dtype = dtype or torch.float32
     if not dtype.is_floating_point:
         raise ValueError(f"from_hf: dtype must be a floating-point dtype, got {dtype}")
     with _default_dtype(dtype):
         model = Transformer(cfg)
     state = family.prepare_state(cfg, hf_config, state)
-    import_state(model, family.rules(cfg), state, str(directory), family.ignore(cfg))
+    added = set() if before is None else set(model.state_dict()) - before
+    import_state(model, family.rules(cfg), state, str(directory), family.ignore(cfg), added)
     if head is not None and head != cfg.head_kind:
         dropped = _hf_names(family, model)
         fresh = replace_head(model, head)

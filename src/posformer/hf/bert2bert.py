@@ -20,6 +20,7 @@ reproducible model.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 
@@ -80,6 +81,7 @@ def bert2bert_from_pretrained(
     cross_attention_init: str = "random",
     decoder_layers: int | None = None,
     pointer_generator: bool = False,
+    changes: dict[str, Any] | None = None,
 ) -> Transformer:
     """A BERT2BERT `Transformer` warm-started from the BERT checkpoint at `path_or_hub_id` (see the module doc).
 
@@ -91,7 +93,8 @@ def bert2bert_from_pretrained(
     norm after it likewise), so that the decoder starts by attending to context tokens like its own.
     decoder_layers: the decoder keeps BERT's first this many layers (None: all), as `EncoderDecoderModel` with
     the decoder config's `num_hidden_layers` set so. pointer_generator: the decoder may also copy source tokens
-    (`Config.pointer_generator`; its weights start fresh, as BERT initialises linear layers).
+    (`Config.pointer_generator`; its weights start fresh, as BERT initialises linear layers). changes: further
+    `Config` fields of the new model (dropout rates, `encoder_span_loss`), set before it is built.
     Returns the model in eval mode, as transformers does. Raises `UnsupportedCheckpoint` for a checkpoint that
     is not a BERT.
     """
@@ -102,7 +105,7 @@ def bert2bert_from_pretrained(
     bert = from_hf(path_or_hub_id)
     cfg = bert2bert_config(
         bert.cfg, decoder_start_token_id, eos_token_id, pad_token_id, decoder_layers, pointer_generator
-    )
+    ).replace(**(changes or {}))
     model = Transformer(cfg)
     source, target = bert.state_dict(), model.state_dict()
     copies: dict[str, str] = {}

@@ -83,12 +83,19 @@ def _listing(title: str, items: list[str], limit: int = 25) -> str:
 
 
 def import_state(
-    model: nn.Module, rules: list[Rule], state: dict[str, Tensor], source: str, ignore: Iterable[str] = ()
+    model: nn.Module,
+    rules: list[Rule],
+    state: dict[str, Tensor],
+    source: str,
+    ignore: Iterable[str] = (),
+    fresh: Iterable[str] = (),
 ) -> None:
     """Load the HF `state` into `model` through `rules`.
 
     `ignore`: regular expressions of HF keys that are read and deliberately
     dropped (buffers HF recomputes, a pooler posformer's head does not use).
+    `fresh`: posformer tensors that no rule fills and that keep the model's own initialisation (the tensors a
+    changed config adds, such as the encoder's span head of `Config.encoder_span_loss`).
     Raises `WeightMapError` listing every missing, unknown and mis-shaped key.
     """
     patterns = [re.compile(p) for p in ignore]
@@ -109,7 +116,7 @@ def import_state(
             shapes = ", ".join(f"{key} {tuple(state[key].shape)}" for key in rule.theirs)
             wrong.append(f"{shapes} -> posformer {rule.ours} expects {tuple(want)}, got {tuple(tensor.shape)}")
         built[rule.ours] = tensor
-    uncovered = sorted(set(expected) - {rule.ours for rule in rules})
+    uncovered = sorted(set(expected) - {rule.ours for rule in rules} - set(fresh))
     if missing or unknown or wrong or uncovered:
         parts = [f"cannot load {source} into posformer:"]
         if missing:

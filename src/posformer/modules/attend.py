@@ -1,5 +1,6 @@
 """`attend`: the one kernel every attention module calls, softmax(scale * q.k + bias + mask) v, dispatched to SDPA,
-FlexAttention or the eager kernel (with blocks of queries on the CPU), with Shaw's values term and learned sinks.
+FlexAttention or the eager kernel (with blocks of queries on the CPU, and bf16 training on the CPU written out as
+batched matmuls: `posformer.ops.cpu_half_attention`), with Shaw's values term and learned sinks.
 
 Shapes: B batch, T query length, S key length, H query heads, Hkv key/value heads, dh head dim.
 """
@@ -14,6 +15,7 @@ from torch import Tensor
 
 from posformer.modules.bias_blocks import ValuesTerm
 from posformer.ops.causal_blocks import causal_blocks_attention, query_blocks, use_causal_blocks
+from posformer.ops.cpu_half_attention import cpu_half_attention, use_cpu_half_attention
 from posformer.ops.flex import ScoreMod, flex_attend
 from posformer.ops.masks import AttentionMask, causal_additive
 from posformer.ops.softmax_attention import softmax_attention
@@ -58,6 +60,8 @@ def attend(
 def _sdpa(
     q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, bias: Tensor | None, scale: float, dropout: float
 ) -> Tensor:
+    if use_cpu_half_attention(q, k):
+        return cpu_half_attention(q, k, v, _combine(bias, mask, q, k), scale, dropout)
     if use_causal_blocks(q, bias, mask.is_causal):
         return causal_blocks_attention(q, k, v, bias, scale, dropout)
     additive = mask.additive if bias is None else _combine(bias, mask, q, k)

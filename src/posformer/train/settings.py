@@ -19,6 +19,7 @@ from pathlib import Path
 from posformer.data.dataset_files import import_datasets
 from posformer.data.documents import needs_datasets
 from posformer.data.text import default_corpus
+from posformer.train.precision import PRECISIONS
 from posformer.utils.user_files import parse_yaml, read_yaml_file, regular_file
 from posformer.utils.validation import (
     check_choice,
@@ -32,7 +33,6 @@ from posformer.utils.validation import (
 )
 
 SCHEDULES = ("constant", "linear", "cosine")
-PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 NAN_POLICIES = ("stop", "skip")
 PARALLEL = ("ddp", "fsdp")

@@ -21,6 +21,7 @@ and SIGTERM (preemption) stop the run after the step in flight, with a checkpoin
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -42,6 +43,7 @@ from posformer.train import distributed
 from posformer.train.interrupt import NAMES, HeldInterrupt, stopping_exception
 from posformer.train.metrics_log import MetricsLog, plot_losses
 from posformer.train.optim import build_optimizer, build_scheduler
+from posformer.train.precision import autocast, resolve_precision
 from posformer.train.resume_check import (
     RUN_CONFIG_FILE,
     ResumePolicy,
@@ -57,8 +59,6 @@ from posformer.train.trackers import Trackers
 from posformer.train.training_checkpoint import CheckpointManager
 from posformer.train.write_errors import RunFileError, describe, writing
 from posformer.utils.progress import progress_bar
-
-AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class TrainingStopped(RuntimeError):
@@ -93,7 +93,9 @@ class Trainer:
         resume_policy: ResumePolicy | None = None,
     ) -> None:
         settings.validate()
-        if settings.precision == "fp16" and distributed.resolve_device(settings.device).type != "cuda":
+        device = distributed.resolve_device(settings.device)
+        settings = dataclasses.replace(settings, precision=resolve_precision(settings.precision, device))
+        if settings.precision == "fp16" and device.type != "cuda":
             raise ValueError("trainer.precision='fp16' needs a CUDA device (its grad scaler); use bf16 or fp32 on CPU")
         self.model, self.batches, self.settings = model, batches, settings
         if settings.activation_checkpointing:
@@ -225,10 +227,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ a step
     def _autocast(self):
-        s = self.settings
-        if s.precision == "fp32":
-            return contextlib.nullcontext()
-        return torch.autocast(self.ctx.device.type, dtype=AUTOCAST[s.precision])
+        return autocast(self.settings.precision, self.ctx.device)
 
     def _train_step(self) -> tuple[float, int, float]:
         """One optimizer step over grad_accum micro-batches -> (mean loss over processes, tokens, the gradient's

@@ -54,24 +54,50 @@ def test_model_head_is_the_models_own_qa_head(tmp_path):
         model_head(pf.Transformer(tiny("decoder")), tmp_path)
 
 
-def test_with_dropout_keeps_the_weights_and_sets_every_probability():
+def test_the_job_builds_its_model_once_with_dropout_set_and_every_stored_tensor_kept(tmp_path):
     import torch
 
-    from posformer.tasks.qa.models import with_dropout
+    from posformer.tasks.qa.models import fine_tuning_changes, load_qa_model
 
-    model = pf.Transformer(tiny("encoder", head="span_qa", dropout=0.1, attention_dropout=0.1)).train()
-    plain = with_dropout(model, 0.0)
-    assert plain.training and (plain.cfg.dropout, plain.cfg.attention_dropout, plain.cfg.activation_dropout) == (
-        0,
-        0,
-        0,
-    )
-    assert all(m.p == 0.0 for m in plain.modules() if isinstance(m, torch.nn.Dropout))
-    for (name, ours), (_, theirs) in zip(plain.state_dict().items(), model.state_dict().items()):
+    saved = pf.Transformer(tiny("encoder", head="span_qa", dropout=0.1, attention_dropout=0.1))
+    saved.save_pretrained(tmp_path / "span")
+    built = []
+    original_init = pf.Transformer.__init__
+
+    def counting_init(self, cfg, *args, **kwargs):
+        original_init(self, cfg, *args, **kwargs)
+        if next(self.parameters()).device.type != "meta":  # shapes-only models hold no weights
+            built.append(cfg)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pf.Transformer, "__init__", counting_init)
+        patch.setattr("posformer.hf.load_tokenizer", lambda directory: None)
+        model, _, head, _ = load_qa_model(tmp_path / "span", None, changes=fine_tuning_changes(0.0, None))
+    assert head == "span" and len(built) == 1  # one model with weights; nothing rebuilt after loading
+    assert (model.cfg.dropout, model.cfg.attention_dropout, model.cfg.activation_dropout) == (0, 0, 0)
+    assert all(m.p == 0.0 for m in model.modules() if isinstance(m, torch.nn.Dropout))
+    for (name, ours), (_, theirs) in zip(model.state_dict().items(), saved.state_dict().items()):
         assert torch.equal(ours, theirs), name
     ids = torch.randint(0, 61, (2, 9))
-    torch.testing.assert_close(plain(ids).start_logits, model.eval()(ids).start_logits)  # train mode, p=0: eval's
-    assert torch.equal(plain(ids).start_logits, plain(ids).start_logits)
+    torch.testing.assert_close(model.train()(ids).start_logits, saved.eval()(ids).start_logits)  # p=0: eval's
+
+
+def test_a_new_encoder_span_head_starts_fresh_and_every_stored_tensor_is_kept(tmp_path):
+    import torch
+
+    from posformer.tasks.qa.models import fine_tuning_changes, load_qa_model
+
+    saved = pf.Transformer(tiny("encoder_decoder", head="seq2seq_lm"))
+    saved.save_pretrained(tmp_path / "s2s")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("posformer.hf.load_tokenizer", lambda directory: None)
+        model, _, _, _ = load_qa_model(tmp_path / "s2s", "seq2seq", changes=fine_tuning_changes(None, 1.0))
+    assert model.cfg.encoder_span_loss == 1.0
+    stored = saved.state_dict()
+    new = sorted(set(model.state_dict()) - set(stored))
+    assert new and all(name.startswith("encoder_span.") for name in new)
+    for name, tensor in stored.items():
+        assert torch.equal(model.state_dict()[name], tensor), name
 
 
 def test_a_dropout_outside_0_to_1_is_refused():

@@ -65,9 +65,9 @@ class QAEvaluator:
 
     def write(self, out_dir: str | Path, info: dict[str, Any]) -> dict[str, Any]:
         """Write predictions.json, null_odds.json (the files the official script reads), answers.json and
-        eval_results.json (the report plus `info`) as one set: all new, or, when one cannot be written (a full
-        disk), all as they were, never a mix of two evaluations."""
-        results = {**self.report, **info}
+        eval_results.json (the report, the dtype of the logits it was computed from, and `info`) as one set: all
+        new, or, when one cannot be written (a full disk), all as they were, never a mix of two evaluations."""
+        results = {**self.report, "logits_dtype": self.predictor.logits_dtype, **info}
         files = {
             "predictions.json": {str(k): str(v) for k, v in self.predictions.items()},
             "null_odds.json": {str(k): float(v) for k, v in self.null_odds.items()},

@@ -65,8 +65,11 @@ def span_train_tensors(
 
 
 @torch.no_grad()
-def span_logits(model: nn.Module, features: dict[str, Any], batch_size: int = 32) -> tuple[Tensor, Tensor]:
-    """Start and end logits, each (n_windows, max_seq_length) float32 on the CPU, for eval `features`.
+def span_logits(
+    model: nn.Module, features: dict[str, Any], batch_size: int = 32
+) -> tuple[Tensor, Tensor, torch.dtype | None]:
+    """Start and end logits, each (n_windows, max_seq_length) float32 on the CPU, for eval `features`, and the
+    dtype the model computed them in (bfloat16 under bf16 autocast; None without windows).
 
     The rows go through the model longest first, so each batch holds windows of similar
     length, and each batch is cut to its longest row (attention_mask); the cut positions
@@ -79,6 +82,7 @@ def span_logits(model: nn.Module, features: dict[str, Any], batch_size: int = 32
     device = next(model.parameters()).device
     start = torch.full((rows, width), -math.inf)
     end = torch.full((rows, width), -math.inf)
+    computed_in = None
     was_training = model.training
     model.eval()
     try:
@@ -90,9 +94,10 @@ def span_logits(model: nn.Module, features: dict[str, Any], batch_size: int = 32
             out = model(**batch)
             start[part, :length] = out.start_logits.float().cpu()
             end[part, :length] = out.end_logits.float().cpu()
+            computed_in = out.start_logits.dtype
     finally:
         model.train(was_training)
-    return start, end
+    return start, end, computed_in
 
 
 class SpanPredictor:
@@ -127,10 +132,12 @@ class SpanPredictor:
         self.batch_size, self.n_best_size, self.max_answer_length = batch_size, n_best_size, max_answer_length
         self.null_score_diff_threshold = null_score_diff_threshold
         self.features = span_eval_features(self.examples, tokenizer, max_seq_length, doc_stride)
+        self.logits_dtype: str | None = None
 
     def predict(self, model: nn.Module) -> QAPredictions:
         """(predictions, null odds, best non-empty answers) id -> value; see `QAPredictions`."""
-        start, end = span_logits(model, self.features, self.batch_size)
+        start, end, computed_in = span_logits(model, self.features, self.batch_size)
+        self.logits_dtype = str(computed_in).removeprefix("torch.")
         return postprocess_span_predictions(
             self.examples,
             self.features,

@@ -41,13 +41,7 @@ from posformer.model import Transformer
 from posformer.tasks.qa.evaluation import QAEvaluator
 from posformer.tasks.qa.extractive import SpanPredictor, span_train_tensors
 from posformer.tasks.qa.job_data import calibration_split, load_eval_examples, load_train_examples
-from posformer.tasks.qa.models import (
-    default_pretrained_model,
-    load_qa_model,
-    tokenizer_files,
-    with_dropout,
-    with_encoder_span_loss,
-)
+from posformer.tasks.qa.models import default_pretrained_model, fine_tuning_changes, load_qa_model, tokenizer_files
 from posformer.tasks.qa.null_answers import (
     calibrate_null_threshold,
     keep_null_windows,
@@ -73,11 +67,13 @@ from posformer.tasks.qa.seq2seq import (
     seq2seq_train_tensors,
     train_qa_tokenizer,
 )
+from posformer.train.distributed import resolve_device
+from posformer.train.precision import PRECISION_NAMES, autocast, resolve_precision
 from posformer.train.write_errors import writing
 from posformer.utils.validation import check_choice, fail
 
 
-def scratch_seq2seq(o: QAJobOptions, train: Sequence[QAExample]) -> tuple[Transformer, Any]:
+def scratch_seq2seq(o: QAJobOptions, train: Sequence[QAExample], changes: dict[str, Any]) -> tuple[Transformer, Any]:
     """A small `t5`-preset model and a tokenizer trained on the training texts (or, with --resume, the run's)."""
     from posformer.hf import load_tokenizer
 
@@ -100,6 +96,7 @@ def scratch_seq2seq(o: QAJobOptions, train: Sequence[QAExample]) -> tuple[Transf
         d_head=o.d_model // o.heads,
         d_ff=o.d_ff,
         max_positions=max(512, o.max_seq_length),
+        **changes,
     )
     return model, tokenizer
 
@@ -177,24 +174,23 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
     o = o.resolved(SCRATCH_DEFAULTS if o.from_scratch else PRETRAINED_DEFAULTS)
     check_options(o)
     check_output_dir(Path(o.output_dir))
+    device = resolve_device(o.device)
+    o = dataclasses.replace(o, precision=resolve_precision(o.precision, device))  # the run records what it used
+    if o.head == "seq2seq" and o.null_score not in (None, "decoder") and not o.encoder_span_loss:
+        fail("--null-score", o.null_score, "decoder without --encoder-span-loss (which trains that span head)")
     train, held = load_train_examples(o, log)
+    changes = fine_tuning_changes(o.dropout, o.encoder_span_loss if o.head == "seq2seq" else None)
     if o.from_scratch:
-        model, tokenizer = scratch_seq2seq(o, train)
+        model, tokenizer = scratch_seq2seq(o, train, changes)
         source = "scratch t5"
     else:
         path = o.model or default_pretrained_model()
         torch.manual_seed(o.seed)
         model, tokenizer, _, directory = load_qa_model(
-            path, o.head, o.cross_attention_init, o.decoder_layers, o.pointer_generator
+            path, o.head, o.cross_attention_init, o.decoder_layers, o.pointer_generator, changes
         )
         source = str(directory)
     check_window_fits(o, model)
-    if o.dropout is not None:
-        model = with_dropout(model, o.dropout)
-    if o.head == "seq2seq":
-        model = with_encoder_span_loss(model, o.encoder_span_loss)
-        if o.null_score not in (None, "decoder") and not o.encoder_span_loss:
-            fail("--null-score", o.null_score, "decoder without --encoder-span-loss (which trains that span head)")
     train, calibration = calibration_split(train, o.calibration_fraction)
     if o.head == "span":
         features = span_train_tensors(train, tokenizer, o.max_seq_length, o.doc_stride, model.cfg)
@@ -238,8 +234,8 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
     kind = "BERT2BERT" if model.cfg.hf_model_type == "encoder-decoder" else model.cfg.hf_model_type or model.cfg.arch
     log(
         f"{o.head} QA: {source} ({kind}), {model.num_parameters():,} parameters; {len(train)} training questions "
-        f"({len(batches)} windows), {len(held)} eval questions; {steps} steps of {o.per_device_train_batch_size}; "
-        f"writing to {o.output_dir}"
+        f"({len(batches)} windows), {len(held)} eval questions; {steps} steps of {o.per_device_train_batch_size} "
+        f"in {PRECISION_NAMES[o.precision]} on {device}; writing to {o.output_dir}"
     )
     run_config = {"qa": {**dataclasses.asdict(o), "steps": steps, "warmup_steps": warmup}, "model": model.cfg.to_dict()}
     trainer = Trainer(
@@ -255,13 +251,11 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
         resume_policy=qa_resume_policy(),
     )
     result = trainer.fit(resume=o.resume)
+    model.eval()
     if calibration:
-        o = dataclasses.replace(
-            o,
-            null_score_diff_threshold=calibrate_null_threshold(
-                qa_predictor(o.head, tokenizer, calibration, o), o.head, model.eval()
-            ),
-        )
+        with torch.no_grad(), autocast(o.precision, device):
+            threshold = calibrate_null_threshold(qa_predictor(o.head, tokenizer, calibration, o), o.head, model)
+        o = dataclasses.replace(o, null_score_diff_threshold=threshold)
         log(
             f"null threshold calibrated on {len(calibration)} held-out training questions: "
             f"--null-score-diff-threshold {o.null_score_diff_threshold:.4g}"
@@ -271,7 +265,8 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
         with writing(Path(o.output_dir) / "run_config.yaml", "the run config"):
             write_text_atomic(Path(o.output_dir) / "run_config.yaml", yaml.safe_dump(run_config, sort_keys=False))
     if calibration or not result.evals or result.evals[-1]["step"] != result.step:
-        evaluator(model.eval())
+        with torch.no_grad(), autocast(o.precision, device):
+            evaluator(model)
     with writing(o.output_dir, "the evaluation outputs in"):
         results = evaluator.write(
             o.output_dir,
@@ -280,6 +275,7 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
                 "model": source,
                 "step": result.step,
                 "checkpoint": str(result.checkpoint or ""),
+                "precision": o.precision,
                 **eval_settings(o),
             },
         )
@@ -324,9 +320,13 @@ def eval_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, An
     if o.eval_file is None and o.dataset_name is None and o.train_file is None and stored.get("train_file"):
         o = dataclasses.replace(o, train_file=stored["train_file"])
     examples = load_eval_examples(o, log)
+    device = resolve_device(o.device)
+    o = dataclasses.replace(o, precision=resolve_precision(o.precision, device))
     evaluator = QAEvaluator(qa_predictor(head, tokenizer, examples, o))
-    evaluator(model)
+    with torch.no_grad(), autocast(o.precision, device):
+        evaluator(model.to(device))
+    info = {"head": head, "model": str(directory), "precision": o.precision, **eval_settings(o)}
     with writing(o.output_dir, "the evaluation outputs in"):
-        results = evaluator.write(o.output_dir, {"head": head, "model": str(directory), **eval_settings(o)})
+        results = evaluator.write(o.output_dir, info)
     print_report(evaluator.report, log)
     return results

@@ -71,18 +71,30 @@ def model_head(model: Transformer, where: Path) -> str:
     )
 
 
+def fine_tuning_changes(dropout: float | None, encoder_span_loss: float | None) -> dict[str, float]:
+    """The `Config` fields the QA job sets on its model before it is built: every dropout probability (hidden,
+    attention, feed-forward) when `dropout` is given, `encoder_span_loss` when given (the seq2seq head)."""
+    changes: dict[str, float] = {}
+    if dropout is not None:
+        changes.update(dropout=dropout, attention_dropout=dropout, activation_dropout=dropout)
+    if encoder_span_loss is not None:
+        changes["encoder_span_loss"] = encoder_span_loss
+    return changes
+
+
 def load_qa_model(
     path: str | Path,
     head: str | None,
     cross_attention_init: str = "random",
     decoder_layers: int | None = None,
     pointer_generator: bool = False,
+    changes: dict[str, Any] | None = None,
 ) -> tuple[Transformer, Any, str, Path]:
     """(model, tokenizer, head, directory) for a checkpoint: a `qa train` run dir or checkpoint, or a
     Hugging Face directory (a span head is added to a BERT-family base; --head seq2seq warm-starts a
     BERT2BERT model from an encoder-only one, its cross-attention started as `cross_attention_init` says, its
     decoder keeping `decoder_layers` layers, with a pointer-generator when `pointer_generator`). head None: the
-    model's own."""
+    model's own. changes: `Config` fields set before the model is built, once (`fine_tuning_changes`)."""
     from posformer.checkpoints.model_dir import model_file, read_json
     from posformer.checkpoints.native import load_pretrained
     from posformer.hf import bert2bert_from_pretrained, from_hf, load_tokenizer
@@ -90,7 +102,7 @@ def load_qa_model(
 
     directory = _model_dir(str(path))
     if is_posformer_checkpoint(directory):
-        model = load_pretrained(directory)
+        model = load_pretrained(directory, changes=changes)
     else:
         config = read_json(directory, "config.json") if model_file(directory, "config.json").is_file() else {}
         encoder_only = not config.get("is_encoder_decoder", False) and config.get("model_type") != "t5"
@@ -102,34 +114,12 @@ def load_qa_model(
                 cross_attention_init=cross_attention_init,
                 decoder_layers=decoder_layers,
                 pointer_generator=pointer_generator,
+                changes=changes,
             )
         else:
-            model = from_hf(directory, head="span_qa" if head == "span" and encoder_only else None)
+            model = from_hf(directory, head="span_qa" if head == "span" and encoder_only else None, changes=changes)
     head = head or model_head(model, directory)
     return _check_head(model, head, directory).eval(), load_tokenizer(directory), head, directory
-
-
-def with_dropout(model: Transformer, p: float) -> Transformer:
-    """`model` with every dropout probability (hidden, attention, feed-forward) set to `p`: the same weights in a
-    model built from the changed config, so the config saved with it says what it was trained with."""
-    cfg = model.cfg.replace(dropout=p, attention_dropout=p, activation_dropout=p)
-    rebuilt = Transformer(cfg)
-    rebuilt.load_state_dict(model.state_dict())
-    return rebuilt.train(model.training)
-
-
-def with_encoder_span_loss(model: Transformer, weight: float) -> Transformer:
-    """`model` (an encoder-decoder) with `Config.encoder_span_loss` = weight: the same weights in a model built from
-    the changed config, its encoder's span head (when new) drawn from torch's global generator."""
-    if model.cfg.encoder_span_loss == weight:
-        return model
-    rebuilt = Transformer(model.cfg.replace(encoder_span_loss=weight))
-    state = {k: v for k, v in model.state_dict().items() if not k.startswith("encoder_span.")}
-    missing = rebuilt.load_state_dict(state, strict=False).missing_keys
-    unexpected = [k for k in missing if not k.startswith("encoder_span.")]
-    if unexpected:
-        raise RuntimeError(f"rebuilding the model for the encoder's span loss lost {unexpected}")
-    return rebuilt.train(model.training)
 
 
 def tokenizer_files(tokenizer) -> dict[str, str]:

@@ -130,7 +130,12 @@ class QAJobOptions(QAColumns):
     save_steps: int = option(500, "checkpoint every N steps", minimum=1)
     seed: int = option(42, "weights, data order, dropout", minimum=0)
     device: str = option("auto", "where the model runs", choices=DEVICES)
-    precision: str = option("fp32", "float32, or bf16 / fp16 autocast", choices=PRECISIONS)
+    precision: str = option(
+        "fp32",
+        "fp32; bf16 / fp16 autocast over float32 weights; or auto: bf16 where the CPU or GPU has bf16 units, else "
+        "fp32 (the run records what it used; qa eval / ask: the precision predictions are computed in)",
+        choices=PRECISIONS,
+    )
     resume: bool = option(False, "continue from the newest valid checkpoint in --output-dir")
     from_scratch: bool = option(
         False,

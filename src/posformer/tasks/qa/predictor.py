@@ -36,6 +36,7 @@ class QAPredictor(Protocol):
     """A head's way of answering `examples`; built once, called with each model to evaluate."""
 
     examples: Sequence[QAExampleLike]
+    logits_dtype: str | None  # the dtype the last `predict` computed the logits in ("bfloat16" under bf16 autocast)
 
     def predict(self, model: nn.Module) -> QAPredictions:
         """Answer every question of `examples` with `model`."""

@@ -248,6 +248,7 @@ class Seq2SeqPredictor:
         self.null_score_diff_threshold, self.length_penalty = null_score_diff_threshold, length_penalty
         windows = seq2seq_eval_windows(self.examples, tokenizer, max_seq_length, doc_stride)
         self.windows = sorted(windows, key=lambda w: -len(w.input_ids))  # batches of similar length
+        self.logits_dtype: str | None = None
 
     @torch.no_grad()
     def predict(self, model: Transformer) -> QAPredictions:
@@ -279,6 +280,7 @@ class Seq2SeqPredictor:
             )
             out = model(**batch, decoder_input_ids=tokens[:, :1])
             null_scores = torch.log_softmax(out.logits[:, 0].float(), dim=-1)[:, end]
+            self.logits_dtype = str(out.logits.dtype).removeprefix("torch.")
             if self.null_score != "decoder":
                 span_null, span_best = encoder_span_scores(
                     *model.encoder_span(out.encoder_last_hidden_state),
