@@ -10,7 +10,7 @@ from posformer.bench.runtime import Runtime
 @pytest.mark.parametrize(
     "device, precision, message",
     [
-        ("cpu", "fp16", "precision='fp16' is invalid: expected one of fp32, bf16"),
+        ("cpu", "fp16", "precision='fp16' is invalid: expected one of auto, fp32, bf16"),
         ("tpu:x", "fp32", "device='tpu:x' is invalid"),
         ("meta", "fp32", "device='meta' is invalid: expected 'cpu', 'cuda' or 'cuda:N'"),
     ],

@@ -317,7 +317,7 @@ def test_bf16_autocast_on_cpu_trains_float32_weights_close_to_fp32(corpus: Path,
     low, full = losses(tmp_path / "bf16"), losses(tmp_path / "fp32")
     assert [s for s, _ in low] == list(range(1, 11))
     assert all(w.dtype == torch.float32 for w in final_weights(tmp_path / "bf16", 10).values())
-    assert low[0][1] != full[0][1]  # autocast did change the arithmetic
+    assert any(a != b for (_, a), (_, b) in zip(low, full))  # autocast did change the arithmetic
     for (_, a), (_, b) in zip(low, full):
         assert a == pytest.approx(b, rel=1e-3)  # observed: 3e-5 over these 10 steps
     assert low[-1][1] < low[0][1]

@@ -101,7 +101,7 @@ def run(options: MLMOptions) -> dict[str, Any]:
         "transformers": _transformers().__version__,
         "threads": threads,
         "device": runtime.name(),
-        "precision": options.precision,
+        "precision": runtime.precision,
         "batch": options.batch,
         "length": options.length,
         "d_model": options.d_model,

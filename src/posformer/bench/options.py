@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from posformer.bench.runtime import PRECISIONS
+from posformer.bench.runtime import PRECISION_CHOICES
 from posformer.utils.options import option
 
 
@@ -31,7 +31,10 @@ class DeviceOptions:
 
     device: str = option("cpu", "where every model runs: cpu, cuda or cuda:N (timed after torch.cuda.synchronize)")
     precision: str = option(
-        "fp32", "fp32, or bf16 autocast over float32 weights (as trainer.precision=bf16)", choices=tuple(PRECISIONS)
+        "fp32",
+        "fp32, or bf16 autocast over float32 weights (as trainer.precision=bf16), or auto: bf16 where the device "
+        "has bf16 units (a CPU with AVX512-BF16 or AMX, a GPU), else fp32",
+        choices=PRECISION_CHOICES,
     )
 
 

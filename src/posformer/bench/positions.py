@@ -160,7 +160,7 @@ def run(options: PositionsOptions) -> dict[str, Any]:
             "torch": torch.__version__,
             "threads": threads,
             "device": runtime.name(),
-            "precision": options.precision,
+            "precision": runtime.precision,
             "arch": options.arch,
             "batch": options.batch,
             "length": options.length,

@@ -13,7 +13,10 @@ from typing import ContextManager
 
 import torch
 
+from posformer.train.precision import resolve_precision
+
 PRECISIONS = {"fp32": "float32", "bf16": "bf16 autocast (float32 weights)"}  # name -> as a report says it
+PRECISION_CHOICES = ("auto", *PRECISIONS)  # auto: bf16 where the device has bf16 units (`train.precision`)
 
 # dense bf16 tensor-core peaks from NVIDIA's datasheets, in TFLOP/s; the first name contained in the device's
 # name wins, so the PCIe H100 is listed before the SXM one
@@ -29,9 +32,10 @@ class Runtime:
 
     @classmethod
     def of(cls, device: str = "cpu", precision: str = "fp32") -> Runtime:
-        """ValueError for an unknown precision, a device torch cannot parse, or CUDA where there is none."""
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision={precision!r} is invalid: expected one of {', '.join(PRECISIONS)}")
+        """ValueError for an unknown precision, a device torch cannot parse, or CUDA where there is none; "auto"
+        resolves to bf16 where the device has bf16 units, else fp32."""
+        if precision not in PRECISION_CHOICES:
+            raise ValueError(f"precision={precision!r} is invalid: expected one of {', '.join(PRECISION_CHOICES)}")
         try:
             parsed = torch.device(device)
         except RuntimeError as err:
@@ -40,7 +44,7 @@ class Runtime:
             raise ValueError(f"device={device!r} is invalid: expected 'cpu', 'cuda' or 'cuda:N'")
         if parsed.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device={device!r} is invalid: torch {torch.__version__} sees no CUDA device here")
-        return cls(parsed, precision)
+        return cls(parsed, resolve_precision(precision, parsed))
 
     def autocast(self) -> ContextManager[None]:
         """bf16 autocast on the device, or nothing for fp32."""

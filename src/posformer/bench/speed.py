@@ -279,7 +279,7 @@ def run(options: SpeedOptions) -> dict[str, Any]:
             "transformers": transformers.__version__,
             "threads": threads,
             "device": runtime.name(),
-            "precision": options.precision,
+            "precision": runtime.precision,
             "peak_tflops": runtime.peak_tflops(),
             "batch": options.batch,
             "length": options.length,

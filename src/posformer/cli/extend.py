@@ -97,7 +97,7 @@ def settings_from_args(args: argparse.Namespace):
         overrides["methods"] = [m.strip() for m in overrides["methods"].split(",") if m.strip()]
     if overrides.get("target_len") is None:
         raise ValueError("extend: --target-len is required (the length to extend the context to)")
-    return ExtendSettings.preset(args.preset, **overrides)
+    return ExtendSettings.preset(args.preset, **overrides).with_precision_resolved()
 
 
 def cmd_extend(args: argparse.Namespace) -> int:

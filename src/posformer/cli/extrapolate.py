@@ -130,7 +130,7 @@ def settings_from_args(args: argparse.Namespace):
     from posformer.experiments.extrapolation.settings import ExtrapolationSettings
 
     overrides = _overrides(args, flag_keys(ExtrapolationSettings), "eval_tokens=8192 or steps=200")
-    return ExtrapolationSettings.preset(args.preset, **overrides)
+    return ExtrapolationSettings.preset(args.preset, **overrides).with_precision_resolved()
 
 
 def task_settings_from_args(args: argparse.Namespace):
@@ -150,7 +150,7 @@ def task_settings_from_args(args: argparse.Namespace):
     overrides = _overrides(args, [key for key in keys if key in task_knobs], "steps=200 or eval_examples=100")
     if "task" in overrides:
         raise ValueError(f"--set task={excerpt(overrides['task'])}: expected the task given by --task only")
-    return TaskSettings.preset(args.preset, task=args.task, **overrides)
+    return TaskSettings.preset(args.preset, task=args.task, **overrides).with_precision_resolved()
 
 
 def cmd_task(args: argparse.Namespace) -> int:

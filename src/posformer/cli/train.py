@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from posformer.cli.command import Command
 from posformer.cli.option_flags import add_option_flags, options_from_args
+from posformer.train.precision import PRECISIONS
 from posformer.utils.options import option
 
 
@@ -29,6 +30,12 @@ class TrainCommandOptions:
     seed: int | None = option(
         None, "the run's one seed: weights, data order, dropout (= --set trainer.seed=N)", minimum=0
     )
+    precision: str | None = option(
+        None,
+        "fp32, bf16 / fp16 autocast over float32 weights, or auto: bf16 where the CPU or GPU has bf16 units, else "
+        "fp32; the run records what it used (= --set trainer.precision=X; default: the config's, fp32)",
+        choices=PRECISIONS,
+    )
     progress: bool = option(True, "no progress bar", flag="--no-progress")
 
 
@@ -40,6 +47,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     options = options_from_args(TrainCommandOptions, args)
     overrides = options.set + ([f"trainer.seed={options.seed}"] if options.seed is not None else [])
+    overrides += [f"trainer.precision={options.precision}"] if options.precision is not None else []
     settings = load_run_settings(options.config, overrides)
     try:
         train_causal_lm(settings, options.output_dir, resume=options.resume, progress=options.progress)

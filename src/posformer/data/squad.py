@@ -45,8 +45,14 @@ class QADataError(ValueError):
 
 
 def squad_sample() -> Path:
-    """The SQuAD v2 sample that ships with the package (5 dev articles; see samples/SOURCE.md)."""
+    """The SQuAD v2 sample that ships with the package (15 dev articles; see samples/SOURCE.md)."""
     return SAMPLES / "squad_v2_sample.json"
+
+
+def squad_more_training() -> Path:
+    """The other 20 SQuAD v2 dev articles, shipped for training only: with the sample's training articles they are
+    the default training data of `qa train`, whose evaluation articles stay the sample's (see samples/SOURCE.md)."""
+    return SAMPLES / "squad_v2_more_training.json"
 
 
 @dataclass(frozen=True)

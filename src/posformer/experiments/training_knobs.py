@@ -4,6 +4,7 @@ into the `TrainerSettings` of a row (cosine schedule, one checkpoint kept, no sa
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from posformer.train.settings import DEVICES, PRECISIONS, TrainerSettings
@@ -26,7 +27,11 @@ class TrainingKnobs:
     threads: int | None = option(
         None, "torch CPU threads (null: torch's default); 1 is faster when other work shares the cores", flag=False
     )
-    precision: str = option("fp32", "fp32, bf16 or fp16 (autocast)", flag=False)
+    precision: str = option(
+        "fp32",
+        "fp32; bf16 or fp16 autocast over float32 weights; or auto: bf16 where the CPU or GPU has bf16 units, else "
+        "fp32 (the run records what it used)",
+    )
     save_every: int = option(100, "steps between a row's checkpoints (a stopped row resumes from the last)", flag=False)
 
     def check(self, prefix: str) -> None:
@@ -41,6 +46,13 @@ class TrainingKnobs:
         check_choice(f"{prefix}precision", self.precision, PRECISIONS)
         if self.threads is not None:
             check_int(f"{prefix}threads", self.threads)
+
+    def with_precision_resolved(self):
+        """A copy whose precision "auto" is resolved for its device (`train.precision.resolve_precision`)."""
+        from posformer.train.distributed import resolve_device
+        from posformer.train.precision import resolve_precision
+
+        return dataclasses.replace(self, precision=resolve_precision(self.precision, resolve_device(self.device)))
 
     def trainer_settings(self, steps: int | None = None) -> TrainerSettings:
         """The Trainer settings of a row: these knobs, a cosine schedule, one checkpoint kept, no sample; `steps`

@@ -9,6 +9,7 @@ settings at all it is the ~2-minute demo on the shipped Tiny Shakespeare sample.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from posformer.ops.masks import document_starts
 from posformer.presets import preset_fields
 from posformer.train import distributed
 from posformer.train.batches import PackedBatches, WindowBatches, packed_batch
+from posformer.train.precision import resolve_precision
 from posformer.train.resume_check import trainer_policy
 from posformer.train.rng import seed_everything
 from posformer.train.run_lock import RunDirLock, check_output_dir
@@ -110,7 +112,12 @@ def _train(settings: RunSettings, output_dir: str, resume: bool, log, progress: 
     if not distributed.launched_as_main():
         log = _quiet
     check_output_dir(Path(output_dir))  # before reading the data: an unwritable path fails at once
-    data, trainer_settings = settings.data, settings.trainer
+    data = settings.data
+    device = distributed.resolve_device(settings.trainer.device)
+    trainer_settings = dataclasses.replace(
+        settings.trainer, precision=resolve_precision(settings.trainer.precision, device)
+    )  # the run config records the precision used
+    settings = dataclasses.replace(settings, trainer=trainer_settings)
     tokenizer = build_tokenizer(data.tokenizer, lambda: documents(data.train, data.text_field))
     vocab_size = tokenizer.vocab_size
     ids = document_ids(documents(data.train, data.text_field), tokenizer)

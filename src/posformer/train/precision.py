@@ -11,7 +11,6 @@ matrix products run in bf16 (on the CPU, attention while training too: `posforme
 
 from __future__ import annotations
 
-import contextlib
 from functools import lru_cache
 from pathlib import Path
 from typing import ContextManager
@@ -57,9 +56,10 @@ def resolve_precision(precision: str, device: str | torch.device) -> str:
 
 
 def autocast(precision: str, device: str | torch.device) -> ContextManager[None]:
-    """bf16 / fp16 autocast on `device`'s type for a resolved `precision`, or nothing for "fp32"."""
+    """Compute in a resolved `precision` on `device`'s type: bf16 / fp16 autocast, or for "fp32" autocast off (so
+    that float32 holds inside an outer autocast too)."""
     if precision == "fp32":
-        return contextlib.nullcontext()
+        return torch.autocast(torch.device(device).type, enabled=False)
     if precision not in AUTOCAST_DTYPES:
         raise ValueError(f"precision={precision!r} is not resolved: expected fp32, bf16 or fp16")
     return torch.autocast(torch.device(device).type, dtype=AUTOCAST_DTYPES[precision])

@@ -60,6 +60,20 @@ def test_both_models_compute_the_same_losses(result):
     assert result["max_loss_diff"] < 1e-4
 
 
+def test_bf16_trains_and_predicts_both_models_in_bf16_and_they_agree_to_its_precision(tmp_path):
+    """--precision bf16: both sides under bf16 autocast, posformer's attention written out as batched matmuls and
+    HF's through SDPA; the first loss agrees to bf16 rounding (8 mantissa bits: ~0.4% of ~5)."""
+    path = tmp_path / "bf16.json"
+    assert (
+        cli_main(["bench", "--qa", "--data", str(squad_sample()), *TINY, "--precision", "bf16", "--output", str(path)])
+        == 0
+    )
+    low = json.loads(path.read_text())
+    assert low["precision"] == "bf16" and low["dtype"] == "bf16 autocast (float32 weights)"
+    assert [low[name]["logits_dtype"] for name in ("posformer", "hf")] == ["bfloat16", "bfloat16"]
+    assert low["posformer"]["first_loss"] == pytest.approx(low["hf"]["first_loss"], rel=2e-2)
+
+
 def test_bad_options_are_rejected():
     with pytest.raises(ValueError, match="steps"):
         qa.run(QABenchOptions(data=str(squad_sample()), steps=1))

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from posformer.bench.qa.options import QABenchOptions
 from posformer.bench.qa.setup import draw_batches, load_questions, resolve_data, summary
+from posformer.bench.runtime import PRECISIONS, Runtime
 from posformer.bench.trainer import load_average
 from posformer.model import Transformer
 from posformer.modules.heads import loss_only
@@ -33,6 +34,7 @@ NAMES = ("posformer", "hf")
 LABELS = {"posformer": "posformer", "hf": "Hugging Face"}
 METRICS = ("exact", "f1", "HasAns_f1", "NoAns_f1")
 CLIP = 1.0
+CPU_FP32 = Runtime(torch.device("cpu"))
 
 
 def default_checkpoint() -> Path:
@@ -65,10 +67,11 @@ class Run:
         eps: float,
         weight_decay: float,
         warmup_steps: int = 0,
+        runtime: Runtime = CPU_FP32,
     ) -> None:
         from transformers import get_linear_schedule_with_warmup
 
-        self.model = model.train()
+        self.model, self.runtime = model.train(), runtime
         self.arguments = loss_only(model.cfg.head_kind) if isinstance(model, Transformer) else {}  # as the Trainer
         self.optimizer = adamw(parameter_groups(model, weight_decay), lr=lr, betas=betas, eps=eps)
         self.scheduler = get_linear_schedule_with_warmup(self.optimizer, warmup_steps, steps)
@@ -79,7 +82,8 @@ class Run:
         """One optimizer step on `batch` (input_ids, attention_mask, token_type_ids: (b, T); positions (b,))."""
         start = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.model(**batch, **self.arguments).loss
+        with self.runtime.autocast():
+            loss = self.model(**batch, **self.arguments).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), CLIP)
         self.optimizer.step()
@@ -98,10 +102,13 @@ def train_both(
     weight_decay: float = 0.0,
     progress: bool = True,
     warmup_steps: int = 0,
+    runtime: Runtime = CPU_FP32,
 ) -> dict[str, Run]:
-    """Train each model on `batches` (one per step), alternating blocks of `block` steps between them."""
+    """Train each model on `batches` (one per step), alternating blocks of `block` steps between them, both in
+    `runtime`'s precision."""
     runs = {
-        name: Run(model, len(batches), lr, betas, eps, weight_decay, warmup_steps) for name, model in models.items()
+        name: Run(model, len(batches), lr, betas, eps, weight_decay, warmup_steps, runtime)
+        for name, model in models.items()
     }
     with progress_bar(total=len(batches) * len(runs), desc="training", unit="step", disable=not progress) as bar:
         for first in range(0, len(batches), block):
@@ -147,6 +154,7 @@ def compare(
     directory = Path(options.checkpoint) if options.checkpoint is not None else default_checkpoint()
     threads = torch.get_num_threads() if options.threads is None else options.threads
     previous = torch.get_num_threads()
+    runtime = Runtime.of("cpu", options.precision)
     torch.set_num_threads(threads)
     try:
         from posformer.hf import load_tokenizer
@@ -165,14 +173,20 @@ def compare(
         load_start = load_average()
         log(f"training both models for {steps} steps of {options.batch_size} of {windows} windows ...")
         runs = train_both(
-            {"posformer": sides.ours, "hf": sides.theirs}, batches, options.block, options.lr, warmup_steps=warmup_steps
+            {"posformer": sides.ours, "hf": sides.theirs},
+            batches,
+            options.block,
+            options.lr,
+            warmup_steps=warmup_steps,
+            runtime=runtime,
         )
         speed = training_speed(runs, tokens, options.block)
         result: dict[str, Any] = {
             "head": head,
             "torch": torch.__version__,
             "threads": threads,
-            "dtype": "float32",
+            "dtype": PRECISIONS[runtime.precision],
+            "precision": runtime.precision,
             "device": "cpu",
             "data": str(path),
             "data_note": note,
@@ -203,7 +217,7 @@ def compare(
             "block_ratio": speed["block_ratio"],
             "max_loss_diff": max(abs(a - b) for a, b in zip(runs["posformer"].losses, runs["hf"].losses)),
         }
-        evaluate = QAEvaluator(sides.predictor)
+        evaluate = QAEvaluator(sides.predictor, runtime.precision)
         for name, model in (("posformer", sides.ours), ("hf", sides.theirs)):
             log(f"evaluating {LABELS[name]} on {len(held)} questions ...")
             start = time.perf_counter()
@@ -215,6 +229,7 @@ def compare(
                 "final_loss": runs[name].losses[-1],
                 "losses": runs[name].losses,
                 "metrics": {k: report.get(k) for k in METRICS},
+                "logits_dtype": sides.predictor.logits_dtype,
                 "report": report,
             }
         result["load_average"] = [load_start, load_average()]

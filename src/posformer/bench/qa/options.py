@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from posformer.bench.options import ReportOptions
+from posformer.bench.runtime import PRECISION_CHOICES
 from posformer.utils.options import check_options, option
 from posformer.utils.validation import fail
 
@@ -51,6 +52,12 @@ class QABenchOptions(ReportOptions):
     max_seq_length: int = option(256, "tokens per window (question + context part)", minimum=1)
     doc_stride: int = option(64, "overlap of consecutive windows of a long context", minimum=1)
     block: int = option(5, "steps each model runs before the other takes over", minimum=1)
+    precision: str = option(
+        "fp32",
+        "both models train and predict in fp32, or in bf16 autocast over float32 weights (auto: bf16 where the CPU "
+        "has bf16 units)",
+        choices=PRECISION_CHOICES,
+    )
 
     def check(self) -> None:
         """Raise `ValueError` naming the first bad option."""

@@ -17,6 +17,7 @@ from posformer.checkpoints.atomic import write_json_set_atomic
 from posformer.data.squad import QAExample
 from posformer.tasks.qa.predictor import QAPredictor
 from posformer.tasks.qa.squad_metric import squad_v2_evaluate
+from posformer.train.precision import autocast
 
 NULL_ODDS_CLIP = 1e9
 
@@ -45,11 +46,13 @@ def qa_report(
 class QAEvaluator:
     """The Trainer's `evaluate` for any head: model -> `predictor`'s answers -> the official report.
 
+    precision: what the predictions are computed in, whatever the caller's autocast ("fp32" by default: the
+    official scores and the null odds from float32 logits, since bf16's 8-bit mantissa ties close span scores).
     Keeps the latest predictions, best non-empty answers, clipped null odds and report, for `write`.
     """
 
-    def __init__(self, predictor: QAPredictor) -> None:
-        self.predictor = predictor
+    def __init__(self, predictor: QAPredictor, precision: str = "fp32") -> None:
+        self.predictor, self.precision = predictor, precision
         self.examples = list(predictor.examples)
         self.predictions: dict[str, str] = {}
         self.answers: dict[str, str] = {}
@@ -58,7 +61,9 @@ class QAEvaluator:
 
     def __call__(self, model: torch.nn.Module) -> dict[str, float]:
         """The official report of `model`'s answers (exact, f1, HasAns_*, NoAns_*, best_*) as floats."""
-        predictions, null_odds, answers = self.predictor.predict(model)
+        device = next(model.parameters()).device
+        with torch.no_grad(), autocast(self.precision, device):
+            predictions, null_odds, answers = self.predictor.predict(model)
         self.predictions, self.answers, self.null_odds = predictions, answers, clip_null_odds(null_odds)
         self.report = qa_report(self.examples, self.predictions, self.answers, self.null_odds)
         return {k: float(v) for k, v in self.report.items()}

@@ -243,7 +243,7 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
         batches,
         settings,
         o.output_dir,
-        evaluate=evaluator,
+        evaluate=evaluator if o.eval_steps or not calibration else None,  # calibrated: evaluated after
         run_config=run_config,
         extra_files=tokenizer_files(tokenizer),
         log=log,
@@ -253,7 +253,7 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
     result = trainer.fit(resume=o.resume)
     model.eval()
     if calibration:
-        with torch.no_grad(), autocast(o.precision, device):
+        with torch.no_grad(), autocast(evaluator.precision, device):
             threshold = calibrate_null_threshold(qa_predictor(o.head, tokenizer, calibration, o), o.head, model)
         o = dataclasses.replace(o, null_score_diff_threshold=threshold)
         log(
@@ -264,9 +264,8 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
         run_config["qa"]["null_score_diff_threshold"] = o.null_score_diff_threshold
         with writing(Path(o.output_dir) / "run_config.yaml", "the run config"):
             write_text_atomic(Path(o.output_dir) / "run_config.yaml", yaml.safe_dump(run_config, sort_keys=False))
-    if calibration or not result.evals or result.evals[-1]["step"] != result.step:
-        with torch.no_grad(), autocast(o.precision, device):
-            evaluator(model)
+    if calibration or not result.evals or result.evals[-1].get("step") != result.step:
+        evaluator(model)
     with writing(o.output_dir, "the evaluation outputs in"):
         results = evaluator.write(
             o.output_dir,
@@ -275,7 +274,7 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
                 "model": source,
                 "step": result.step,
                 "checkpoint": str(result.checkpoint or ""),
-                "precision": o.precision,
+                "training_precision": o.precision,
                 **eval_settings(o),
             },
         )
@@ -322,9 +321,8 @@ def eval_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, An
     examples = load_eval_examples(o, log)
     device = resolve_device(o.device)
     o = dataclasses.replace(o, precision=resolve_precision(o.precision, device))
-    evaluator = QAEvaluator(qa_predictor(head, tokenizer, examples, o))
-    with torch.no_grad(), autocast(o.precision, device):
-        evaluator(model.to(device))
+    evaluator = QAEvaluator(qa_predictor(head, tokenizer, examples, o), o.precision)
+    evaluator(model.to(device))
     info = {"head": head, "model": str(directory), "precision": o.precision, **eval_settings(o)}
     with writing(o.output_dir, "the evaluation outputs in"):
         results = evaluator.write(o.output_dir, info)

@@ -2,14 +2,23 @@
 
 --train-file / --eval-file (SQuAD JSON, or JSON/JSONL records with the named columns), or --dataset-name (Hugging
 Face `datasets`, online). With no data flag the shipped sample is split by article (EVAL_FRACTION of its articles,
-three of fifteen, are held out, `SPLIT_SEED`); a lone --train-file is split the same way.
+three of fifteen, are held out, `SPLIT_SEED`) and training also reads the shipped training-only articles (the
+other twenty of the dev set: 32 training articles in all); a lone --train-file is split the same way, alone.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from posformer.data.squad import QAData, QAExample, load_hf_dataset, load_qa_file, split_by_article, squad_sample
+from posformer.data.squad import (
+    QAData,
+    QAExample,
+    load_hf_dataset,
+    load_qa_file,
+    split_by_article,
+    squad_more_training,
+    squad_sample,
+)
 from posformer.tasks.qa.options import QAJobOptions
 
 SPLIT_SEED = 0
@@ -62,6 +71,7 @@ def load_train_examples(o: QAJobOptions, log: Callable[[str], None] = print) -> 
         train = split_by_article(
             _report(load_qa_file(squad_sample(), *columns), log).examples, eval_fraction=EVAL_FRACTION, seed=SPLIT_SEED
         )[0]
+        train += _report(load_qa_file(squad_more_training(), *columns), log).examples
     train = _limit(train, o.max_train_samples)
     if not train:
         raise ValueError("no training questions left (check --max-train-samples and the data)")

@@ -43,7 +43,10 @@ GROUP_BATCHES = 16  # --group-by-length sorts runs of this many batches by windo
 WINDOWS_DEFAULT = "default: qa train: 384 pretrained, 256 --from-scratch; qa eval / ask: the training run's, else 384"
 STRIDE_DEFAULT = "default: qa train: 128 pretrained, 64 --from-scratch; qa eval / ask: the training run's, else 128"
 FROM_RUN = "qa eval / ask: the training run's, else "
-DATA_GROUP = "data (default: the shipped SQuAD v2 sample, one article held out)"
+DATA_GROUP = (
+    "data (default: the shipped SQuAD v2 sample, three of its fifteen articles held out for evaluation, and twenty "
+    "more shipped articles for training)"
+)
 SCRATCH_GROUP = "from-scratch seq2seq model (--from-scratch)"
 
 
