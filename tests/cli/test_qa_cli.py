@@ -114,16 +114,22 @@ def test_span_train_then_eval_and_head_mismatch(tmp_path, capsys):
         "--no-progress",
         "--dropout",
         "0",
+        "--precision",
+        "bf16",
         *WINDOWS,
         *SAMPLES,
     ]
     assert main(args) == 0
-    _check_outputs(run, _printed_report(capsys.readouterr().out), 12)
+    assert "3 steps of 12 in bf16 autocast on cpu" in (printed := capsys.readouterr().out)
+    _check_outputs(run, _printed_report(printed), 12)
     saved = json.loads(next(run.glob("checkpoints/step-*/config.json")).read_text())["posformer"]  # was 0.1
     assert (saved["dropout"], saved["attention_dropout"]) == (0.0, 0.0)
-    assert main(["qa", "eval", "--model", str(run), "--max-eval-samples", "12"]) == 0
+    trained = json.loads((run / "eval_results.json").read_text())  # trained in bf16, scored from float32 logits
+    assert (trained["training_precision"], trained["logits_dtype"]) == ("bf16", "float32")
+    assert main(["qa", "eval", "--model", str(run), "--max-eval-samples", "12", "--precision", "bf16"]) == 0
     _check_outputs(run, _printed_report(capsys.readouterr().out), 12)
-    assert json.loads((run / "eval_results.json").read_text())["head"] == "span"
+    evaluated = json.loads((run / "eval_results.json").read_text())
+    assert (evaluated["head"], evaluated["precision"], evaluated["logits_dtype"]) == ("span", "bf16", "bfloat16")
 
     assert main(["qa", "eval", "--model", str(run), "--head", "seq2seq", "--max-eval-samples", "2"]) == 2
     assert "--head seq2seq needs an encoder-decoder checkpoint (T5, BERT2BERT)" in capsys.readouterr().err

@@ -16,6 +16,7 @@ from posformer.data.squad import (
     load_qa_file,
     load_squad_json,
     split_by_article,
+    squad_more_training,
     squad_sample,
 )
 from shared_data import squad_dev_file
@@ -81,6 +82,25 @@ def test_sample_is_cut_unchanged_from_dev(dev):
     sample = {ex.id: ex for ex in load_squad_json(squad_sample())}
     whole = [ex for ex in dev if ex.title in SAMPLE_TITLES]
     assert [ex.id for ex in whole] == list(sample) and all(sample[ex.id] == ex for ex in whole)
+
+
+def test_the_more_training_articles_and_the_sample_are_the_whole_dev_set_cut_unchanged(dev):
+    more = {ex.id: ex for ex in load_squad_json(squad_more_training())}
+    rest = [ex for ex in dev if ex.title not in SAMPLE_TITLES]
+    assert [ex.id for ex in rest] == list(more) and all(more[ex.id] == ex for ex in rest)
+    assert len({ex.title for ex in rest}) == 20 and len(more) == 8097
+    assert "squad_v2_more_training.json" in (squad_more_training().parent / "SOURCE.md").read_text()
+
+
+def test_qa_train_without_data_flags_trains_on_32_articles_and_holds_out_the_samples_three():
+    from posformer.tasks.qa.job_data import load_train_examples
+    from posformer.tasks.qa.options import QAJobOptions
+
+    train, held = load_train_examples(QAJobOptions(), lambda line: None)
+    held_titles = {ex.title for ex in held}
+    assert held_titles == {"Amazon_rainforest", "Normans", "Pharmacy"} and len(held) == 736
+    assert len({ex.title for ex in train}) == 32 and not held_titles & {ex.title for ex in train}
+    assert len(train) == 3776 - 736 + 8097
 
 
 def test_flat_records_json_and_jsonl_in_every_answer_form(tmp_path):

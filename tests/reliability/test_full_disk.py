@@ -78,7 +78,7 @@ def failing_write(monkeypatch):
 
 
 def evaluator(run: str) -> QAEvaluator:
-    qa = QAEvaluator(SimpleNamespace(examples=[]))
+    qa = QAEvaluator(SimpleNamespace(examples=[], logits_dtype="float32"))
     qa.predictions, qa.answers, qa.null_odds = {"q1": run}, {"q1": run}, {"q1": 1.5}
     qa.report = {"exact": 50.0, "run": run}
     return qa

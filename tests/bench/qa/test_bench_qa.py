@@ -72,6 +72,10 @@ def test_bf16_trains_and_predicts_both_models_in_bf16_and_they_agree_to_its_prec
     assert low["precision"] == "bf16" and low["dtype"] == "bf16 autocast (float32 weights)"
     assert [low[name]["logits_dtype"] for name in ("posformer", "hf")] == ["bfloat16", "bfloat16"]
     assert low["posformer"]["first_loss"] == pytest.approx(low["hf"]["first_loss"], rel=2e-2)
+    reference = low["posformer_fp32"]  # posformer trained alike in float32, timed in the same blocks
+    assert len(reference["losses"]) == 3 and low["precision_ratio"] > 0
+    assert reference["losses"][0] == pytest.approx(low["posformer"]["losses"][0], rel=2e-2)
+    assert low["max_loss_diff_fp32"] == max(abs(a - b) for a, b in zip(low["posformer"]["losses"], reference["losses"]))
 
 
 def test_bad_options_are_rejected():

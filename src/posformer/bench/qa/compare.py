@@ -9,6 +9,7 @@ head's two models, training windows and predictor. `format_report` prints either
 
 from __future__ import annotations
 
+import copy
 import math
 import statistics
 import time
@@ -31,7 +32,8 @@ from posformer.train.optim import adamw, parameter_groups
 from posformer.utils.progress import progress_bar
 
 NAMES = ("posformer", "hf")
-LABELS = {"posformer": "posformer", "hf": "Hugging Face"}
+FP32 = "posformer_fp32"  # posformer in float32 beside a bf16 run: the speed-up of bf16 over float32, measured alike
+LABELS = {"posformer": "posformer", "hf": "Hugging Face", FP32: "posformer, float32"}
 METRICS = ("exact", "f1", "HasAns_f1", "NoAns_f1")
 CLIP = 1.0
 CPU_FP32 = Runtime(torch.device("cpu"))
@@ -102,12 +104,13 @@ def train_both(
     weight_decay: float = 0.0,
     progress: bool = True,
     warmup_steps: int = 0,
-    runtime: Runtime = CPU_FP32,
+    runtimes: dict[str, Runtime] | None = None,
 ) -> dict[str, Run]:
-    """Train each model on `batches` (one per step), alternating blocks of `block` steps between them, both in
-    `runtime`'s precision."""
+    """Train each model on `batches` (one per step), alternating blocks of `block` steps between them, each in its
+    `runtimes` entry's precision (default: float32 on the CPU)."""
+    runtimes = runtimes or {}
     runs = {
-        name: Run(model, len(batches), lr, betas, eps, weight_decay, warmup_steps, runtime)
+        name: Run(model, len(batches), lr, betas, eps, weight_decay, warmup_steps, runtimes.get(name, CPU_FP32))
         for name, model in models.items()
     }
     with progress_bar(total=len(batches) * len(runs), desc="training", unit="step", disable=not progress) as bar:
@@ -120,20 +123,29 @@ def train_both(
     return runs
 
 
+def block_ratio(runs: dict[str, Run], faster: str, slower: str, steps: int, block: int) -> float:
+    """The median over the blocks of steps 1.. of `slower`'s seconds / `faster`'s (> 1: `faster` is faster)."""
+    ratios = []
+    for first in range(0, steps, block):
+        part = slice(max(first, 1), first + block)
+        ours, theirs = (sum(runs[name].seconds[part]) for name in (faster, slower))
+        if ours > 0 and theirs > 0:
+            ratios.append(theirs / ours)
+    return statistics.median(ratios)
+
+
 def training_speed(runs: dict[str, Run], tokens: list[int], block: int) -> dict[str, Any]:
-    """tokens/s of each run over steps 1.. (step 0 is the warm-up), and the median per-block ratio."""
+    """tokens/s of each run over steps 1.. (step 0 is the warm-up), and the median per-block ratio; with a
+    float32 reference run of posformer (`FP32`), posformer's speed-up over it too."""
     timed = sum(tokens[1:])
     result: dict[str, Any] = {
         name: {"tok_s": timed / sum(run.seconds[1:]), "timed_s": sum(run.seconds[1:])} for name, run in runs.items()
     }
-    ratios = []
-    for first in range(0, len(tokens), block):
-        part = slice(max(first, 1), first + block)
-        ours, theirs = (sum(runs[name].seconds[part]) for name in NAMES)
-        if ours > 0 and theirs > 0:
-            ratios.append(theirs / ours)
     result["ratio"] = result["posformer"]["tok_s"] / result["hf"]["tok_s"]
-    result["block_ratio"] = statistics.median(ratios)
+    result["block_ratio"] = block_ratio(runs, "posformer", "hf", len(tokens), block)
+    if FP32 in runs:
+        result["precision_ratio"] = result["posformer"]["tok_s"] / result[FP32]["tok_s"]
+        result["precision_block_ratio"] = block_ratio(runs, "posformer", FP32, len(tokens), block)
     result["timed_tokens"] = timed
     return result
 
@@ -172,14 +184,11 @@ def compare(
         tokens = [int(b["attention_mask"].sum()) for b in batches]
         load_start = load_average()
         log(f"training both models for {steps} steps of {options.batch_size} of {windows} windows ...")
-        runs = train_both(
-            {"posformer": sides.ours, "hf": sides.theirs},
-            batches,
-            options.block,
-            options.lr,
-            warmup_steps=warmup_steps,
-            runtime=runtime,
-        )
+        models = {"posformer": sides.ours, "hf": sides.theirs}
+        runtimes = {"posformer": runtime, "hf": runtime}
+        if runtime.precision != "fp32":
+            models[FP32] = copy.deepcopy(sides.ours)
+        runs = train_both(models, batches, options.block, options.lr, warmup_steps=warmup_steps, runtimes=runtimes)
         speed = training_speed(runs, tokens, options.block)
         result: dict[str, Any] = {
             "head": head,
@@ -217,6 +226,12 @@ def compare(
             "block_ratio": speed["block_ratio"],
             "max_loss_diff": max(abs(a - b) for a, b in zip(runs["posformer"].losses, runs["hf"].losses)),
         }
+        if FP32 in runs:
+            reference = runs[FP32]
+            result[FP32] = {**speed[FP32], "losses": reference.losses, "final_loss": reference.losses[-1]}
+            result["precision_ratio"] = speed["precision_ratio"]
+            result["precision_block_ratio"] = speed["precision_block_ratio"]
+            result["max_loss_diff_fp32"] = max(abs(a - b) for a, b in zip(runs["posformer"].losses, reference.losses))
         evaluate = QAEvaluator(sides.predictor, runtime.precision)
         for name, model in (("posformer", sides.ours), ("hf", sides.theirs)):
             log(f"evaluating {LABELS[name]} on {len(held)} questions ...")
@@ -283,6 +298,16 @@ def format_report(result: dict[str, Any]) -> str:
         "F1 at the official best null threshold (best_f1): "
         + ", ".join(f"{LABELS[name]} {_cell(result[name]['report'].get('best_f1'))}" for name in NAMES),
         f"largest step-loss difference between the two: {result['max_loss_diff']:.3g}",
+    ]
+    if FP32 in result:
+        reference = result[FP32]
+        lines.append(
+            f"posformer in {result['dtype']} against posformer in float32 (trained alike, in the same blocks): "
+            f"{reference['tok_s']:,.0f} tokens/s in float32, ratio {result['precision_ratio']:.3f} (median per-block "
+            f"{result['precision_block_ratio']:.3f}); final loss {reference['final_loss']:.6f} in float32, largest "
+            f"step-loss difference {result['max_loss_diff_fp32']:.3g}"
+        )
+    lines += [
         "load average (1, 5, 15 min) at start {} and end {}".format(
             *(", ".join(f"{x:.2f}" for x in loads) or "unknown" for loads in result["load_average"])
         ),
