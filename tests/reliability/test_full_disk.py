@@ -116,7 +116,9 @@ def test_an_evaluation_writes_its_four_files(tmp_path: Path) -> None:
     assert json.loads((out / "predictions.json").read_text()) == {"q1": "new"}
     assert json.loads((out / "null_odds.json").read_text()) == {"q1": 1.5}
     assert (
-        json.loads((out / "eval_results.json").read_text()) == results == {"exact": 50.0, "run": "new", "head": "span"}
+        json.loads((out / "eval_results.json").read_text())
+        == results
+        == {"exact": 50.0, "run": "new", "logits_dtype": "float32", "head": "span"}
     )
 
 

@@ -134,7 +134,7 @@ def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     add_option_flags(
         parser,
         QAJobOptions,
-        only=("model", "head", *data, *PREDICTION, "output_dir"),
+        only=("model", "head", *data, *PREDICTION, "output_dir", "device", "precision"),
         required=("model",),
         underscored=True,
         groups={DATA_GROUP: data},
