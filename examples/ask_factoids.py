@@ -18,6 +18,8 @@ from posformer.tasks.qa import pipeline
 from posformer.tasks.qa.options import QAJobOptions
 from posformer.tasks.qa.squad_metric import normalize_answer
 
+MAX_QUESTIONS_BYTES = 1 << 20  # a JSON-lines file of questions read at most
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -30,7 +32,10 @@ def main() -> None:
         "--null-score", default=None, help="seq2seq: decoder, encoder-span or both (default: the run's)"
     )
     args = parser.parse_args()
-    lines = Path(args.questions).read_text(encoding="utf-8").splitlines()
+    questions = Path(args.questions)
+    if questions.stat().st_size > MAX_QUESTIONS_BYTES:
+        parser.error(f"--questions {questions} is over {MAX_QUESTIONS_BYTES:,} bytes: expected a few questions")
+    lines = questions.read_text(encoding="utf-8").splitlines()
     records = [json.loads(line) for line in lines if line.strip()]
     answer = pipeline(args.model, QAJobOptions(null_score_diff_threshold=args.threshold, null_score=args.null_score))
     right = 0
