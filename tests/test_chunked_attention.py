@@ -79,7 +79,10 @@ def test_an_encoder_refuses_chunks_by_name() -> None:
     "fields, named",
     [
         ({"attention_sinks": True}, "attention_sinks=True"),
-        ({"layer_types": ["c", "g"], "layer_settings": {"c": {"attention_chunk": 4}}}, "attention_chunk=4"),
+        (
+            {"layer_types": ["c", "full_attention"], "layer_settings": {"c": {"attention_chunk": 4}}},
+            "attention_chunk=4",
+        ),
     ],
 )
 def test_to_hf_refuses_what_no_family_writes(tmp_path, fields: dict, named: str) -> None:

@@ -16,7 +16,7 @@ from posformer.ops.masks import AttentionMask, MaskRule
 from tests.positions.test_positions_conformance import config, inputs
 
 FLEX = [name for name in pf.positions.names() if pf.positions.get(name).flex_compatible()]
-BIASED = [name for name in FLEX if pf.positions.get(name).has_bias()]
+BIASED = [name for name in FLEX if pf.positions.get(name).adds_bias]
 # FIRE's MLP is unrolled in the compiled kernel: a narrow one compiles in a fraction of the time, through the same code
 NARROW = {"fire": {"position_params": {"mlp_width": 4}}}
 

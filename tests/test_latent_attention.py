@@ -50,7 +50,7 @@ def test_config_resolves_the_query_rank_and_round_trips():
         ({"position": "alibi"}, "position='alibi'"),
         ({"position": "xpos"}, "position='xpos'"),
         (
-            {"layer_types": ["a", "b"], "layer_settings": {"b": {"position": "alibi"}}},
+            {"layer_types": ["full_attention", "b"], "layer_settings": {"b": {"position": "alibi"}}},
             r"layer_settings\['b'\]: Config.position='alibi'",
         ),
         ({"qk_norm": True}, "qk_norm=True"),

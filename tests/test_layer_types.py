@@ -1,6 +1,8 @@
 """`Config.layer_types` and `layer_settings`: checked with errors that name the field, resolved per label, and
 round-tripped as plain data. (The mixed stacks themselves: tests/positions/test_positions_mixed_stacks.py.)"""
 
+import json
+
 import pytest
 import torch
 
@@ -10,7 +12,7 @@ from tests.positions.test_positions_conformance import config
 
 GEMMA_LIKE = dict(
     position_params={"theta": 1e6},
-    layer_types=["local", "local", "global"],
+    layer_types=["local", "local", "full_attention"],
     layer_settings={"local": {"sliding_window": 4, "position_params": {"theta": 1e4}}},
 )
 
@@ -34,7 +36,11 @@ def test_round_trips_through_dict_json_and_yaml(tmp_path) -> None:
 
 def test_a_saved_model_loads_with_its_layer_encodings(tmp_path) -> None:
     cfg = config(
-        "rope", "decoder", n_layers=3, layer_types=["t5", "t5", "own"], layer_settings={"t5": {"position": "t5"}}
+        "rope",
+        "decoder",
+        n_layers=3,
+        layer_types=["t5", "t5", "full_attention"],
+        layer_settings={"t5": {"position": "t5"}},
     )
     model = pf.Transformer(cfg).eval()
     assert "decoder.layer_positions.t5.table.weight" in model.state_dict()
@@ -92,12 +98,12 @@ def test_an_encoder_layer_cannot_slide() -> None:
         match=r"layer_settings\['a'\]: Config.sliding_window=3 is invalid: expected None "
         r"with arch='encoder'",
     ):
-        config("rope", "encoder", layer_types=["a", "b"], layer_settings={"a": {"sliding_window": 3}})
+        config("rope", "encoder", layer_types=["a", "full_attention"], layer_settings={"a": {"sliding_window": 3}})
 
 
 def test_the_settings_given_are_not_mutated() -> None:
     settings = {"a": {"position": "alibi"}}
-    config("rope", "decoder", layer_types=["a", "b"], layer_settings=settings)
+    config("rope", "decoder", layer_types=["a", "full_attention"], layer_settings=settings)
     assert settings == {"a": {"position": "alibi"}}
 
 
@@ -111,5 +117,29 @@ def test_swapping_the_position_keeps_the_layer_kinds() -> None:
         ("alibi", 4),
         ("alibi", None),
     ]
-    nope = config("rope", "decoder", layer_types=["a", "b"], layer_settings={"a": {"position": "none"}})
+    nope = config("rope", "decoder", layer_types=["a", "full_attention"], layer_settings={"a": {"position": "none"}})
     assert [c.position for c in nope.replace(position="t5").layer_configs(2)] == ["none", "t5"]
+
+
+def test_a_label_without_settings_other_than_full_attention_is_refused_naming_the_choices() -> None:
+    """A mistyped label ("sliding_attenton") would otherwise keep the config's own settings unnoticed."""
+    expected = (
+        r"Config.layer_types\[1\]='sliding_attenton' is invalid: expected one of 'sliding_attention', 'full_attention'"
+    )
+    with pytest.raises(ValueError, match=expected):
+        config(
+            "rope",
+            "decoder",
+            layer_types=["sliding_attention", "sliding_attenton"],
+            layer_settings={"sliding_attention": {"sliding_window": 4}},
+        )
+
+
+def test_a_checkpoint_config_with_an_unknown_label_is_refused_on_load(tmp_path) -> None:
+    model = pf.Transformer(config("rope", "decoder", layer_types=["full_attention", "full_attention"]))
+    save_pretrained(model, tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    saved["posformer"]["layer_types"] = ["x", "full_attention"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=r"Config.layer_types\[0\]='x' is invalid"):
+        load_pretrained(tmp_path)

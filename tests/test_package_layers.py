@@ -1,5 +1,6 @@
 """The package's layers, read from its import graph: every import of every module, those inside functions
-included (only imports under `if TYPE_CHECKING:`, which never run, are left out).
+included (only imports under `if TYPE_CHECKING:`, which never run, and the one call-time import named in
+`CALL_TIME_UPWARD` are left out).
 
 Lowest first; a module may import its own layer and those below it, never one above:
 """
@@ -82,7 +83,22 @@ def imported(path: Path) -> Iterator[str]:
                 yield full if full in MODULES else node.module
 
 
-GRAPH = {name: sorted({m for m in imported(path) if m in MODULES and m != name}) for name, path in MODULES.items()}
+# The one upward edge, imported inside the function that uses it (a call-time import, never at import time):
+# `Transformer.from_pretrained` is `posformer.load`, the loader above the model (no class patching, no import order).
+CALL_TIME_UPWARD = {("posformer.pretrained", "posformer.loading")}
+GRAPH = {
+    name: sorted({m for m in imported(path) if m in MODULES and m != name and (name, m) not in CALL_TIME_UPWARD})
+    for name, path in MODULES.items()
+}
+
+
+def test_the_call_time_upward_imports_are_inside_functions() -> None:
+    for name, dep in CALL_TIME_UPWARD:
+        tree = ast.parse(MODULES[name].read_text())
+        top = {n.module for n in tree.body if isinstance(n, ast.ImportFrom)}
+        top |= {alias.name for n in tree.body if isinstance(n, ast.Import) for alias in n.names}
+        assert dep not in top, f"{name} imports {dep} when it is imported, not when it is called"
+        assert dep in set(imported(MODULES[name])), f"{name} no longer imports {dep}: drop it from CALL_TIME_UPWARD"
 
 
 def test_every_module_has_a_layer() -> None:
@@ -155,3 +171,46 @@ def test_cycle_finder_finds_a_planted_cycle() -> None:
 
 def test_no_import_cycle_between_modules() -> None:
     assert cycles(GRAPH) == []
+
+
+def package(module: str) -> str:
+    """The package a module belongs to (`posformer.experiments.longeval.tasks` -> `posformer.experiments.longeval`);
+    a module at the root of posformer stands alone, since each root module has a layer of its own."""
+    if MODULES[module].name == "__init__.py" or module.count(".") == 1:
+        return module
+    return module.rpartition(".")[0]
+
+
+PACKAGE_GRAPH = {
+    unit: sorted({package(dep) for name in GRAPH if package(name) == unit for dep in GRAPH[name]} - {unit})
+    for unit in {package(name) for name in GRAPH}
+}
+
+
+def test_a_module_counts_as_its_package() -> None:
+    assert package("posformer.experiments.longeval.tasks") == "posformer.experiments.longeval"
+    assert package("posformer.experiments.longeval") == "posformer.experiments.longeval"
+    assert package("posformer.experiments.tables") == "posformer.experiments"
+    assert package("posformer.model") == "posformer.model" and package("posformer") == "posformer"
+
+
+def test_no_import_cycle_between_subpackages() -> None:
+    """Packages import each other in one direction only: `experiments.extension` may import
+    `experiments.longeval`, never the other way too (a cycle the module-level test does not see)."""
+    assert cycles(PACKAGE_GRAPH) == []
+
+
+POSITION_CONTRACT = ("posformer.positions", "posformer.positions.contract")  # the package's names and the contract
+
+
+def test_nothing_outside_positions_imports_an_encodings_own_module() -> None:
+    """The model and the workflows reach an encoding through the registry, the package's public names and the
+    contract module (hooks, declarations, capabilities), never through the encoding's own file."""
+    reached = [
+        f"{name} imports {dep}"
+        for name, deps in GRAPH.items()
+        if layer(name) != "positions"
+        for dep in deps
+        if layer(dep) == "positions" and dep not in POSITION_CONTRACT
+    ]
+    assert reached == []

@@ -63,7 +63,7 @@ def _with_temperature(position: str = "rope", **changes) -> pf.Transformer:
             position,
             "decoder",
             n_layers=2,
-            layer_types=["nope", "rope"],
+            layer_types=["nope", "full_attention"],
             layer_settings={"nope": {"position": "none", "query_temperature": TEMPERATURE}},
             **changes,
         )

@@ -81,10 +81,10 @@ def test_the_summary_lists_each_layer_type_with_its_count_and_settings() -> None
         arch="decoder",
         n_layers=6,
         position="rope",
-        layer_types=["local"] * 5 + ["global"],
+        layer_types=["local"] * 5 + ["full_attention"],
         layer_settings={"local": {"sliding_window": 512}},
     )
     lines = describe(cfg).splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("position"))
     assert lines[start + 1].split() == ["local", "x5:", "{'sliding_window':", "512}"]
-    assert lines[start + 2].split() == ["global", "x1:", "the", "config's", "own", "settings"]
+    assert lines[start + 2].split() == ["full_attention", "x1:", "the", "config's", "own", "settings"]

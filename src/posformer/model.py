@@ -15,12 +15,13 @@ from posformer.config import Config
 from posformer.generation import generate
 from posformer.modules.cache import Cache
 from posformer.modules.head_outputs import (
-    add_aux_loss,
-    add_encoder_span_loss,
+    HeadOutput,
     apply_head,
+    aux_loss,
     check_head_options,
     copy_or_generate,
     refuse_unused,
+    with_encoder_span_loss,
 )
 from posformer.modules.heads import IGNORE_INDEX, SpanQAHead, build_head
 from posformer.modules.init import deepnorm_alphas, deepnorm_init_, normal_init_, t5_init_
@@ -43,6 +44,25 @@ class Transformer(Pretrained, nn.Module):
     Token (and token-type) embeddings `embed_tokens` (`token_types`) feed both stacks; with
     `Config.separate_decoder_embeddings` the decoder has its own, `decoder_embed_tokens`
     (`decoder_token_types`). A tied LM head shares the weight of the decoder's token embeddings.
+
+    `forward`'s inputs, beyond their shapes (in its docstring):
+    - document_ids: packed documents (an encoder's or a decoder's, without a cache): each document is a run of
+      equal ids, attends only within itself, and its default positions restart at 0; a causal LM's labels at each
+      document's first token are ignored, so that no document predicts from another. Each document's logits and
+      gradients are then those it has alone (`data.packing` packs rows so).
+    - cache: a decoder with a cache takes the new tokens only, an attention_mask over cached + new positions,
+      and the `Cache` of the previous output (`use_cache` starts one).
+    - start_positions, end_positions: the span_qa head's answer tokens; for an encoder-decoder with
+      `Config.encoder_span_loss`, the answer tokens of the encoder's input, whose span loss it adds.
+    - logits_to_keep: n > 0 applies a language-model head to the last n positions only (logits (B, n, V)), as
+      Hugging Face's `logits_to_keep`: generation's prompt pass needs one; 0 keeps every position.
+    - return_logits: False (with labels, for a language-model head) returns the loss alone, logits None: it is
+      computed a chunk of rows at a time (`linear_token_cross_entropy`), so the (B, T, V) logits and their
+      gradient are never held. Training needs nothing else.
+    An input this model has no use for (decoder inputs outside an encoder-decoder, span positions outside the
+    span_qa head, labels for the span_qa or "none" head, token types without token-type embeddings) is refused,
+    never ignored. A model with mixture-of-experts layers returns their load-balancing loss as `aux_loss`, and
+    while training adds `Config.router_aux_loss_coef` times it to `loss` (evaluation losses stay the head's own).
     """
 
     def __init__(self, cfg: Config) -> None:
@@ -112,10 +132,13 @@ class Transformer(Pretrained, nn.Module):
         check_shape(mask, name, (batch, length))
         return mask.bool()
 
-    def _documents(self, document_ids: Tensor | None, ids: Tensor, cache: Cache | None) -> Tensor | None:
-        """document_ids checked: (B, T) integers of an encoder's or a decoder's input, with no cache."""
+    def _documents(
+        self, document_ids: Tensor | None, ids: Tensor, labels: Tensor | None, cache: Cache | None
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """(document_ids checked: (B, T) integers of an encoder's or a decoder's input, with no cache; labels, a
+        causal LM's ignored at each document's first token so that no document predicts from another)."""
         if document_ids is None:
-            return None
+            return None, labels
         if self.cfg.arch == "encoder_decoder" or cache is not None or self.cfg.sink_tokens:
             raise ValueError(
                 "document_ids (packed documents) are for an encoder's or a decoder's input without a cache or sink "
@@ -129,7 +152,10 @@ class Transformer(Pretrained, nn.Module):
                 raise ValueError(
                     f"document_ids: position={encoding.name!r} cannot pack documents: {encoding.packing_refusal}"
                 )
-        return document_ids.long()
+        documents = document_ids.long()
+        if labels is not None and self.cfg.arch == "decoder":
+            labels = labels.masked_fill(document_starts(documents), IGNORE_INDEX)
+        return documents, labels
 
     def _positions(
         self, pos: Tensor | None, ids: Tensor, start: int, name: str, documents: Tensor | None = None
@@ -263,31 +289,12 @@ class Transformer(Pretrained, nn.Module):
         return_logits: bool = True,
         document_ids: Tensor | None = None,
     ) -> ModelOutput:
-        """input_ids: (B, T) token ids; attention_mask: (B, T) with 1 for tokens, 0 for padding;
-        position_ids: (B, T), default 0.. T-1 (after any cached positions).
-
-        document_ids: (B, T) ints, packed documents (an encoder's or a decoder's, without a cache): each document
-        is a run of equal ids, attends only within itself, and its default positions restart at 0; a causal LM's
-        labels at each document's first token are ignored, so that no document predicts from another. Each
-        document's logits and gradients are then those it has alone (`data.packing` packs rows so).
-
-        Decoder with a cache: pass the new tokens only, an attention_mask over
-        cached + new positions, and the `Cache` from the previous output.
-        Encoder-decoder: `decoder_input_ids` default to `labels` shifted right.
-        labels: (B, T) token labels (-100 ignored), or (B,) class labels.
-        start_positions, end_positions: (B,) the span_qa head's answer tokens; for an encoder-decoder with
-        `Config.encoder_span_loss`, the answer tokens of the encoder's input, whose span loss it adds.
-        logits_to_keep: n > 0 applies a language-model head to the last n positions only (logits (B, n, V)),
-        as Hugging Face's `logits_to_keep`: generation's prompt pass needs one; 0 keeps every position.
-        return_logits: False (with labels, for a language-model head) returns the loss alone, logits None: it is
-        computed a chunk of rows at a time (`linear_token_cross_entropy`), so the (B, T, V) logits and their
-        gradient are never held. Training needs nothing else.
-        An input this model has no use for (decoder inputs outside an encoder-decoder, span positions outside the
-        span_qa head, labels for the span_qa or "none" head, token types without token-type embeddings) is
-        refused, never ignored.
-        A model with mixture-of-experts layers returns their load-balancing loss as `aux_loss`, and while training
-        adds `Config.router_aux_loss_coef` times it to `loss` (evaluation losses stay the head's own).
-        """
+        """input_ids: (B, T) token ids; attention_mask: (B, T), 1 for tokens, 0 for padding; position_ids: (B, T),
+        default 0.. T-1 (after any cached positions); labels: (B, T) token labels (-100 ignored), or (B,) class
+        labels; start_positions, end_positions: (B,) answer tokens (span_qa head, `Config.encoder_span_loss`);
+        document_ids: (B, T) packed documents; cache, use_cache: KV-cached decoding; decoder_*: the
+        encoder-decoder's decoder inputs (default: labels shifted right); logits_to_keep: n > 0 keeps the last n
+        positions' LM logits; return_logits=False: the LM loss alone. The class docstring says more of each."""
         cfg = self.cfg
         refuse_unused(
             cfg,
@@ -302,75 +309,114 @@ class Transformer(Pretrained, nn.Module):
         check_head_options(cfg, logits_to_keep, return_logits, labels)
         if use_cache and cache is None and cfg.arch != "encoder":
             cache = self.new_cache()
-        out = ModelOutput(cache=cache)
+        documents, labels = self._documents(document_ids, input_ids, labels, cache)
+        decoder_input_ids = self._decoder_inputs(decoder_input_ids, labels)
         routers = ([], []) if self.has_experts else (None, None)  # the encoder's router logits, the decoder's
-        documents = self._documents(document_ids, input_ids, cache)
-        if documents is not None and labels is not None and cfg.arch == "decoder":
-            labels = labels.masked_fill(document_starts(documents), IGNORE_INDEX)
-        if cfg.arch == "encoder":
-            hidden, out.attentions = self.encode(
-                input_ids, attention_mask, position_ids, token_type_ids, output_attentions, routers[0], documents
-            )
-        elif cfg.arch == "decoder":
-            hidden, out.attentions = self.decode(
-                input_ids,
-                attention_mask,
-                position_ids,
+        source = (input_ids, attention_mask, position_ids, token_type_ids)
+        target = (decoder_input_ids, decoder_attention_mask, decoder_position_ids)
+        hidden, memory, attentions, source_mask = self._stacks(
+            source, target, cache, output_attentions, routers, documents
+        )
+        head_input = hidden[:, -logits_to_keep:] if logits_to_keep else hidden
+        decoder_ids = input_ids if decoder_input_ids is None else decoder_input_ids
+        source_ids = (input_ids, source_mask, decoder_ids)
+        head = self._head(head_input, memory, source_ids, labels, (start_positions, end_positions), return_logits)
+        balance, loss = self._aux_loss(head.loss, routers, (attention_mask, decoder_attention_mask), decoder_ids)
+        return ModelOutput(
+            logits=head.logits,
+            loss=loss,
+            aux_loss=balance,
+            last_hidden_state=hidden,
+            encoder_last_hidden_state=memory,
+            start_logits=head.start_logits,
+            end_logits=head.end_logits,
+            cache=cache,
+            attentions=attentions,
+        )
+
+    def _decoder_inputs(self, decoder_input_ids: Tensor | None, labels: Tensor | None) -> Tensor | None:
+        """An encoder-decoder's decoder inputs: those given, else `labels` shifted right (teacher forcing)."""
+        if self.cfg.arch != "encoder_decoder" or decoder_input_ids is not None:
+            return decoder_input_ids
+        if labels is None:
+            raise ValueError("an encoder_decoder model needs decoder_input_ids or labels")
+        return self.shift_right(labels)
+
+    def _stacks(
+        self,
+        source: tuple[Tensor, Tensor | None, Tensor | None, Tensor | None],
+        target: tuple[Tensor | None, Tensor | None, Tensor | None],
+        cache: Cache | None,
+        output_attentions: bool,
+        routers: tuple[list[Tensor] | None, list[Tensor] | None],
+        documents: Tensor | None,
+    ) -> tuple[Tensor, Tensor | None, list[Tensor], Tensor | None]:
+        """Run the model's stacks: (hidden (B, T, d_model) of the last one, the encoder's output (B, S, d_model)
+        of an encoder-decoder or None, attention weights, the encoder input's mask). source: the encoder's (a
+        decoder's) ids, mask, positions and token types; target: an encoder-decoder's decoder ids, mask,
+        positions; routers: the lists the encoder's and the decoder's routers append their logits to."""
+        ids, mask, positions, types = source
+        arch = self.cfg.arch
+        if arch == "encoder":
+            hidden, attentions = self.encode(ids, mask, positions, types, output_attentions, routers[0], documents)
+            return hidden, None, attentions, mask
+        if arch == "decoder":
+            hidden, attentions = self.decode(
+                ids,
+                mask,
+                positions,
                 cache,
                 output_attentions=output_attentions,
                 router_logits=routers[1],
                 documents=documents,
             )
+            return hidden, None, attentions, mask
+        if cache is not None and cache.encoder_hidden is not None:
+            memory, mask, attentions = cache.encoder_hidden, cache.encoder_mask, []
         else:
-            if decoder_input_ids is None:
-                if labels is None:
-                    raise ValueError("an encoder_decoder model needs decoder_input_ids or labels")
-                decoder_input_ids = self.shift_right(labels)
-            if cache is not None and cache.encoder_hidden is not None:
-                memory, attention_mask = cache.encoder_hidden, cache.encoder_mask
-            else:
-                memory, out.attentions = self.encode(
-                    input_ids, attention_mask, position_ids, token_type_ids, output_attentions, routers[0]
-                )
-                if cache is not None:
-                    cache.encoder_hidden, cache.encoder_mask = memory, attention_mask
-            hidden, weights = self.decode(
-                decoder_input_ids,
-                decoder_attention_mask,
-                decoder_position_ids,
-                cache,
-                memory,
-                attention_mask,
-                output_attentions,
-                routers[1],
-            )
-            out.attentions += weights
-            out.encoder_last_hidden_state = memory
-        out.last_hidden_state = hidden
-        head_input = hidden[:, -logits_to_keep:] if logits_to_keep else hidden
+            memory, attentions = self.encode(ids, mask, positions, types, output_attentions, routers[0])
+            if cache is not None:
+                cache.encoder_hidden, cache.encoder_mask = memory, mask
+        hidden, weights = self.decode(*target, cache, memory, mask, output_attentions, routers[1])
+        return hidden, memory, attentions + weights, mask
+
+    def _head(
+        self,
+        hidden: Tensor,
+        memory: Tensor | None,
+        source: tuple[Tensor, Tensor | None, Tensor | None],
+        labels: Tensor | None,
+        spans: tuple[Tensor | None, Tensor | None],
+        return_logits: bool,
+    ) -> HeadOutput:
+        """The head's logits and loss for the last stack's `hidden`: the pointer-generator's mixture when the model
+        has one (source: encoder ids, their mask, decoder ids), else the head's own; spans: the answers' start and
+        end positions (B,), of the span head or of the encoder's span loss (`Config.encoder_span_loss`) that an
+        encoder-decoder adds, on the encoder's output `memory`."""
         if self.pointer_generator is not None:
-            copy_or_generate(
-                self, out, head_input, (input_ids, attention_mask, decoder_input_ids), labels, return_logits
-            )
+            head = copy_or_generate(self, hidden, memory, source, labels, return_logits)
         else:
-            apply_head(
-                self.head,
-                cfg,
-                out,
-                head_input,
-                labels,
-                start_positions,
-                end_positions,
-                attention_mask if cfg.arch == "encoder" else None,
-                return_logits,
-            )
-        if self.encoder_span is not None and (start_positions is not None or end_positions is not None):
-            add_encoder_span_loss(self, out, attention_mask, start_positions, end_positions)
-        if self.has_experts:
-            decoder_mask = {"decoder": attention_mask, "encoder_decoder": decoder_attention_mask}.get(cfg.arch)
-            decoder_ids = decoder_input_ids if cfg.arch == "encoder_decoder" else input_ids
-            add_aux_loss(cfg, self.training, out, *routers, decoder_mask, decoder_ids.shape[1])
-        return out
+            encoder_mask = source[1] if self.cfg.arch == "encoder" else None
+            head = apply_head(self.head, self.cfg, hidden, labels, *spans, encoder_mask, return_logits)
+        if self.encoder_span is not None and (spans[0] is not None or spans[1] is not None):
+            head = with_encoder_span_loss(self, head, memory, source[1], *spans)
+        return head
+
+    def _aux_loss(
+        self,
+        loss: Tensor | None,
+        routers: tuple[list[Tensor] | None, list[Tensor] | None],
+        masks: tuple[Tensor | None, Tensor | None],
+        decoder_ids: Tensor,
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """(aux_loss, loss): the experts' load-balancing loss and `loss` with its share added while training
+        (`head_outputs.aux_loss`); (None, loss) without experts. masks: the attention masks of the input and the
+        decoder's input; decoder_ids: the (B, T) ids the decoder ran on."""
+        if not self.has_experts:
+            return None, loss
+        arch = self.cfg.arch
+        decoder_mask = {"decoder": masks[0], "encoder_decoder": masks[1]}.get(arch)
+        return aux_loss(self.cfg, self.training, loss, *routers, decoder_mask, decoder_ids.shape[1])
 
     def shift_right(self, labels: Tensor) -> Tensor:
         """Decoder inputs for teacher forcing: labels (B, T) -> (B, T); see `modules.shift_right`."""

@@ -4,31 +4,89 @@
     model = Transformer.from_pretrained("runs/demo-lm") # as posformer.load: a run, a checkpoint, a model dir, HF
     model.config                                        # the Config (also `.cfg`)
 
-The model declares these; the file formats belong to the layers above it, which install the two functions that
-do the work when they are imported (and `import posformer` imports them): `checkpoints.native.save_pretrained`
-as `saver`, `loading.load_model` as `loader`.
+Saving writes posformer's own format, which needs nothing above the model: this module writes it
+(`write_pretrained`, also `checkpoints.native.save_pretrained`). Loading reads any checkpoint, Hugging Face's
+included, so `from_pretrained` calls the one loader, `posformer.loading.load_model`, imported when it is called:
+the model never depends on which modules were imported before it, and nothing patches the class.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Callable
+import re
+import shutil
+import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import torch
+from safetensors.torch import save_model
+from torch import nn
+
+from posformer.utils.file_limits import not_blank
+from posformer.utils.file_mode import with_umask_mode
+from posformer.utils.safe_write import make_dirs
 
 if TYPE_CHECKING:
     from posformer.config import Config
     from posformer.model import Transformer
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_FILES = re.compile(  # every weights layout a loader reads: one file, or shards and their index
+    r"(model|pytorch_model)(-\d+-of-\d+)?\.(safetensors|bin)|(model\.safetensors|pytorch_model\.bin)\.index\.json"
+)
+
+
+def config_json(cfg: "Config") -> str:
+    """The text of a posformer config.json: {"posformer": the Config's fields}."""
+    return json.dumps({"posformer": cfg.to_dict()}, indent=2) + "\n"
+
+
+def write_pretrained(
+    model: nn.Module, out_dir: str | os.PathLike, extra_files: dict[str, str] | None = None, tokenizer: Any = None
+) -> Path:
+    """Write `model` (with its `cfg`) into `out_dir` (created if needed): config.json and model.safetensors.
+
+    Files are written into a new temporary folder inside `out_dir` and moved into place one by one with
+    `os.replace`, so a crash never leaves a half-written file and a symlink at a file's name is replaced, never
+    written through (`utils.safe_write`). `extra_files` maps file names to text contents (a tokenizer, training
+    state); `tokenizer` (with `save_pretrained(directory)`) writes its files there too. Weights of another layout
+    left from an earlier save (shards and their index, a .bin) are removed, so the directory holds one.
+    """
+    out_dir = make_dirs(not_blank(out_dir, "save_pretrained: the output directory"))
+    staging = Path(tempfile.mkdtemp(prefix=".saving-", dir=out_dir))
+    try:
+        save_model(model, str(staging / WEIGHTS_FILE))
+        with_umask_mode(staging / WEIGHTS_FILE)
+        (staging / CONFIG_FILE).write_text(config_json(model.cfg))
+        for name, text in (extra_files or {}).items():
+            (staging / name).write_text(text)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(staging))
+        for item in staging.iterdir():
+            os.replace(item, out_dir / item.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    remove_other_weights(out_dir, WEIGHTS_FILE)
+    return out_dir
+
+
+def remove_other_weights(directory: Path, kept: str) -> list[str]:
+    """Delete every weights file of `directory` but `kept` (stale shards, their index, a .bin of an earlier save:
+    a loader would pick one of two layouts); a symlink is removed itself. Returns the names removed."""
+    stale = sorted(p.name for p in directory.iterdir() if p.name != kept and WEIGHTS_FILES.fullmatch(p.name))
+    for name in stale:
+        if not (directory / name).is_dir() or (directory / name).is_symlink():
+            (directory / name).unlink(missing_ok=True)
+    return stale
 
 
 class Pretrained:
     """`config`, `save_pretrained` and `from_pretrained` for `Transformer` (see the module docstring)."""
 
     cfg: "Config"
-    saver: ClassVar[Callable[..., Path]]
-    loader: ClassVar[Callable[..., Any]]
 
     @property
     def config(self) -> "Config":
@@ -44,10 +102,7 @@ class Pretrained:
                 f"save_pretrained: tokenizer is a {type(tokenizer).__name__}; expected an object with "
                 "save_pretrained(directory), such as a transformers tokenizer"
             )
-        written = type(self).saver(self, out_dir)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(str(written))
-        return written
+        return write_pretrained(self, out_dir, tokenizer=tokenizer)
 
     @classmethod
     def from_pretrained(
@@ -55,4 +110,6 @@ class Pretrained:
     ) -> "Transformer":
         """Any model posformer reads, in eval mode, as `posformer.load` (a training run, a checkpoint folder, a
         model dir, a Hugging Face dir or Hub id)."""
-        return cls.loader(path_or_hub_id, dtype=dtype, device=device)
+        from posformer.loading import load_model  # the loader sits above the model: see the module docstring
+
+        return load_model(path_or_hub_id, dtype=dtype, device=device)

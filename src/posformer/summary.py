@@ -12,7 +12,7 @@ from posformer.modules.attention import Attention, CrossAttention
 from posformer.modules.feedforward import FeedForward
 from posformer.modules.latent_attention import LatentAttention
 from posformer.modules.moe import MoEFeedForward
-from posformer.positions.base import PositionEncoding
+from posformer.positions.contract import PositionEncoding
 
 
 def _layer_kinds(cfg: Config) -> list[tuple[str, int, str]]:

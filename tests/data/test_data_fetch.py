@@ -18,7 +18,7 @@ from posformer.data.fetch import FetchError, fetch, mirror_url, sha256_file
 from posformer.data.shared import DATA_DIR_ENV, default_data_dir
 from posformer.data.sources import Dataset, Derived, Download
 from posformer.data.squad_rebuild import FIRST_OCCURRENCE, reconstructed_dev
-from posformer.experiments.extrapolation.data import HELD_OUT_BOOKS, load_corpus
+from posformer.experiments.corpus import HELD_OUT_BOOKS, load_corpus
 from posformer.experiments.longeval.haystacks import book_files
 from posformer.utils.file_mode import umask_mode
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import posformer as pf
+from posformer.experiments.corpus import encode, train_bpe, unigram_perplexity
 from posformer.experiments.extrapolation.bootstrap import ppl_interval, ratio_interval
-from posformer.experiments.extrapolation.data import encode, train_bpe, unigram_perplexity
 from posformer.experiments.extrapolation.evaluation import block_losses, chunk_nll, perplexity, sliding_nll
 from posformer.experiments.extrapolation.settings import ExtrapolationSettings
 

@@ -302,7 +302,7 @@ def test_data_dir_env_var(monkeypatch, tmp_path):
 
 
 def test_gutenberg_markers_are_stripped():
-    from posformer.experiments.extrapolation.data import strip_gutenberg
+    from posformer.experiments.corpus import strip_gutenberg
 
     text = "header\n*** START OF THE PROJECT GUTENBERG EBOOK X ***\nbody line\n*** END OF THE PROJECT ***\nlicense"
     assert strip_gutenberg(text) == "body line\n"

@@ -12,8 +12,8 @@ import posformer as pf
 from posformer.checkpoints.native import save_pretrained
 from posformer.cli import main
 from posformer.data.text import default_corpus
-from posformer.experiments.extrapolation import data
-from posformer.experiments.extrapolation.data import HELD_OUT_BOOKS
+from posformer.experiments import corpus
+from posformer.experiments.corpus import HELD_OUT_BOOKS
 
 TASKS = "single_noise,multikey,vt,cwe"
 ARGS = ["--lengths", "256,512", "--tasks", TASKS, "--depths", "0,1", "--trials", "2", "--no-progress"]
@@ -24,8 +24,8 @@ def saved(tmp_path_factory):
     """(the rope model's directory, a learned-positions model's directory, a data dir of tiny held-out books)."""
     root = tmp_path_factory.mktemp("longeval")
     text = default_corpus().read_text(encoding="utf-8")
-    tokenizer = data.train_bpe({"shakespeare": text}, vocab_size=400, max_chars=100_000)
-    files = data.tokenizer_files(tokenizer)
+    tokenizer = corpus.train_bpe({"shakespeare": text}, vocab_size=400, max_chars=100_000)
+    files = corpus.tokenizer_files(tokenizer)
     for name, position in (("rope", "rope"), ("learned", "learned")):
         cfg = pf.Config(
             arch="decoder",

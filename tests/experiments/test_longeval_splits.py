@@ -11,7 +11,7 @@ import torch
 
 from longeval_text import book_bytes, decode, encode
 from posformer.data.shared import default_data_dir
-from posformer.experiments.extrapolation.data import HELD_OUT_BOOKS
+from posformer.experiments.corpus import HELD_OUT_BOOKS
 from posformer.experiments.longeval.grid import trial_generator
 from posformer.experiments.longeval.haystacks import book_files, book_ids
 from posformer.experiments.longeval.items import WORDS, pool

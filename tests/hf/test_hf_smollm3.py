@@ -68,7 +68,7 @@ def test_a_nope_layer_is_refused_by_families_without_them():
         position="rope",
         norm="rmsnorm",
         activation="swiglu",
-        layer_types=["a", "b"],
+        layer_types=["full_attention", "b"],
         layer_settings={"b": {"position": "none"}},
         hf_model_type="llama",
     )

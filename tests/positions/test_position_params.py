@@ -12,7 +12,7 @@ import torch
 import yaml
 
 import posformer as pf
-from posformer.positions.rotary import Rescalable
+from posformer.positions.contract import Rescalable
 from tests.conftest import tiny
 
 

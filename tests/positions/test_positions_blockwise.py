@@ -16,7 +16,7 @@ import posformer as pf
 import posformer.modules.bias_blocks as bias_blocks
 
 LENGTH = 13
-BIAS_CASES = [(name, arch) for name, arch in CASES if pf.positions.get(name).has_bias()]
+BIAS_CASES = [(name, arch) for name, arch in CASES if pf.positions.get(name).adds_bias]
 
 
 def blocks_of(monkeypatch: pytest.MonkeyPatch, rows: int, cfg: pf.Config, batch: int) -> None:

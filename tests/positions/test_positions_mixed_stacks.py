@@ -13,7 +13,7 @@ import torch
 
 import posformer as pf
 from posformer.ops.masks import build_mask
-from posformer.positions.base import PositionEncoding
+from posformer.positions.contract import PositionEncoding
 from tests.positions.test_positions_conformance import (
     TRAIN_LENGTH,
     assert_sdpa_equals_eager,
@@ -44,7 +44,7 @@ def mixed(name: str, arch: str, **overrides) -> pf.Config:
         own,
         arch,
         n_layers=4,
-        layer_types=["x", "nope", "x_local", "own"],
+        layer_types=["x", "nope", "x_local", "full_attention"],
         layer_settings={"x": layer, "nope": {"position": "none", "query_temperature": TEMPERATURE}, "x_local": local},
         **overrides,
     )
@@ -138,7 +138,13 @@ def test_a_nope_layer_is_permutation_equivariant(arch: str) -> None:
     outputs; under causal masking, permuting the tokens before the last leaves the last output unchanged.
     The RoPE layer of the same stack does neither (the check has teeth)."""
     model = pf.Transformer(
-        config("rope", arch, n_layers=2, layer_types=["nope", "rope"], layer_settings={"nope": {"position": "none"}})
+        config(
+            "rope",
+            arch,
+            n_layers=2,
+            layer_types=["nope", "full_attention"],
+            layer_settings={"nope": {"position": "none"}},
+        )
     ).eval()
     nope, rope = getattr(model, arch).layers
     x = torch.randn(2, 8, 32)

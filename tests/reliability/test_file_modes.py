@@ -9,8 +9,8 @@ import stat
 import pytest
 
 import posformer as pf
-from posformer.checkpoints.atomic import write_text_atomic
 from posformer.utils.figure import pyplot, save_png
+from posformer.utils.safe_write import write_text_atomic
 from tests.conftest import tiny
 
 

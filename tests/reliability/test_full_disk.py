@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from checkpoint_fixtures import refused
 
-from posformer.checkpoints import atomic
-from posformer.checkpoints.atomic import write_json_set_atomic
 from posformer.tasks.qa.evaluation import QAEvaluator
 from posformer.train.run_lock import check_output_dir
+from posformer.utils import safe_write as atomic
+from posformer.utils.safe_write import write_json_set_atomic
 
 OUTPUTS = ("predictions.json", "null_odds.json", "answers.json", "eval_results.json")
 
@@ -28,15 +29,15 @@ def disk_full() -> OSError:
 @pytest.fixture
 def full_disk_probe(monkeypatch):
     """Writing a `.write-test-*` file creates it empty, then fails as a full disk does."""
-    real = Path.write_text
+    real = atomic._fill
 
-    def write_text(self: Path, *args, **kwargs):
-        if self.name.startswith(".write-test-"):
-            self.touch()
+    def fill(fd: int, data: bytes) -> None:
+        if data is atomic.PROBE:
+            os.close(fd)
             raise disk_full()
-        return real(self, *args, **kwargs)
+        real(fd, data)
 
-    monkeypatch.setattr(Path, "write_text", write_text)
+    monkeypatch.setattr(atomic, "_fill", fill)
 
 
 def test_the_write_test_removes_its_probe_when_the_write_fails(tmp_path: Path, full_disk_probe) -> None:

@@ -120,16 +120,15 @@ def test_a_metrics_append_that_fails_mid_run_stops_with_the_path(
     tmp_path: Path, finished: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     config, _ = finished
-    appends = []
+    appends, real = [], metrics_log.open_append
 
-    def full_disk_at_the_15th_append(file, mode: str = "r", *args, **kwargs):
-        if mode == "a":
-            appends.append(file)
-            if len(appends) == 15:
-                raise OSError(28, "No space left on device", str(file))
-        return open(file, mode, *args, **kwargs)
+    def full_disk_at_the_15th_append(file: Path):
+        appends.append(file)
+        if len(appends) == 15:
+            raise OSError(28, "No space left on device", str(file))
+        return real(file)
 
-    monkeypatch.setattr(metrics_log, "open", full_disk_at_the_15th_append, raising=False)
+    monkeypatch.setattr(metrics_log, "open_append", full_disk_at_the_15th_append)
     out = tmp_path / "run"
     assert _train(config, out) == 2
     err = capsys.readouterr().err

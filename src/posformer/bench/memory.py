@@ -20,12 +20,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from posformer import positions
 from posformer.bench.memory_probe import PEERS
-from posformer.bench.options import ReportOptions
-from posformer.checkpoints.atomic import write_json_atomic
-from posformer.positions import registry
+from posformer.bench.options import FeedForwardShapeOptions, ReportOptions
+from posformer.utils.limits import MAX_BATCH, MAX_LENGTH, MAX_SECONDS
 from posformer.utils.options import check_options, option
 from posformer.utils.progress import progress_bar
+from posformer.utils.safe_write import write_json_atomic
 
 PHASES = ("forward", "train")
 MMAP_THRESHOLD = 2**20
@@ -34,30 +35,33 @@ CHECKPOINTED = {"posformer": "checkpointed", "hf": "hf checkpointed"}  # a model
 
 
 @dataclass
-class MemoryOptions(ReportOptions):
+class MemoryOptions(ReportOptions, FeedForwardShapeOptions):
     """The options of `posformer bench --memory`: by default the shape of issue 33's table."""
 
     threads: int | None = 2
     encodings: list[str] | None = option(
         None,
-        f"encodings to measure beside none (default: every registered decoder one: {', '.join(registry.names())})",
+        f"encodings to measure beside none (default: every registered decoder one: {', '.join(positions.names())})",
         metavar="NAME",
     )
     lengths: list[int] = option(
-        default_factory=lambda: [1024, 4096, 16384], help="sequence lengths, each measured apart", minimum=2
+        default_factory=lambda: [1024, 4096, 16384],
+        help="sequence lengths, each measured apart",
+        minimum=2,
+        maximum=MAX_LENGTH,
     )
     phases: list[str] = option(
         default_factory=lambda: list(PHASES), help="forward (no grad) and/or train (one step)", choices=PHASES
     )
-    batch: int = option(1, "sequences per step", minimum=1)
-    d_model: int = option(256, "hidden size", minimum=1)
-    layers: int = option(4, "layers", minimum=1)
-    heads: int = option(4, "attention heads", minimum=1)
-    d_ff: int = option(704, "feed-forward inner size", minimum=1)
-    vocab: int = option(256, "vocabulary size", minimum=1)
+    d_model: int = 256
+    layers: int = 4
+    heads: int = 4
+    d_ff: int = 704
+    vocab: int = 256
+    batch: int = option(1, "sequences per step", minimum=1, maximum=MAX_BATCH)
     peers: bool = option(True, "also measure Hugging Face's models of t5, alibi, rope and relative_key")
     device: str = option("cpu", "cpu or cuda")
-    timeout: int = option(900, "seconds per cell; past them the cell reads 'timeout'", minimum=1)
+    timeout: int = option(900, "seconds per cell; past them the cell reads 'timeout'", minimum=1, maximum=MAX_SECONDS)
     plot: str | None = option(None, "also draw peak memory against length to this PNG", metavar="PATH")
     whole_bias: bool = option(
         False,
@@ -80,16 +84,16 @@ def run(options: MemoryOptions) -> dict[str, Any]:
     """Measure every cell; the result holds the setup and `cells`: [{model, encoding, phase, length, peak_mb,
     seconds} or {..., error}], in the order measured."""
     check_options(options)
-    names = [BASELINE] + [n for n in (options.encodings or registry.usable("decoder")) if n != BASELINE]
-    unknown = sorted(set(names) - set(registry.names()))
+    names = [BASELINE] + [n for n in (options.encodings or positions.usable("decoder")) if n != BASELINE]
+    unknown = sorted(set(names) - set(positions.names()))
     if unknown:
-        raise ValueError(f"unknown encoding(s) {unknown}: expected names from {', '.join(registry.names())}")
+        raise ValueError(f"unknown encoding(s) {unknown}: expected names from {', '.join(positions.names())}")
     shape = dict(
         d_model=options.d_model, layers=options.layers, heads=options.heads, d_ff=options.d_ff, vocab=options.vocab
     )
     models = [("posformer", name) for name in names]
     if options.whole_bias:
-        models += [("whole", name) for name in names if registry.get(name).has_bias()]
+        models += [("whole", name) for name in names if positions.get(name).adds_bias]
     models += [("hf", name) for name in names if options.peers and name in PEERS]
     if options.activation_checkpointing:
         models += [(CHECKPOINTED[m], e) for m, e in models if m in CHECKPOINTED]

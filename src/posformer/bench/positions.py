@@ -18,10 +18,10 @@ from typing import Any
 import torch
 
 import posformer as pf
+from posformer import positions
 from posformer.bench.options import DeviceOptions, LlamaShapeOptions, ReportOptions
 from posformer.bench.runtime import PRECISIONS, Runtime
 from posformer.bench.speed import time_phases, torch_threads
-from posformer.positions import registry
 from posformer.utils.options import check_options, option
 
 BASELINE = "none"
@@ -38,7 +38,7 @@ class PositionsOptions(ReportOptions, DeviceOptions, LlamaShapeOptions):
     encodings: list[str] | None = option(
         None,
         "encodings to measure (none is always measured, as the baseline); default: every registered one that "
-        f"--arch can use ({', '.join(registry.names())})",
+        f"--arch can use ({', '.join(positions.names())})",
         metavar="NAME",
     )
     arch: str = option("decoder", "the stack(s) every model has", choices=ARCHS)
@@ -90,22 +90,22 @@ def attention_of(position: str, attn: str) -> str:
     """The attention a model of encoding `position` runs when the benchmark asks for `attn`: "flex" where
     the encoding takes it, else "sdpa" (which the model itself turns to "eager" where SDPA cannot take
     the encoding's terms)."""
-    return "flex" if attn == "flex" and registry.get(position).flex_compatible() else "sdpa"
+    return "flex" if attn == "flex" and positions.get(position).flex_compatible() else "sdpa"
 
 
 def _runs_as(position: str, attn: str) -> str:
     """The attention kernel the model of `position` really runs, for the report."""
     chosen = attention_of(position, attn)
-    return chosen if chosen == "flex" or registry.get(position).sdpa_compatible else "eager"
+    return chosen if chosen == "flex" or positions.get(position).sdpa_compatible else "eager"
 
 
 def _encodings(options: PositionsOptions) -> list[str]:
     """The encodings to measure, `none` first; ValueError naming a bad option or an unknown encoding."""
     check_options(options)
-    encodings = registry.usable(options.arch) if options.encodings is None else options.encodings
-    unknown = sorted(set(encodings) - set(registry.names()))
+    encodings = positions.usable(options.arch) if options.encodings is None else options.encodings
+    unknown = sorted(set(encodings) - set(positions.names()))
     if unknown:
-        raise ValueError(f"unknown encoding(s) {unknown}: expected names from {', '.join(registry.names())}")
+        raise ValueError(f"unknown encoding(s) {unknown}: expected names from {', '.join(positions.names())}")
     return [BASELINE] + [name for name in dict.fromkeys(encodings) if name != BASELINE]
 
 

@@ -45,19 +45,20 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 import posformer as pf
-from posformer.bench.options import ReportOptions
+from posformer.bench.options import FeedForwardShapeOptions, ReportOptions
 from posformer.bench.speed import bench_config
 from posformer.data.text import CharTokenizer, default_corpus, read_text
 from posformer.train.batches import WindowBatches
 from posformer.train.optim import adamw
 from posformer.train.settings import TrainerSettings
 from posformer.train.trainer import Trainer
+from posformer.utils.limits import MAX_BATCH, MAX_LENGTH, MAX_REPEATS, MAX_STEPS, MAX_VOCAB
 from posformer.utils.options import check_options, option
 from posformer.utils.progress import progress_bar
 
@@ -76,22 +77,30 @@ EXCLUDED = (
 
 
 @dataclass
-class TrainerBenchOptions(ReportOptions):
+class CharVocabShapeOptions(FeedForwardShapeOptions):
+    """The benchmark model's shape, whose vocab may also be 0: the text's character vocabulary."""
+
+    options_group: ClassVar[str] = "model shape"
+
+    vocab: int = option(8192, "vocabulary size; 0: the text's character vocabulary", minimum=0, maximum=MAX_VOCAB)
+
+
+@dataclass
+class TrainerBenchOptions(ReportOptions, CharVocabShapeOptions):
     """The options of `posformer bench --trainer`: the model, the run and the timing."""
 
     threads: int | None = 2
-    batch: int = option(8, "sequences per step", minimum=1)
-    seq_len: int = option(256, "tokens per sequence", minimum=2)
-    d_model: int = option(256, "hidden size", minimum=1)
-    layers: int = option(4, "number of decoder layers", minimum=1)
-    heads: int = option(4, "attention heads", minimum=1)
-    d_ff: int = option(688, "SwiGLU inner size", minimum=1)
-    vocab: int = option(8192, "vocabulary size; 0: the text's character vocabulary", minimum=0)
-    steps: int = option(10, "timed steps per run", minimum=1)
-    warmup_steps: int = option(2, "untimed steps per run before timing", minimum=0)
-    repeats: int = option(5, "runs per loop, alternating; the median is reported", minimum=1)
+    d_model: int = 256
+    layers: int = 4
+    heads: int = 4
+    d_ff: int = 688  # SwiGLU's inner size
+    batch: int = option(8, "sequences per step", minimum=1, maximum=MAX_BATCH)
+    seq_len: int = option(256, "tokens per sequence", minimum=2, maximum=MAX_LENGTH)
+    steps: int = option(10, "timed steps per run", minimum=1, maximum=MAX_STEPS)
+    warmup_steps: int = option(2, "untimed steps per run before timing", minimum=0, maximum=MAX_STEPS)
+    repeats: int = option(5, "runs per loop, alternating; the median is reported", minimum=1, maximum=MAX_REPEATS)
     lr: float = option(3e-3, "peak learning rate", low=0, low_open=True)
-    lr_warmup: int = option(5, "linear lr warm-up steps before the cosine decay", minimum=0)
+    lr_warmup: int = option(5, "linear lr warm-up steps before the cosine decay", minimum=0, maximum=MAX_STEPS)
 
 
 class StampedBatches:
@@ -232,24 +241,7 @@ def run(options: TrainerBenchOptions) -> dict[str, Any]:
         torch.manual_seed(options.seed)
         initial = pf.Transformer(cfg).float()
         load_start = load_average()
-        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in NAMES}
-        repeats = range(options.repeats)
-        for _ in progress_bar(repeats, desc="trainer vs plain", unit="repeat", disable=not options.progress):
-            for name in NAMES:
-                batches = StampedBatches(WindowBatches(ids, options.seq_len, options.seed))
-                start = time.perf_counter()
-                losses = LOOPS[name](copy.deepcopy(initial), batches, settings)
-                whole = time.perf_counter() - start
-                step_s, tokens = batches.window(options.warmup_steps, options.steps)
-                runs[name].append(
-                    {
-                        "tok_s": tokens / sum(step_s),
-                        "step_s": step_s,
-                        "timed_tokens": tokens,
-                        "run_s": whole,
-                        "losses": losses,
-                    }
-                )
+        runs = _timed_runs(initial, ids, settings, options)
         result: dict[str, Any] = {
             "torch": torch.__version__,
             "threads": threads,
@@ -271,18 +263,7 @@ def run(options: TrainerBenchOptions) -> dict[str, Any]:
             "included": INCLUDED,
             "excluded": EXCLUDED,
         }
-        for name in NAMES:
-            step_s = [s for r in runs[name] for s in r["step_s"]]
-            result[name] = {
-                "tok_s": statistics.median(r["tok_s"] for r in runs[name]),
-                "step_tok_s": options.batch * options.seq_len / statistics.median(step_s),
-                "tok_s_runs": [r["tok_s"] for r in runs[name]],
-                "step_s_runs": [r["step_s"] for r in runs[name]],
-                "run_s_runs": [r["run_s"] for r in runs[name]],
-                "timed_tokens": runs[name][0]["timed_tokens"],
-                "final_loss": runs[name][-1]["losses"][-1],
-                "losses": runs[name][-1]["losses"],
-            }
+        result.update({name: _loop_summary(runs[name], options) for name in NAMES})
         if len({r["timed_tokens"] for name in NAMES for r in runs[name]}) != 1:
             raise RuntimeError("the two loops timed different numbers of tokens: the comparison would not be fair")
         reference = runs["plain"][0]["losses"]
@@ -299,6 +280,40 @@ def run(options: TrainerBenchOptions) -> dict[str, Any]:
         return result
     finally:
         torch.set_num_threads(previous_threads)
+
+
+def _timed_runs(
+    initial: pf.Transformer, ids: torch.Tensor, settings: TrainerSettings, options: TrainerBenchOptions
+) -> dict[str, list[dict[str, Any]]]:
+    """Each loop trained from a copy of `initial` on the windows of ids (N,), `options.repeats` times in turn:
+    per repeat its tokens/s over the timed steps, the step times, the whole run's time and the step losses."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in NAMES}
+    repeats = range(options.repeats)
+    for _ in progress_bar(repeats, desc="trainer vs plain", unit="repeat", disable=not options.progress):
+        for name in NAMES:
+            batches = StampedBatches(WindowBatches(ids, options.seq_len, options.seed))
+            start = time.perf_counter()
+            losses = LOOPS[name](copy.deepcopy(initial), batches, settings)
+            whole = time.perf_counter() - start
+            step_s, tokens = batches.window(options.warmup_steps, options.steps)
+            run = {"tok_s": tokens / sum(step_s), "step_s": step_s, "timed_tokens": tokens, "run_s": whole}
+            runs[name].append({**run, "losses": losses})
+    return runs
+
+
+def _loop_summary(runs: list[dict[str, Any]], options: TrainerBenchOptions) -> dict[str, Any]:
+    """One loop's record over its repeats: median tokens/s (whole timed window and single step), each run."""
+    step_s = [s for r in runs for s in r["step_s"]]
+    return {
+        "tok_s": statistics.median(r["tok_s"] for r in runs),
+        "step_tok_s": options.batch * options.seq_len / statistics.median(step_s),
+        "tok_s_runs": [r["tok_s"] for r in runs],
+        "step_s_runs": [r["step_s"] for r in runs],
+        "run_s_runs": [r["run_s"] for r in runs],
+        "timed_tokens": runs[0]["timed_tokens"],
+        "final_loss": runs[-1]["losses"][-1],
+        "losses": runs[-1]["losses"],
+    }
 
 
 def format_report(result: dict[str, Any]) -> str:

@@ -2,8 +2,8 @@
 
 | module | what |
 |---|---|
-| native | save and load a model as `config.json` + `model.safetensors` (+ tokenizer), written atomically |
+| native | load a model saved as `config.json` + `model.safetensors` (+ tokenizer); the writer is the model's |
 | manifest | `manifest.json`: the SHA-256 and size of every other file, checked on load |
 | model_dir | a model directory as a boundary: every file read through it stays inside it |
-| atomic | writing a file so that a crash never leaves it half-written |
+| sizes | a config's sizes checked (bounds, weights header, memory) before any tensor is allocated |
 """

@@ -2,16 +2,19 @@
 
 A training checkpoint (`train.training_checkpoint`) writes one last; wherever a directory holding a
 manifest is loaded (a model, its tokenizer, its training state) the files read are checked against it
-first, so a truncated or tampered file is reported by name instead of being loaded.
+first, so a truncated or tampered file is reported by name instead of being loaded. A manifest.json that is not
+a regular file (a FIFO, a directory) is an error, never "no manifest", whichever way the checkpoint is reached.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Iterable
 
 from posformer.checkpoints.model_dir import model_file
+from posformer.utils.file_limits import CONFIG, read_limited
 from posformer.utils.user_files import parse_json
 
 MANIFEST = "manifest.json"
@@ -35,10 +38,16 @@ def _entries(path: Path) -> tuple[dict, dict[str, tuple[int, str]]]:
         manifest_path = model_file(path, MANIFEST)
     except ValueError as err:
         raise CorruptCheckpoint(str(err)) from err
-    if not manifest_path.is_file():
+    if not os.path.lexists(manifest_path):
         raise CorruptCheckpoint(f"{path}: no {MANIFEST} (the write did not finish)")
     try:
-        manifest = parse_json(manifest_path.read_text(), MANIFEST)
+        data = read_limited(manifest_path, str(manifest_path), CONFIG)
+    except FileNotFoundError:  # a symlink to nothing
+        raise CorruptCheckpoint(f"{manifest_path} is a broken symlink: expected a file") from None
+    except ValueError as err:  # not a regular file (a FIFO, a directory), or over the limit
+        raise CorruptCheckpoint(str(err)) from None
+    try:
+        manifest = parse_json(data.decode("utf-8"), MANIFEST)
         files = {str(name): (int(entry["bytes"]), str(entry["sha256"])) for name, entry in manifest["files"].items()}
     except (ValueError, KeyError, TypeError, AttributeError, OSError) as err:  # not UTF-8, not JSON, not its layout
         raise CorruptCheckpoint(f"{manifest_path} is unreadable: {err}") from err
@@ -74,9 +83,9 @@ def verify(path: Path, required: Iterable[str] = (), only: Iterable[str] | None 
 
 
 def has_manifest(path: Path) -> bool:
-    """Whether `path` holds a manifest (a file, or a link of any kind: it is then verified, or refused)."""
-    candidate = Path(path) / MANIFEST
-    return candidate.is_file() or candidate.is_symlink()
+    """Whether `path` holds a manifest: anything under that name (a file, a link of any kind, a FIFO, a directory),
+    checked without opening it; `verify` then reads it, or refuses what is not a regular file."""
+    return os.path.lexists(Path(path) / MANIFEST)
 
 
 def verify_if_present(path: Path, required: Iterable[str] = (), only: Iterable[str] | None = None) -> None:

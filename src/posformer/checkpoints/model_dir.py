@@ -17,9 +17,11 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
+from posformer.utils.file_limits import CONFIG, TOKENIZER, read_limited
 from posformer.utils.user_files import parse_json, regular_file
 
 HUB_REPO_PREFIX = "models--"
+TOKENIZER_JSON_FILES = ("tokenizer.json", "vocab.json", "added_tokens.json")  # read under the tokenizer's limit
 
 
 class OutsideModelDir(ValueError):
@@ -87,12 +89,14 @@ def read_json(directory: str | os.PathLike, name: str, error: type[ValueError] =
     """The JSON object in file `name` of `directory` (through `model_file`, read by `user_files.parse_json`).
 
     Raises `FileNotFoundError` when it does not exist, `error` (a `ValueError`) naming the file when
-    it is not a regular file, not UTF-8, not JSON (or JSON nested too deeply, with an integer too long to read or
+    it is not a regular file, larger than its kind's limit (`file_limits`: a tokenizer's vocabulary, else a
+    config's), not UTF-8, not JSON (or JSON nested too deeply, with an integer too long to read or
     a lone surrogate), or not a JSON object.
     """
     path = model_file(directory, name)
+    limit = TOKENIZER if name in TOKENIZER_JSON_FILES else CONFIG
     try:
-        data = parse_json(regular_file(path, str(path)).read_bytes().decode("utf-8"), str(path))
+        data = parse_json(read_limited(regular_file(path, str(path)), str(path), limit).decode("utf-8"), str(path))
     except FileNotFoundError:
         raise
     except UnicodeDecodeError as err:

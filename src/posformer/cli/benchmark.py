@@ -14,9 +14,9 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from posformer.checkpoints.atomic import write_json_atomic
 from posformer.cli.command import Command
 from posformer.cli.option_flags import add_option_flags, options_from_args
+from posformer.utils.safe_write import write_json_atomic
 
 BENCH_PROG = "posformer bench"
 

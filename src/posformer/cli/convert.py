@@ -43,10 +43,9 @@ class ConvertOptions:
 def cmd_convert(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from posformer.checkpoints.native import load_pretrained, save_pretrained
-    from posformer.hf import from_hf, to_hf
-    from posformer.hf.hf_checkpoint import resolve
-    from posformer.loading import checkpoint_dir, copy_tokenizer_files
+    from posformer.checkpoints.native import save_pretrained
+    from posformer.hf import to_hf
+    from posformer.loading import copy_tokenizer_files, load_from
 
     options = options_from_args(ConvertOptions, args)
     if (options.from_hf is None) == (options.to_hf is None):
@@ -61,13 +60,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
             raise ValueError(f"{name} applies to --to-hf only")
     out = Path(options.out)
     if options.from_hf is not None:
-        source = resolve(options.from_hf)
-        model = from_hf(source)
+        model, source = load_from(options.from_hf, kind="hf")
         save_pretrained(model, out)
         written = "posformer"
     else:
-        source = checkpoint_dir(Path(options.to_hf))
-        model = load_pretrained(source)
+        model, source = load_from(Path(options.to_hf), kind="posformer")
         to_hf(
             model,
             out,

@@ -31,6 +31,20 @@ class ExperimentRunOptions:
     progress: bool = option(True, "no progress bars", flag="--no-progress")
 
 
+def add_experiment_arguments(parser: argparse.ArgumentParser, command: type, settings: type, examples: str) -> None:
+    """The flags of `command` (how the experiment runs), then one flag per knob of `settings` that has one (unset:
+    the preset's; ranges and choices checked with the settings), then the knobs without a flag, listed with
+    `examples` of `--set`."""
+    from posformer.cli.option_flags import add_option_flags, set_only_help
+    from posformer.utils.options import options
+
+    add_option_flags(parser, command)
+    unset = {opt.name: None for opt in options(settings)}
+    knobs = parser.add_argument_group("knobs, each its preset's unless given (also: --set KNOB=VALUE)")
+    add_option_flags(knobs, settings, defaults=unset, checked=False, unset="the preset's", listed=False)
+    parser.add_argument_group("knobs without a flag (--set KNOB=VALUE)", f"{set_only_help(settings)}\n  {examples}")
+
+
 def run_seeds(
     args: argparse.Namespace,
     settings: Any,

@@ -7,7 +7,7 @@ import argparse
 from dataclasses import dataclass
 
 from posformer.cli.command import Command
-from posformer.cli.experiment_options import ExperimentRunOptions, run_seeds
+from posformer.cli.experiment_options import ExperimentRunOptions, add_experiment_arguments, run_seeds
 from posformer.experiments.extension.settings import PRESETS
 from posformer.utils.options import option
 
@@ -103,7 +103,7 @@ def settings_from_args(args: argparse.Namespace):
 def cmd_extend(args: argparse.Namespace) -> int:
     from posformer.experiments.extension.experiment import run_extend
     from posformer.experiments.extension.report import markdown
-    from posformer.experiments.extrapolation.layout import ExperimentLayout
+    from posformer.experiments.layout import ExperimentLayout
 
     settings, root = settings_from_args(args), ExperimentLayout(args.output_dir).root
     if args.seeds is None:
@@ -121,18 +121,10 @@ def cmd_extend(args: argparse.Namespace) -> int:
 
 
 def add_extend_arguments(parser: argparse.ArgumentParser) -> None:
-    from posformer.cli.option_flags import add_option_flags, set_only_help
     from posformer.experiments.extension.settings import ExtendSettings
-    from posformer.utils.options import options
 
-    add_option_flags(parser, ExtendCommandOptions)
-    unset = {opt.name: None for opt in options(ExtendSettings)}
-    knobs = parser.add_argument_group("knobs, each its preset's unless given (also: --set KNOB=VALUE)")
-    add_option_flags(knobs, ExtendSettings, defaults=unset, checked=False, unset="the preset's")
     examples = 'e.g. --set passkey_trials=50 --set "eval_lens=[64,512]"'
-    parser.add_argument_group(
-        "knobs without a flag (--set KNOB=VALUE)", f"{set_only_help(ExtendSettings)}\n  {examples}"
-    )
+    add_experiment_arguments(parser, ExtendCommandOptions, ExtendSettings, examples)
 
 
 COMMAND = Command(

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass
 
 from posformer.cli.command import Command
-from posformer.cli.experiment_options import ExperimentRunOptions, run_seeds
+from posformer.cli.experiment_options import ExperimentRunOptions, add_experiment_arguments, run_seeds
 from posformer.experiments.extrapolation.settings import PRESETS
 from posformer.experiments.synthetic.generators import TASKS
 from posformer.utils.options import option
@@ -154,7 +154,7 @@ def task_settings_from_args(args: argparse.Namespace):
 
 
 def cmd_task(args: argparse.Namespace) -> int:
-    from posformer.experiments.extrapolation.layout import ExperimentLayout
+    from posformer.experiments.layout import ExperimentLayout
     from posformer.experiments.synthetic import seed_report
     from posformer.experiments.synthetic.experiment import run_tasks
     from posformer.experiments.synthetic.report import markdown
@@ -177,8 +177,8 @@ def cmd_extrapolate(args: argparse.Namespace) -> int:
         return cmd_task(args)
     from posformer.experiments.extrapolation import seed_report
     from posformer.experiments.extrapolation.experiment import run_extrapolation
-    from posformer.experiments.extrapolation.layout import ExperimentLayout
     from posformer.experiments.extrapolation.report import markdown
+    from posformer.experiments.layout import ExperimentLayout
 
     settings = settings_from_args(args)
     layout = ExperimentLayout(args.output_dir)
@@ -194,18 +194,10 @@ def cmd_extrapolate(args: argparse.Namespace) -> int:
 
 
 def add_extrapolate_arguments(parser: argparse.ArgumentParser) -> None:
-    from posformer.cli.option_flags import add_option_flags, set_only_help
     from posformer.experiments.extrapolation.settings import ExtrapolationSettings
-    from posformer.utils.options import options
 
-    add_option_flags(parser, ExtrapolateCommandOptions)
-    unset = {opt.name: None for opt in options(ExtrapolationSettings)}
-    knobs = parser.add_argument_group("knobs, each its preset's unless given (also: --set KNOB=VALUE)")
-    add_option_flags(knobs, ExtrapolationSettings, defaults=unset, checked=False, unset="the preset's")
     examples = 'e.g. --set held_out=[emma.txt] --set wikitext=false --set "position_params={fire: {init_L: 128}}"'
-    parser.add_argument_group(
-        "knobs without a flag (--set KNOB=VALUE)", f"{set_only_help(ExtrapolationSettings)}\n  {examples}"
-    )
+    add_experiment_arguments(parser, ExtrapolateCommandOptions, ExtrapolationSettings, examples)
 
 
 COMMAND = Command(

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from posformer.cli.command import Command
 from posformer.cli.option_flags import add_option_flags, options_from_args
+from posformer.utils.limits import MAX_BEAMS, MAX_SEED, MAX_VOCAB
 from posformer.utils.options import option
 
 MAX_NEW_TOKENS = 1_000_000  # far beyond a useful continuation; its KV cache alone fills a machine's memory
@@ -21,16 +22,18 @@ class GenerateOptions:
     max_new_tokens: int = option(
         200, "tokens generated after the prompt, at most 1,000,000", minimum=0, maximum=MAX_NEW_TOKENS
     )
-    num_beams: int = option(1, "beam search with this many beams (default: 1, no beam search)", minimum=1)
+    num_beams: int = option(
+        1, "beam search with this many beams (default: 1, no beam search)", minimum=1, maximum=MAX_BEAMS
+    )
     temperature: float = option(
         0.8,
         "sampling temperature; the default samples (0.8, as nanoGPT's sample.py), where Hugging Face's generate "
         "is greedy: 0 gives greedy decoding, the same tokens as model.generate() with no options",
         low=0,
     )
-    top_k: int | None = option(None, "sample from the k likeliest tokens", minimum=0)
+    top_k: int | None = option(None, "sample from the k likeliest tokens", minimum=0, maximum=MAX_VOCAB)
     top_p: float | None = option(None, "nucleus sampling mass, in (0, 1]", low=0, high=1, low_open=True)
-    seed: int = option(0, "seed of the sampler", minimum=0)
+    seed: int = option(0, "seed of the sampler", minimum=0, maximum=MAX_SEED)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from posformer.cli.command import Command
 from posformer.cli.option_flags import add_option_flags, options_from_args
 from posformer.presets import preset_names
+from posformer.utils.limits import MAX_LENGTH
 from posformer.utils.options import option
 
 
@@ -23,7 +24,9 @@ class InfoOptions:
     )
     preset: str | None = option(None, "a named configuration", choices=preset_names())
     config: str | None = option(None, "a config file (.json, .yaml) written by Config.save")
-    context: int | None = option(None, "context length for the FLOPs count (default: max_positions)", minimum=1)
+    context: int | None = option(
+        None, "context length for the FLOPs count (default: max_positions)", minimum=1, maximum=MAX_LENGTH
+    )
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -39,8 +42,12 @@ def cmd_info(args: argparse.Namespace) -> int:
 
         cfg, directory = load_config(options.model)
         print(f"{options.model}: {directory}")
+    elif options.preset:
+        cfg = Config.preset(options.preset)
     else:
-        cfg = Config.preset(options.preset) if options.preset else Config.load(options.config)
+        from posformer.utils.file_limits import not_blank
+
+        cfg = Config.load(not_blank(options.config, "--config"))
     print(describe(cfg, options.context))
     return 0
 

@@ -37,6 +37,7 @@ def add_option_flags(
     groups: Mapping[str, Collection[str]] | None = None,
     checked: bool = True,
     unset: str | None = None,
+    listed: bool = True,
 ) -> None:
     """One flag per option of `cls`, in field order (or those in `only`, in its order), less `skip`.
 
@@ -49,6 +50,8 @@ def add_option_flags(
     checked: the parser refuses a value outside the option's range (an argparse error naming the flag); False: it
         reads the type only, for a command that checks its options after parsing.
     unset: what an option left unset (None) stands for, in its help: "the preset's".
+    listed: a str option's choices are the flag's (listed in `--help`, refused while parsing); False: they are
+        checked after parsing only, with the options' other ranges (`utils.options.check_options`).
     """
     titled = {name: title for title, names in (groups or {}).items() for name in names}
     made: dict[str, Any] = {}
@@ -63,7 +66,7 @@ def add_option_flags(
         target = parser if title is None else made.setdefault(title, parser.add_argument_group(title))
         default = (defaults or {}).get(opt.name, opt.default)
         must = opt.name in required or default is MISSING
-        made_options = _flag_options(opt, default, must, checked, unset)
+        made_options = _flag_options(opt, default, must, checked, unset, listed)
         if _positional(opt):  # argparse names a positional's value by its dest and takes no `required`
             if not made_options.pop("required", False) and "nargs" not in made_options:
                 made_options["nargs"] = "?"  # a positional with a default may be left out
@@ -105,7 +108,9 @@ def _spellings(opt: Option, underscored: bool) -> list[str]:
     return names
 
 
-def _flag_options(opt: Option, default: Any, required: bool, checked: bool, unset: str | None) -> dict[str, Any]:
+def _flag_options(
+    opt: Option, default: Any, required: bool, checked: bool, unset: str | None, listed: bool = True
+) -> dict[str, Any]:
     """The keyword arguments of `add_argument` for one option."""
     spec = opt.spec
     kind = opt.base_kind
@@ -125,7 +130,7 @@ def _flag_options(opt: Option, default: Any, required: bool, checked: bool, unse
         made["required"] = True
     else:
         made["default"] = list(default) if isinstance(default, (list, tuple)) else default
-    if spec.choices is not None:
+    if spec.choices is not None and listed:
         made["choices"] = spec.choices
     made["type"] = _value_type(opt, kind) if checked else kind
     return made
@@ -157,16 +162,29 @@ def _value_type(opt: Option, kind: Any) -> Any:
     """The argparse `type` of an int, float or str value, with the option's range."""
     spec = opt.spec
     if kind is int:
-        low, high = spec.minimum, spec.maximum
-        if low is None and high is None:
-            return number_type(int, lambda v: True, "an integer")
-        if high is None:  # 2**31 - 1 and beyond: refused by the options' own check, which says so
-            return number_type(int, lambda v: v >= low, int_range(low))
-        return number_type(int, lambda v: (low is None or v >= low) and v <= high, int_range(low, high))
+        return _int_type(spec.minimum, spec.maximum)
     if kind is float:
         expected = number_interval(spec.low, spec.high, spec.low_open, spec.high_open)
         return number_type(float, lambda v: _inside(v, spec.low, spec.high, spec.low_open, spec.high_open), expected)
     return str
+
+
+def _int_type(low: int | None, high: int | None) -> Any:
+    """The argparse `type` of an int in [`low`, `high`]: a value below `low` is "not a positive integer" (or
+    ">= low"), one above `high` "not an integer in [low, high]". No `high`: 2**31 - 1 and beyond are refused by the
+    options' own check, which says so."""
+    at_least = number_type(int, lambda v: low is None or v >= low, int_range(low))
+    if high is None:
+        return at_least
+
+    def parse(text: str) -> int:
+        value = at_least(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"{text} is not {int_range(low, high, above=True)}")
+        return value
+
+    parse.__name__ = at_least.__name__
+    return parse
 
 
 def _inside(value: float, low: float | None, high: float | None, low_open: bool, high_open: bool) -> bool:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from posformer.cli.command import Command
 from posformer.cli.option_flags import add_option_flags, options_from_args
+from posformer.utils.limits import MAX_HEADS, MAX_LAYERS, MAX_LENGTH
 from posformer.utils.options import option
 
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog."
@@ -31,9 +32,14 @@ class PlotOptions:
         metavar="DIR",
     )
     text: str = option(DEFAULT_TEXT, f"text for the attention maps (default: {DEFAULT_TEXT!r})")
-    layer: int = option(-1, "layer of the attention maps, 0-based; negative counts from the last")
-    train_len: int = option(128, "training length marked on rope_wavelengths.png", minimum=1)
-    alibi_heads: int = option(8, "heads drawn in alibi_bias.png", minimum=1)
+    layer: int = option(
+        -1,
+        "layer of the attention maps, 0-based; negative counts from the last",
+        minimum=-MAX_LAYERS,
+        maximum=MAX_LAYERS - 1,
+    )
+    train_len: int = option(128, "training length marked on rope_wavelengths.png", minimum=1, maximum=MAX_LENGTH)
+    alibi_heads: int = option(8, "heads drawn in alibi_bias.png", minimum=1, maximum=MAX_HEADS)
 
 
 DESCRIPTION = """\

@@ -24,9 +24,9 @@ from posformer.utils.options import options
 
 def cmd_score(args: argparse.Namespace) -> int:
     """Print the official SQuAD v2.0 scores of a predictions file, as `evaluate-v2.0.py` does."""
-    from posformer.checkpoints.atomic import write_text_atomic
     from posformer.data.squad import load_qa_file
     from posformer.tasks.qa.squad_metric import read_json_mapping, squad_v2_evaluate
+    from posformer.utils.safe_write import write_text_atomic
     from posformer.utils.validation import is_number
 
     score = options_from_args(ScoreOptions, args)

@@ -52,7 +52,7 @@ def report_text(runs: list[str], for_page: bool) -> str:
     """The generated text: who made the runs, then their tables (headings demoted for a page)."""
     from pathlib import Path
 
-    from posformer.experiments.run_reports import made_by, read_run, runs_markdown
+    from posformer.experiments.reports.runs import made_by, read_run, runs_markdown
 
     found = {Path(run).resolve().name: read_run(run) for run in runs}
     body = runs_markdown(found)

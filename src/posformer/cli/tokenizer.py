@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from posformer.cli.command import Command
 from posformer.cli.option_flags import add_option_flags, options_from_args
+from posformer.utils.limits import MAX_ITEMS, MAX_SEED, MAX_VOCAB
 from posformer.utils.options import option
 
 
@@ -20,27 +21,34 @@ class TokenizerTrainOptions:
         metavar="PATH",
     )
     vocab_size: int = option(
-        help="tokens in all: the 256 bytes, <|endoftext|> and the learned merges", minimum=257, metavar="N"
+        help="tokens in all: the 256 bytes, <|endoftext|> and the learned merges",
+        minimum=257,
+        maximum=MAX_VOCAB,
+        metavar="N",
     )
     out: str = option(
         help="output directory for tokenizer.json and tokenizer_config.json (created if needed)", metavar="DIR"
     )
     text_field: str = option("text", "the field of a JSONL line or dataset row that holds the text", metavar="NAME")
     max_documents: int | None = option(
-        None, "learn from this many documents drawn at random (by --seed) rather than all", minimum=1, metavar="N"
+        None,
+        "learn from this many documents drawn at random (by --seed) rather than all",
+        minimum=1,
+        maximum=MAX_ITEMS,
+        metavar="N",
     )
-    seed: int = option(0, "which documents --max-documents draws", minimum=0, metavar="S")
+    seed: int = option(0, "which documents --max-documents draws", minimum=0, maximum=MAX_SEED, metavar="S")
     progress: bool = option(True, "no progress bar", flag="--no-progress")
 
 
 def cmd_tokenizer_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from posformer.checkpoints.atomic import write_text_atomic
     from posformer.data.bpe import sample, train_byte_bpe
     from posformer.data.documents import documents
     from posformer.hf.char_byte_tokenizers import EOD_TOKEN, tokenizer_files
     from posformer.utils.progress import progress_bar
+    from posformer.utils.safe_write import make_dirs, write_text_atomic
 
     options = options_from_args(TokenizerTrainOptions, args)
     chosen = documents(options.data, options.text_field)
@@ -51,8 +59,7 @@ def cmd_tokenizer_train(args: argparse.Namespace) -> int:
         total = min(total, options.max_documents)
     read = progress_bar(chosen, total=total, desc="documents", unit="doc", disable=not options.progress)
     tokenizer = train_byte_bpe(read, options.vocab_size)
-    out = Path(options.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_dirs(Path(options.out))
     files = tokenizer_files(tokenizer, eos_token=EOD_TOKEN)
     for name, text in files.items():
         write_text_atomic(out / name, text)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from posformer.cli.command import Command
 from posformer.cli.option_flags import add_option_flags, options_from_args
 from posformer.train.precision import PRECISIONS
+from posformer.utils.limits import MAX_SEED
 from posformer.utils.options import option
 
 
@@ -28,7 +29,7 @@ class TrainCommandOptions:
         repeatable=True,
     )
     seed: int | None = option(
-        None, "the run's one seed: weights, data order, dropout (= --set trainer.seed=N)", minimum=0
+        None, "the run's one seed: weights, data order, dropout (= --set trainer.seed=N)", minimum=0, maximum=MAX_SEED
     )
     precision: str | None = option(
         None,

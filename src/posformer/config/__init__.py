@@ -18,7 +18,8 @@ from typing import Any
 from posformer import positions
 from posformer.config.checks import DEFAULT_HEAD, check_config
 from posformer.config.latent import latent_scale
-from posformer.positions.deberta import OwnAttnScale
+from posformer.positions.contract import OwnAttnScale
+from posformer.utils.safe_write import write_text_atomic
 
 
 @dataclass
@@ -67,7 +68,8 @@ class Config:
     `layer_types` labels each layer of the stack (arch decoder or encoder; one label per layer), and
     `layer_settings` maps a label to the fields its layers use instead of the config's own: `position`,
     `position_params`, `sliding_window`, `query_temperature` (NoPE layers: {"position": "none"}; Gemma 3's
-    local layers: a window and their own RoPE base). A label without settings keeps the config's own. The
+    local layers: a window and their own RoPE base). Each label is one of `layer_settings` or "full_attention",
+    which keeps the config's own (a mistyped label is refused, not taken for the config's own). The
     stack resolves each layer's config once, when it is built (`layer_config`); the config's own `position`
     embeds the tokens.
     `norm` "rmsnorm_unit_offset" is RMSNorm whose scale is 1 + weight, in float32 (Gemma).
@@ -292,7 +294,7 @@ class Config:
             text = json.dumps(self.to_dict(), indent=2) + "\n"
         else:
             raise ValueError(f"config file {path}: expected a .json, .yaml or .yml suffix")
-        path.write_text(text)
+        write_text_atomic(path, text)
 
     @classmethod
     def load(cls, path: str | Path) -> "Config":
@@ -305,7 +307,10 @@ class Config:
         data = read_json_file(path, "config file") if path.suffix == ".json" else read_yaml_file(path, "config file")
         if not isinstance(data, dict):
             raise ValueError(f"config file {path}: expected a mapping of field names to values")
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"config file {path}: {err}") from None
 
     def replace(self, **changes: Any) -> "Config":
         """A validated copy with some fields changed."""

@@ -11,8 +11,7 @@ from posformer import positions
 from posformer.config.experts import check_experts
 from posformer.config.latent import check_latent_attention
 from posformer.config.layers import check_layer_types
-from posformer.positions.query_temperature import check_query_temperature
-from posformer.positions.stick_breaking import ReplacesSoftmax
+from posformer.utils.limits import MODEL_SIZES
 from posformer.utils.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int, is_number
 
 if TYPE_CHECKING:
@@ -47,6 +46,17 @@ def check_config(cfg: Config) -> None:
     settings on the way (`Config.validate`)."""
     flags = tuple(f.name for f in dataclasses.fields(cfg) if f.type in ("bool", "bool | None"))
     check_field_kinds(cfg, "Config.", flags)  # before they steer the checks below
+    _check_choices(cfg)
+    _check_position(cfg)
+    _check_sizes(cfg)
+    _check_attention(cfg)
+    _check_norms_and_heads(cfg)
+    _check_stacks(cfg)
+    check_field_kinds(cfg, "Config.")
+
+
+def _check_choices(cfg: Config) -> None:
+    """The fields that take one of a few names (`arch`, `norm`, ..., `head`)."""
     for name, allowed in (
         ("arch", ARCHS),
         ("norm", NORMS),
@@ -61,6 +71,10 @@ def check_config(cfg: Config) -> None:
         _fail("head", cfg.head, f"one of {', '.join(HEADS)} (or None for the arch's default)")
     if cfg.head_kind == "seq2seq_lm" and cfg.arch != "encoder_decoder":
         _fail("head", cfg.head, "seq2seq_lm only with arch='encoder_decoder'")
+
+
+def _check_position(cfg: Config) -> None:
+    """`position`, its resolved `position_params`, and whether the arch and the kernel can use it."""
     if cfg.position not in positions.names():
         _fail("position", cfg.position, f"one of {', '.join(positions.names())}")
     if not isinstance(cfg.position_params, Mapping):
@@ -82,8 +96,11 @@ def check_config(cfg: Config) -> None:
             f"'sdpa' or 'eager' with position={cfg.position!r}: {unfit} (FlexAttention takes: {flex})",
         )
 
+
+def _check_sizes(cfg: Config) -> None:
+    """The sizes and lengths (`vocab_size`, `d_model`, ..., `sink_tokens`, `random_positions`)."""
     for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_positions", "num_labels"):
-        check_int(f"Config.{name}", getattr(cfg, name))
+        check_int(f"Config.{name}", getattr(cfg, name), maximum=MODEL_SIZES[name])
     for name in (
         "n_decoder_layers",
         "n_kv_heads",
@@ -94,12 +111,12 @@ def check_config(cfg: Config) -> None:
         "random_positions",
     ):
         if getattr(cfg, name) is not None:
-            check_int(f"Config.{name}", getattr(cfg, name))
-    check_int("Config.type_vocab_size", cfg.type_vocab_size, minimum=0)
-    check_int("Config.sink_tokens", cfg.sink_tokens, minimum=0)
+            check_int(f"Config.{name}", getattr(cfg, name), maximum=MODEL_SIZES[name])
+    for name in ("type_vocab_size", "sink_tokens"):
+        check_int(f"Config.{name}", getattr(cfg, name), minimum=0, maximum=MODEL_SIZES[name])
     if cfg.sink_tokens and cfg.arch != "decoder":
         _fail("sink_tokens", cfg.sink_tokens, f"0 with arch={cfg.arch!r} (sink tokens lead a decoder's input)")
-    check_query_temperature("Config.query_temperature", cfg.query_temperature)
+    positions.check_query_temperature("Config.query_temperature", cfg.query_temperature)
     encoding = positions.get(cfg.position)
     longest = encoding.max_length(cfg.position_params, cfg.max_positions)
     longest = longest or (None if encoding.extrapolates else cfg.max_positions)
@@ -110,9 +127,13 @@ def check_config(cfg: Config) -> None:
             f"at most {longest}, the positions "
             f"position={cfg.position!r} can represent (max_positions={cfg.max_positions})",
         )
+
+
+def _check_attention(cfg: Config) -> None:
+    """The attention's options: sinks, windows and chunks, heads, dropouts."""
     if cfg.attention_sinks and cfg.attn_impl == "flex":
         _fail("attention_sinks", True, "False with attn_impl='flex' (the sinks run the eager kernel)")
-    if cfg.attention_sinks and isinstance(positions.get(cfg.position), ReplacesSoftmax):
+    if cfg.attention_sinks and positions.get(cfg.position).attention is positions.AttentionKind.OWN_WEIGHTS:
         _fail("attention_sinks", True, f"False with position={cfg.position!r}, whose weights are no softmax")
     for name in ("sliding_window", "attention_chunk"):
         if getattr(cfg, name) is not None and cfg.arch == "encoder":
@@ -125,6 +146,10 @@ def check_config(cfg: Config) -> None:
         check_number(f"Config.{name}", getattr(cfg, name), 0.0, 1.0, high_open=True)
     if cfg.attn_impl == "flex" and cfg.attention_dropout:
         _fail("attention_dropout", cfg.attention_dropout, "0 with attn_impl='flex' (FlexAttention has no dropout)")
+
+
+def _check_norms_and_heads(cfg: Config) -> None:
+    """The norms, the init, the scales and the output head's options."""
     for name in ("norm_eps", "init_std"):
         check_number(f"Config.{name}", getattr(cfg, name), 0.0, low_open=True)
     check_number("Config.logit_scale", cfg.logit_scale, 0.0, low_open=True)
@@ -157,6 +182,11 @@ def check_config(cfg: Config) -> None:
         _fail("norm_placement", cfg.norm_placement, "'post' when norm='deepnorm' (DeepNet is post-norm)")
     if cfg.norm == "deepnorm" and cfg.init != "normal":
         _fail("init", cfg.init, "'normal' when norm='deepnorm' (DeepNet has its own init)")
+
+
+def _check_stacks(cfg: Config) -> None:
+    """The token ids, then each stack's encoding, layer types, experts and latent attention."""
+    encoding = positions.get(cfg.position)
     for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
         _check_token_id(name, getattr(cfg, name))
     # the sizes without the scale, which may derive from the parameters checked here (`OwnAttnScale`)
@@ -174,6 +204,5 @@ def check_config(cfg: Config) -> None:
         )
     check_experts(cfg)
     check_latent_attention(cfg)
-    check_field_kinds(cfg, "Config.")
 
     # ------------------------------------------------------------- round trips

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from posformer.utils.limits import MODEL_SIZES
 from posformer.utils.validation import check_int, check_number, fail, is_int
 
 if TYPE_CHECKING:
@@ -38,12 +39,12 @@ def check_experts(cfg: "Config") -> None:
                     f"{off!r} with n_experts=None (it configures a mixture-of-experts feed-forward; set n_experts)",
                 )
         return
-    check_int("Config.n_experts", cfg.n_experts)
+    check_int("Config.n_experts", cfg.n_experts, maximum=MODEL_SIZES["n_experts"])
     k = cfg.experts_per_token
     if not (is_int(k) and 1 <= k <= cfg.n_experts):
         fail("Config.experts_per_token", k, f"an integer in [1, n_experts={cfg.n_experts}] (the experts of a token)")
     if cfg.expert_d_ff is not None:
-        check_int("Config.expert_d_ff", cfg.expert_d_ff)
+        check_int("Config.expert_d_ff", cfg.expert_d_ff, maximum=MODEL_SIZES["expert_d_ff"])
     if cfg.router_softmax not in ROUTER_SOFTMAX:
         fail("Config.router_softmax", cfg.router_softmax, f"one of {ROUTER_SOFTMAX}")
     if cfg.expert_activation is not None and cfg.expert_activation not in EXPERT_ACTIVATIONS:

@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from posformer.utils.limits import MAX_WIDTH
 from posformer.utils.validation import check_int, fail
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def check_latent_attention(cfg: "Config") -> None:
         if key not in latent:
             fail("Config.latent_attention", cfg.latent_attention, f"{expected}: {key!r} is missing")
         if latent[key] is not None or key != "q_lora_rank":
-            check_int(f"Config.latent_attention[{key!r}]", latent[key])
+            check_int(f"Config.latent_attention[{key!r}]", latent[key], maximum=MAX_WIDTH)
     cfg.latent_attention = {key: latent[key] for key in LATENT_KEYS}
     why = "with latent_attention"
     if cfg.arch != "decoder":

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from posformer.config import Config
 
 LAYER_FIELDS = ("position", "position_params", "sliding_window", "attention_chunk", "query_temperature")
+KEEPS_OWN = "full_attention"  # the label of a layer with the config's own settings (Hugging Face's name for it)
 
 
 def _fail(name: str, value: Any, expected: str) -> None:
@@ -59,3 +60,11 @@ def check_layer_types(cfg: "Config") -> None:
         # tagged with their encoding, as `position_params` is: a label that keeps the config's own position
         # starts from the new encoding's defaults when the config's position is swapped
         cfg.layer_settings[label] = {name: getattr(layer, name) for name in settings}
+    for index, label in enumerate(cfg.layer_types):
+        if label not in cfg.layer_settings and label != KEEPS_OWN:
+            labels = ", ".join(repr(known) for known in [*cfg.layer_settings, KEEPS_OWN])
+            _fail(
+                f"layer_types[{index}]",
+                label,
+                f"one of {labels}: a label of layer_settings, or {KEEPS_OWN!r} for the config's own settings",
+            )

@@ -3,14 +3,21 @@
     read(Path("wiki"), "text")           # a directory `Dataset.save_to_disk` wrote: its rows, memory-mapped
     read(Path("shard-0.parquet"), "text")  # a .parquet or .json file, streamed (nothing is cached)
 
+A .json file is parsed whole by `datasets`, so it is held to `file_limits.DATA`; a file `datasets` cannot read is a
+`ValueError` naming it.
+
 Rows come in the dataset's order. A row whose text field is not a string is a `ValueError` naming the path and the
 row (counted from 1); a missing field names the columns there are.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from posformer.utils.file_limits import DATA, check_size
+from posformer.utils.user_files import regular_file
 
 FILE_SUFFIXES = {".json": "json", ".parquet": "parquet"}  # suffix -> the `datasets` builder that reads it
 SAVED_DATASET_FILES = ("state.json", "dataset_info.json")  # what `Dataset.save_to_disk` writes beside the data
@@ -50,12 +57,36 @@ def read(path: Path, text_field: str) -> Iterator[str]:
         rows = (row for batch in dataset.select_columns([text_field]).iter(BATCH_ROWS) for row in batch[text_field])
     else:
         builder = FILE_SUFFIXES[path.suffix]
-        dataset = datasets.load_dataset(builder, data_files=[str(path)], split="train", streaming=True)
-        rows = (_field(row, text_field, path, number) for number, row in enumerate(dataset, 1))
+        if builder == "json":  # `datasets` parses a JSON array whole
+            check_size(regular_file(path, str(path)), str(path), DATA)
+        with _named(path, builder):
+            dataset = datasets.load_dataset(builder, data_files=[str(path)], split="train", streaming=True)
+        rows = (_field(row, text_field, path, number) for number, row in enumerate(_rows(dataset, path, builder), 1))
     for number, text in enumerate(rows, 1):
         if not isinstance(text, str):
             raise ValueError(f"{path}, row {number}: field {text_field!r} is {text!r:.60}, not a string")
         yield text
+
+
+@contextmanager
+def _named(path: Path, builder: str) -> Iterator[None]:
+    """Turn what `datasets` or pyarrow raise for a file they cannot read into a `ValueError` naming it."""
+    try:
+        yield
+    except (ValueError, OverflowError, TypeError, OSError, KeyError, StopIteration) as err:
+        reason = " ".join(str(err).split())[:300] or "no data (an empty file?)"
+        raise ValueError(f"{path} cannot be read as a {builder} file: {type(err).__name__}: {reason}") from None
+
+
+def _rows(dataset: Iterable[dict], path: Path, builder: str) -> Iterator[dict]:
+    """The rows of a streamed `dataset` read from `path`, errors named by `_named`."""
+    rows = iter(dataset)
+    while True:
+        with _named(path, builder):
+            row = next(rows, None)
+        if row is None:
+            return
+        yield row
 
 
 def _check_field(columns: list[str] | None, text_field: str, path: Path) -> None:

@@ -10,7 +10,7 @@ A path is read as what it holds:
   any other directory                                    its .txt, .jsonl and .parquet files and saved datasets,
                                                          recursively, sorted by relative path (component by
                                                          component); names starting with "." are skipped
-  any other file                                         one document: its UTF-8 text
+  any other file                                         one document: its UTF-8 text (at most 1 GiB)
 
 The paths are read in the order given, each in its own fixed order, so the stream of documents (and every token
 window cut from it) is the same at every run: a resumed run sees the data it started with. Empty documents are
@@ -24,6 +24,7 @@ from pathlib import Path
 
 from posformer.data import dataset_files
 from posformer.data.text import read_utf8
+from posformer.utils.file_limits import LINE, limited_lines, not_blank
 from posformer.utils.user_files import parse_json, regular_file
 
 JSONL_SUFFIX = ".jsonl"
@@ -33,7 +34,7 @@ DIRECTORY_SUFFIXES = (".txt", JSONL_SUFFIX, ".parquet")  # what a plain director
 def documents(paths: Sequence[str | Path], text_field: str = "text") -> Iterator[str]:
     """Every non-empty document of `paths`, in order; records keep their text in `text_field`."""
     for path in paths:
-        for source in source_files(Path(path)):
+        for source in source_files(Path(not_blank(path, "a data path"))):
             yield from (text for text in _read(source, text_field) if text)
 
 
@@ -73,18 +74,18 @@ def _read(path: Path, text_field: str) -> Iterator[str]:
 
 
 def jsonl_documents(path: Path, text_field: str = "text") -> Iterator[str]:
-    """The `text_field` of each line of a JSON Lines file; a bad line is a `ValueError` naming the file and line."""
-    with open(path, "rb") as lines:
-        for number, raw in enumerate(lines, 1):
-            where = f"{path}, line {number}"
-            try:
-                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as err:
-                raise ValueError(f"{where} is not valid UTF-8: {err}") from None
-            if not line.strip():
-                continue
-            record = parse_json(line, where)
-            yield record_text(record, text_field, where)
+    """The `text_field` of each line of a JSON Lines file, read a line at a time (a line over `file_limits.LINE`
+    is refused); a bad line is a `ValueError` naming the file and line."""
+    for number, raw in limited_lines(path, str(path), LINE):
+        where = f"{path}, line {number}"
+        try:
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{where} is not valid UTF-8: {err}") from None
+        if not line.strip():
+            continue
+        record = parse_json(line, where)
+        yield record_text(record, text_field, where)
 
 
 def record_text(record: object, text_field: str, where: str) -> str:

@@ -11,23 +11,19 @@ from __future__ import annotations
 
 import hashlib
 import http.client
-import os
 import re
-import tempfile
 import urllib.error
 import urllib.request
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 from urllib.parse import quote
 
-from posformer.checkpoints.atomic import write_text_atomic
 from posformer.data.catalog import dataset
 from posformer.data.shared import default_data_dir
 from posformer.data.sources import Dataset, Derived, Download
-from posformer.utils.file_mode import with_umask_mode
 from posformer.utils.progress import ProgressBar, progress_bar
+from posformer.utils.safe_write import make_dirs, write_text_atomic, writing_file
 
 TIMEOUT_S = 60.0
 CHUNK = 1 << 20
@@ -62,8 +58,8 @@ def fetch(
         own URL. timeout: seconds to wait for a server. A failure is a `FetchError` naming the file and the URL.
     """
     data = dataset(name)
-    folder = Path(to if to is not None else default_data_dir()) / data.name
-    folder.mkdir(parents=True, exist_ok=True)
+    root = Path(to if to is not None else default_data_dir())
+    folder = make_dirs(root / data.name, root)  # DIR/NAME is a real folder in DIR, not a link out of it
     missing = [f for f in data.required if not _in_place(folder / f.name, f)]
     downloads, derived = _plan(data, missing, folder, mirror)
     if downloads:
@@ -118,7 +114,7 @@ def _by_hand(data: Dataset, name: str, sha256: str, folder: Path) -> str:
 
 def _download(data: Dataset, f: Download, folder: Path, bar: ProgressBar, timeout: float) -> None:
     """Stream `f` into place in `folder`, checked against its size and sha256."""
-    with _into_place(folder / f.name) as out:
+    with writing_file(folder / f.name) as out:
         size, digest = _stream(data, f, out, bar, timeout, folder)
         if (size, digest) != (f.size, f.sha256):
             got = f"more than {f.size:,} bytes" if size > f.size else f"{size:,} bytes with sha256 {digest}"
@@ -161,18 +157,5 @@ def _make(data: Dataset, f: Derived, folder: Path) -> None:
             f"{digest}, expected {f.size:,} bytes with sha256 {f.sha256}; nothing was written. {source} itself is "
             f"checked and kept and can be read instead, or copy {f.name} by hand into {folder}/"
         )
-    with _into_place(folder / f.name) as out:
+    with writing_file(folder / f.name) as out:
         out.write(made)
-
-
-@contextmanager
-def _into_place(path: Path) -> Iterator[BinaryIO]:
-    """A temporary file beside `path`, renamed to `path` with the umask's mode when the block ends without an
-    error, and removed otherwise."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            yield out
-        os.replace(with_umask_mode(tmp), path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from posformer.data.text import ByteTokenizer, CharTokenizer
 from posformer.hf.char_byte_tokenizers import EOD_TOKEN, stored_chars, tokenizer_files
+from posformer.utils.file_limits import TOKENIZER, check_size
+from posformer.utils.user_files import regular_file
 
 EOD_TOKENS = (EOD_TOKEN, "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[SEP]")
 
@@ -82,6 +84,8 @@ def _tokenizer_json(path: Path, name: str) -> HFTokenizer:
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
+    regular_file(path, f"{name}={str(path)!r}")
+    check_size(path, f"{name}={str(path)!r}", TOKENIZER)
     try:
         backend = Tokenizer.from_file(str(path))
     except Exception as err:  # the Rust reader raises a bare Exception

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from posformer.utils.file_limits import DATA, not_blank
 from posformer.utils.unicode_text import check_text
 from posformer.utils.user_files import parse_json, read_json_file, read_text_file
 from posformer.utils.validation import check_number, is_int
@@ -204,9 +205,9 @@ def _read_json(path: Path, lines: bool = False) -> Any:
     `user_files`; a `QADataError` naming the file (and line) for anything but a missing file."""
     try:
         if not lines:
-            return read_json_file(path, "QA data file")
+            return read_json_file(path, "QA data file", DATA)
         records: list[Any] = []
-        for n, line in enumerate(read_text_file(path, "QA data file").removeprefix("\ufeff").splitlines(), 1):
+        for n, line in enumerate(read_text_file(path, "QA data file", DATA).removeprefix("\ufeff").splitlines(), 1):
             if line.strip():
                 records.append(parse_json(line, f"{path}: line {n} (record {len(records)})"))
         return records
@@ -308,7 +309,7 @@ def load_qa_file(
     for_training: bool = True,
 ) -> QAData:
     """Read a JSON/JSONL file of flat records with the named columns; a SQuAD-schema .json goes to `load_squad_json`."""
-    path = Path(path)
+    path = Path(not_blank(path, "QA data file"))
     if path.suffix != ".jsonl" and is_squad_schema(_read_json(path)):
         return load_squad_json(path, for_training)
     examples = [

@@ -20,6 +20,8 @@ from posformer.hf.char_byte_tokenizers import (
     tokenizer_files,
 )
 from posformer.hf.tokenizer_files import TOKENIZER_JSON
+from posformer.utils.file_limits import DATA, TOKENIZER, not_blank, read_limited
+from posformer.utils.safe_write import make_dirs, write_text_atomic
 from posformer.utils.user_files import read_json_file, regular_file
 
 SAMPLES = Path(__file__).resolve().parent / "samples"
@@ -31,10 +33,11 @@ def default_corpus() -> Path:
 
 
 def read_utf8(path: str | Path, name: str) -> str:
-    """Read a UTF-8 text file (a byte-order mark is dropped); errors begin with `name` ("text corpus x.txt")."""
+    """Read a UTF-8 text file of at most `file_limits.DATA` (a byte-order mark is dropped); errors begin with
+    `name` ("text corpus x.txt")."""
     path = regular_file(path, name)
     try:
-        return path.read_text(encoding="utf-8-sig")
+        return read_limited(path, name, DATA).decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise ValueError(f"{name} is not valid UTF-8: {err}") from None
 
@@ -97,9 +100,9 @@ class CharTokenizer:
     def load(cls, path: str | Path) -> "CharTokenizer":
         """From a tokenizer.json (or the directory holding one) that `save_pretrained` wrote, or the `{"type": "char",
         "chars": [...]}` file of runs trained before; errors name the file."""
-        if Path(path).is_dir():
+        if Path(not_blank(path, "tokenizer file")).is_dir():
             path = model_file(path, TOKENIZER_JSON)
-        data = read_json_file(path, "tokenizer file")
+        data = read_json_file(path, "tokenizer file", TOKENIZER)
         found = parse_chars(data, path) if isinstance(data, dict) else None
         if found is None:
             raise ValueError(
@@ -140,10 +143,9 @@ class ByteTokenizer:
 
 
 def _write(directory: str | Path, files: dict[str, str]) -> None:
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = make_dirs(directory)
     for name, text in files.items():
-        (directory / name).write_text(text, encoding="utf-8")
+        write_text_atomic(directory / name, text)
 
 
 class TokenStream:

@@ -14,7 +14,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from posformer.checkpoints.atomic import write_text_atomic
+from posformer.utils.file_limits import DATA
+from posformer.utils.safe_write import write_text_atomic
+from posformer.utils.user_files import read_text_file
 
 NAME_PATTERN = r"[A-Za-z0-9_.-]+"
 
@@ -41,7 +43,7 @@ def _find(path: Path, name: str) -> tuple[str, re.Match]:
     _check_name(name)
     if not path.is_file():
         raise FileNotFoundError(f"--into {path}: no such file")
-    page = path.read_text(encoding="utf-8")
+    page = read_text_file(path, "--into", limit=DATA)
     found = list(_pattern(re.escape(name)).finditer(page))
     if len(found) != 1:
         problem = "has no" if not found else f"has {len(found)}"

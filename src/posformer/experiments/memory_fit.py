@@ -109,7 +109,7 @@ def _head_bias_runtime(cfg: Config, length: int, batch: int, device: torch.devic
     """The head, bias and runtime terms of the module docstring, in bytes."""
     parts = {"head": 8 * min(batch * length, chunk_rows(cfg.vocab_size)) * cfg.vocab_size}
     encoding = positions.get(cfg.position)
-    if encoding.has_bias():
+    if encoding.adds_bias:
         rows = bias_block_rows(batch, cfg.n_heads, length, length, device, encoding.cpu_bias_block_bytes) or length
         parts["bias"] = BIAS_COPIES * 4 * batch * cfg.n_heads * rows * length
     parts["runtime"] = RUNTIME

@@ -1,51 +1,52 @@
-"""The training knobs every experiment hands to the Trainer, declared once: `posformer extrapolate` (its
-language-model rows and its `--task` rows) and `posformer extend` inherit them, and `trainer_settings` turns them
+"""The training knobs every experiment hands to the Trainer, declared once with their ranges: `posformer
+extrapolate` (its language-model rows and its `--task` rows) and `posformer extend` inherit them, `check` checks
+them (and every other declared range and choice of the experiment's settings), and `trainer_settings` turns them
 into the `TrainerSettings` of a row (cosine schedule, one checkpoint kept, no sample)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
-from posformer.train.settings import DEVICES, PRECISIONS, TrainerSettings
-from posformer.utils.options import option
-from posformer.utils.validation import check_choice, check_int, check_number
+from posformer.train.knobs import OptimizerKnobs
+from posformer.train.settings import TrainerSettings
+from posformer.utils.limits import MAX_STEPS, MAX_THREADS
+from posformer.utils.options import check_options, option
 
 
 @dataclass
-class TrainingKnobs:
-    """How each row trains. An experiment's presets set these; its own `validate` checks them (`check`)."""
+class TrainingKnobs(OptimizerKnobs):
+    """How each row trains: the knobs of every run (`train.knobs.OptimizerKnobs`, their ranges declared there; a
+    lower peak lr here), threads and the checkpoint interval. An experiment's presets set these; its own
+    `validate` checks them (`check`)."""
 
-    steps: int = option(500, "optimizer steps per row")
-    batch_size: int = option(32, "sequences per step")
-    lr: float = option(1e-3, "peak learning rate (cosine schedule with warm-up)")
-    warmup: int = option(50, "linear warm-up steps (at most steps - 1)", flag=False)
-    min_lr_ratio: float = option(0.1, "the cosine schedule ends at min_lr_ratio * lr", flag=False)
-    weight_decay: float = option(0.1, "AdamW weight decay", flag=False)
-    seed: int = option(0, "the one seed: initial weights, data order and every draw of the experiment")
-    device: str = option("auto", "auto, cpu or cuda")
+    lr: float = 1e-3
     threads: int | None = option(
-        None, "torch CPU threads (null: torch's default); 1 is faster when other work shares the cores", flag=False
+        None,
+        "torch CPU threads (null: torch's default); 1 is faster when other work shares the cores",
+        flag=False,
+        minimum=1,
+        maximum=MAX_THREADS,
     )
-    precision: str = option(
-        "fp32",
-        "fp32; bf16 or fp16 autocast over float32 weights; or auto: bf16 where the CPU or GPU has bf16 units, else "
-        "fp32 (the run records what it used)",
+    save_every: int = option(
+        100,
+        "steps between a row's checkpoints (a stopped row resumes from the last)",
+        flag=False,
+        minimum=1,
+        maximum=MAX_STEPS,
     )
-    save_every: int = option(100, "steps between a row's checkpoints (a stopped row resumes from the last)", flag=False)
 
     def check(self, prefix: str) -> None:
-        """Raise `ValueError` named `{prefix}{knob}`: lr > 0, min_lr_ratio in [0, 1], weight_decay >= 0, warmup and
-        seed >= 0, a device and precision, threads None or >= 1."""
-        check_number(f"{prefix}lr", self.lr, 0.0, low_open=True)
-        check_number(f"{prefix}min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
-        check_number(f"{prefix}weight_decay", self.weight_decay, 0.0)
-        check_int(f"{prefix}warmup", self.warmup, minimum=0)
-        check_int(f"{prefix}seed", self.seed, minimum=0)
-        check_choice(f"{prefix}device", self.device, DEVICES)
-        check_choice(f"{prefix}precision", self.precision, PRECISIONS)
-        if self.threads is not None:
-            check_int(f"{prefix}threads", self.threads)
+        """Raise `ValueError` named `{prefix}{knob}` for the first knob outside its declared range or choices
+        (`utils.options.check_options`): these (lr > 0, min_lr_ratio in [0, 1], weight_decay >= 0, warmup and
+        seed >= 0, a device and precision, threads None or >= 1, steps, batch_size and save_every >= 1) and the
+        experiment's own."""
+        check_options(self, prefix)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every knob of the experiment's settings, as results.json's config and a row's run_config.yaml hold them."""
+        return dataclasses.asdict(self)
 
     def with_precision_resolved(self):
         """A copy whose precision "auto" is resolved for its device (`train.precision.resolve_precision`)."""

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from posformer.checkpoints.manifest import verify_if_present
+from posformer.checkpoints.sizes import check_fits, meta_model
 from posformer.config import Config
 from posformer.hf.char_byte_tokenizers import char_tokenizer, fast_tokenizer, stored_chars
 from posformer.hf.config_kinds import check_hf_config_kinds
@@ -71,17 +72,19 @@ def config_from_hf_file(hf_config: dict, path: str) -> tuple[Config, Family]:
     """(posformer Config, family) of the Hugging Face config read from `path`; every error names `path`.
 
     The known keys' kinds are checked first (`config_kinds`); what a family's mapping still cannot read
-    (a value of the right kind that makes no sense to it) is reported as a `CheckpointError` naming the file."""
+    (a value of the right kind that makes no sense to it, a size beyond `utils.limits.MODEL_SIZES`) is
+    reported as a `CheckpointError` naming the file."""
     check_hf_config_kinds(hf_config, path)
     family = family_for(hf_config.get("model_type"), path)
     try:
-        return family.config_from_hf(hf_config), family
+        cfg = family.config_from_hf(hf_config)
     except UnsupportedCheckpoint as err:
         raise UnsupportedCheckpoint(f"{path}: {err}") from None
     except (ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
         raise CheckpointError(
             f"{path} cannot be read as a {hf_config.get('model_type')} config: {type(err).__name__}: {err}"
         ) from err
+    return cfg, family
 
 
 def from_hf(
@@ -127,6 +130,7 @@ def from_hf(
     if not dtype.is_floating_point:
         raise ValueError(f"from_hf: dtype must be a floating-point dtype, got {dtype}")
     with _default_dtype(dtype):
+        check_fits(meta_model(cfg, directory / CONFIG), directory / CONFIG)
         model = Transformer(cfg)
     state = family.prepare_state(cfg, hf_config, state)
     added = set() if before is None else set(model.state_dict()) - before

@@ -17,14 +17,22 @@ import torch
 from torch import Tensor, nn
 
 from posformer.config import Config
-from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.family import Family, register, unsupported
 from posformer.hf.layer_kinds import GLOBAL, LOCAL, layer_types_from_hf, layers_to_hf
-from posformer.hf.llama import GATED, HIDDEN_ACT, decoder_rules, first_token_id, ignore, separate_projections
+from posformer.hf.llama import (
+    GATED,
+    HIDDEN_ACT,
+    decoder_rules,
+    first_token_id,
+    ignore,
+    llama_like_from_hf,
+    llama_like_to_hf,
+    separate_projections,
+)
 from posformer.hf.mapping import Rule, norm
 from posformer.hf.rope import rope_params, rope_to_hf
 
 MODEL_TYPE = "cohere2"
-HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
 DEFAULT_WINDOW = 4096  # Cohere2Config's: written when no layer slides (transformers builds the mask regardless)
 
 
@@ -44,15 +52,8 @@ def config_from_hf(hf: dict) -> Config:
     settings = {LOCAL: {"sliding_window": window}, GLOBAL: {"position": "none"}}
     bias = bool(hf.get("attention_bias", False))
     return Config(
-        arch="decoder",
-        vocab_size=hf["vocab_size"],
-        d_model=hf["hidden_size"],
-        n_layers=hf["num_hidden_layers"],
-        n_heads=hf["num_attention_heads"],
-        n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
+        **llama_like_from_hf(hf),
         d_head=hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"],
-        d_ff=hf["intermediate_size"],
-        position="rope",
         position_params={**rope_params(hf), "layout": "interleaved"},
         layer_types=types,
         layer_settings={label: settings[label] for label in dict.fromkeys(types)},
@@ -63,17 +64,14 @@ def config_from_hf(hf: dict) -> Config:
         norm_placement="pre",
         parallel_residual=True,
         activation=GATED[activation],
-        attention_dropout=hf.get("attention_dropout", 0.0),
         qkv_bias=bias,
         attn_out_bias=bias,
         ffn_bias=False,
         logit_scale=float(hf.get("logit_scale", 0.0625)),
         tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
-        head=architecture(hf, HEADS, "causal_lm"),
         pad_token_id=hf.get("pad_token_id", 0),
         bos_token_id=hf.get("bos_token_id", 5),
         eos_token_id=first_token_id(hf.get("eos_token_id", 255001)),
-        init_std=hf.get("initializer_range", 0.02),
         hf_model_type=MODEL_TYPE,
     )
 
@@ -112,25 +110,12 @@ def config_to_hf(cfg: Config) -> dict:
     if abs(cfg.scale - cfg.head_dim**-0.5) > 1e-12:
         raise unsupported(MODEL_TYPE, f"an attention scale other than head_dim ** -0.5: {cfg.scale} (to_hf)")
     return {
-        "model_type": MODEL_TYPE,
-        "architectures": ["Cohere2ForCausalLM" if cfg.head_kind == "causal_lm" else "Cohere2Model"],
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "intermediate_size": cfg.ff_dim,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.kv_heads,
+        **llama_like_to_hf(cfg, MODEL_TYPE, "Cohere2"),
         "head_dim": cfg.head_dim,
         "hidden_act": HIDDEN_ACT[cfg.activation],
         "layer_norm_eps": cfg.norm_eps,
         "attention_bias": cfg.qkv_bias,
-        "attention_dropout": cfg.attention_dropout,
         "logit_scale": cfg.logit_scale,
-        "tie_word_embeddings": cfg.tie_embeddings,
-        "initializer_range": cfg.init_std,
-        "pad_token_id": cfg.pad_token_id,
-        "bos_token_id": cfg.bos_token_id,
-        "eos_token_id": cfg.eos_token_id,
         **rope_to_hf(cfg),
         **_layers_to_hf(cfg),
     }

@@ -58,7 +58,7 @@ from posformer.hf.bert import lm_bias_rule, lm_bias_state
 from posformer.hf.family import Family, UnsupportedCheckpoint, architecture, register, unsupported
 from posformer.hf.layout import require_fields, require_head
 from posformer.hf.mapping import Rule, fused_linear, linear, norm, same
-from posformer.positions.deberta import NORM_REL_EBD, POS_ATT_TYPES
+from posformer.positions import DeBERTa
 
 MODEL_TYPE = "deberta-v2"
 HEADS = {"ForMaskedLM": "masked_lm", "ForQuestionAnswering": "span_qa", "Model": "none"}
@@ -94,18 +94,20 @@ def _pos_att_type(hf: dict) -> list[str]:
     kinds = _listed_kinds(hf)
     if not kinds:
         raise unsupported(MODEL_TYPE, "relative_attention with an empty pos_att_type (no position term)")
-    other = [k for k in kinds if k not in POS_ATT_TYPES]
+    other = [k for k in kinds if k not in DeBERTa.pos_att_types]
     if other or len(set(kinds)) != len(kinds):
-        raise unsupported(MODEL_TYPE, f"pos_att_type={kinds!r} (supported: distinct values of {POS_ATT_TYPES})")
+        raise unsupported(MODEL_TYPE, f"pos_att_type={kinds!r} (supported: distinct values of {DeBERTa.pos_att_types})")
     return kinds
 
 
 def _norm_rel_ebd(hf: dict) -> str:
     """HF's `norm_rel_ebd` ("none", "layer_norm", or "|"-separated) -> our "none" / "layer_norm"."""
     parts = {p.strip() for p in str(hf.get("norm_rel_ebd") or "none").lower().split("|")}
-    other = sorted(parts - set(NORM_REL_EBD))
+    other = sorted(parts - set(DeBERTa.norm_rel_ebd_choices))
     if other:
-        raise unsupported(MODEL_TYPE, f"norm_rel_ebd={hf['norm_rel_ebd']!r} (supported: {', '.join(NORM_REL_EBD)})")
+        raise unsupported(
+            MODEL_TYPE, f"norm_rel_ebd={hf['norm_rel_ebd']!r} (supported: {', '.join(DeBERTa.norm_rel_ebd_choices)})"
+        )
     return "layer_norm" if "layer_norm" in parts else "none"
 
 
@@ -145,7 +147,7 @@ def _check_features(hf: dict, head: str) -> None:
 
 def _absolute_attn_scale(hf: dict) -> float | None:
     """Without relative attention HF still divides q.k by sqrt(head_dim * (1 + c2p/p2c entries)); None: 1."""
-    factor = 1 + sum(kind in _listed_kinds(hf) for kind in POS_ATT_TYPES)
+    factor = 1 + sum(kind in _listed_kinds(hf) for kind in DeBERTa.pos_att_types)
     head_dim = hf["hidden_size"] // hf["num_attention_heads"]
     return None if factor == 1 else (head_dim * factor) ** -0.5
 

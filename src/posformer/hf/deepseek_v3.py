@@ -22,7 +22,7 @@ import math
 from posformer.config import Config
 from posformer.hf.family import Family, architecture, register, unsupported
 from posformer.hf.layout import require_fields, require_head
-from posformer.hf.llama import GATED, HIDDEN_ACT, decoder_rules, first_token_id, ignore
+from posformer.hf.llama import GATED, HIDDEN_ACT, decoder_rules, first_token_id, ignore, llama_like_to_hf
 from posformer.hf.mapping import Rule, fused_linear, linear, norm
 from posformer.hf.rope import rope_params, rope_to_hf, scaling_dict
 
@@ -150,14 +150,8 @@ def config_to_hf(cfg: Config) -> dict:
             "qk_head_dim and the RoPE scaling's mscale_all_dim) (to_hf)",
         )
     return {
-        "model_type": MODEL_TYPE,
-        "architectures": ["DeepseekV3ForCausalLM" if cfg.head_kind == "causal_lm" else "DeepseekV3Model"],
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "intermediate_size": cfg.ff_dim,
-        "num_hidden_layers": cfg.n_layers,
+        **llama_like_to_hf(cfg, MODEL_TYPE, "DeepseekV3"),
         "first_k_dense_replace": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
         "num_key_value_heads": cfg.n_heads,
         "q_lora_rank": latent["q_lora_rank"],
         "kv_lora_rank": latent["kv_lora_rank"],
@@ -168,12 +162,6 @@ def config_to_hf(cfg: Config) -> dict:
         "hidden_act": HIDDEN_ACT[cfg.activation],
         "rms_norm_eps": cfg.norm_eps,
         "attention_bias": cfg.qkv_bias,
-        "attention_dropout": cfg.attention_dropout,
-        "tie_word_embeddings": cfg.tie_embeddings,
-        "initializer_range": cfg.init_std,
-        "pad_token_id": cfg.pad_token_id,
-        "bos_token_id": cfg.bos_token_id,
-        "eos_token_id": cfg.eos_token_id,
         **rope,
     }
 

@@ -16,7 +16,7 @@ sliding layers without a window are refused.
 from __future__ import annotations
 
 from posformer.config import Config
-from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.family import Family, register, unsupported
 from posformer.hf.layer_kinds import GLOBAL, LOCAL, checked_layer_types, layers_to_hf
 from posformer.hf.layout import require_fields, require_head
 from posformer.hf.llama import (
@@ -25,6 +25,8 @@ from posformer.hf.llama import (
     decoder_rules,
     first_token_id,
     ignore,
+    llama_like_from_hf,
+    llama_like_to_hf,
     output_norms,
     separate_projections,
 )
@@ -32,7 +34,6 @@ from posformer.hf.mapping import Rule
 from posformer.hf.rope import rope_params, rope_to_hf
 
 MODEL_TYPE = "exaone4"
-HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
 DEFAULT_WINDOW = 4096  # Exaone4Config's: written when every layer is a global NoPE one
 
 
@@ -70,15 +71,8 @@ def config_from_hf(hf: dict) -> Config:
     if activation not in GATED:
         raise unsupported(MODEL_TYPE, f"hidden_act={activation!r} (supported: {', '.join(GATED)})")
     return Config(
-        arch="decoder",
-        vocab_size=hf["vocab_size"],
-        d_model=hf["hidden_size"],
-        n_layers=hf["num_hidden_layers"],
-        n_heads=hf["num_attention_heads"],
-        n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
+        **llama_like_from_hf(hf),
         d_head=hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"],
-        d_ff=hf["intermediate_size"],
-        position="rope",
         position_params=rope_params(hf),
         **_layers(hf),
         max_positions=hf.get("max_position_embeddings", 2048),
@@ -86,17 +80,14 @@ def config_from_hf(hf: dict) -> Config:
         norm_eps=hf.get("rms_norm_eps", 1e-5),
         norm_placement="output",
         activation=GATED[activation],
-        attention_dropout=hf.get("attention_dropout", 0.0),
         qkv_bias=False,
         attn_out_bias=False,
         ffn_bias=False,
         qk_norm=True,
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        head=architecture(hf, HEADS, "causal_lm"),
         pad_token_id=hf.get("pad_token_id"),
         bos_token_id=hf.get("bos_token_id", 0),
         eos_token_id=first_token_id(hf.get("eos_token_id", 2)),
-        init_std=hf.get("initializer_range", 0.02),
         hf_model_type=MODEL_TYPE,
     )
 
@@ -150,23 +141,10 @@ def config_to_hf(cfg: Config) -> dict:
     if abs(cfg.scale - cfg.head_dim**-0.5) > 1e-12:
         raise unsupported(MODEL_TYPE, f"an attention scale other than head_dim ** -0.5: {cfg.scale} (to_hf)")
     return {
-        "model_type": MODEL_TYPE,
-        "architectures": ["Exaone4ForCausalLM" if cfg.head_kind == "causal_lm" else "Exaone4Model"],
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "intermediate_size": cfg.ff_dim,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.kv_heads,
+        **llama_like_to_hf(cfg, MODEL_TYPE, "Exaone4"),
         "head_dim": cfg.head_dim,
         "hidden_act": HIDDEN_ACT[cfg.activation],
         "rms_norm_eps": cfg.norm_eps,
-        "attention_dropout": cfg.attention_dropout,
-        "tie_word_embeddings": cfg.tie_embeddings,
-        "initializer_range": cfg.init_std,
-        "pad_token_id": cfg.pad_token_id,
-        "bos_token_id": cfg.bos_token_id,
-        "eos_token_id": cfg.eos_token_id,
         **rope_to_hf(cfg),
         **_layers_to_hf(cfg),
     }

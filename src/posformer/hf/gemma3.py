@@ -13,9 +13,16 @@ bidirectional attention (EmbeddingGemma) are refused.
 from __future__ import annotations
 
 from posformer.config import Config
-from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.family import Family, register, unsupported
 from posformer.hf.layer_kinds import GLOBAL, LOCAL, layer_types_from_hf
-from posformer.hf.llama import decoder_rules, first_token_id, ignore, separate_projections
+from posformer.hf.llama import (
+    decoder_rules,
+    first_token_id,
+    ignore,
+    llama_like_from_hf,
+    llama_like_to_hf,
+    separate_projections,
+)
 from posformer.hf.mapping import Rule, norm
 from posformer.hf.rope import has_v5_layer_params, rope_params, rope_to_hf
 
@@ -47,15 +54,8 @@ def config_from_hf(hf: dict) -> Config:
     local = {"sliding_window": hf.get("sliding_window", 4096), "position_params": local_rope}
     bias = bool(hf.get("attention_bias", False))
     return Config(
-        arch="decoder",
-        vocab_size=hf["vocab_size"],
-        d_model=hf["hidden_size"],
-        n_layers=hf["num_hidden_layers"],
-        n_heads=hf["num_attention_heads"],
-        n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
+        **llama_like_from_hf(hf, HEADS),
         d_head=hf.get("head_dim", 256),
-        d_ff=hf["intermediate_size"],
-        position="rope",
         position_params=rope_params(hf, default_theta=1e6, layer_type=GLOBAL),
         layer_types=types,
         layer_settings={LOCAL: local} if LOCAL in types else {},
@@ -64,7 +64,6 @@ def config_from_hf(hf: dict) -> Config:
         norm_eps=hf.get("rms_norm_eps", 1e-6),
         norm_placement="sandwich",
         activation=ACTIVATIONS[activation],
-        attention_dropout=hf.get("attention_dropout", 0.0),
         qkv_bias=bias,
         attn_out_bias=bias,
         ffn_bias=False,
@@ -72,11 +71,9 @@ def config_from_hf(hf: dict) -> Config:
         qk_norm=True,
         scale_embeddings=True,
         tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
-        head=architecture(hf, HEADS, "causal_lm"),
         pad_token_id=hf.get("pad_token_id", 0),
         bos_token_id=hf.get("bos_token_id", 2),
         eos_token_id=first_token_id(hf.get("eos_token_id", 1)),
-        init_std=hf.get("initializer_range", 0.02),
         hf_model_type=MODEL_TYPE,
     )
 
@@ -133,25 +130,12 @@ def config_to_hf(cfg: Config) -> dict:
         raise unsupported(MODEL_TYPE, "attention biases on some projections only, or FFN biases (to_hf)")
     activation = {ours: theirs for theirs, ours in ACTIVATIONS.items()}[cfg.activation]
     return {
-        "model_type": MODEL_TYPE,
-        "architectures": ["Gemma3ForCausalLM" if cfg.head_kind == "causal_lm" else "Gemma3TextModel"],
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "intermediate_size": cfg.ff_dim,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.kv_heads,
+        **llama_like_to_hf(cfg, MODEL_TYPE, "Gemma3", model="Gemma3TextModel"),
         "head_dim": cfg.head_dim,
         "hidden_activation": activation,
         "rms_norm_eps": cfg.norm_eps,
         "attention_bias": cfg.qkv_bias,
-        "attention_dropout": cfg.attention_dropout,
         "query_pre_attn_scalar": _whole(cfg.scale**-2),
-        "tie_word_embeddings": cfg.tie_embeddings,
-        "initializer_range": cfg.init_std,
-        "pad_token_id": cfg.pad_token_id,
-        "bos_token_id": cfg.bos_token_id,
-        "eos_token_id": cfg.eos_token_id,
         **rope_to_hf(cfg),
         **_local_layers_to_hf(cfg),
     }

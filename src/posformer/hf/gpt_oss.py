@@ -27,7 +27,7 @@ from posformer.config import Config
 from posformer.hf.family import Family, architecture, register, unsupported
 from posformer.hf.layer_kinds import GLOBAL, LOCAL, layer_types_from_hf, layers_to_hf
 from posformer.hf.layout import require_fields, require_head
-from posformer.hf.llama import first_token_id, ignore
+from posformer.hf.llama import first_token_id, ignore, llama_like_to_hf
 from posformer.hf.mapping import Rule, same
 from posformer.hf.mixtral import attention_rules, moe_decoder_rules
 from posformer.hf.rope import rope_params, rope_to_hf
@@ -144,26 +144,14 @@ def config_to_hf(cfg: Config) -> dict:
     if abs(cfg.scale - cfg.head_dim**-0.5) > 1e-12:
         raise unsupported(MODEL_TYPE, f"an attention scale other than head_dim ** -0.5: {cfg.scale} (to_hf)")
     return {
-        "model_type": MODEL_TYPE,
-        "architectures": ["GptOssForCausalLM" if cfg.head_kind == "causal_lm" else "GptOssModel"],
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
+        **llama_like_to_hf(cfg, MODEL_TYPE, "GptOss"),
         "intermediate_size": cfg.expert_ff_dim,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.kv_heads,
         "head_dim": cfg.head_dim,
         "num_local_experts": cfg.n_experts,
         "num_experts_per_tok": cfg.experts_per_token,
         "router_aux_loss_coef": cfg.router_aux_loss_coef,
         "rms_norm_eps": cfg.norm_eps,
         "attention_bias": cfg.qkv_bias,
-        "attention_dropout": cfg.attention_dropout,
-        "tie_word_embeddings": cfg.tie_embeddings,
-        "initializer_range": cfg.init_std,
-        "pad_token_id": cfg.pad_token_id,
-        "bos_token_id": cfg.bos_token_id,
-        "eos_token_id": cfg.eos_token_id,
         **rope_to_hf(cfg),
         **_layers_to_hf(cfg),
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,7 +22,11 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from posformer.checkpoints.model_dir import model_file, read_json
+from posformer.checkpoints.sizes import memory_bytes
+from posformer.pretrained import remove_other_weights
+from posformer.utils.file_limits import not_blank
 from posformer.utils.file_mode import with_umask_mode
+from posformer.utils.safe_write import make_dirs
 
 CONFIG = "config.json"
 SAFETENSORS = "model.safetensors"
@@ -30,34 +35,60 @@ BIN = "pytorch_model.bin"
 BIN_INDEX = "pytorch_model.bin.index.json"
 # What a Hub download fetches: config, safetensors weights and tokenizer files (.bin only when no safetensors).
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.spm"]
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read: missing, truncated, corrupt or of the wrong kind."""
 
 
+class MissingCheckpoint(CheckpointError):
+    """A checkpoint that is neither a local directory nor a Hub id that could be downloaded."""
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether `name` has the form of a Hugging Face Hub model id, `org/name` (letters, digits, '-', '_', '.')."""
+    return HUB_ID.fullmatch(name) is not None
+
+
 def resolve(path_or_hub_id: str | os.PathLike) -> Path:
-    """A local checkpoint directory: `path_or_hub_id` itself, or a Hub snapshot downloaded into the cache."""
-    path = Path(path_or_hub_id)
+    """A local checkpoint directory: `path_or_hub_id` itself, or a Hub snapshot downloaded into the cache.
+
+    A path that does not exist is tried on the Hub only when it has the form `org/name`; otherwise it is a
+    `MissingCheckpoint` at once ("no such file or directory: PATH"), and an `org/name` that cannot be
+    downloaded either says both. An empty or blank path is a `MissingCheckpoint` too (it would otherwise stand
+    for the current directory).
+    """
+    try:
+        path = Path(not_blank(path_or_hub_id, "the checkpoint"))
+    except ValueError as err:
+        raise MissingCheckpoint(str(err)) from None
     if path.is_dir():
         return path
     if path.exists():
         raise CheckpointError(f"{path} is a file; expected a checkpoint directory holding {CONFIG}")
-    name = str(path_or_hub_id)
-    if name.startswith((".", "/", "~")) or name.count("/") > 1:
-        raise CheckpointError(f"checkpoint directory {name} does not exist")
+    name = os.fspath(path_or_hub_id)
+    missing = f"{name} does not exist (no such file or directory: {name})"
+    if not is_hub_id(name):
+        raise MissingCheckpoint(f"{missing}, and it is not a Hugging Face Hub id (org/name) to download")
     try:
-        from huggingface_hub import snapshot_download
-
-        directory = Path(snapshot_download(name, allow_patterns=HUB_PATTERNS))
-        if not any((directory / f).is_file() for f in (SAFETENSORS, SAFETENSORS_INDEX)):
-            directory = Path(snapshot_download(name, allow_patterns=[*HUB_PATTERNS, "*.bin"]))
-        return directory
+        return download(name)
     except Exception as err:  # offline, unknown repo, no permission: all end here
-        raise CheckpointError(
-            f"{name!r} is not a local directory and could not be downloaded from the Hugging Face Hub "
+        raise MissingCheckpoint(
+            f"{missing}, and it could not be downloaded from the Hugging Face Hub "
             f"({type(err).__name__}: {err}). Offline, pass the path of a downloaded checkpoint directory."
         ) from err
+
+
+def download(hub_id: str) -> Path:
+    """The Hub snapshot of model `hub_id` in the local cache, downloaded when absent: config, safetensors and
+    tokenizer files (.bin weights only when the repository has no safetensors)."""
+    from huggingface_hub import snapshot_download
+
+    directory = Path(snapshot_download(hub_id, allow_patterns=HUB_PATTERNS))
+    if not any((directory / f).is_file() for f in (SAFETENSORS, SAFETENSORS_INDEX)):
+        directory = Path(snapshot_download(hub_id, allow_patterns=[*HUB_PATTERNS, "*.bin"]))
+    return directory
 
 
 def read_config(directory: Path) -> dict:
@@ -67,7 +98,18 @@ def read_config(directory: Path) -> dict:
     return read_json(directory, CONFIG, error=CheckpointError)
 
 
+def _check_memory(path: Path) -> None:
+    """A `CheckpointError` when the weights file at `path` is larger than the machine's memory (it is then never
+    read: a sparse file of a few bytes on disk can claim any size)."""
+    size, memory = path.stat().st_size, memory_bytes()
+    if memory is not None and size > memory:
+        raise CheckpointError(
+            f"{path} is {size:,} bytes, more than this machine's {memory:,} bytes of memory: it cannot be loaded"
+        )
+
+
 def _load_safetensors(path: Path) -> dict[str, Tensor]:
+    _check_memory(path)
     try:
         return load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
@@ -75,6 +117,7 @@ def _load_safetensors(path: Path) -> dict[str, Tensor]:
 
 
 def _load_bin(path: Path) -> dict[str, Tensor]:
+    _check_memory(path)
     try:
         state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as err:  # pickle and zip errors have many types
@@ -139,10 +182,10 @@ def write_checkpoint(out_dir: str | os.PathLike, config: dict, state: dict[str, 
     """Write `config.json` and `model.safetensors` into `out_dir`, each file atomically.
 
     Both are written into a temporary folder inside `out_dir`, then moved into place with
-    `os.replace`, so a crash never leaves a half-written file under either name.
+    `os.replace`, so a crash never leaves a half-written file under either name, and a symlink at either name is
+    replaced, never written through. Weights of another layout left from an earlier write are removed.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_dirs(out_dir)
     staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=out_dir))
     try:
         tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
@@ -153,4 +196,5 @@ def write_checkpoint(out_dir: str | os.PathLike, config: dict, state: dict[str, 
             os.replace(staging / name, out_dir / name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    remove_other_weights(out_dir, SAFETENSORS)
     return out_dir

@@ -112,38 +112,47 @@ def _check_features(hf: dict) -> None:
         raise unsupported(model_type, f"hidden_act={hf['hidden_act']!r} (supported: {', '.join(GATED)})")
 
 
-def config_from_hf(hf: dict) -> Config:
-    _check_features(hf)
-    model_type = hf["model_type"]
-    qkv_bias = hf.get("attention_bias", model_type == "qwen2")
-    return Config(
+def llama_like_from_hf(hf: dict, heads: dict[str, str] = HEADS) -> dict:
+    """The `Config` fields every llama-like family reads alike from its config.json (LLaMA's, Phi-3, Gemma 3,
+    Cohere2, EXAONE 4, OLMo 3): a RoPE decoder's sizes, attention dropout, the head (by the architecture's suffix in
+    `heads`) and the initializer range. Each family adds its own fields (norms, biases, token ids, defaults)."""
+    return dict(
         arch="decoder",
         vocab_size=hf["vocab_size"],
         d_model=hf["hidden_size"],
         n_layers=hf["num_hidden_layers"],
         n_heads=hf["num_attention_heads"],
         n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
-        d_head=hf.get("head_dim"),
         d_ff=hf["intermediate_size"],
         position="rope",
+        attention_dropout=hf.get("attention_dropout", 0.0),
+        head=architecture(hf, heads, "causal_lm"),
+        init_std=hf.get("initializer_range", 0.02),
+    )
+
+
+def config_from_hf(hf: dict) -> Config:
+    _check_features(hf)
+    model_type = hf["model_type"]
+    qkv_bias = hf.get("attention_bias", model_type == "qwen2")
+    return Config(
+        **llama_like_from_hf(hf),
+        d_head=hf.get("head_dim"),
         position_params=rope_params(hf),
         max_positions=hf.get("max_position_embeddings", 2048),
         norm="rmsnorm",
         norm_eps=hf.get("rms_norm_eps", 1e-6),
         norm_placement="pre",
         activation=GATED[hf.get("hidden_act", "silu")],
-        attention_dropout=hf.get("attention_dropout", 0.0),
         qkv_bias=bool(qkv_bias),
         qk_norm=model_type == "qwen3",
         **_layers(hf),
         attn_out_bias=bool(hf.get("attention_bias", False)),
         ffn_bias=bool(hf.get("mlp_bias", False)),
         tie_embeddings=bool(hf.get("tie_word_embeddings", model_type in TIED_BY_DEFAULT)),
-        head=architecture(hf, HEADS, "causal_lm"),
         pad_token_id=hf.get("pad_token_id"),
         bos_token_id=hf.get("bos_token_id"),
         eos_token_id=first_token_id(hf.get("eos_token_id")),
-        init_std=hf.get("initializer_range", 0.02),
         hf_model_type=model_type,
     )
 
@@ -151,6 +160,30 @@ def config_from_hf(hf: dict) -> Config:
 def first_token_id(token_id):
     """HF allows a list of eos ids; posformer keeps one (the first)."""
     return token_id[0] if isinstance(token_id, list) and token_id else token_id
+
+
+def llama_like_to_hf(cfg: Config, model_type: str, name: str, model: str | None = None) -> dict:
+    """The config.json fields every llama-like family writes alike (LLaMA's, Mixtral, Qwen3-MoE, Phi-3, Gemma 3,
+    Cohere2, EXAONE 4, OLMo 3, DeepSeek-V3, gpt-oss): the architecture (NAME + "ForCausalLM", else `model`, by
+    default NAME + "Model"), the sizes, attention dropout, tying, init and the special token ids. Each family adds
+    its own (head_dim, the activation, the norm's eps, RoPE's, its layers') and may replace one (Mixtral's
+    intermediate_size)."""
+    return {
+        "model_type": model_type,
+        "architectures": [f"{name}ForCausalLM" if cfg.head_kind == "causal_lm" else model or f"{name}Model"],
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "intermediate_size": cfg.ff_dim,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.kv_heads,
+        "attention_dropout": cfg.attention_dropout,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "initializer_range": cfg.init_std,
+        "pad_token_id": cfg.pad_token_id,
+        "bos_token_id": cfg.bos_token_id,
+        "eos_token_id": cfg.eos_token_id,
+    }
 
 
 def config_to_hf(cfg: Config) -> dict:
@@ -170,25 +203,11 @@ def config_to_hf(cfg: Config) -> dict:
         raise unsupported(model_type, f"qk_norm={cfg.qk_norm} (only qwen3 normalises q and k) (to_hf)")
     if cfg.qk_norm_over != "head":
         raise unsupported(model_type, f"qk_norm_over={cfg.qk_norm_over!r} (qwen3 normalises each head) (to_hf)")
-    name = ARCH_NAMES[model_type]
     out = {
-        "model_type": model_type,
-        "architectures": [f"{name}ForCausalLM" if cfg.head_kind == "causal_lm" else f"{name}Model"],
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "intermediate_size": cfg.ff_dim,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.kv_heads,
+        **llama_like_to_hf(cfg, model_type, ARCH_NAMES[model_type]),
         "head_dim": cfg.head_dim,
         "hidden_act": HIDDEN_ACT[cfg.activation],
         "rms_norm_eps": cfg.norm_eps,
-        "attention_dropout": cfg.attention_dropout,
-        "tie_word_embeddings": cfg.tie_embeddings,
-        "initializer_range": cfg.init_std,
-        "pad_token_id": cfg.pad_token_id,
-        "bos_token_id": cfg.bos_token_id,
-        "eos_token_id": cfg.eos_token_id,
         **rope_to_hf(cfg),
     }
     if model_type == "qwen3":

@@ -22,7 +22,7 @@ from posformer.config import Config
 from posformer.hf.family import Family, architecture, register, unsupported
 from posformer.hf.fused_experts import split_fused_experts
 from posformer.hf.layout import require_fields, require_head
-from posformer.hf.llama import GATED, HIDDEN_ACT, first_token_id, ignore, layer_norms
+from posformer.hf.llama import GATED, HIDDEN_ACT, first_token_id, ignore, layer_norms, llama_like_to_hf
 from posformer.hf.mapping import Rule, fused_linear, linear, norm, same
 from posformer.hf.rope import rope_params, rope_to_hf
 
@@ -131,9 +131,9 @@ def config_from_hf(hf: dict) -> Config:
     )
 
 
-def common_to_hf(cfg: Config, model_type: str, **expected) -> dict:
-    """The HF fields Mixtral and Qwen3-MoE write alike, after refusing by name what neither can express (and the
-    family's own `expected` field values)."""
+def common_to_hf(cfg: Config, model_type: str, name: str, **expected) -> dict:
+    """The HF fields Mixtral and Qwen3-MoE write alike (`name`: the architectures' prefix), after refusing by name
+    what neither can express (and the family's own `expected` field values)."""
     require_head(cfg, model_type)
     require_fields(
         cfg,
@@ -160,34 +160,29 @@ def common_to_hf(cfg: Config, model_type: str, **expected) -> dict:
     if abs(cfg.scale - cfg.head_dim**-0.5) > 1e-12:
         raise unsupported(model_type, f"an attention scale other than head_dim ** -0.5: {cfg.scale} (to_hf)")
     return {
-        "model_type": model_type,
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.kv_heads,
+        **llama_like_to_hf(cfg, model_type, name),
         "head_dim": cfg.head_dim,
         "hidden_act": HIDDEN_ACT[cfg.activation],
         "rms_norm_eps": cfg.norm_eps,
-        "attention_dropout": cfg.attention_dropout,
         "num_experts_per_tok": cfg.experts_per_token,
         "router_aux_loss_coef": cfg.router_aux_loss_coef,
-        "tie_word_embeddings": cfg.tie_embeddings,
-        "initializer_range": cfg.init_std,
-        "pad_token_id": cfg.pad_token_id,
-        "bos_token_id": cfg.bos_token_id,
-        "eos_token_id": cfg.eos_token_id,
         **rope_to_hf(cfg),
     }
 
 
 def config_to_hf(cfg: Config) -> dict:
     out = common_to_hf(
-        cfg, MODEL_TYPE, qk_norm=False, qkv_bias=False, attn_out_bias=False, norm_topk_prob=True, moe_layers=None
+        cfg,
+        MODEL_TYPE,
+        "Mixtral",
+        qk_norm=False,
+        qkv_bias=False,
+        attn_out_bias=False,
+        norm_topk_prob=True,
+        moe_layers=None,
     )
     return {
         **out,
-        "architectures": ["MixtralForCausalLM" if cfg.head_kind == "causal_lm" else "MixtralModel"],
         "intermediate_size": cfg.expert_ff_dim,
         "num_local_experts": cfg.n_experts,
         "sliding_window": cfg.sliding_window,

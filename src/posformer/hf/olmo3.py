@@ -25,7 +25,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from posformer.config import Config
-from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.family import Family, register, unsupported
 from posformer.hf.layer_kinds import GLOBAL, LOCAL, layer_types_from_hf, layers_to_hf
 from posformer.hf.layout import require_fields, require_head
 from posformer.hf.llama import (
@@ -34,6 +34,8 @@ from posformer.hf.llama import (
     decoder_rules,
     first_token_id,
     ignore,
+    llama_like_from_hf,
+    llama_like_to_hf,
     output_norms,
     separate_projections,
 )
@@ -42,7 +44,6 @@ from posformer.hf.rope import has_v5_layer_params, rope_params, rope_to_hf, v5_r
 from posformer.hf.versions import writer_major
 
 MODEL_TYPE = "olmo3"
-HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
 DEFAULT_WINDOW = 4096  # Olmo3Config's: written when no layer slides (transformers builds the mask regardless)
 V5_LOCAL_THETA = 500000.0  # transformers 5's Olmo3Config.default_theta: its sliding layers' theta in a v4-form config
 
@@ -80,15 +81,8 @@ def config_from_hf(hf: dict) -> Config:
     local = {"sliding_window": window, "position_params": _local_rope(hf, global_rope)}
     bias = bool(hf.get("attention_bias", False))
     return Config(
-        arch="decoder",
-        vocab_size=hf["vocab_size"],
-        d_model=hf["hidden_size"],
-        n_layers=hf["num_hidden_layers"],
-        n_heads=hf["num_attention_heads"],
-        n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
+        **llama_like_from_hf(hf),
         d_head=hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"],
-        d_ff=hf["intermediate_size"],
-        position="rope",
         position_params=global_rope,
         layer_types=types,
         layer_settings={LOCAL: local} if LOCAL in types else {},
@@ -97,18 +91,15 @@ def config_from_hf(hf: dict) -> Config:
         norm_eps=hf.get("rms_norm_eps", 1e-5),
         norm_placement="output",
         activation=GATED[activation],
-        attention_dropout=hf.get("attention_dropout", 0.0),
         qkv_bias=bias,
         attn_out_bias=bias,
         ffn_bias=False,
         qk_norm=True,
         qk_norm_over="projection",
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        head=architecture(hf, HEADS, "causal_lm"),
         pad_token_id=hf.get("pad_token_id", 1),
         bos_token_id=hf.get("bos_token_id"),
         eos_token_id=first_token_id(hf.get("eos_token_id", 50279)),
-        init_std=hf.get("initializer_range", 0.02),
         hf_model_type=MODEL_TYPE,
     )
 
@@ -184,24 +175,11 @@ def config_to_hf(cfg: Config) -> dict:
     unscaled = {**cfg.position_params, "scaling": None}
     rope = rope_to_hf(cfg) if local is None or local == unscaled else _nested_rope(cfg, local)
     return {
-        "model_type": MODEL_TYPE,
-        "architectures": ["Olmo3ForCausalLM" if cfg.head_kind == "causal_lm" else "Olmo3Model"],
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "intermediate_size": cfg.ff_dim,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.kv_heads,
+        **llama_like_to_hf(cfg, MODEL_TYPE, "Olmo3"),
         "head_dim": cfg.head_dim,
         "hidden_act": HIDDEN_ACT[cfg.activation],
         "rms_norm_eps": cfg.norm_eps,
         "attention_bias": cfg.qkv_bias,
-        "attention_dropout": cfg.attention_dropout,
-        "tie_word_embeddings": cfg.tie_embeddings,
-        "initializer_range": cfg.init_std,
-        "pad_token_id": cfg.pad_token_id,
-        "bos_token_id": cfg.bos_token_id,
-        "eos_token_id": cfg.eos_token_id,
         **rope,
         **layers,
     }

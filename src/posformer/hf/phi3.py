@@ -10,26 +10,17 @@ the config); a `sliding_window` slides every layer. Heads: Phi3ForCausalLM (caus
 from __future__ import annotations
 
 from posformer.config import Config
-from posformer.hf.family import Family, architecture, register, unsupported
-from posformer.hf.llama import decoder_rules, ignore
+from posformer.hf.family import Family, register, unsupported
+from posformer.hf.llama import decoder_rules, ignore, llama_like_from_hf, llama_like_to_hf
 from posformer.hf.mapping import Rule, same
 from posformer.hf.rope import rope_params, rope_to_hf
-
-HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
 
 
 def config_from_hf(hf: dict) -> Config:
     if hf.get("hidden_act", "silu") != "silu":
         raise unsupported("phi3", f"hidden_act={hf['hidden_act']!r} (supported: silu)")
     return Config(
-        arch="decoder",
-        vocab_size=hf["vocab_size"],
-        d_model=hf["hidden_size"],
-        n_layers=hf["num_hidden_layers"],
-        n_heads=hf["num_attention_heads"],
-        n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
-        d_ff=hf["intermediate_size"],
-        position="rope",
+        **llama_like_from_hf(hf),
         position_params=rope_params(hf),
         max_positions=hf.get("max_position_embeddings", 4096),
         norm="rmsnorm",
@@ -37,17 +28,14 @@ def config_from_hf(hf: dict) -> Config:
         norm_placement="pre",
         activation="swiglu",
         dropout=hf.get("resid_pdrop", 0.0),
-        attention_dropout=hf.get("attention_dropout", 0.0),
         qkv_bias=False,
         attn_out_bias=False,
         ffn_bias=False,
         sliding_window=hf.get("sliding_window"),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        head=architecture(hf, HEADS, "causal_lm"),
         pad_token_id=hf.get("pad_token_id"),
         bos_token_id=hf.get("bos_token_id"),
         eos_token_id=hf.get("eos_token_id"),
-        init_std=hf.get("initializer_range", 0.02),
         hf_model_type="phi3",
     )
 
@@ -68,26 +56,13 @@ def config_to_hf(cfg: Config) -> dict:
         raise unsupported("phi3", "RoPE's interleaved layout or a longrope attention_factor (to_hf)")
     rope = rope_to_hf(cfg, partial=True)
     return {
-        "model_type": "phi3",
-        "architectures": ["Phi3ForCausalLM" if cfg.head_kind == "causal_lm" else "Phi3Model"],
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "intermediate_size": cfg.ff_dim,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.kv_heads,
+        **llama_like_to_hf(cfg, "phi3", "Phi3"),
         "hidden_act": "silu",
         "rms_norm_eps": cfg.norm_eps,
         "resid_pdrop": cfg.dropout,
         "embd_pdrop": cfg.dropout,
-        "attention_dropout": cfg.attention_dropout,
-        "tie_word_embeddings": cfg.tie_embeddings,
         "partial_rotary_factor": float(params.get("rotary_fraction", 1.0)),
         "sliding_window": cfg.sliding_window,
-        "initializer_range": cfg.init_std,
-        "pad_token_id": cfg.pad_token_id,
-        "bos_token_id": cfg.bos_token_id,
-        "eos_token_id": cfg.eos_token_id,
         "original_max_position_embeddings": cfg.max_positions,
         **rope,
     }

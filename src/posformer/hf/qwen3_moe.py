@@ -90,12 +90,10 @@ def config_from_hf(hf: dict) -> Config:
 
 
 def config_to_hf(cfg: Config) -> dict:
-    out = common_to_hf(cfg, MODEL_TYPE, qk_norm=True, qk_norm_over="head", attn_out_bias=cfg.qkv_bias)
+    out = common_to_hf(cfg, MODEL_TYPE, "Qwen3Moe", qk_norm=True, qk_norm_over="head", attn_out_bias=cfg.qkv_bias)
     layers = cfg.moe_layers or [True] * cfg.n_layers
     return {
         **out,
-        "architectures": ["Qwen3MoeForCausalLM" if cfg.head_kind == "causal_lm" else "Qwen3MoeModel"],
-        "intermediate_size": cfg.ff_dim,
         "moe_intermediate_size": cfg.expert_ff_dim,
         "num_experts": cfg.n_experts,
         "norm_topk_prob": cfg.norm_topk_prob,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from posformer.checkpoints.manifest import verify_if_present
 from posformer.checkpoints.model_dir import model_file, read_json
+from posformer.utils.file_limits import TOKENIZER, check_size
 
 TOKENIZER_JSON = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -71,7 +72,9 @@ def check_tokenizer_dir(directory: Path) -> dict[str, str]:
     the file paths of its tokenizer_config.json inside it, for `AutoTokenizer.from_pretrained`."""
     names = _readable_names(directory)
     for name in names:
-        model_file(directory, name)
+        path = model_file(directory, name)
+        if path.is_file():
+            check_size(path, str(path), TOKENIZER)
     verify_if_present(directory, only=names)
     for name in JSON_OBJECTS:
         if name in names:

@@ -7,27 +7,22 @@ heads, dh head dim.
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 from torch import Tensor, nn
 
+from posformer import positions
 from posformer.config import Config
 from posformer.modules.attend import attend
 from posformer.modules.bias_blocks import BiasRows, ValuesTerm, attend_in_bias_blocks, bias_block_rows
 from posformer.modules.cache import LayerCache, MemoryCache
 from posformer.modules.key_smear import KeySmear, predecessor_real
 from posformer.modules.norms import make_norm
-from posformer.ops import causal_blocks
+from posformer.modules.position_attention import Heads, strategy_for
 from posformer.ops.flex import ScoreMod
 from posformer.ops.linear import Linear
 from posformer.ops.masks import AttentionMask
 from posformer.ops.packing import TokenPacking
-from posformer.ops.weighted_attention import weighted_attention
-from posformer.positions.base import PositionEncoding
-from posformer.positions.forgetting import ReadsHidden
-from posformer.positions.query_temperature import query_temperature
-from posformer.positions.stick_breaking import ReplacesSoftmax
+from posformer.positions.contract import PositionEncoding
 
 
 class Attention(nn.Module):
@@ -75,7 +70,7 @@ class Attention(nn.Module):
         """A projection of packed tokens (N, n) back to the batch layout (B, T, n); unpacked x passes."""
         return x if packing is None else packing.unpack(x)
 
-    def _attend(
+    def run_kernel(
         self,
         q: Tensor,
         k: Tensor,
@@ -83,32 +78,29 @@ class Attention(nn.Module):
         mask: AttentionMask,
         need_weights: bool,
         values: ValuesTerm | None = None,
-        packing: TokenPacking | None = None,
         score_mod: ScoreMod | None = None,
         bias_rows: BiasRows | None = None,
-        cpu_block_bytes: int | None = None,
+        block_bytes: int | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """The kernel (eager when the probabilities are asked for), then the output projection: (B, T, d_model),
-        or (N, d_model) for the real tokens of a `packing`, and the probabilities asked for.
+        """The kernel over q (B, H, T, dh), k and v (B, Hkv, S, dh) (eager when the probabilities are asked for): the
+        heads' outputs (B, H, T, dh) and the probabilities asked for (B, H, T, S).
 
         bias_rows: the position bias, asked for by rows of queries; a bias too large to hold whole
-        (`bias_blocks.bias_block_rows`; cpu_block_bytes: the encoding's size of a block on the CPU) is used one block
+        (`bias_blocks.bias_block_rows`; block_bytes: the encoding's size of a block on the CPU) is used one block
         of queries at a time."""
         dropout = self.dropout if self.training else 0.0
-        batch, heads, length = q.shape[:3]
+        batch, n_heads, length = q.shape[:3]
         rows = (
             None
             if need_weights or bias_rows is None
-            else bias_block_rows(batch, heads, length, k.shape[-2], q.device, cpu_block_bytes)
+            else bias_block_rows(batch, n_heads, length, k.shape[-2], q.device, block_bytes)
         )
         if rows is not None:
             out = attend_in_bias_blocks(q, k, v, mask, bias_rows, self.scale, dropout, values, rows, self.sinks)
-            out, probs = mask.zero_dropped_queries(out), None
-        else:
-            bias = None if bias_rows is None else bias_rows(0, length, k.shape[-2])
-            kernel = "eager" if need_weights else self.kernel
-            out, probs = attend(q, k, v, mask, bias, self.scale, dropout, kernel, values, score_mod, self.sinks)
-        return self._project(out, packing), probs
+            return mask.zero_dropped_queries(out), None
+        bias = None if bias_rows is None else bias_rows(0, length, k.shape[-2])
+        kernel = "eager" if need_weights else self.kernel
+        return attend(q, k, v, mask, bias, self.scale, dropout, kernel, values, score_mod, self.sinks)
 
     def _project(self, out: Tensor, packing: TokenPacking | None) -> Tensor:
         """The heads' outputs (B, H, T, dh) through the output projection: (B, T, d_model), or (N, d_model) for the
@@ -120,8 +112,8 @@ class Attention(nn.Module):
 class SelfAttention(Attention):
     """Self-attention with the position hooks of its stack's encoding, at its layer index, and any query
     temperature (`Config.query_temperature`) after them; with `Config.key_smear`, each key mixed with its
-    predecessor's before them (`modules.key_smear`). An encoding that reads the hidden states
-    (`positions.forgetting.ReadsHidden`) gets x, and its bias comes from its token terms.
+    predecessor's before them (`modules.key_smear`). The attention the encoding declares
+    (`PositionEncoding.attention`) is one strategy, chosen when the layer is built (`position_attention`).
 
     One fused `qkv` projection. The encoding is held, not registered: the stack
     owns it (one copy in `state_dict`, `parameters()` and `.to()`).
@@ -137,6 +129,7 @@ class SelfAttention(Attention):
         self.key_smear = KeySmear(self.n_kv_heads) if cfg.key_smear else None
         object.__setattr__(self, "position", position)
         self.layer = layer
+        self.strategy = strategy_for(position, layer)
         self.temperature = cfg.query_temperature
 
     def forward(
@@ -155,51 +148,19 @@ class SelfAttention(Attention):
         """
         q, k, v = self._unpacked(self.qkv(x), packing).split((self.q_dim, self.kv_dim, self.kv_dim), dim=-1)
         q, k = self._normed_heads(q, self.n_heads, self.q_norm), self._normed_heads(k, self.n_kv_heads, self.k_norm)
-        v = self._heads(v, self.n_kv_heads)
+        v = self._heads(v, self.n_kv_heads)  # q: (B, H, T, dh); k, v: (B, Hkv, T, dh)
         if self.key_smear is not None:
             k = self._smeared(k, mask, cache)
         q, k = self.position.rotate(q, k, pos, pos, self.layer)
         if self.temperature is not None:
-            q = (q * query_temperature(pos, **self.temperature)).to(q.dtype)
-        reads_hidden = isinstance(self.position, ReadsHidden)
-        q_terms, k_terms = self._hidden_terms(x, packing) if reads_hidden else (None, None)
+            q = (q * positions.query_temperature(pos, **self.temperature)).to(q.dtype)
+        q_terms, k_terms = self.strategy.token_terms(x, packing)
         k_pos = pos
         if cache is not None:
-            k, v, k_pos = cache.append(k, v, pos, k_terms)
+            k, v, k_pos = cache.append(k, v, pos, k_terms)  # k, v: (B, Hkv, S, dh), the cached keys first
             k_terms = cache.terms
-        if isinstance(self.position, ReplacesSoftmax):
-            return self._weighted(q, k, v, mask, need_weights, packing)
-        values = partial(self._values, q_pos=pos, k_pos=k_pos) if self.position.uses_values else None
-        offset = k.shape[2] - q.shape[2]  # the index of the first query among the keys
-        if self.kernel == "flex" and not need_weights:
-            if reads_hidden:
-                q_index = torch.arange(offset, k.shape[2], device=q.device)
-                score_mod = self.position.terms_score_mod(q_terms, k_terms, q_index, self.layer)
-            else:
-                score_mod = self.position.score_mod(q, k, pos, k_pos, self.layer)
-            return self._attend(q, k, v, mask, need_weights, values, packing, score_mod=score_mod)
-        if reads_hidden:
-            bias_rows = partial(self._terms_rows, q, k, q_terms, k_terms, offset)
-        else:
-            bias_rows = partial(self._bias_rows, q, k, pos, k_pos) if self.position.uses_bias else None
-        return self._attend(
-            q, k, v, mask, need_weights, values, packing, bias_rows=bias_rows,
-            cpu_block_bytes=self.position.cpu_bias_block_bytes,
-        )  # fmt: skip
-
-    def _weighted(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, need_weights: bool, packing: TokenPacking | None
-    ) -> tuple[Tensor, Tensor | None]:
-        """Attention with the weights of an encoding that replaces the softmax (`ReplacesSoftmax`)."""
-        batch, heads, length = q.shape[:3]
-        rows = bias_block_rows(batch, heads, length, k.shape[-2], q.device)
-        recompute = rows is not None  # blocks for memory: recomputed in the backward
-        if mask.is_causal and q.device.type == "cpu" and length > causal_blocks.BLOCK_ROWS:  # blocks for speed
-            rows = min(rows or length, causal_blocks.BLOCK_ROWS)
-        weigh = partial(self.position.key_weights, layer=self.layer)
-        dropout = self.dropout if self.training else 0.0
-        out, weights = weighted_attention(q, k, v, mask, self.scale, weigh, rows, need_weights, dropout, recompute)
-        return self._project(out, packing), weights
+        out, probs = self.strategy(self, Heads(q, k, v, pos, k_pos, q_terms, k_terms), mask, need_weights)
+        return self._project(out, packing), probs
 
     def _smeared(self, k: Tensor, mask: AttentionMask, cache: LayerCache | None) -> Tensor:
         """k (B, Hkv, T, dh) mixed with each predecessor's key: the cache's last key before the first; the cache
@@ -210,41 +171,6 @@ class SelfAttention(Attention):
         if cache is not None:
             cache.last_key = k[:, :, -1:].clone()  # a view would keep the whole projection of a long prefix
         return smeared
-
-    def _hidden_terms(self, x: Tensor, packing: TokenPacking | None) -> tuple[Tensor | None, Tensor]:
-        """The encoding's query and key terms (B, H, T, d) of x (`ReadsHidden`), packed tokens unpacked first."""
-        return self.position.token_terms(x if packing is None else packing.unpack(x), self.layer)
-
-    def _terms_rows(
-        self,
-        q: Tensor,
-        k: Tensor,
-        q_terms: Tensor | None,
-        k_terms: Tensor,
-        offset: int,
-        start: int,
-        end: int,
-        keys: int,
-    ) -> Tensor:
-        """The bias of queries [start, end) over the first `keys` keys, from the hidden-state terms (`ReadsHidden`)
-        and the queries and keys themselves; offset: the index of the first query among the keys."""
-        q_index = torch.arange(offset + start, offset + end, device=k_terms.device)
-        q_rows = None if q_terms is None else q_terms[:, :, start:end]
-        pair = (q[:, :, start:end], k[:, :, :keys])
-        return self.position.terms_bias(q_rows, k_terms[:, :, :keys], q_index, self.layer, *pair)
-
-    def _bias_rows(
-        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, start: int, end: int, keys: int
-    ) -> Tensor | None:
-        """The encoding's bias of queries [start, end) over the first `keys` keys; the whole bias from the very
-        tensors every layer gets, so that a bias computed once per forward is shared (`per_forward`)."""
-        if (start, end, keys) != (0, q.shape[-2], k.shape[-2]):
-            q, k, q_pos, k_pos = q[:, :, start:end], k[:, :, :keys], q_pos[:, start:end], k_pos[:, :keys]
-        return self.position.bias(q, k, q_pos, k_pos, self.layer)
-
-    def _values(self, probs: Tensor, rows: slice, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
-        """The encoding's `values` term for the queries `rows` over the first probs.shape[-1] keys."""
-        return self.position.values(probs, q_pos[:, rows], k_pos[:, : probs.shape[-1]], self.layer)
 
     def extra_repr(self) -> str:
         return f"position={self.position.name}, layer={self.layer}"
@@ -285,4 +211,5 @@ class CrossAttention(Attention):
             k, v = self._normed_heads(k, self.n_kv_heads, self.k_norm), self._heads(v, self.n_kv_heads)
             if cache is not None:
                 cache.set(k, v)
-        return self._attend(q, k, v, mask, need_weights, packing=packing)
+        out, probs = self.run_kernel(q, k, v, mask, need_weights)
+        return self._project(out, packing), probs

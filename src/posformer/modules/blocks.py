@@ -16,7 +16,7 @@ from posformer.modules.moe import MoEFeedForward
 from posformer.modules.norms import make_norm
 from posformer.ops.masks import AttentionMask, KeyReach
 from posformer.ops.packing import TokenPacking
-from posformer.positions.base import PositionEncoding
+from posformer.positions.contract import PositionEncoding
 
 
 class Residual(nn.Module):

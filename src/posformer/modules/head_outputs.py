@@ -4,12 +4,13 @@ layers."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from torch import Tensor, nn
 
 from posformer.config import Config
 from posformer.modules.heads import TOKEN_HEADS, check_labels, class_loss, mask_padded_logits, span_loss, token_loss
 from posformer.modules.moe import load_balancing_loss
-from posformer.modules.outputs import ModelOutput
 from posformer.utils.validation import check_int
 
 
@@ -57,105 +58,126 @@ def check_head_options(cfg: Config, logits_to_keep: int, return_logits: bool, la
         )
 
 
+class HeadOutput(NamedTuple):
+    """What a head gives `Transformer.forward`: its logits and loss; a span head's (or an encoder span loss's)
+    start and end logits (B, T). Fields a head does not produce are None."""
+
+    logits: Tensor | None = None
+    loss: Tensor | None = None
+    start_logits: Tensor | None = None
+    end_logits: Tensor | None = None
+
+
 def apply_head(
     head: nn.Module,
     cfg: Config,
-    out: ModelOutput,
     hidden: Tensor,
     labels: Tensor | None,
     start_positions: Tensor | None,
     end_positions: Tensor | None,
     attention_mask: Tensor | None,
     return_logits: bool,
-) -> None:
-    """`out`'s logits (span logits of padded positions set to the dtype's minimum: never an answer) and loss from
-    hidden (B, T, d_model); without `return_logits` a token head's loss alone."""
+) -> HeadOutput:
+    """The head's logits (span logits of padded positions set to the dtype's minimum: never an answer) and loss
+    from hidden (B, T, d_model); without `return_logits` a token head's loss alone."""
     kind = cfg.head_kind
     if kind == "span_qa":
-        out.start_logits, out.end_logits = head(hidden)
+        start_logits, end_logits = head(hidden)
         if attention_mask is not None:
-            out.start_logits = mask_padded_logits(out.start_logits, attention_mask)
-            out.end_logits = mask_padded_logits(out.end_logits, attention_mask)
+            start_logits = mask_padded_logits(start_logits, attention_mask)
+            end_logits = mask_padded_logits(end_logits, attention_mask)
+        loss = None
         if start_positions is not None and end_positions is not None:
-            out.loss = span_loss(out.start_logits, out.end_logits, start_positions, end_positions)
-    elif kind == "classification":
-        out.logits = head(hidden)
-        if labels is not None:
-            check_labels("labels", labels, out.logits.shape[:1], cfg.num_labels)
-            out.loss = class_loss(out.logits, labels)
-    elif not return_logits:
+            loss = span_loss(start_logits, end_logits, start_positions, end_positions)
+        return HeadOutput(loss=loss, start_logits=start_logits, end_logits=end_logits)
+    if kind == "classification":
+        logits = head(hidden)
+        if labels is None:
+            return HeadOutput(logits)
+        check_labels("labels", labels, logits.shape[:1], cfg.num_labels)
+        return HeadOutput(logits, class_loss(logits, labels))
+    if not return_logits:
         check_labels("labels", labels, hidden.shape[:2], None)
-        out.loss = head.loss(hidden, labels, shift=kind == "causal_lm")
-    elif kind != "none":
-        out.logits = head(hidden)
-        if labels is not None:
-            check_labels("labels", labels, out.logits.shape[:2], None)
-            out.loss = token_loss(out.logits, labels, shift=kind == "causal_lm")
+        return HeadOutput(loss=head.loss(hidden, labels, shift=kind == "causal_lm"))
+    if kind == "none":
+        return HeadOutput()
+    logits = head(hidden)
+    if labels is None:
+        return HeadOutput(logits)
+    check_labels("labels", labels, logits.shape[:2], None)
+    return HeadOutput(logits, token_loss(logits, labels, shift=kind == "causal_lm"))
 
 
 def copy_or_generate(
     model: nn.Module,
-    out: ModelOutput,
     hidden: Tensor,
+    memory: Tensor,
     source: tuple[Tensor, Tensor | None, Tensor],
     labels: Tensor | None,
     return_logits: bool,
-) -> None:
-    """`out`'s logits and loss under `model`'s pointer-generator (`Config.pointer_generator`): the log-probabilities
+) -> HeadOutput:
+    """The logits and loss under `model`'s pointer-generator (`Config.pointer_generator`): the log-probabilities
     (B, T, V) float32 of the mixture of its head's logits and a copy of the encoder's input, for the decoder's hidden
-    (B, T, d_model). source: (encoder input ids (B, S), their attention mask or None, decoder input ids (B, >= T), whose
-    last T are hidden's). `out.encoder_last_hidden_state` is the encoder's output."""
+    (B, T, d_model) and the encoder's output `memory` (B, S, d_model). source: (encoder input ids (B, S), their
+    attention mask or None, decoder input ids (B, >= T), whose last T are hidden's)."""
     source_ids, source_mask, decoder_ids = source
-    out.logits = model.pointer_generator(
+    logits = model.pointer_generator(
         hidden,
         model.head(hidden),
-        out.encoder_last_hidden_state,
+        memory,
         source_ids,
         None if source_mask is None else source_mask.bool(),
         decoder_ids[:, -hidden.shape[1] :],
         model.cfg.decoder_start_token_id,
     )
+    loss = None
     if labels is not None:
-        check_labels("labels", labels, out.logits.shape[:2], None)
-        out.loss = token_loss(out.logits, labels, shift=False)
-    if not return_logits:
-        out.logits = None
+        check_labels("labels", labels, logits.shape[:2], None)
+        loss = token_loss(logits, labels, shift=False)
+    return HeadOutput(logits if return_logits else None, loss)
 
 
-def add_encoder_span_loss(
+def plus(loss: Tensor | None, term: Tensor) -> Tensor:
+    """`loss + term`, or `term` when there is no loss yet."""
+    return term if loss is None else loss + term
+
+
+def with_encoder_span_loss(
     model: nn.Module,
-    out: ModelOutput,
+    head: HeadOutput,
+    memory: Tensor,
     source_mask: Tensor | None,
     start: Tensor | None,
     end: Tensor | None,
-) -> None:
-    """`out`'s start and end logits (B, S) from `model.encoder_span` on the encoder's output, padding at the dtype's
-    minimum, and `Config.encoder_span_loss` times their span loss against start and end (B,) added to `out.loss`."""
+) -> HeadOutput:
+    """`head` with the start and end logits (B, S) of `model.encoder_span` on the encoder's output `memory`,
+    padding at the dtype's minimum, and `Config.encoder_span_loss` times their span loss against start and end
+    (B,) added to its loss."""
     if start is None or end is None:
         raise ValueError("the encoder's span loss needs both start_positions and end_positions")
-    start_logits, end_logits = model.encoder_span(out.encoder_last_hidden_state)
+    start_logits, end_logits = model.encoder_span(memory)
     if source_mask is not None:
         start_logits = mask_padded_logits(start_logits, source_mask)
         end_logits = mask_padded_logits(end_logits, source_mask)
-    out.start_logits, out.end_logits = start_logits, end_logits
     auxiliary = model.cfg.encoder_span_loss * span_loss(start_logits, end_logits, start, end)
-    out.loss = auxiliary if out.loss is None else out.loss + auxiliary
+    return HeadOutput(head.logits, plus(head.loss, auxiliary), start_logits, end_logits)
 
 
-def add_aux_loss(
+def aux_loss(
     cfg: Config,
     training: bool,
-    out: ModelOutput,
+    loss: Tensor | None,
     encoder_logits: list[Tensor],
     decoder_logits: list[Tensor],
     decoder_mask: Tensor | None,
     length: int,
-) -> None:
-    """`out.aux_loss`: the load-balancing loss of every router's logits over the real tokens (the encoder's
+) -> tuple[Tensor, Tensor | None]:
+    """(aux_loss, loss): the load-balancing loss of every router's logits over the real tokens (the encoder's
     rows are real tokens already, packed; the decoder's are B * length, its mask's last `length` columns
-    say which); while `training`, `out.loss` gains `Config.router_aux_loss_coef` times it."""
+    say which), and `loss` plus, while `training`, `Config.router_aux_loss_coef` times it."""
     keep = None if decoder_mask is None else decoder_mask[:, -length:]
     keeps = [None] * len(encoder_logits) + [keep] * len(decoder_logits)
-    out.aux_loss = load_balancing_loss(encoder_logits + decoder_logits, cfg.experts_per_token, keeps)
-    if out.loss is not None and training and cfg.router_aux_loss_coef:
-        out.loss = out.loss + cfg.router_aux_loss_coef * out.aux_loss
+    balance = load_balancing_loss(encoder_logits + decoder_logits, cfg.experts_per_token, keeps)
+    if loss is not None and training and cfg.router_aux_loss_coef:
+        loss = loss + cfg.router_aux_loss_coef * balance
+    return balance, loss

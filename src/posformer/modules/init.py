@@ -51,7 +51,7 @@ def t5_init_(model: nn.Module) -> None:
     Tied weights are drawn once, as the token embedding.
     """
     from posformer.modules.attention import Attention, CrossAttention
-    from posformer.positions.t5 import SchemeInitialised
+    from posformer.positions.contract import SchemeInitialised
 
     cfg = model.cfg
     seen: set[int] = set()

@@ -37,7 +37,7 @@ from posformer.modules.norms import RMSNorm
 from posformer.ops.linear import Linear
 from posformer.ops.masks import AttentionMask
 from posformer.ops.packing import TokenPacking
-from posformer.positions.base import PositionEncoding
+from posformer.positions.contract import PositionEncoding
 
 LATENT_NORM_EPS = 1e-6  # DeepSeek's q_a_layernorm and kv_a_layernorm
 

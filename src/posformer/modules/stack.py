@@ -22,9 +22,7 @@ from posformer.modules.cache import Cache, KeysSeen
 from posformer.modules.norms import make_norm
 from posformer.ops.masks import AttentionMask, KeyReach
 from posformer.ops.packing import TokenPacking
-from posformer.positions.base import PositionEncoding
-from posformer.positions.rotary import GoesStale
-from posformer.positions.streaming import ForgetsKeys
+from posformer.positions.contract import ForgetsKeys, GoesStale, PositionEncoding
 
 
 class Stack(nn.Module):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from posformer.experiments.extrapolation.layout import ExperimentLayout
+from posformer.experiments.layout import ExperimentLayout
 from posformer.model import Transformer
 
 

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from posformer.utils.safe_write import make_dirs
+
 
 def read_results(directory: str | Path) -> dict:
-    """The results.json of an experiment directory (`run_reports.read_run`) that has figures: not an extension
-    over seeds, whose figures are its seeds' runs'."""
-    from posformer.experiments.run_reports import read_run
+    """The results.json of an experiment directory (`experiments.reports.runs.read_run`) that has figures: not an
+    extension over seeds, whose figures are its seeds' runs'."""
+    from posformer.experiments.reports.runs import read_run
     from posformer.experiments.seeds.runs import is_over_seeds
 
     results = read_run(directory)
@@ -39,12 +41,12 @@ def draw_results(directory: str | Path, out_dir: str | Path) -> list[Path]:
     directory, out_dir = Path(directory), Path(out_dir)
     results = read_results(directory)
     kind, name = results["benchmark"], directory.resolve().name
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(out_dir)
     if kind == "extrapolation":
         return [lm_figure.plot(results, out_dir / f"{name}-ppl.png")]
     if kind == "tasks":
         return [task_report.plot(results, out_dir / f"{name}-accuracy.png")]
-    return [  # extend, the last of `run_reports.BENCHMARKS`
+    return [  # extend, the last of `experiments.reports.runs.BENCHMARKS`
         extend_report.plot_ppl(results, out_dir / f"{name}-ppl.png"),
         extend_report.plot_passkey(results, out_dir / f"{name}-passkey.png"),
     ]

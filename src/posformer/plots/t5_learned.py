@@ -15,7 +15,7 @@ import torch
 
 from posformer.model import Transformer
 from posformer.positions import PositionEncoding
-from posformer.positions.t5 import Saturating
+from posformer.positions.contract import Saturating
 from posformer.utils.figure import pyplot, save_png
 
 

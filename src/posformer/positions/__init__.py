@@ -1,8 +1,8 @@
-"""Position encodings behind one contract (see `base.PositionEncoding`)."""
+"""Position encodings behind one contract (`contract`: the hooks of `PositionEncoding` and the capabilities)."""
 
 from posformer.positions.absolute import Learned, NoPosition, Sinusoidal, sinusoidal_table
 from posformer.positions.alibi import ALiBi, alibi_slopes
-from posformer.positions.base import PositionEncoding
+from posformer.positions.contract import AttentionKind, PositionEncoding
 from posformer.positions.cope import ContextualPosition
 from posformer.positions.deberta import DeBERTa, log_bucket_position
 from posformer.positions.dual_chunk import DualChunk
@@ -13,6 +13,7 @@ from posformer.positions.kerple import KerpleLog
 from posformer.positions.params import PositionParams
 from posformer.positions.path import PaTH
 from posformer.positions.polar import Polar
+from posformer.positions.query_temperature import check_query_temperature, query_temperature
 from posformer.positions.registry import build, get, names, register, usable
 from posformer.positions.relative_bert import RelativeKey, RelativeKeyQuery
 from posformer.positions.rerope import ReRoPE
@@ -27,6 +28,7 @@ from posformer.positions.transformer_xl import TransformerXL
 from posformer.positions.xpos import XPos
 
 __all__ = [
+    "AttentionKind",
     "PositionEncoding",
     "PositionParams",
     "Sizes",
@@ -65,4 +67,6 @@ __all__ = [
     "DualChunk",
     "Streaming",
     "StickBreaking",
+    "query_temperature",
+    "check_query_temperature",
 ]

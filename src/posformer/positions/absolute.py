@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from posformer.positions.base import PositionEncoding, frequencies
+from posformer.positions.contract import PositionEncoding
+from posformer.positions.frequencies import frequencies
 from posformer.positions.registry import register
 from posformer.positions.sizes import Sizes
 from posformer.utils.tensor_checks import check_values

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posformer.positions.base import PositionEncoding
+from posformer.positions.contract import PositionEncoding
 from posformer.positions.registry import register
 from posformer.positions.sizes import Sizes
 
@@ -51,6 +51,9 @@ def alibi_slopes(n_heads: int) -> Tensor:
 @register("alibi")
 class ALiBi(PositionEncoding):
     """Fixed per-head linear distance penalty -m_h * |i - j|. No parameters; any length."""
+
+    adds_bias = True
+    flex_form = "distance_table"
 
     def __init__(
         self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1

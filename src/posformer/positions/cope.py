@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posformer.positions.base import PositionEncoding
+from posformer.positions.contract import PositionEncoding
 from posformer.positions.registry import register
 from posformer.positions.sizes import Sizes
 
@@ -101,6 +101,8 @@ class CountedPositionTerm(torch.autograd.Function):
 @register("cope")
 class ContextualPosition(PositionEncoding):
     """Gated, cumulative, fractional positions with learned vectors. position_params: npos_max."""
+
+    adds_bias = True
 
     defaults = {"npos_max": 64}
     causal_only = True

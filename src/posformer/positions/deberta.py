@@ -48,14 +48,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from posformer.ops.flex import ScoreMod
 from posformer.ops.linear import Linear
-from posformer.positions.base import PositionEncoding
+from posformer.positions.contract import PositionEncoding
 from posformer.positions.pair_scores import distance_span, pair_score_mod
 from posformer.positions.registry import register
 from posformer.positions.relative_scores import (
@@ -86,21 +86,14 @@ def log_bucket_position(rel: Tensor, bucket_size: int, max_position: int) -> Ten
     return torch.where(abs_pos <= mid, rel.type_as(log_pos), log_pos * sign).long()
 
 
-@runtime_checkable
-class OwnAttnScale(Protocol):
-    """An encoding whose paper scales the attention otherwise than 1/sqrt(head_dim) (DeBERTa).
-
-    `Config.scale` asks it of the encoding class (`isinstance(positions.get(name), OwnAttnScale)`) and takes
-    `default_attn_scale(params, head_dim)` when `Config.attn_scale` is None.
-    """
-
-    @classmethod
-    def default_attn_scale(cls, params: Mapping[str, Any], head_dim: int) -> float: ...
-
-
 @register("deberta")
 class DeBERTa(PositionEncoding):
     """Disentangled content/position attention with a shared, log-bucketed relative table. Any length."""
+
+    adds_bias = True
+    pos_att_types: ClassVar[tuple[str, ...]] = POS_ATT_TYPES
+    norm_rel_ebd_choices: ClassVar[tuple[str, ...]] = NORM_REL_EBD
+    flex_form = "score_mod"
 
     defaults = {
         "position_buckets": 256,

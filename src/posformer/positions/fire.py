@@ -38,7 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from posformer.ops.flex import ScoreMod
-from posformer.positions.base import PositionEncoding
+from posformer.positions.contract import PositionEncoding
 from posformer.positions.pair_scores import distance_span
 from posformer.positions.per_forward import batch_rows
 from posformer.positions.registry import register
@@ -50,6 +50,9 @@ EPS = 1e-6
 @register("fire")
 class FIRE(PositionEncoding):
     """f_theta(psi(|i - j|) / psi(max(L, i))), psi(x) = log(c x + 1); learned c, L, f_theta. Any length."""
+
+    adds_bias = True
+    flex_form = "score_mod"
 
     defaults: ClassVar[dict[str, Any]] = {"mlp_width": 32, "init_c": 0.1, "init_L": 512.0, "shared": True}
 

@@ -28,40 +28,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posformer.ops.flex import ScoreMod
-from posformer.positions.base import PositionEncoding
+from posformer.positions.contract import AttentionKind, PositionEncoding
 from posformer.positions.registry import register
 from posformer.positions.sizes import Sizes
-
-
-@runtime_checkable
-class ReadsHidden(Protocol):
-    """An encoding whose bias depends on each token's hidden state, through per-token terms.
-
-    `token_terms(x, layer)`: x (B, T, d_model), the attention's input -> (query terms (B, H, T, dq) or None, key
-    terms (B, H, T, dk)), in float32 or wider; the KV cache keeps the key terms beside the keys.
-    `terms_bias(q_terms, k_terms, q_index, layer, q, k)`: the terms of Tq queries and of the first Tk keys, with
-    each query's index among the keys, q_index (Tq,), and those queries and keys themselves, q (B, H, Tq, dh) and
-    k (B, Hkv, Tk, dh) as the attention scores them (an encoding that transforms the score reads them: PaTH) -> the
-    bias (B, H, Tq, Tk); `terms_score_mod` (the terms of the whole queries and keys) gives it as a FlexAttention
-    score_mod, or None when it has none.
-    """
-
-    def token_terms(self, x: Tensor, layer: int) -> tuple[Tensor | None, Tensor]: ...
-
-    def terms_bias(
-        self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int, q: Tensor, k: Tensor
-    ) -> Tensor: ...
-
-    def terms_score_mod(
-        self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int
-    ) -> ScoreMod | None: ...
 
 
 def wide(x: Tensor) -> torch.dtype:
@@ -72,17 +48,17 @@ def wide(x: Tensor) -> torch.dtype:
 class HiddenStateBias(PositionEncoding):
     """What both forms share: decoder only, a bias (through `ReadsHidden`, not the `bias` hook)."""
 
-    causal_only = True
+    attention = AttentionKind.HIDDEN_TERMS
+    adds_bias = True
 
-    @classmethod
-    def has_bias(cls) -> bool:
-        """True: the bias comes through `terms_bias`, not the `bias` hook."""
-        return True
+    causal_only = True
 
 
 @register("fox")
 class ForgettingAttention(HiddenStateBias):
     """FoX's forget-gate bias c_i - c_j (see the module docstring). position_params: gate_bias_init."""
+
+    flex_form = "score_mod"
 
     defaults = {"gate_bias_init": 5.0}
 
@@ -155,10 +131,6 @@ class PerRowForgetting(HiddenStateBias):
         self.gate_dim = int(self.params["gate_dim"])
         rows = 2 * sizes.n_heads * self.gate_dim  # (query or key, head, gate_dim), x-transformers' order
         self.gate_weight = nn.Parameter(torch.randn(n_layers, rows, sizes.d_model) * sizes.init_std)
-
-    @classmethod
-    def flex_unfit(cls) -> str | None:
-        return cls.flex_refusal
 
     def token_terms(self, x: Tensor, layer: int) -> tuple[Tensor, Tensor]:
         """x (B, T, d_model) -> (u, v): the gates' queries and keys, each (B, H, T, gate_dim)."""

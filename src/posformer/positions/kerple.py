@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posformer.positions.base import PositionEncoding
+from posformer.positions.contract import PositionEncoding
 from posformer.positions.registry import register
 from posformer.positions.sizes import Sizes
 
@@ -39,6 +39,9 @@ def _inverse_softplus(y: Tensor) -> Tensor:
 @register("kerple")
 class KerpleLog(PositionEncoding):
     """-r1 * log(1 + r2 * |m - n|) with r1, r2 > 0 learned per layer and head. No position_params."""
+
+    adds_bias = True
+    flex_form = "distance_table"
 
     def __init__(
         self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1

@@ -15,7 +15,7 @@ query of the chunk at once; across chunks, each key is carried once to its chunk
 transform is one dh x dh matrix, so that a query crosses a chunk with one product: O(T C dh + T^2 dh^2 / C) work
 and no step per token. The paper's kernel keeps the crossing in low-rank form and fuses it with the attention.
 
-The scores reach the attention as a bias, scale * (path score - q.k), through `forgetting.ReadsHidden` (the key
+The scores reach the attention as a bias, scale * (path score - q.k), through `contract.ReadsHidden` (the key
 terms [w, beta] live in the KV cache), in blocks of queries at long lengths as every bias (each block checkpointed
 in training); FlexAttention cannot take it (a score_mod sees one pair).
 """
@@ -118,10 +118,6 @@ class PaTH(HiddenStateBias):
         init = params["beta_bias_init"]
         if not isinstance(init, (int, float)) or isinstance(init, bool) or not abs(init) < float("inf"):
             raise cls.param_error(cls.name, "beta_bias_init", init, "a finite number (the strengths' initial logit)")
-
-    @classmethod
-    def flex_unfit(cls) -> str | None:
-        return cls.flex_refusal
 
     def __init__(
         self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1

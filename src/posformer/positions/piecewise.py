@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from posformer.ops.grouped_heads import grouped_scores
-from posformer.positions.base import PositionEncoding
+from posformer.positions.contract import PositionEncoding
 from posformer.positions.params import PositionParams
 from posformer.positions.per_forward import batch_rows
 from posformer.positions.rope_scaling import LENGTH_DEPENDENT
@@ -68,6 +68,8 @@ class PiecewiseRotary(PositionEncoding):
     to `ROPE_DEFAULTS` and its own, checks its own in `check_method`, gives its regimes in `remap`, any pairs it
     hides in `hidden`, and the paper's parameters for an extension in `for_lengths`.
     """
+
+    adds_bias = True
 
     ROPE_DEFAULTS: ClassVar[dict[str, Any]] = dict(Rotary.defaults)
     causal_only = True  # every method is defined over the keys before each query

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from posformer.positions.base import PositionEncoding
+from posformer.positions.contract import PositionEncoding
 from posformer.positions.sizes import Sizes
 
 if TYPE_CHECKING:
@@ -19,11 +19,25 @@ def register(name: str) -> Callable[[type[PositionEncoding]], type[PositionEncod
     def add(cls: type[PositionEncoding]) -> type[PositionEncoding]:
         if name in _REGISTRY:
             raise ValueError(f"position encoding {name!r} is already registered by {_REGISTRY[name].__name__}")
+        _check_declarations(name, cls)
         cls.name = name
         _REGISTRY[name] = cls
         return cls
 
     return add
+
+
+def _check_declarations(name: str, cls: type[PositionEncoding]) -> None:
+    """Raise `TypeError` when `cls` defines the `bias` or `values` hook without declaring it (`adds_bias`,
+    `adds_values`): the model reads the declarations, so an undeclared hook would be silently left out."""
+    for hook, flag in (("bias", "adds_bias"), ("values", "adds_values")):
+        if getattr(cls, hook) is not getattr(PositionEncoding, hook) and not getattr(cls, flag):
+            raise TypeError(
+                f"position encoding {name!r} ({cls.__name__}) defines the {hook!r} hook: declare {flag} = True "
+                "(positions/contract.py)"
+            )
+    if cls.adds_values and cls.sdpa_compatible:
+        raise TypeError(f"position encoding {name!r} ({cls.__name__}) adds values: declare sdpa_compatible = False")
 
 
 def names() -> list[str]:

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from posformer.ops.flex import ScoreMod
-from posformer.positions.base import PositionEncoding
+from posformer.positions.contract import PositionEncoding
 from posformer.positions.pair_scores import distance_span, pair_score_mod
 from posformer.positions.registry import register
 from posformer.positions.relative_scores import (
@@ -49,6 +49,9 @@ from posformer.utils.tensor_checks import check_values
 @register("relative_key")
 class RelativeKey(PositionEncoding):
     """bias_ij = scale * q_i . E_l[i - j]; one (2 * max_positions - 1, head_dim) table per layer."""
+
+    adds_bias = True
+    flex_form = "score_mod"
 
     key_term = False
     extrapolates = False

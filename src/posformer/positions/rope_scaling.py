@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posformer.positions.base import frequencies
+from posformer.positions.frequencies import frequencies
 from posformer.utils.validation import is_number
 
 SCALING_TYPES = ("linear", "ntk", "dynamic", "yarn", "dynamic_yarn", "llama3", "longrope")

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from posformer.positions.base import PositionEncoding
+from posformer.positions.contract import PositionEncoding
 from posformer.positions.params import PositionParams
 from posformer.positions.registry import register
 from posformer.positions.rope_scaling import LENGTH_DEPENDENT, check_scaling, fixed_up_to, scaled_inv_freq
@@ -147,37 +147,6 @@ def _longest(q_pos: Tensor, k_pos: Tensor) -> int | None:
     """The largest position in q_pos and k_pos, plus one (None when both are empty)."""
     ends = [int(p.max()) + 1 for p in (q_pos, k_pos) if p.numel()]
     return max(ends) if ends else None
-
-
-@runtime_checkable
-class Rescalable(Protocol):
-    """An encoding that a context-extension method extends past its trained length (RoPE's linear, ntk, ...).
-
-    `scalings` names its methods; `rescaled_params` gives its parameters extended by one of them. The code that
-    extends a model asks it of an encoding class: `isinstance(positions.get(name), Rescalable)`.
-    """
-
-    scalings: ClassVar[tuple[str, ...]]
-
-    @classmethod
-    def rescaled_params(
-        cls, params: Mapping[str, Any], kind: str, new_len: int, trained_len: int
-    ) -> PositionParams: ...
-
-
-@runtime_checkable
-class GoesStale(Protocol):
-    """An encoding whose keys cached at short lengths stop matching a longer forward (LongRoPE, dynamic YaRN).
-
-    `stale_beyond()` is the longest length L0 up to which cached keys stay valid, or None when they never go
-    stale; `stale_at(L)` says whether a forward whose largest position is L - 1 finds the keys cached by
-    shorter forwards stale: LongRoPE at L = L0 + 1 only (it switches once), dynamic YaRN at every L > L0 (its
-    frequencies follow L). Generation (`Stack.stale_at`) then runs the whole sequence again.
-    """
-
-    def stale_beyond(self) -> int | None: ...
-
-    def stale_at(self, length: int) -> bool: ...
 
 
 @register("rope")

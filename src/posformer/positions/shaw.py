@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from posformer.positions.base import PositionEncoding
 from posformer.positions.clipped_bins import ClippedBins
+from posformer.positions.contract import PositionEncoding
 from posformer.positions.registry import register
 from posformer.positions.relative_scores import counts_up, relative_distance
 from posformer.positions.sizes import Sizes
@@ -35,6 +35,9 @@ from posformer.positions.sizes import Sizes
 @register("shaw")
 class Shaw(PositionEncoding):
     """Clipped relative key and value vectors, per layer. Any length."""
+
+    adds_bias = True
+    adds_values = True
 
     defaults = {"max_distance": 16}
     sdpa_compatible = False

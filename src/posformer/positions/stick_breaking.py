@@ -18,28 +18,23 @@ Neither SDPA nor FlexAttention can take it: the weights are not a softmax, and a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from posformer.positions.base import PositionEncoding
+from posformer.positions.contract import AttentionKind, PositionEncoding
 from posformer.positions.registry import register
 from posformer.positions.sizes import Sizes
-
-
-@runtime_checkable
-class ReplacesSoftmax(Protocol):
-    """An encoding whose attention weights are not softmax(scores + bias): self-attention asks it for the weights of
-    each block of queries (`ops.weighted_attention`)."""
-
-    def key_weights(self, scores: Tensor, seen: Tensor, q_index: Tensor, layer: int) -> Tensor: ...
 
 
 @register("stick_breaking")
 class StickBreaking(PositionEncoding):
     """Stick-breaking attention (see the module docstring). Parameters: `attend_current` (bool, default False)."""
+
+    attention = AttentionKind.OWN_WEIGHTS
+    flex_refusal = "its weights are a product over the keys between query and key, which no score_mod can form"
 
     defaults = {"attend_current": False}
     sdpa_compatible = False
@@ -50,10 +45,6 @@ class StickBreaking(PositionEncoding):
         super().check_config(sizes, params, causal)
         if not isinstance(params["attend_current"], bool):
             raise cls.param_error(cls.name, "attend_current", params["attend_current"], "True or False")
-
-    @classmethod
-    def flex_unfit(cls) -> str | None:
-        return "its weights are a product over the keys between query and key, which no score_mod can form"
 
     def key_weights(self, scores: Tensor, seen: Tensor, q_index: Tensor, layer: int) -> Tensor:
         """scores: (B, H, Tq, Tk) float32, the scaled q.k; seen: (B or 1, 1, Tq, Tk) bool, the keys the mask lets

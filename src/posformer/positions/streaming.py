@@ -13,24 +13,13 @@ of the window (`ForgetsKeys`, `modules.cache.Cache`), so streaming decoding hold
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from torch import Tensor
 
 from posformer.positions.params import PositionParams
 from posformer.positions.piecewise import PiecewiseRotary, Regime, Remap, distances
 from posformer.positions.registry import register
-
-
-@runtime_checkable
-class ForgetsKeys(Protocol):
-    """An encoding under which some cached keys are never seen again, so that a KV cache may drop them.
-
-    `keys_seen(k_pos, q_pos)`: k_pos (B, S) the positions of the cached keys, q_pos (B, T) those of the next
-    queries -> (B, S) bool, whether any query at q_pos or later (positions only grow) may still see each key.
-    """
-
-    def keys_seen(self, k_pos: Tensor, q_pos: Tensor) -> Tensor: ...
 
 
 @register("streaming")

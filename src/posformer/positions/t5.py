@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from posformer.positions.base import PositionEncoding
+from posformer.positions.contract import PositionEncoding
 from posformer.positions.registry import register
 from posformer.positions.sizes import Sizes
 
@@ -54,29 +54,15 @@ def t5_bucket(rel: Tensor, bidirectional: bool, num_buckets: int = 32, max_dista
     return buckets + torch.where(distance < max_exact, distance, large)
 
 
-@runtime_checkable
-class Saturating(Protocol):
-    """An encoding whose `distance_bias` stops changing past `saturation_distance` (T5's max_distance): the figure
-    of a learned bias (`plots.t5_learned`) finds such encodings and draws them a little past that distance."""
-
-    @property
-    def saturation_distance(self) -> int: ...
-
-
-@runtime_checkable
-class SchemeInitialised(Protocol):
-    """An encoding whose paper initialises its weights otherwise under a `Config.init` scheme (T5's table under
-    "t5"): `modules.init` calls `init_weights_(scheme)` after the "normal" draw."""
-
-    def init_weights_(self, scheme: str) -> None: ...
-
-
 @register("t5")
 class T5Bias(PositionEncoding):
     """Bucketed relative bias: one `nn.Embedding(num_buckets, n_heads)` per stack, shared by its layers.
 
     Bidirectional in an encoder stack, unidirectional in a causal (decoder) stack.
     """
+
+    adds_bias = True
+    flex_form = "distance_table"
 
     defaults: ClassVar[dict[str, Any]] = {"num_buckets": 32, "max_distance": 128}
 

@@ -34,7 +34,8 @@ from torch import Tensor, nn
 
 from posformer.ops.linear import Linear
 from posformer.positions.absolute import sinusoidal_angles_to_table
-from posformer.positions.base import PositionEncoding, frequencies
+from posformer.positions.contract import PositionEncoding
+from posformer.positions.frequencies import frequencies
 from posformer.positions.registry import register
 from posformer.positions.relative_scores import (
     Diagonal,
@@ -49,6 +50,8 @@ from posformer.positions.sizes import Sizes
 @register("transformer_xl")
 class TransformerXL(PositionEncoding):
     """Sinusoidal relative positions projected per layer, with global biases u and v. Any length."""
+
+    adds_bias = True
 
     defaults = {"base": 10000.0, "untie_r": True, "clamp_len": -1}
     cpu_bias_block_bytes = 16 * 2**20  # 16k forward 8.5 s a layer, 19.6 s at 4 MiB (docs/memory.md)

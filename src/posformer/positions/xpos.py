@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posformer.positions.base import PositionEncoding
+from posformer.positions.contract import PositionEncoding
 from posformer.positions.registry import register
 from posformer.positions.rotary import Rotary, check_rotary_params, rope_cos_sin, rope_inv_freq, rotary_dim
 from posformer.positions.sizes import Sizes

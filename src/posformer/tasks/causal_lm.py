@@ -33,6 +33,7 @@ from posformer.train.rng import seed_everything
 from posformer.train.run_lock import RunDirLock, check_output_dir
 from posformer.train.settings import RunSettings
 from posformer.train.trainer import FitResult, Trainer
+from posformer.utils.file_limits import not_blank
 from posformer.utils.validation import is_int
 
 
@@ -104,6 +105,7 @@ def train_causal_lm(
     printed (`RunDirLock`): another process writing it is refused by name.
     """
     settings.validate()
+    not_blank(output_dir, "--output-dir")  # an empty path would stand for the current directory
     with RunDirLock(output_dir):
         return _train(settings, output_dir, resume, log, progress)
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Callable
 
-from posformer.checkpoints.atomic import write_text_atomic
 from posformer.train.write_errors import writing
+from posformer.utils.file_limits import LINE, limited_lines
+from posformer.utils.safe_write import open_append, replacing, write_text_atomic
 
 
 def _warn(message: str) -> None:
@@ -28,11 +27,13 @@ class MetricsLog:
         self.path, self.enabled, self.warn = path, enabled, warn
 
     def records(self) -> list[dict]:
-        """Every valid record, in file order; unreadable lines are skipped with a warning."""
+        """Every valid record, in file order, read a line at a time; unreadable lines are skipped with a warning
+        (a line over `file_limits.LINE` is an error naming the file)."""
         if not self.path.is_file():
             return []
         out = []
-        for number, raw in enumerate(self.path.read_bytes().split(b"\n"), start=1):
+        for number, line in limited_lines(self.path, str(self.path), LINE):
+            raw = line.removesuffix(b"\n")
             if not raw.strip():
                 continue
             record = _parse(raw)
@@ -54,7 +55,7 @@ class MetricsLog:
     def write(self, record: dict) -> None:
         if not self.enabled:
             return
-        with writing(self.path, "the metrics log"), open(self.path, "a") as f:
+        with writing(self.path, "the metrics log"), open_append(self.path) as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
 
@@ -99,15 +100,9 @@ def plot_losses(records: list[dict], path: Path, title: str) -> Path | None:
     ax.set_title(title)
     ax.legend()
     ax.grid(alpha=0.3)
-    tmp = path.with_name(path.stem + ".tmp.png")
     try:
-        with writing(path, "the loss curve"):
+        with writing(path, "the loss curve"), replacing(path) as tmp:
             fig.savefig(tmp, dpi=120, bbox_inches="tight")
-            os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise
     finally:
         plt.close(fig)
     return path

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from posformer.checkpoints.model_dir import read_json
 from posformer.utils.user_files import read_yaml_file
 
 RESUMABLE_TRAINER_FIELDS = frozenset(
@@ -137,7 +138,7 @@ def _show(value: Any) -> str:
 def check_same_model(checkpoint: Path, model_fields: dict) -> None:
     """Refuse `checkpoint` when its model (config.json's "posformer" fields) differs from `model_fields`
     (`Config.to_dict()`), naming each differing field with both values."""
-    saved = json.loads((checkpoint / "config.json").read_text()).get("posformer") or {}
+    saved = read_json(checkpoint, "config.json").get("posformer") or {}
     ours = plain(model_fields)
     differ = [(k, a, b) for k, a, b in differences(plain(saved), ours) if k in ours]
     if differ:

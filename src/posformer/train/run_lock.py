@@ -26,7 +26,6 @@ without locks (some network mounts) is used unlocked, with a warning.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import errno
 import json
 import os
@@ -36,6 +35,7 @@ from pathlib import Path
 
 from posformer.train.distributed import launched_as_main
 from posformer.utils.provenance import command_line
+from posformer.utils.safe_write import make_dirs, open_for_update, probe_writable
 
 try:
     import fcntl
@@ -62,8 +62,8 @@ def _holder(fd: int) -> str:
 
 def _open(directory: Path) -> int:
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        return os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+        make_dirs(directory)
+        return open_for_update(directory / LOCK_FILE)  # never through a symlink, never a FIFO
     except OSError as err:
         raise ValueError(f"output dir {directory} is not writable: {err.strerror or err}") from err
 
@@ -71,7 +71,7 @@ def _open(directory: Path) -> int:
 def _still_named(fd: int, directory: Path) -> bool:
     """Whether the lock file's path still names the file open at `fd` (not deleted or replaced by a release)."""
     try:
-        named = os.stat(directory / LOCK_FILE)
+        named = os.lstat(directory / LOCK_FILE)
     except FileNotFoundError:
         return False
     mine = os.fstat(fd)
@@ -177,12 +177,7 @@ def check_output_dir(output_dir: Path) -> None:
 
 def check_writable(output_dir: Path) -> None:
     """Create `output_dir` if needed and prove a file can be written in it (the probe is removed); ValueError if not."""
-    probe = output_dir / f".write-test-{os.getpid()}"
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        probe.write_text("ok")
+    try:  # the probe is a new temporary file, removed also when its write fails (a full disk)
+        probe_writable(make_dirs(output_dir))
     except OSError as err:
         raise ValueError(f"output dir {output_dir} is not writable: {err.strerror or err}") from err
-    finally:  # also when the write failed (a full disk creates the file, then refuses its bytes)
-        with contextlib.suppress(OSError):
-            probe.unlink(missing_ok=True)

@@ -19,13 +19,14 @@ from pathlib import Path
 from posformer.data.dataset_files import import_datasets
 from posformer.data.documents import needs_datasets
 from posformer.data.text import default_corpus
-from posformer.train.precision import PRECISIONS
+from posformer.train.knobs import OptimizerKnobs
+from posformer.utils.limits import MAX_LENGTH, MAX_REPEATS, MAX_STEPS
+from posformer.utils.options import check_options
 from posformer.utils.user_files import parse_yaml, read_yaml_file, regular_file
 from posformer.utils.validation import (
     check_choice,
     check_field_kinds,
     check_int,
-    check_number,
     excerpt,
     fail,
     is_int,
@@ -33,14 +34,25 @@ from posformer.utils.validation import (
 )
 
 SCHEDULES = ("constant", "linear", "cosine")
-DEVICES = ("auto", "cpu", "cuda")
 NAN_POLICIES = ("stop", "skip")
 PARALLEL = ("ddp", "fsdp")
+# the trainer's counts, each with its smallest and largest value (`utils.limits`)
+TRAINER_COUNTS = {
+    "grad_accum": (1, MAX_REPEATS),
+    "eval_every": (1, MAX_STEPS),
+    "eval_batches": (1, MAX_STEPS),
+    "keep_last": (1, MAX_REPEATS),
+    "log_every": (1, MAX_STEPS),
+    "max_skipped_batches": (0, MAX_STEPS),
+    "sample_tokens": (0, MAX_LENGTH),
+}
 
 
 @dataclass
-class TrainerSettings:
-    """How to train: optimizer, schedule, precision, evaluation, checkpoints.
+class TrainerSettings(OptimizerKnobs):
+    """How to train: optimizer, schedule, precision, evaluation, checkpoints; the knobs every run sets
+    (`knobs.OptimizerKnobs`: steps, batch_size, lr, warmup, min_lr_ratio, weight_decay, seed, device, precision)
+    first.
 
     The batch of one optimizer step is batch_size * grad_accum * world_size
     sequences. lr follows `schedule` after `warmup` linear steps; "linear" and
@@ -53,25 +65,16 @@ class TrainerSettings:
     of metrics.jsonl there too (`train.trackers`).
     """
 
-    steps: int = 500
-    batch_size: int = 32
     grad_accum: int = 1
-    lr: float = 3e-3
-    min_lr_ratio: float = 0.1
     schedule: str = "cosine"
-    warmup: int = 50
-    weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
     clip_grad: float | None = 1.0
-    precision: str = "fp32"
-    device: str = "auto"
     parallel: str = "ddp"
     eval_every: int = 100
     eval_batches: int = 8
     save_every: int | None = None
     keep_last: int = 3
     log_every: int = 10
-    seed: int = 0
     nan_policy: str = "stop"
     max_skipped_batches: int = 10
     max_minutes: float | None = None
@@ -83,15 +86,13 @@ class TrainerSettings:
     wandb_project: str | None = None
 
     def validate(self) -> None:
-        for name in ("steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "keep_last", "log_every"):
-            check_int(f"trainer.{name}", getattr(self, name))
-        for name in ("warmup", "max_skipped_batches", "sample_tokens", "seed"):
-            check_int(f"trainer.{name}", getattr(self, name), minimum=0)
+        check_options(self, "trainer.")  # the knobs of every run (`OptimizerKnobs`), each in its declared range
+        for name, (minimum, maximum) in TRAINER_COUNTS.items():
+            check_int(f"trainer.{name}", getattr(self, name), minimum=minimum, maximum=maximum)
         if self.save_every is not None and not (is_int(self.save_every) and self.save_every >= 1):
             fail("trainer.save_every", self.save_every, "a positive integer, or null for eval_every")
-        check_number("trainer.lr", self.lr, low=0, low_open=True)
-        check_number("trainer.min_lr_ratio", self.min_lr_ratio, low=0, high=1)
-        check_number("trainer.weight_decay", self.weight_decay, low=0)
+        if self.save_every is not None:
+            check_int("trainer.save_every", self.save_every, maximum=MAX_STEPS)
         pair = isinstance(self.betas, (tuple, list)) and len(self.betas) == 2
         if not (pair and all(is_number(b) and 0 <= b < 1 for b in self.betas)):
             fail("trainer.betas", self.betas, "two numbers in [0, 1)")
@@ -108,8 +109,6 @@ class TrainerSettings:
             fail("trainer.max_minutes", self.max_minutes, "a number > 0, or null")
         for name, allowed in (
             ("schedule", SCHEDULES),
-            ("precision", PRECISIONS),
-            ("device", DEVICES),
             ("nan_policy", NAN_POLICIES),
             ("parallel", PARALLEL),
         ):
@@ -166,7 +165,7 @@ class DataSettings:
                         raise ImportError(f"data.{name}: {path}: {err}") from err
         if not self.valid and not (is_number(self.valid_fraction) and 0 < self.valid_fraction < 1):
             fail("data.valid_fraction", self.valid_fraction, "a number in (0, 1) when data.valid is empty")
-        check_int("data.seq_len", self.seq_len, minimum=2)
+        check_int("data.seq_len", self.seq_len, minimum=2, maximum=MAX_LENGTH)
 
 
 DEMO_MODEL = dict(

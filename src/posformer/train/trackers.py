@@ -14,6 +14,9 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from posformer.utils.safe_write import make_dirs, write_text_atomic
+from posformer.utils.user_files import read_text_file
+
 WANDB_ID_FILE = "wandb_run_id"
 
 
@@ -63,6 +66,7 @@ def _summary_writer(log_dir: Path, resumed_at: int) -> Any:
         raise ImportError("trainer.tensorboard=true needs the `tensorboard` package: pip install tensorboard")
     from torch.utils.tensorboard import SummaryWriter
 
+    make_dirs(log_dir, log_dir.parent)  # not through a symlink out of the run dir
     return SummaryWriter(str(log_dir), purge_step=resumed_at + 1 if resumed_at else None)
 
 
@@ -72,8 +76,8 @@ def _wandb_run(output_dir: Path, project: str, run_config: dict | None) -> Any:
     import wandb
 
     id_file = output_dir / WANDB_ID_FILE
-    run_id = id_file.read_text().strip() if id_file.is_file() else wandb.util.generate_id()
-    id_file.write_text(run_id + "\n")
+    run_id = read_text_file(id_file, "W&B run id file").strip() if id_file.is_file() else wandb.util.generate_id()
+    write_text_atomic(id_file, run_id + "\n")
     return wandb.init(
         project=project, name=output_dir.name, id=run_id, resume="allow", dir=str(output_dir), config=run_config or {}
     )

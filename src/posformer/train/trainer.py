@@ -35,7 +35,6 @@ import yaml
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from posformer.checkpoints.atomic import write_text_atomic
 from posformer.checkpoints.native import config_json as checkpoint_config_json
 from posformer.model import Transformer
 from posformer.modules.heads import loss_only
@@ -58,7 +57,9 @@ from posformer.train.settings import TrainerSettings
 from posformer.train.trackers import Trackers
 from posformer.train.training_checkpoint import CheckpointManager
 from posformer.train.write_errors import RunFileError, describe, writing
+from posformer.utils.file_limits import not_blank
 from posformer.utils.progress import progress_bar
+from posformer.utils.safe_write import write_text_atomic
 
 
 class TrainingStopped(RuntimeError):
@@ -104,7 +105,7 @@ class Trainer:
                     f"trainer.activation_checkpointing=true needs a posformer Transformer, not a {type(model).__name__}"
                 )
             model.set_activation_checkpointing(True)
-        self.output_dir = Path(output_dir)
+        self.output_dir = Path(not_blank(output_dir, "the output directory"))
         check_writable(self.output_dir)  # claimed by `fit`
         self.evaluate_fn, self.run_config, self.extra_files = evaluate, run_config, extra_files or {}
         self.log, self.progress, self.resume_policy = log, progress, resume_policy

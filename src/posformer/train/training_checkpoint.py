@@ -11,7 +11,8 @@ kill at any moment leaves either the previous checkpoints only, or the new one
 complete. On resume every file is checked against the manifest, the trainer state's
 structure (`trainer_state`) and the weights against the config; a checkpoint that fails
 (truncated, corrupt, incomplete, tampered) is reported and the previous one is used.
-Loading a checkpoint as a model (`posformer_checkpoint.load_pretrained`) checks the manifest too.
+Loading a checkpoint as a model (`checkpoints.native.load_pretrained`, through `posformer.loading`) checks the
+manifest too: the model's files only when a run directory stands for the checkpoint, never its trainer state.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from posformer.checkpoints.model_dir import model_file
 from posformer.checkpoints.native import CONFIG_FILE, WEIGHTS_FILE, check_checkpoint
 from posformer.train.trainer_state import check_trainer_state
 from posformer.utils.file_mode import with_umask_mode
+from posformer.utils.safe_write import make_dirs
 
 STATE_FILE = "trainer_state.pt"
 PREFIX = "step-"
@@ -130,11 +132,11 @@ class CheckpointManager:
         `model` is the module, or its full state dict (gathered from FSDP shards) with
         tied names sharing one tensor; either way tied tensors are stored once.
         """
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.root, self.root.parent)  # checkpoints/ is a real folder of the run, not a link out of it
         final = self.root / f"{PREFIX}{step:08d}"
         staging = self.root / f".tmp-{final.name}-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
+        _remove(staging)
+        staging.mkdir()  # a new folder: every file below is written in it
         try:
             save_model(model if isinstance(model, nn.Module) else _StateDict(model), str(staging / WEIGHTS_FILE))
             with_umask_mode(staging / WEIGHTS_FILE)
@@ -149,8 +151,7 @@ class CheckpointManager:
             (staging / MANIFEST).write_text(json.dumps({"step": step, "files": files}, indent=1))
             _fsync(staging / MANIFEST)
             _fsync(staging)
-            if final.exists():
-                shutil.rmtree(final)
+            _remove(final)
             os.replace(staging, final)
             _fsync(self.root)
         finally:
@@ -159,6 +160,7 @@ class CheckpointManager:
         return final
 
     def prune(self) -> None:
+        """Delete all but the newest `keep_last` checkpoints (a symlinked one: the link only)."""
         for old in self.checkpoints()[self.keep_last :]:
             doomed = self.root / f".tmp-delete-{old.path.name}"  # a kill mid-delete leaves a .tmp-* folder only
             shutil.rmtree(doomed, ignore_errors=True)
@@ -184,3 +186,11 @@ class CheckpointManager:
             except (OSError, RuntimeError, ValueError) as err:  # CorruptCheckpoint is a ValueError
                 self.log(f"checkpoint {checkpoint.path} is unusable ({err}); falling back to the previous one")
         return None
+
+
+def _remove(path: Path) -> None:
+    """Delete the folder at `path` with what it holds; a symlink there is removed itself, never followed."""
+    if path.is_symlink():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)

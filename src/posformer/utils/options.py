@@ -34,7 +34,8 @@ class OptionSpec:
         is True and whose flag is named turns it off.
     aliases: other spellings of the flag (`--model-name-or-path`).
     minimum / maximum: an int option's smallest and largest values (maximum None: 2**31 - 1, what `check_int`
-        allows). low / high (low_open / high_open): a float option's interval.
+        allows; every command's int options give the bound of their kind of size, `utils.limits`). low / high
+        (low_open / high_open): a float option's interval.
     choices: the values a str option takes. metavar: the value's name in the help.
     repeatable: a list option given once per value (`--question A --question B`), not as one list (`--batch 1 8`).
     """

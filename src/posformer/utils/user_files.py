@@ -8,7 +8,9 @@ All YAML posformer reads goes through `parse_yaml`, which refuses a document who
 `MAX_ALIAS_NODES` nodes (a "billion laughs" bomb) or that refers to itself, before any value is built. All JSON
 of user files goes through `parse_json`, which names the file for text that is not JSON, nested too deeply or with
 an integer too long to read. Both refuse a string holding a lone surrogate (`posformer.utils.unicode_text`), and
-`regular_file` refuses a FIFO, device or directory given as a file ("is not a regular file").
+`regular_file` refuses a FIFO, device or directory given as a file ("is not a regular file"), and an empty path.
+Every file is read through `file_limits.read_limited`, with the size limit of its kind (a config or settings file
+by default: `file_limits.CONFIG`).
 
 Files inside a model directory go through `posformer.checkpoints.model_dir`, which also keeps them inside it.
 """
@@ -25,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from posformer.utils.file_limits import CONFIG, SizeLimit, file_kind, not_blank, read_limited
 from posformer.utils.unicode_text import check_texts
 
 MAX_ALIAS_NODES = 100_000  # the values that aliases may add to a document: far beyond any config, far below a bomb
@@ -125,20 +128,11 @@ def _number_problem(err: ValueError) -> str:
     return str(err)
 
 
-FILE_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
 def regular_file(path: str | os.PathLike, name: str, directory: bool = False) -> Path:
     """`path` when it is a regular file (symlinks followed), or with `directory` a directory. `FileNotFoundError`
     "`name` does not exist" when nothing is there; `ValueError` "`name` is not a regular file (it is a FIFO ...)"
     for anything else (a FIFO or device would block or never end when read)."""
-    path = Path(path)
+    path = Path(not_blank(path, name))
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
@@ -147,35 +141,35 @@ def regular_file(path: str | os.PathLike, name: str, directory: bool = False) ->
         raise ValueError(f"{name} cannot be read: {err.strerror or err}") from None
     if stat.S_ISREG(mode) or (directory and stat.S_ISDIR(mode)):
         return path
-    kind = next((kind for test, kind in FILE_KINDS if test(mode)), "another kind of file")
     expected = "a file or a directory" if directory else "a file"
-    raise ValueError(f"{name} is not a regular file but {kind}: expected {expected}")
+    raise ValueError(f"{name} is not a regular file but {file_kind(mode)}: expected {expected}")
 
 
-def read_text_file(path: str | os.PathLike, what: str) -> str:
-    """The UTF-8 text of the file at `path`, which a message calls `what` ("run config")."""
+def read_text_file(path: str | os.PathLike, what: str, limit: SizeLimit = CONFIG) -> str:
+    """The UTF-8 text of the file at `path`, which a message calls `what` ("run config"), of at most `limit`
+    (`file_limits`: a config or settings file by default)."""
     path = regular_file(path, f"{what} {path}")
+    data = read_limited(path, f"{what} {path}", limit)
     try:
-        return path.read_bytes().decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise ValueError(f"{what} {path} is not UTF-8 text (byte {err.start}): expected a text file") from None
-    except OSError as err:
-        raise ValueError(f"{what} {path} cannot be read: {err.strerror or err}") from None
 
 
-def read_yaml_file(path: str | os.PathLike, what: str) -> Any:
+def read_yaml_file(path: str | os.PathLike, what: str, limit: SizeLimit = CONFIG) -> Any:
     """The YAML value of the file at `path` (None for an empty file)."""
-    return parse_yaml(read_text_file(path, what), f"{what} {path}")
+    return parse_yaml(read_text_file(path, what, limit), f"{what} {path}")
 
 
-def read_json_file(path: str | os.PathLike, what: str) -> Any:
+def read_json_file(path: str | os.PathLike, what: str, limit: SizeLimit = CONFIG) -> Any:
     """The JSON value of the file at `path` (a UTF-8 byte-order mark is allowed, as SQuAD files carry one)."""
-    return parse_json(read_text_file(path, what).removeprefix("\ufeff"), f"{what} {path}")
+    return parse_json(read_text_file(path, what, limit).removeprefix("\ufeff"), f"{what} {path}")
 
 
-def read_mapping_file(path: str | os.PathLike, what: str) -> dict:
+def read_mapping_file(path: str | os.PathLike, what: str, limit: SizeLimit = CONFIG) -> dict:
     """A JSON (`.json`) or YAML (any other suffix) file that must hold a mapping."""
-    data = read_json_file(path, what) if Path(path).suffix == ".json" else read_yaml_file(path, what)
+    read = read_json_file if Path(path).suffix == ".json" else read_yaml_file
+    data = read(path, what, limit)
     if not isinstance(data, dict):
         raise ValueError(f"{what} {path}: expected a mapping, got {type(data).__name__}")
     return data

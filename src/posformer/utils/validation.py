@@ -85,9 +85,10 @@ def check_int(name: str, value: Any, minimum: int = 1, maximum: int = LARGEST_IN
 
 
 def int_range(minimum: int | None, maximum: int = LARGEST_INT, above: bool = False) -> str:
-    """An integer in [`minimum`, `maximum`], in words: "a positive integer", "an integer >= 0 (at most 2**31 - 1)"
-    (the maximum said when `above`, or when it is not LARGEST_INT), "an integer in [0, 1000000]"."""
-    if maximum < LARGEST_INT:
+    """An integer in [`minimum`, `maximum`], in words: "a positive integer", or, for a value `above` the maximum,
+    "an integer >= 0 (at most 2**31 - 1)" or "an integer in [0, 1000000]" (the maximum is said only to a value
+    above it: `--heads 0` is "not a positive integer", `--heads 5000` "not an integer in [1, 1024]")."""
+    if above and maximum < LARGEST_INT:
         return f"an integer <= {maximum}" if minimum is None else f"an integer in [{minimum}, {maximum}]"
     kind = "an integer" if minimum is None else "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
     return f"{kind} (at most 2**31 - 1)" if above else kind

@@ -11,6 +11,7 @@ from posformer.tasks.qa import ask as qa_ask
 from posformer.tasks.qa.ask import Answer, Question, ask, questions_from_flags, questions_from_lines, read_questions
 from posformer.tasks.qa.options import QAJobOptions
 from posformer.tasks.qa.predictor import QAPredictions
+from posformer.utils.file_limits import FileTooLarge, SizeLimit
 
 
 def test_json_lines_keep_order_skip_blank_lines_and_name_their_line():
@@ -107,3 +108,13 @@ def test_answers_follow_the_predictor_in_question_order(monkeypatch):
         'When? -> no answer  (score -1.25, needs -0.50; best candidate: "1843")',
         "Where? -> no answer  (no candidate answer)",
     ]
+
+
+def test_a_stdin_line_over_its_limit_is_refused_naming_the_line_before_it_is_held_whole() -> None:
+    """`qa ask` reads stdin one bounded line at a time: a huge line is refused by number, not read whole."""
+    stream = io.StringIO('{"context": "c", "question": "q"}\n' + "x" * 100 + "\n")
+    lines = qa_ask.bounded_lines(stream, "stdin", SizeLimit(40, "a test line"))
+    assert next(lines).startswith('{"context"')
+    with pytest.raises(FileTooLarge, match=r"^stdin: line 2 is too large: over the 0 MiB limit of a test line$"):
+        next(lines)
+    assert stream.tell() <= len('{"context": "c", "question": "q"}\n') + 41

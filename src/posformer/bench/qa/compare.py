@@ -190,67 +190,98 @@ def compare(
             models[FP32] = copy.deepcopy(sides.ours)
         runs = train_both(models, batches, options.block, options.lr, warmup_steps=warmup_steps, runtimes=runtimes)
         speed = training_speed(runs, tokens, options.block)
-        result: dict[str, Any] = {
+        setup = {
             "head": head,
             "torch": torch.__version__,
             "threads": threads,
             "dtype": PRECISIONS[runtime.precision],
             "precision": runtime.precision,
-            "device": "cpu",
             "data": str(path),
             "data_note": note,
             "checkpoint": str(directory),
-            "seed": options.seed,
             "steps": steps,
-            "batch_size": options.batch_size,
-            "lr": options.lr,
-            "betas": [0.9, 0.999],
-            "eps": 1e-8,
-            "weight_decay": 0.0,
-            "clip_grad": CLIP,
             "warmup_steps": warmup_steps,
             "epochs": steps * options.batch_size / windows,
-            "schedule": f"linear warm-up over {warmup_steps} steps, then linear to 0",
-            "dropout": 0.0,
-            "block": options.block,
-            "max_seq_length": options.max_seq_length,
-            "doc_stride": options.doc_stride,
             "train": summary(train),
             "eval": summary(held),
             "train_windows": windows,
-            **sides.setup,
-            "tokens": "encoder non-pad tokens (attention_mask ones) of steps 2..steps; batches cut to their "
-            "longest row",
-            "timed_tokens": speed["timed_tokens"],
-            "ratio": speed["ratio"],
-            "block_ratio": speed["block_ratio"],
-            "max_loss_diff": max(abs(a - b) for a, b in zip(runs["posformer"].losses, runs["hf"].losses)),
         }
-        if FP32 in runs:
-            reference = runs[FP32]
-            result[FP32] = {**speed[FP32], "losses": reference.losses, "final_loss": reference.losses[-1]}
-            result["precision_ratio"] = speed["precision_ratio"]
-            result["precision_block_ratio"] = speed["precision_block_ratio"]
-            result["max_loss_diff_fp32"] = max(abs(a - b) for a, b in zip(runs["posformer"].losses, reference.losses))
+        result = {**_setup(setup, options), **sides.setup, **_speed_fields(runs, speed)}
         evaluate = QAEvaluator(sides.predictor, runtime.precision)
         for name, model in (("posformer", sides.ours), ("hf", sides.theirs)):
             log(f"evaluating {LABELS[name]} on {len(held)} questions ...")
-            start = time.perf_counter()
-            report = evaluate(model)
-            result[name] = {
-                **speed[name],
-                "eval_s": time.perf_counter() - start,
-                "first_loss": runs[name].losses[0],
-                "final_loss": runs[name].losses[-1],
-                "losses": runs[name].losses,
-                "metrics": {k: report.get(k) for k in METRICS},
-                "logits_dtype": sides.predictor.logits_dtype,
-                "report": report,
-            }
+            result[name] = _evaluated(name, model, evaluate, sides, runs, speed)
         result["load_average"] = [load_start, load_average()]
         return result
     finally:
         torch.set_num_threads(previous)
+
+
+def _setup(measured: dict[str, Any], options: QABenchOptions) -> dict[str, Any]:
+    """The run's setup as the report records it: what was measured or resolved, then the fixed settings."""
+    steps, warmup_steps = measured["steps"], measured["warmup_steps"]
+    return {
+        **{key: measured[key] for key in ("head", "torch", "threads", "dtype", "precision")},
+        "device": "cpu",
+        **{key: measured[key] for key in ("data", "data_note", "checkpoint")},
+        "seed": options.seed,
+        "steps": steps,
+        "batch_size": options.batch_size,
+        "lr": options.lr,
+        "betas": [0.9, 0.999],
+        "eps": 1e-8,
+        "weight_decay": 0.0,
+        "clip_grad": CLIP,
+        "warmup_steps": warmup_steps,
+        "epochs": measured["epochs"],
+        "schedule": f"linear warm-up over {warmup_steps} steps, then linear to 0",
+        "dropout": 0.0,
+        "block": options.block,
+        "max_seq_length": options.max_seq_length,
+        "doc_stride": options.doc_stride,
+        **{key: measured[key] for key in ("train", "eval", "train_windows")},
+    }
+
+
+def _speed_fields(runs: dict[str, Any], speed: dict[str, Any]) -> dict[str, Any]:
+    """The report's speed and loss-gap fields: posformer against HF, and against its float32 self when run."""
+    fields: dict[str, Any] = {
+        "tokens": "encoder non-pad tokens (attention_mask ones) of steps 2..steps; batches cut to their longest row",
+        "timed_tokens": speed["timed_tokens"],
+        "ratio": speed["ratio"],
+        "block_ratio": speed["block_ratio"],
+        "max_loss_diff": max(abs(a - b) for a, b in zip(runs["posformer"].losses, runs["hf"].losses)),
+    }
+    if FP32 in runs:
+        reference = runs[FP32]
+        fields[FP32] = {**speed[FP32], "losses": reference.losses, "final_loss": reference.losses[-1]}
+        fields["precision_ratio"] = speed["precision_ratio"]
+        fields["precision_block_ratio"] = speed["precision_block_ratio"]
+        fields["max_loss_diff_fp32"] = max(abs(a - b) for a, b in zip(runs["posformer"].losses, reference.losses))
+    return fields
+
+
+def _evaluated(
+    name: str,
+    model: Any,
+    evaluate: QAEvaluator,
+    sides: Sides,
+    runs: dict[str, Any],
+    speed: dict[str, Any],
+) -> dict[str, Any]:
+    """One side's record: its speed, its losses, and its SQuAD v2 scores on the held-out questions."""
+    start = time.perf_counter()
+    report = evaluate(model)
+    return {
+        **speed[name],
+        "eval_s": time.perf_counter() - start,
+        "first_loss": runs[name].losses[0],
+        "final_loss": runs[name].losses[-1],
+        "losses": runs[name].losses,
+        "metrics": {k: report.get(k) for k in METRICS},
+        "logits_dtype": sides.predictor.logits_dtype,
+        "report": report,
+    }
 
 
 def _cell(value: float | None) -> str:

@@ -20,6 +20,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
+from posformer.checkpoints.model_dir import read_json
 from posformer.data.shared import default_data_dir, fetch_hint, squad_v2_dev
 from posformer.data.squad import QAExample, load_qa_file, split_by_article, squad_sample
 from posformer.tasks.qa.feature_batches import FeatureBatches
@@ -98,7 +99,7 @@ def checkpoint_without_dropout(directory: Path) -> Iterator[Path]:
                     os.link(item.resolve(), Path(tmp) / item.name)
                 except OSError:
                     shutil.copyfile(item, Path(tmp) / item.name)
-        config: dict[str, Any] = json.loads((directory / "config.json").read_text())
+        config: dict[str, Any] = read_json(directory, "config.json")
         (Path(tmp) / "config.json").write_text(json.dumps({**config, **NO_DROPOUT}, indent=2))
         yield Path(tmp)
 

@@ -24,8 +24,8 @@ from typing import Callable
 import torch
 
 from posformer import positions
-from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
 from posformer.checkpoints.native import save_pretrained
+from posformer.experiments import corpus
 from posformer.experiments.extension import report, suite_report
 from posformer.experiments.extension.longrope import search_long_factors, search_short_factors
 from posformer.experiments.extension.methods import (
@@ -39,21 +39,20 @@ from posformer.experiments.extension.methods import (
 from posformer.experiments.extension.settings import ExtendSettings
 from posformer.experiments.extension.source import Source, load_source
 from posformer.experiments.extension.suite import fitting_lengths, score_suite, suite_tokens
-from posformer.experiments.extrapolation import data
 from posformer.experiments.extrapolation.evaluation import block_losses, tokens_read
-from posformer.experiments.extrapolation.experiment import open_results
-from posformer.experiments.extrapolation.layout import ExperimentLayout
+from posformer.experiments.layout import ExperimentLayout
 from posformer.experiments.longeval.haystacks import book_ids
 from posformer.experiments.longeval.tasks import get_task
 from posformer.experiments.memory_fit import Need, check_fit, evaluation_advice, evaluation_need, training_need
 from posformer.experiments.passkey import PasskeyMix, grid_tokens, passkey_grid
+from posformer.experiments.rows import fit_row
+from posformer.experiments.runner import Runner
 from posformer.model import Transformer
 from posformer.train.batches import WindowBatches
 from posformer.train.distributed import resolve_device
-from posformer.train.metrics_log import MetricsLog
-from posformer.train.run_lock import check_output_dir
 from posformer.train.trainer import Trainer, TrainingStopped
 from posformer.utils.progress import ProgressBar, progress_bar
+from posformer.utils.safe_write import make_dirs
 
 
 class Extension:
@@ -70,7 +69,7 @@ class Extension:
     ):
         self.s, self.source, self.layout, self.log, self.progress = settings, source, layout, log, progress
         self.streams = {
-            name: data.eval_streams(source.tokenizer, docs, settings.eval_tokens, max(settings.eval_lens))
+            name: corpus.eval_streams(source.tokenizer, docs, settings.eval_tokens, max(settings.eval_lens))
             for name, docs in source.eval_docs.items()
         }
         self.suite_cells = fitting_lengths(settings.suite_tasks, settings.passkey_lengths, source.encode)
@@ -236,12 +235,12 @@ class Extension:
         (the model, {final_loss, train_wall_s}). Raises TrainingStopped."""
         s = self.s
         tuned = with_params(start, params, length)
-        run_dir, started = self.layout.row_dir(name), time.monotonic()
+        run_dir = self.layout.new_row_dir(name)
         self.log(f"\n== {name}: fine-tuning {steps} steps at {length} in {run_dir}")
         batches = WindowBatches(self.source.train_ids, length, s.seed)
         if s.passkey_fraction > 0:
             batches = PasskeyMix(batches, self.source.encode, length, s.passkey_fraction, s.seed)
-        Trainer(
+        trainer = Trainer(
             tuned,
             batches,
             s.trainer_settings(steps),
@@ -250,12 +249,9 @@ class Extension:
             extra_files=self.source.files,
             log=self.log,
             progress=self.progress,
-        ).fit(resume=True)
-        losses = [r["loss"] for r in MetricsLog(run_dir / "metrics.jsonl").records() if "loss" in r]
-        return tuned, {
-            "final_loss": losses[-1] if losses else None,
-            "train_wall_s": round(time.monotonic() - started, 2),
-        }
+        )
+        trained = fit_row(trainer, run_dir)
+        return tuned, {"final_loss": trained["final_loss"], "train_wall_s": trained["train_wall_s"]}
 
     def _longrope_recipe(self, params: dict) -> tuple[Transformer, dict]:
         """LongRoPE as the paper runs it (section 3.3): search and fine-tune at each of `longrope_stages`, then
@@ -289,7 +285,9 @@ class Extension:
             )
             scaling = {**tuned.cfg.position_params["scaling"], "short_factor": result.factors}
             tuned = with_params(tuned, {**tuned.cfg.position_params, "scaling": scaling}, s.target_len)
-            save_pretrained(tuned, self.layout.row_dir("longrope") / "readjusted", self.source.files)
+            save_pretrained(
+                tuned, make_dirs(self.layout.row_dir("longrope") / "readjusted", self.layout.root), self.source.files
+            )
             record["short_search"] = {
                 "short_factor": result.factors,
                 "ppl": result.ppl,
@@ -300,12 +298,10 @@ class Extension:
         return tuned, record
 
 
-def save(results: dict, layout: ExperimentLayout) -> None:
-    write_json_atomic(layout.results_json, results)
-    write_text_atomic(layout.results_md, report.markdown(results))
-    if results["rows"]:
-        report.plot_ppl(results, layout.root / "ppl.png")
-        report.plot_passkey(results, layout.root / "passkey.png")
+def draw(results: dict, layout: ExperimentLayout) -> None:
+    """The figures of an extension run: perplexity and passkey by length, and the long-context suite's."""
+    report.plot_ppl(results, layout.root / "ppl.png")
+    report.plot_passkey(results, layout.root / "passkey.png")
     if suite_report.suite_rows(results):
         suite_report.plot_suite(results, layout.root / "suite.png")
         suite_report.plot_effective(results, layout.root / "effective_length.png")
@@ -334,6 +330,10 @@ def memory_needs(settings: ExtendSettings, model: Transformer, device: torch.dev
     return needs
 
 
+def _has_method(results: dict, method: str) -> bool:
+    return any(r.get("method") == method for r in results["rows"].values())
+
+
 def run_extend(
     settings: ExtendSettings,
     run_dir: str | Path,
@@ -343,10 +343,8 @@ def run_extend(
     data_dir: str | None = None,
 ) -> dict:
     """Extend the model of `run_dir` by every method of `settings` into `output_dir`; the results dict."""
-    layout = ExperimentLayout(Path(output_dir))
-    check_output_dir(layout.root)
-    if settings.threads is not None:
-        torch.set_num_threads(settings.threads)
+    runner = Runner(output_dir, settings.threads, report.markdown, draw)
+    layout = runner.layout
     source = load_source(run_dir, settings.text, data_dir)
     if source.train_len is None and settings.train_len is None:
         raise ValueError(f"extend: {run_dir} does not record its training length; give --train-len")
@@ -354,7 +352,7 @@ def run_extend(
     check_rope_model(source.model, str(run_dir), settings.methods)
     device = resolve_device(settings.device)
     check_fit("extend", memory_needs(settings, source.model, device), device)  # before any scoring or training
-    results = open_results(settings, layout, benchmark="extend")
+    results = runner.open(settings, "extend")
     recorded = results.get("source", {}).get("run")
     if recorded is not None and recorded != str(Path(run_dir).resolve()):
         raise ValueError(f"{layout.root} holds the extension of {recorded}, not of {run_dir}; use another --output-dir")
@@ -364,7 +362,7 @@ def run_extend(
         "parameters": source.model.num_parameters(),
         "train_tokens": source.train_ids.numel(),
     }
-    save(results, layout)  # the configuration is on record before any training: a resume with other settings fails
+    runner.save(results)  # the configuration is on record before any training: a resume with other settings fails
     started = time.monotonic()
     extension = Extension(settings, source, layout, log, progress, data_dir)
     results["data"] = {
@@ -375,13 +373,6 @@ def run_extend(
     }
     if "source" not in results["rows"]:
         results["rows"]["source"] = {"method": None, "stage": "trained", **extension.score(source.model, "source")}
-    for method in settings.methods:
-        if any(r.get("method") == method for r in results["rows"].values()):
-            log(f"{method}: already recorded in {layout.results_json}, skipped")
-            continue
-        results["rows"].update(extension.run_method(method))
-        results["wall_s"] = round(results.get("wall_s", 0.0) + time.monotonic() - started, 2)
-        started = time.monotonic()
-        save(results, layout)
-    save(results, layout)
+    runner.run_rows(results, settings.methods, extension.run_method, log, started, _has_method)
+    runner.save(results)
     return results

@@ -23,7 +23,7 @@ from torch import Tensor
 from posformer.experiments.extension.methods import extended_params, longrope_scaling, with_params
 from posformer.experiments.extrapolation.evaluation import perplexity
 from posformer.model import Transformer
-from posformer.positions.rotary import rope_inv_freq
+from posformer.positions import rope_inv_freq
 
 MUTATION_RATE = 0.3
 

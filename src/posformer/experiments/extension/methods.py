@@ -86,8 +86,6 @@ def extended_params(
     """The position_params, for `position_of(method)`, of the model extended by `method` from trained_len to
     target_len (longrope: `long_factor`); `fine_tuned`: those of the method's fine-tune, which differ from its
     eval-time ones for dynyarn only. Raises ValueError naming the method when the model is not a rope one."""
-    from posformer.positions.rotary import Rotary
-
     if model.cfg.position != "rope":
         raise ValueError(
             f"extend: method {method!r} extends RoPE, and this model uses position {model.cfg.position!r}: "
@@ -102,14 +100,16 @@ def extended_params(
     if method == "none":
         return params
     if method == "dynyarn":  # the training-free form reads any length: its factor comes from the length alone
-        return Rotary.rescaled_params(params, "dynamic_yarn", target_len if fine_tuned else trained_len, trained_len)
+        return positions.Rotary.rescaled_params(
+            params, "dynamic_yarn", target_len if fine_tuned else trained_len, trained_len
+        )
     if method == "longrope":
         if long_factor is None:
             raise ValueError("extend: longrope needs its searched long factors")
         return {**params, "scaling": longrope_scaling(long_factor, target_len, trained_len)}
     if method not in SCALING_OF:
         raise ValueError(f"extend: method={method!r} is invalid: expected one of {', '.join(METHODS)}")
-    return Rotary.rescaled_params(params, SCALING_OF[method], target_len, trained_len)
+    return positions.Rotary.rescaled_params(params, SCALING_OF[method], target_len, trained_len)
 
 
 def with_params(

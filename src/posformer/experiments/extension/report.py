@@ -8,7 +8,8 @@ from pathlib import Path
 from posformer.experiments.extension import suite_report
 from posformer.experiments.extension.retrieval_claims import retrieval_claims_table
 from posformer.experiments.extrapolation.bootstrap import ratio_interval
-from posformer.experiments.extrapolation.report import markdown_table, ppl_interval_of
+from posformer.experiments.extrapolation.report import ppl_interval_of
+from posformer.experiments.tables import markdown_table
 
 PANELS_PER_LINE = 4
 STAGE_NOTE = {

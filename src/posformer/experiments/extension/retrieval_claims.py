@@ -7,7 +7,7 @@ a method must retrieve beyond the distances the source was trained on."""
 from __future__ import annotations
 
 from posformer.experiments.extrapolation.bootstrap import difference_interval
-from posformer.experiments.extrapolation.report import markdown_table
+from posformer.experiments.tables import markdown_table
 
 RETRIEVAL_COMPARISONS = [  # (what the difference tests, row a, row b): above 0 = a retrieves more often
     ("training-free, Self-Extend vs unchanged RoPE (Self-Extend paper: retrieves beyond L)", "self_extend", "source"),

@@ -11,10 +11,9 @@ import math
 
 from posformer.experiments.extension.report import COMPARISONS
 from posformer.experiments.extension.retrieval_claims import RETRIEVAL_COMPARISONS
-from posformer.experiments.extrapolation.report import markdown_table
-from posformer.experiments.extrapolation.seed_report import exp_cell
 from posformer.experiments.seeds.runs import seed_runs
-from posformer.experiments.seeds.stats import compare, spread
+from posformer.experiments.seeds.stats import compare, exp_cell, spread
+from posformer.experiments.tables import markdown_table
 
 UNIT = (0.0, 1.0)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,15 +9,15 @@ from posformer.experiments.extension.methods import METHODS
 from posformer.experiments.longeval.tasks import TASKS
 from posformer.experiments.presets import from_preset
 from posformer.experiments.training_knobs import TrainingKnobs
+from posformer.utils.limits import MAX_BATCH, MAX_BATCH_TOKENS, MAX_LENGTH, MAX_REPEATS, MAX_STEPS, MAX_TOKENS
 from posformer.utils.options import option
-from posformer.utils.validation import check_choice, check_field_kinds, check_int, check_number, fail
+from posformer.utils.validation import check_field_kinds, check_int, fail
 
-PRESETS: dict[str, dict[str, Any]] = {
+PRESETS: dict[str, dict[str, Any]] = {  # each: what differs from the defaults
     # a smoke run of a tiny model: seconds
     "quick": dict(
         steps=10,
         batch_size=4,
-        lr=3e-4,
         warmup=2,
         eval_tokens=4096,
         eval_batch_tokens=4096,
@@ -33,21 +32,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         threads=1,
     ),
     # the `extrapolate --preset bytes` rope row to 8L: about a minute of fine-tuning per method on 2 idle cores
-    "cpu": dict(
-        steps=200,
-        batch_size=8,
-        lr=3e-4,
-        warmup=20,
-        eval_tokens=98_304,
-        eval_batch_tokens=8192,
-        passkey_depths=[0.0, 0.25, 0.5, 0.75, 1.0],
-        passkey_trials=20,
-        longrope_population=8,
-        longrope_generations=4,
-        longrope_tokens=16_384,
-        save_every=100,
-        threads=2,
-    ),
+    "cpu": dict(threads=2),
 }
 
 
@@ -58,28 +43,37 @@ class ExtendSettings(TrainingKnobs):
     train_len and target_len, each searched and fine-tuned before the next (the stages share 40% of the steps, as
     the paper's 400 of 1000; the target takes the rest)."""
 
-    target_len: int | None = option(None, "the length to extend to (required, no default)")
+    target_len: int | None = option(
+        None, "the length to extend to (required, no default)", minimum=2, maximum=MAX_LENGTH
+    )
     methods: list[str] = option(
         default_factory=lambda: list(METHODS),
         help=f"comma-separated methods (default: {','.join(METHODS)}); --method: one",
         aliases=("--method",),
         metavar="METHOD",
+        choices=METHODS,
     )
     steps: int = option(
         200,
         "fine-tuning steps at target_len of the methods that are fine-tuned, the RoPE scalings (0: eval-time only, "
         "nothing fine-tuned)",
+        minimum=0,
+        maximum=MAX_STEPS,
     )
-    batch_size: int = option(8, "sequences of target_len tokens per step")
+    batch_size: int = option(8, "sequences of target_len tokens per step", minimum=1, maximum=MAX_BATCH)
     passkey_fraction: float = option(
         0.0,
         "fraction of the fine-tuning windows replaced by passkey prompts of the fine-tuning length (0: text alone, "
         "as the papers; a source trained with extrapolate's passkey_fraction can keep its own mix)",
         flag=False,
+        low=0.0,
+        high=1.0,
     )
-    lr: float = option(3e-4, "peak fine-tuning learning rate (cosine schedule with warm-up)")
+    lr: float = option(3e-4, "peak fine-tuning learning rate (cosine schedule with warm-up)", low=0.0, low_open=True)
     warmup: int = 20
-    train_len: int | None = option(None, "the length the run was trained at (default: from its run_config.yaml)")
+    train_len: int | None = option(
+        None, "the length the run was trained at (default: from its run_config.yaml)", minimum=2, maximum=MAX_LENGTH
+    )
     text: str | None = option(
         None, "a text file to fine-tune on (first 90%) and evaluate on (last 10%) (default: the run's own corpus)"
     )
@@ -87,32 +81,56 @@ class ExtendSettings(TrainingKnobs):
         None,
         "lengths to evaluate (default: train_len times 1, 2, 4, ... up to target_len, and 2 target_len)",
         flag=False,
+        minimum=2,
+        maximum=MAX_LENGTH,
     )
-    eval_tokens: int = option(98_304, "held-out tokens scored at every length", flag=False)
-    eval_batch_tokens: int = option(8192, "tokens per evaluation batch", flag=False)
-    passkey_lengths: list[int] | None = option(None, "passkey grid lengths (default: eval_lens)", flag=False)
+    eval_tokens: int = option(
+        98_304, "held-out tokens scored at every length", flag=False, minimum=1, maximum=MAX_TOKENS
+    )
+    eval_batch_tokens: int = option(
+        8192, "tokens per evaluation batch", flag=False, minimum=1, maximum=MAX_BATCH_TOKENS
+    )
+    passkey_lengths: list[int] | None = option(
+        None, "passkey grid lengths (default: eval_lens)", flag=False, minimum=2, maximum=MAX_LENGTH
+    )
     passkey_depths: list[float] = option(
         default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0],
         help="passkey grid depths, from 0 (start) to 1 (end)",
         flag=False,
+        low=0.0,
+        high=1.0,
     )
-    passkey_trials: int = option(20, "passkey keys per grid cell", flag=False)
+    passkey_trials: int = option(20, "passkey keys per grid cell", flag=False, minimum=1, maximum=MAX_REPEATS)
     suite_tasks: list[str] = option(
         default_factory=lambda: list(TASKS),
         help="long-context suite tasks (`posformer longeval`) scored at the passkey lengths and depths ([]: none)",
         flag=False,
+        choices=tuple(TASKS),
     )
-    suite_trials: int = option(10, "suite prompts per task, length and depth", flag=False)
+    suite_trials: int = option(
+        10, "suite prompts per task, length and depth", flag=False, minimum=1, maximum=MAX_REPEATS
+    )
     suite_threshold: float = option(
         0.5,
         "effective length: the fraction of the source's mean suite score at train_len a length must exceed",
         flag=False,
+        low=0.0,
+        high=1.0,
+        low_open=True,
     )
-    longrope_population: int = option(8, "LongRoPE search: candidates per generation", flag=False)
-    longrope_generations: int = option(4, "LongRoPE search: generations", flag=False)
-    longrope_tokens: int = option(16_384, "LongRoPE search: training tokens scoring each candidate", flag=False)
+    longrope_population: int = option(
+        8, "LongRoPE search: candidates per generation", flag=False, minimum=1, maximum=MAX_REPEATS
+    )
+    longrope_generations: int = option(4, "LongRoPE search: generations", flag=False, minimum=1, maximum=MAX_REPEATS)
+    longrope_tokens: int = option(
+        16_384, "LongRoPE search: training tokens scoring each candidate", flag=False, minimum=1, maximum=MAX_TOKENS
+    )
     longrope_stages: list[int] = option(
-        default_factory=list, help="LongRoPE: lengths searched and fine-tuned before the target", flag=False
+        default_factory=list,
+        help="LongRoPE: lengths searched and fine-tuned before the target",
+        flag=False,
+        minimum=2,
+        maximum=MAX_LENGTH,
     )
     longrope_short: bool = option(
         False,
@@ -124,9 +142,6 @@ class ExtendSettings(TrainingKnobs):
     @classmethod
     def preset(cls, name: str, /, **overrides: Any) -> "ExtendSettings":
         return from_preset(cls, PRESETS, name, overrides, "extend")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     def resolve(self, train_len: int) -> "ExtendSettings":
         """Fill train_len, eval_lens and passkey_lengths from the run's training length; validate everything."""
@@ -151,8 +166,6 @@ class ExtendSettings(TrainingKnobs):
             self.methods = [m.strip() for m in self.methods.split(",") if m.strip()]
         if not isinstance(self.methods, list) or not self.methods or len(set(self.methods)) != len(self.methods):
             fail("extend: methods", self.methods, f"a non-empty list of distinct methods from {', '.join(METHODS)}")
-        for method in self.methods:
-            check_choice("extend: methods", method, METHODS)
         for name in ("eval_lens", "passkey_lengths"):
             value = getattr(self, name)
             if not isinstance(value, list) or not value:
@@ -164,29 +177,10 @@ class ExtendSettings(TrainingKnobs):
             fail("extend: eval_lens", self.eval_lens, f"a list that includes train_len={self.train_len}")
         if not isinstance(self.passkey_depths, list) or not self.passkey_depths:
             fail("extend: passkey_depths", self.passkey_depths, "a non-empty list of numbers in [0, 1]")
-        for depth in self.passkey_depths:
-            check_number("extend: passkey_depths", depth, 0.0, 1.0)
         if not isinstance(self.suite_tasks, list) or len(set(self.suite_tasks)) != len(self.suite_tasks):
             fail("extend: suite_tasks", self.suite_tasks, f"a list of distinct tasks from {', '.join(TASKS)}")
-        for task in self.suite_tasks:
-            check_choice("extend: suite_tasks", task, list(TASKS))
-        check_number("extend: suite_threshold", self.suite_threshold, 0.0, 1.0, low_open=True)
-        check_number("extend: passkey_fraction", self.passkey_fraction, 0.0, 1.0)
-        check_int("extend: steps", self.steps, minimum=0)
-        for name in (
-            "batch_size",
-            "eval_tokens",
-            "eval_batch_tokens",
-            "passkey_trials",
-            "suite_trials",
-            "longrope_population",
-            "longrope_generations",
-            "longrope_tokens",
-            "save_every",
-        ):
-            check_int(f"extend: {name}", getattr(self, name))
-        self._check_stages()
         self.check("extend: ")
+        self._check_stages()
         check_field_kinds(self, "extend: ")
 
     def _check_stages(self) -> None:

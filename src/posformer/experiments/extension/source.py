@@ -15,9 +15,10 @@ from typing import Callable
 
 from torch import Tensor
 
-from posformer.experiments.extrapolation import data
+from posformer.experiments import corpus
 from posformer.model import Transformer
-from posformer.utils.user_files import read_yaml_file, regular_file
+from posformer.utils.file_limits import TOKENIZER
+from posformer.utils.user_files import read_text_file, read_yaml_file, regular_file
 
 TEXT_EVAL_FRACTION = 0.1
 
@@ -79,17 +80,17 @@ def load_source(run_dir: str | Path, text: str | None, data_dir: str | None = No
             "'extrapolate' section): give --text FILE to fine-tune and evaluate on a text file"
         )
     tokenizer = _hf_tokenizer(run_dir)
-    corpus = data.load_corpus(
+    texts = corpus.load_corpus(
         knobs["corpus"], knobs.get("data_dir") or data_dir or default_data_dir(), knobs["held_out"], knobs["wikitext"]
     )
     return Source(
         model,
-        lambda s: data.encode(tokenizer, s).tolist(),
+        lambda s: corpus.encode(tokenizer, s).tolist(),
         tokenizer,
-        data.train_stream(tokenizer, corpus.train, knobs.get("train_chars")),
-        corpus.eval_sets,
+        corpus.train_stream(tokenizer, texts.train, knobs.get("train_chars")),
+        texts.eval_sets,
         knobs["train_len"],
-        data.tokenizer_files(tokenizer),
+        corpus.tokenizer_files(tokenizer),
         f"the {model.cfg.position} row of an extrapolate run ({knobs['corpus']}, L={knobs['train_len']})",
     )
 
@@ -100,16 +101,18 @@ def _text_source(model: Transformer, run_dir: Path, path: Path, config: dict) ->
     regular_file(path, f"extend: --text {path}")
     loaded = load_text_tokenizer(run_dir)
     tokenizer = getattr(loaded, "tokenizer", loaded)  # the Hugging Face tokenizer itself, or posformer's own
-    text = data.read_document(path)
+    text = corpus.read_document(path)
     cut = int(len(text) * (1 - TEXT_EVAL_FRACTION))
     folder = checkpoint_dir(run_dir)
-    files = {name: file.read_text(encoding="utf-8") for name, file in tokenizer_paths(folder).items()}
+    files = {
+        name: read_text_file(file, "tokenizer file", limit=TOKENIZER) for name, file in tokenizer_paths(folder).items()
+    }
     seq_len = (config.get("data") or {}).get("seq_len")
     return Source(
         model,
-        lambda s: data.encode(tokenizer, s).tolist(),
+        lambda s: corpus.encode(tokenizer, s).tolist(),
         tokenizer,
-        data.encode(tokenizer, text[:cut]),
+        corpus.encode(tokenizer, text[:cut]),
         {path.stem: {path.name: text[cut:]}},
         seq_len,
         files,

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from posformer.experiments.extension.suite import common_means, effective_lengths
-from posformer.experiments.extrapolation.report import markdown_table
 from posformer.experiments.longeval.grid import task_scores
+from posformer.experiments.tables import markdown_table
 
 PANELS_PER_LINE = 4
 

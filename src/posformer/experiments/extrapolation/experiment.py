@@ -12,104 +12,33 @@ Re-running into the same OUTPUT skips recorded rows and resumes a half-trained o
 
 from __future__ import annotations
 
-import platform
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
 import torch
 
 from posformer import positions
-from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
 from posformer.data.shared import default_data_dir
+from posformer.experiments import corpus
 from posformer.experiments.copy_rows import CopyMix
-from posformer.experiments.extrapolation import data
 from posformer.experiments.extrapolation.evaluation import block_losses, represents, tokens_read
 from posformer.experiments.extrapolation.figure import plot
-from posformer.experiments.extrapolation.layout import ExperimentLayout
 from posformer.experiments.extrapolation.report import markdown
 from posformer.experiments.extrapolation.settings import ExtrapolationSettings, model_config
+from posformer.experiments.layout import ExperimentLayout
 from posformer.experiments.longeval.mix import SuiteMix
 from posformer.experiments.memory_fit import Need, check_fit, evaluation_advice, evaluation_need, training_need
 from posformer.experiments.passkey import PasskeyMix
+from posformer.experiments.rows import fit_row, seeded_model
+from posformer.experiments.runner import Runner
 from posformer.model import Transformer
-from posformer.positions.rotary import Rescalable
+from posformer.positions.contract import Rescalable
 from posformer.train.batches import WindowBatches
 from posformer.train.distributed import resolve_device
-from posformer.train.metrics_log import MetricsLog
-from posformer.train.rng import seed_everything
-from posformer.train.run_lock import check_output_dir
 from posformer.train.trainer import Trainer, TrainingStopped
-from posformer.utils.options import options
 from posformer.utils.progress import progress_bar
-from posformer.utils.provenance import provenance
-from posformer.utils.user_files import read_mapping_file
-
-IGNORED_FOR_RESUME = ("positions", "methods", "threads")  # rows (methods) may be added to a finished run
-
-
-def versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
-    for name in ("posformer", "torch", "transformers", "tokenizers"):
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = "not installed"
-    return found
-
-
-def open_results(settings: ExtrapolationSettings, layout: ExperimentLayout, benchmark: str = "extrapolation") -> dict:
-    """The results recorded in `layout` (checked against `settings`, any object with `to_dict`: the task runs'
-    `TaskSettings` too), or a fresh record of `benchmark`."""
-    path = layout.results_json
-    config = settings.to_dict()
-    if path.is_file():
-        saved = read_mapping_file(path, "the results file")
-        old = saved.get("config") if isinstance(saved.get("config"), dict) else {}
-        defaults = {declared.name: declared.default for declared in options(type(settings))}
-        differ = sorted(
-            k
-            for k in set(old) | set(config)
-            if k not in IGNORED_FOR_RESUME
-            and old.get(k, defaults.get(k)) != config.get(k)  # a knob added since, at its default, still matches
-        )
-        if differ:
-            raise ValueError(
-                f"{layout.root} holds results of a different configuration (differing keys: "
-                f"{', '.join(differ)}; saved { ({k: old.get(k) for k in differ}) }); use the same "
-                "settings or another --output-dir"
-            )
-        saved["config"] = config
-        made_by = saved.setdefault("provenance", [])
-        if not made_by or made_by[-1] != provenance():  # a resume by another command or commit is on record too
-            made_by.append(provenance())
-        return saved
-    return {
-        "benchmark": benchmark,
-        "config": config,
-        "data": {},
-        "rows": {},
-        "versions": versions(),
-        "provenance": [provenance()],
-    }
-
-
-def save_results(results: dict, layout: ExperimentLayout, draw: bool = True) -> None:
-    write_json_atomic(layout.results_json, results)
-    write_text_atomic(layout.results_md, markdown(results))
-    if draw and results["rows"]:
-        plot(results, layout.plot_png)
-
-
-def reference_copy(model: Transformer, reference: Transformer) -> list[str]:
-    """Copy every tensor of `reference` whose name and shape match into `model`; the names copied."""
-    theirs = reference.state_dict()
-    shared = {k: v for k, v in model.state_dict().items() if k in theirs and theirs[k].shape == v.shape}
-    with torch.no_grad():
-        for name, tensor in shared.items():
-            tensor.copy_(theirs[name])
-    return sorted(shared)
+from posformer.utils.safe_write import write_text_atomic
 
 
 def initial_model(
@@ -117,12 +46,8 @@ def initial_model(
 ) -> Transformer:
     """The row's model before training: seeded init, then the shared tensors of the reference ("none") model."""
     if reference is None:
-        seed_everything(settings.seed)
-        reference = Transformer(model_config(settings, "none", vocab_size))
-    seed_everything(settings.seed)
-    model = Transformer(model_config(settings, position, vocab_size))
-    reference_copy(model, reference)
-    return model
+        reference = seeded_model(model_config(settings, "none", vocab_size), settings.seed)
+    return seeded_model(model_config(settings, position, vocab_size), settings.seed, reference)
 
 
 class Experiment:
@@ -133,19 +58,19 @@ class Experiment:
     ):
         self.s, self.layout, self.log, self.progress = settings, layout, log, progress
         data_dir = settings.data_dir or default_data_dir()
-        corpus = data.load_corpus(settings.corpus, data_dir, settings.held_out, settings.wikitext)
-        self.tokenizer = self._tokenizer(corpus.train)
-        self.files = data.tokenizer_files(self.tokenizer)
+        texts = corpus.load_corpus(settings.corpus, data_dir, settings.held_out, settings.wikitext)
+        self.tokenizer = self._tokenizer(texts.train)
+        self.files = corpus.tokenizer_files(self.tokenizer)
         self.vocab_size = len(self.tokenizer)
-        self.train_ids = data.train_stream(self.tokenizer, corpus.train, settings.train_chars)
+        self.train_ids = corpus.train_stream(self.tokenizer, texts.train, settings.train_chars)
         longest = max(settings.eval_lens)
         self.streams = {
-            name: data.eval_streams(self.tokenizer, docs, settings.eval_tokens, longest)
-            for name, docs in corpus.eval_sets.items()
+            name: corpus.eval_streams(self.tokenizer, docs, settings.eval_tokens, longest)
+            for name, docs in texts.eval_sets.items()
         }
         self.summary = {
-            "held_out": corpus.held_out,
-            "train_documents": list(corpus.train),
+            "held_out": texts.held_out,
+            "train_documents": list(texts.train),
             "train_tokens": self.train_ids.numel(),
             "vocab_size": self.vocab_size,
             "data_dir": str(data_dir) if settings.corpus == "gutenberg" or settings.wikitext else None,
@@ -157,11 +82,11 @@ class Experiment:
                 for name, st in self.streams.items()
             },
             "unigram_ppl": {
-                name: data.unigram_perplexity(self.train_ids, st, self.vocab_size) for name, st in self.streams.items()
+                name: corpus.unigram_perplexity(self.train_ids, st, self.vocab_size)
+                for name, st in self.streams.items()
             },
         }
-        seed_everything(settings.seed)
-        self.reference = Transformer(model_config(settings, "none", self.vocab_size))
+        self.reference = seeded_model(model_config(settings, "none", self.vocab_size), settings.seed)
 
     def _tokenizer(self, texts: dict[str, str]):
         """Trained once per output dir and kept in OUTPUT/tokenizer, so a resumed run reuses it."""
@@ -173,13 +98,14 @@ class Experiment:
         self.log(
             f"training a byte-level BPE tokenizer (vocab {self.s.vocab_size}, {self.s.tokenizer_chars:,} characters)"
         )
-        tokenizer = data.train_bpe(texts, self.s.vocab_size, self.s.tokenizer_chars, self.s.split_digits)
-        tokenizer.save_pretrained(str(folder))
+        tokenizer = corpus.train_bpe(texts, self.s.vocab_size, self.s.tokenizer_chars, self.s.split_digits)
+        for name, text in corpus.tokenizer_files(tokenizer).items():
+            write_text_atomic(folder / name, text, self.layout.root)
         return tokenizer
 
     def encode(self, text: str) -> list[int]:
         """text -> ids with the experiment's tokenizer, no special tokens (the prompts mixed into training)."""
-        return data.encode(self.tokenizer, text).tolist()
+        return corpus.encode(self.tokenizer, text).tolist()
 
     def evaluate(self, model: Transformer, row: str, scaling: str | None = None) -> tuple[dict, dict]:
         """(ppl, blocks): {eval set: {str(eval_len): ppl or None}} and {eval set: {str(eval_len): {"nll": [...],
@@ -234,10 +160,9 @@ class Experiment:
 
     def run_row(self, position: str) -> dict[str, dict]:
         """Train (or resume) and evaluate one row -> {row name: record}, with the RoPE scaling rows for rope."""
-        s, run_dir = self.s, self.layout.row_dir(position)
+        s, run_dir = self.s, self.layout.new_row_dir(position)
         model = initial_model(s, position, self.vocab_size, self.reference)
         self.log(f"\n== {position}: {model.num_parameters():,} parameters, training in {run_dir}")
-        started = time.monotonic()
         batches = WindowBatches(self.train_ids, s.train_len, s.seed)
         encode = self.encode
         if s.copy_fraction > 0 or s.copy_warmup > 0:
@@ -262,17 +187,11 @@ class Experiment:
         )
         record = {"position": position, "parameters": model.num_parameters(), "error": None}
         try:
-            fit = trainer.fit(resume=True)
+            record.update(fit_row(trainer, run_dir))
         except TrainingStopped as err:
             self.log(f"{position}: {err}")
             record.update(error=str(err), ppl={name: {str(n): None for n in s.eval_lens} for name in self.streams})
             return {position: record}
-        losses = [r["loss"] for r in MetricsLog(run_dir / "metrics.jsonl").records() if "loss" in r]
-        record.update(
-            steps=fit.step,
-            final_loss=losses[-1] if losses else None,  # resumed runs: the whole log
-            train_wall_s=round(time.monotonic() - started, 2),
-        )
         started = time.monotonic()
         record["ppl"], record["blocks"] = self.evaluate(model, position)
         record["eval_wall_s"] = round(time.monotonic() - started, 2)
@@ -314,25 +233,16 @@ def run_extrapolation(
     settings: ExtrapolationSettings, output_dir: str | Path, log: Callable[[str], None] = print, progress: bool = True
 ) -> dict:
     """Run (or continue) the experiment into `output_dir`; returns the results dict written to results.json."""
-    layout = ExperimentLayout(Path(output_dir))
-    check_output_dir(layout.root)
-    if settings.threads is not None:
-        torch.set_num_threads(settings.threads)
-    results = open_results(settings, layout)
+    runner = Runner(output_dir, settings.threads, markdown, lambda results, layout: plot(results, layout.plot_png))
+    layout = runner.layout
+    results = runner.open(settings, "extrapolation")
     rows, device = [p for p in settings.positions if p not in results["rows"]], resolve_device(settings.device)
     check_fit("extrapolate", memory_needs(settings, rows, device), device)  # before any data is read or trained
     started = time.monotonic()
     experiment = Experiment(settings, layout, log, progress)
     results["data"] = experiment.summary
-    save_results(results, layout, draw=False)
-    for position in settings.positions:
-        if position in results["rows"]:
-            log(f"{position}: already recorded in {layout.results_json}, skipped")
-            continue
-        results["rows"].update(experiment.run_row(position))
-        results["wall_s"] = round(results.get("wall_s", 0.0) + time.monotonic() - started, 2)
-        started = time.monotonic()
-        save_results(results, layout)
+    runner.save(results, draw=False)
+    runner.run_rows(results, settings.positions, experiment.run_row, log, started)
     if results["rows"]:
-        save_results(results, layout)
+        runner.save(results)
     return results

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from posformer.experiments.extrapolation.report import eval_sets, ppl_interval_of
 from posformer.experiments.extrapolation.seed_report import curves
 from posformer.experiments.seeds.runs import is_over_seeds, seed_runs
+from posformer.utils.safe_write import replacing
 
 
 def _curves(results: dict, eval_set: str) -> dict[str, list[tuple[int, float, float | None, float | None]]]:
@@ -72,8 +72,9 @@ def plot(results: dict, path: Path) -> Path:
         ax.grid(True, which="both", alpha=0.3)
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with replacing(path) as tmp:
+            fig.savefig(tmp, dpi=120)
+    finally:
+        plt.close(fig)
     return path

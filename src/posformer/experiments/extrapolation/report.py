@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from posformer.experiments.extrapolation.bootstrap import ppl_interval, ratio_interval
+from posformer.experiments.tables import markdown_table
 
 
 def _cell(value: float | None, digits: int = 2) -> str:
@@ -11,11 +12,6 @@ def _cell(value: float | None, digits: int = 2) -> str:
 
 def _header(lengths: list[int], train_len: int) -> list[str]:
     return ["row"] + [f"{n} ({n / train_len:g}L)" for n in lengths]
-
-
-def markdown_table(header: list[str], body: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" + "---:|" * (len(header) - 1)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in body])
 
 
 def ppl_table(results: dict, eval_set: str) -> str:

@@ -12,19 +12,12 @@ from __future__ import annotations
 import math
 from itertools import combinations
 
-from posformer.experiments.extrapolation.report import eval_sets, markdown_table
+from posformer.experiments.extrapolation.report import eval_sets
 from posformer.experiments.seeds.runs import seed_runs
-from posformer.experiments.seeds.stats import Spread, compare, spread
+from posformer.experiments.seeds.stats import compare, exp_cell, spread
+from posformer.experiments.tables import markdown_table
 
 BASELINE = "rope+yarn"  # what a new encoding is compared with past L (PoPE, HoPE and the YaRN paper do)
-
-
-def exp_cell(found: Spread, digits: int = 2) -> str:
-    """A spread of logs shown as the geometric mean [interval]."""
-    if found.interval is None or len(set(found.values)) == 1:
-        return f"{math.exp(found.mean):.{digits}f}"
-    low, high = found.interval
-    return f"{math.exp(found.mean):.{digits}f} [{math.exp(low):.{digits}f}, {math.exp(high):.{digits}f}]"
 
 
 def _log_values(runs: list[dict], row: str, eval_set: str, length: int, train_len: int | None) -> list[float] | None:
@@ -72,7 +65,7 @@ def curves(record: dict, eval_set: str) -> dict[str, list[tuple[int, float, floa
     return found
 
 
-def pair_lines(record: dict, eval_set: str, length: int) -> list[str]:
+def pair_table(record: dict, eval_set: str, length: int) -> str:
     """Every pair of encodings (best first by the geometric mean over seeds) compared seed by seed by
     ppl(length) / ppl(L), then each eval-time scaling against its plain row (rope+yarn against rope) and every
     other encoding against rope+yarn; at `length` = L, the encodings by their perplexity at L."""
@@ -87,11 +80,11 @@ def pair_lines(record: dict, eval_set: str, length: int) -> list[str]:
         if BASELINE in logs:  # the papers' baseline past L: RoPE with YaRN at eval time
             pairs += [(row, BASELINE) for row in plain if row != BASELINE.split("+")[0]]
     measure = f"ppl({length})" + ("" if at_l else f" / ppl({train_len})")
-    lines = [f"| a / b: {measure} of a over b's | ratio [95% interval] | verdict |", "|---|---:|---|"]
+    body = []
     for a, b in pairs:
         found = compare(logs[a], logs[b])
-        lines.append(f"| {a} / {b} | {exp_cell(found.difference, 3)} | {found.verdict(a, b, higher_is_better=False)} |")
-    return lines
+        body.append([f"{a} / {b}", exp_cell(found.difference, 3), found.verdict(a, b, higher_is_better=False)])
+    return markdown_table([f"a / b: {measure} of a over b's", "ratio [95% interval]", "verdict"], body, align="lrl")
 
 
 def _pair_sections(record: dict, eval_set: str) -> list[str]:
@@ -100,12 +93,12 @@ def _pair_sections(record: dict, eval_set: str) -> list[str]:
     past = [n for n in lengths if n > train_len]
     parts = [
         f"### {eval_set}: pairs seed by seed at L = {train_len} (below 1: a reads better)\n",
-        "\n".join(pair_lines(record, eval_set, train_len)) + "\n",
+        pair_table(record, eval_set, train_len) + "\n",
     ]
     for n in sorted({past[0], past[-1]}) if past else []:
         parts += [
             f"### {eval_set}: pairs seed by seed at {n} = {n / train_len:g}L (below 1: a degrades less)\n",
-            "\n".join(pair_lines(record, eval_set, n)) + "\n",
+            pair_table(record, eval_set, n) + "\n",
         ]
     return parts
 

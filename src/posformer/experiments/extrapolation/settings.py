@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from posformer import positions
 from posformer.config import Config
-from posformer.experiments.extrapolation.data import CORPORA, HELD_OUT_BOOKS
+from posformer.experiments.corpus import CORPORA, HELD_OUT_BOOKS
 from posformer.experiments.extrapolation.evaluation import PROTOCOLS
 from posformer.experiments.presets import from_preset
+from posformer.experiments.row_knobs import RowKnobs
 from posformer.experiments.training_knobs import TrainingKnobs
-from posformer.train.settings import DEVICES, PRECISIONS
+from posformer.utils.limits import MAX_BATCH_TOKENS, MAX_CHARS, MAX_LENGTH, MAX_STEPS, MAX_TOKENS, MAX_VOCAB
 from posformer.utils.options import option
-from posformer.utils.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int
+from posformer.utils.validation import check_field_kinds, check_number, fail, is_int
 
-DEFAULT_ROWS = ["none", "sinusoidal", "learned", "rope", "alibi", "t5", "shaw", "fire", "kerple", "xpos"]
 ROPE_SCALINGS = ["linear", "ntk", "dynamic", "yarn"]
 
-PRESETS: dict[str, dict[str, Any]] = {
+PRESETS: dict[str, dict[str, Any]] = {  # each: what differs from the defaults
     # a smoke run: under a minute on one CPU thread, no data outside the package
     "quick": dict(
         corpus="shakespeare",
@@ -36,61 +35,40 @@ PRESETS: dict[str, dict[str, Any]] = {
         vocab_size=512,
         eval_tokens=4096,
         tokenizer_chars=300_000,
-        train_chars=None,
-        save_every=100,
         threads=1,
     ),
     # the benchmark on 2 shared CPU cores: about 45 minutes for the ten rows, evaluation included (measured on
     # one thread: 0.55-0.7 s a step, FIRE 1.3 s; evaluation 25-165 s a row). One thread: with other work on
     # the cores, two OpenMP threads ran up to 10x slower; on 2 idle cores --set threads=2 is faster.
     "cpu": dict(
-        corpus="gutenberg",
-        wikitext=True,
-        train_len=128,
         steps=300,
         batch_size=16,
-        lr=1e-3,
         warmup=30,
-        d_model=192,
-        layers=4,
-        heads=4,
-        vocab_size=4096,
         eval_tokens=12288,
         eval_batch_tokens=4096,
-        tokenizer_chars=2_000_000,
         train_chars=12_000_000,
-        save_every=100,
         threads=1,
     ),
     # models that read their context: bytes (vocab 257 = 256 bytes + EOS, a BPE without merges) at L=64, where a
     # 0.8M-parameter model leaves the unigram baseline far behind; ~4 minutes a row on 2 idle cores, 32 blocks of
     # 1,024 bytes from each held-out book (96 blocks per eval set) for the bootstrap intervals
     "bytes": dict(
-        corpus="gutenberg",
-        wikitext=True,
         train_len=64,
         steps=2000,
-        batch_size=32,
         lr=3e-3,
         warmup=100,
         d_model=128,
-        layers=4,
-        heads=4,
         vocab_size=257,
         eval_tokens=98_304,
         eval_batch_tokens=8192,
-        tokenizer_chars=2_000_000,
         train_chars=20_000_000,
         save_every=500,
         threads=2,
     ),
     # about 100M parameters at L=512 on one GPU, bf16
     "gpu": dict(
-        corpus="gutenberg",
-        wikitext=True,
         train_len=512,
         steps=5000,
-        batch_size=32,
         lr=6e-4,
         warmup=250,
         d_model=768,
@@ -100,7 +78,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         eval_tokens=262_144,
         eval_batch_tokens=32_768,
         tokenizer_chars=20_000_000,
-        train_chars=None,
         save_every=500,
         device="cuda",
         precision="bf16",
@@ -109,30 +86,20 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass
-class ExtrapolationSettings(TrainingKnobs):
-    """Every knob of the benchmark, set by a preset, its flag (those declared with one) or `--set KNOB=VALUE`."""
+class ExtrapolationSettings(RowKnobs, TrainingKnobs):
+    """Every knob of the benchmark, set by a preset, its flag (those declared with one) or `--set KNOB=VALUE`; the
+    rows, the model's shape and the training knobs are the shared groups'."""
 
-    steps: int = 400
-    batch_size: int = 16
-    warmup: int = 40
-    positions: list[str] = option(
-        default_factory=lambda: list(DEFAULT_ROWS), help="comma-separated rows (registered encodings)", metavar="ROW"
+    vocab_size: int = option(4096, "BPE vocabulary size", minimum=1, maximum=MAX_VOCAB)
+    eval_tokens: int = option(
+        16384, "evaluation tokens per eval set (same for every length)", minimum=1, maximum=MAX_TOKENS
     )
-    train_len: int = option(128, "training length L")
-    eval_lens: list[int] | None = option(
-        None,
-        "comma-separated eval lengths, L included (default: L, 2L, 4L, 8L, 16L; --task: L, 1.25L, 1.5L, 2L, 3L, 4L)",
-        metavar="N",
+    eval_batch_tokens: int = option(
+        16384, "tokens per evaluation batch", flag=False, minimum=1, maximum=MAX_BATCH_TOKENS
     )
-    d_model: int = option(192, "model width")
-    layers: int = option(4, "decoder layers")
-    heads: int = option(4, "attention heads")
-    vocab_size: int = option(4096, "BPE vocabulary size")
-    eval_tokens: int = option(16384, "evaluation tokens per eval set (same for every length)")
-    eval_batch_tokens: int = option(16384, "tokens per evaluation batch", flag=False)
-    protocol: str = option("nonoverlapping", "nonoverlapping or sliding")
-    stride: int | None = option(None, "sliding-window stride S (default: L/2)")
-    corpus: str = option("gutenberg", "gutenberg or shakespeare")
+    protocol: str = option("nonoverlapping", "nonoverlapping or sliding", choices=PROTOCOLS)
+    stride: int | None = option(None, "sliding-window stride S (default: L/2)", minimum=1, maximum=MAX_LENGTH)
+    corpus: str = option("gutenberg", "gutenberg or shakespeare", choices=CORPORA)
     data_dir: str | None = option(
         None,
         "folder holding gutenberg/ and wikitext-2/ (default: $POSFORMER_DATA_DIR or ../shared/data beside the "
@@ -142,18 +109,17 @@ class ExtrapolationSettings(TrainingKnobs):
         default_factory=lambda: list(HELD_OUT_BOOKS), help="the Gutenberg books kept out of training", flag=False
     )
     wikitext: bool = option(True, "also evaluate on WikiText-2 test", flag=False)
-    tokenizer_chars: int = option(2_000_000, "characters used to train the tokenizer")
+    tokenizer_chars: int = option(2_000_000, "characters used to train the tokenizer", minimum=1, maximum=MAX_CHARS)
     train_chars: int | None = option(
-        None, "characters used to train the model, spread evenly over the documents (null: all)", flag=False
+        None,
+        "characters used to train the model, spread evenly over the documents (null: all)",
+        flag=False,
+        minimum=1,
+        maximum=MAX_CHARS,
     )
     rope_scalings: list[str] = option(
         default_factory=lambda: list(ROPE_SCALINGS),
         help="the eval-time RoPE scalings the rope row is also evaluated with",
-        flag=False,
-    )
-    position_params: dict = option(
-        default_factory=dict,
-        help="{row: Config.position_params} for the rows that differ from the defaults",
         flag=False,
     )
     key_smear: bool = option(
@@ -170,6 +136,8 @@ class ExtrapolationSettings(TrainingKnobs):
         "fraction of training windows replaced by training-split prompts of the long-context suite (`longeval`; "
         "their keys, values and books are disjoint from its evaluation prompts)",
         flag=False,
+        low=0.0,
+        high=1.0,
     )
     suite_tasks: list[str] | None = option(
         None, "the suite tasks mixed in by suite_fraction (null: every task)", flag=False
@@ -179,12 +147,16 @@ class ExtrapolationSettings(TrainingKnobs):
         "fraction of training windows replaced by random tokens in which one segment reappears at a random later "
         "offset: only copying by content predicts it (a warm-up for induction heads, docs/longeval.md)",
         flag=False,
+        low=0.0,
+        high=1.0,
     )
     copy_warmup: int = option(
         0,
         "steps at the start whose every row is a copy row (copy_fraction's rows) and nothing else is mixed in: "
         "where induction heads form before the language modelling (docs/longeval.md)",
         flag=False,
+        minimum=0,
+        maximum=MAX_STEPS,
     )
     copy_span: int = option(
         48,
@@ -192,12 +164,15 @@ class ExtrapolationSettings(TrainingKnobs):
         "induction forms as soon as in short rows at any train_len (docs/longeval.md)",
         flag=False,
         minimum=16,
+        maximum=MAX_LENGTH,
     )
     passkey_fraction: float = option(
         0.0,
         "fraction of training windows replaced by passkey prompts of train_len tokens, so that the models learn "
         "retrieval that `posformer extend` then tests",
         flag=False,
+        low=0.0,
+        high=1.0,
     )
 
     @classmethod
@@ -208,27 +183,16 @@ class ExtrapolationSettings(TrainingKnobs):
         settings.validate()
         return settings
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
     def validate(self) -> None:
         """Raise ValueError naming the first bad knob: `extrapolate: KNOB=VALUE is invalid: expected ...`."""
-        for name in (
-            "train_len",
-            "steps",
-            "batch_size",
-            "d_model",
-            "layers",
-            "heads",
-            "vocab_size",
-            "eval_tokens",
-            "eval_batch_tokens",
-            "tokenizer_chars",
-            "save_every",
-        ):
-            check_int(_knob(name), getattr(self, name))
         if isinstance(self.positions, str):
             self.positions = [p.strip() for p in self.positions.split(",") if p.strip()]
+        check_number(_knob("lr"), self.lr, low=0)  # a negative lr is named so; 0 is refused by the declared range
+        for name in ("stride", "train_chars"):
+            value = getattr(self, name)
+            if value is not None and not (is_int(value) and value >= 1):
+                fail(_knob(name), value, "a positive integer or null")
+        self.check(_knob(""))
         if (
             not isinstance(self.positions, (list, tuple))
             or not self.positions
@@ -255,25 +219,10 @@ class ExtrapolationSettings(TrainingKnobs):
             fail(_knob("vocab_size"), self.vocab_size, "an integer >= 257 (256 byte tokens and <|endoftext|>)")
         if self.d_model % self.heads or (self.d_model // self.heads) % 2:
             fail(_knob("heads"), self.heads, f"a divisor of d_model={self.d_model} giving an even head size")
-        check_choice(_knob("protocol"), self.protocol, PROTOCOLS)
-        check_choice(_knob("corpus"), self.corpus, CORPORA)
-        check_choice(_knob("precision"), self.precision, PRECISIONS)
-        check_choice(_knob("device"), self.device, DEVICES)
-        for name in ("stride", "threads", "train_chars"):
-            value = getattr(self, name)
-            if value is not None and not (is_int(value) and value >= 1):
-                fail(_knob(name), value, "a positive integer or null")
         if not isinstance(self.rope_scalings, list) or any(s not in ROPE_SCALINGS for s in self.rope_scalings):
             fail(_knob("rope_scalings"), self.rope_scalings, f"a list drawn from {', '.join(ROPE_SCALINGS)}")
         if not isinstance(self.position_params, dict):
             fail(_knob("position_params"), self.position_params, "a mapping {row: {param: value}}")
-        for name in ("lr", "min_lr_ratio", "weight_decay"):
-            check_number(_knob(name), getattr(self, name), low=0)
-        check_number(_knob("passkey_fraction"), self.passkey_fraction, 0.0, 1.0)
-        check_number(_knob("copy_fraction"), self.copy_fraction, 0.0, 1.0)
-        check_int(_knob("copy_warmup"), self.copy_warmup, minimum=0)
-        check_int(_knob("copy_span"), self.copy_span, minimum=16)
-        check_number(_knob("suite_fraction"), self.suite_fraction, 0.0, 1.0)
         if self.suite_tasks is not None:
             from posformer.experiments.longeval.tasks import TASKS
 
@@ -301,25 +250,12 @@ def model_config(s: ExtrapolationSettings, position: str, vocab_size: int) -> Co
     scale 1/sqrt(head size) for every row (T5's own default is 1.0). max_positions: the longest eval length, except
     for encodings that cannot extrapolate (learned): exactly train_len.
     """
-    params = dict(s.position_params.get(position) or {})
     longest = max(s.eval_lens) if positions.get(position).extrapolates else s.train_len
-    return Config(
-        arch="decoder",
-        vocab_size=vocab_size,
-        d_model=s.d_model,
-        n_layers=s.layers,
-        n_heads=s.heads,
-        d_ff=d_ff(s.d_model),
-        position=position,
-        position_params=params,
-        max_positions=max(longest, s.train_len),
-        norm="rmsnorm",
-        norm_placement="pre",
-        activation="swiglu",
-        qkv_bias=False,
-        attn_out_bias=False,
-        ffn_bias=False,
-        tie_embeddings=True,
+    return s.row_config(
+        position,
+        vocab_size,
+        max(longest, s.train_len),
+        d_ff(s.d_model),
         scale_embeddings=True,
         attn_scale=1.0 / math.sqrt(s.d_model // s.heads),
         key_smear=s.key_smear,

@@ -82,7 +82,7 @@ def book(haystack_ids: Tensor | None, room: int, rng: torch.Generator, task: str
 def book_files(split: str, data_dir: str | Path | None = None) -> list[Path]:
     """The Gutenberg books of `split`: "eval" the held-out books of `posformer extrapolate`, "train" the others."""
     from posformer.data.shared import default_data_dir, fetch_hint
-    from posformer.experiments.extrapolation.data import HELD_OUT_BOOKS
+    from posformer.experiments.corpus import HELD_OUT_BOOKS
 
     check_split(split)
     root = Path(data_dir if data_dir is not None else default_data_dir())
@@ -107,7 +107,7 @@ def book_files(split: str, data_dir: str | Path | None = None) -> list[Path]:
 def book_ids(encode: Encode, split: str, data_dir: str | Path | None = None, max_chars: int = 400_000) -> Tensor:
     """(N,) the token stream of `split`'s books: each book's text between its Gutenberg markers, from its 5% mark,
     at most `max_chars` characters of it, the books joined by a blank line."""
-    from posformer.experiments.extrapolation.data import read_document, strip_gutenberg
+    from posformer.experiments.corpus import read_document, strip_gutenberg
 
     texts = []
     for path in book_files(split, data_dir):

@@ -3,8 +3,8 @@ the effective length with its rule, and a depth x length table for each task wit
 
 from __future__ import annotations
 
-from posformer.experiments.extrapolation.report import markdown_table
 from posformer.experiments.longeval.grid import ANY_DEPTH
+from posformer.experiments.tables import markdown_table
 
 
 def _score(value: float, chance: float) -> str:

@@ -15,7 +15,6 @@ from typing import Callable
 import torch
 
 from posformer import positions
-from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
 from posformer.experiments.longeval import report
 from posformer.experiments.longeval.effective import effective_length, rule_text, threshold_for
 from posformer.experiments.longeval.grid import Grid, check_request, grid_tokens, length_means, suite_grid, task_scores
@@ -26,6 +25,7 @@ from posformer.experiments.longeval.tasks import get_task, parse_length
 from posformer.model import Transformer
 from posformer.utils.options import check_options
 from posformer.utils.progress import progress_bar
+from posformer.utils.safe_write import write_json_atomic, write_text_atomic
 
 BOOK_CHARS_PER_TOKEN = 8  # characters of each held-out book read per token of the longest length (2 windows' worth)
 BOOK_MIN_CHARS = 200_000
@@ -53,12 +53,12 @@ def check_model(model: Transformer, path: str, lengths: list[int]) -> None:
 
 def load_encode(path: str) -> Encode:
     """text -> ids without special tokens, by the tokenizer stored beside the model."""
-    from posformer.experiments.extrapolation import data
+    from posformer.experiments import corpus
     from posformer.loading import load_text_tokenizer
 
     loaded = load_text_tokenizer(path)
     tokenizer = getattr(loaded, "tokenizer", loaded)  # the Hugging Face tokenizer itself, or posformer's own
-    return lambda text: data.encode(tokenizer, text).tolist()
+    return lambda text: corpus.encode(tokenizer, text).tolist()
 
 
 def summarise(results: dict, grid: Grid, threshold: float, reference: int | None) -> None:
@@ -82,7 +82,7 @@ def summarise(results: dict, grid: Grid, threshold: float, reference: int | None
 
 def run_longeval(settings: LongevalSettings, log: Callable[[str], None] = print) -> dict:
     """Run the suite as `settings` asks; the results dict (also in OUTPUT/results.json)."""
-    from posformer.experiments.extrapolation.experiment import versions
+    from posformer.experiments.runner import versions
     from posformer.loading import load_model
     from posformer.train.distributed import resolve_device
     from posformer.train.run_lock import check_output_dir

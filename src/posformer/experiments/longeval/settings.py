@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass
 
 from posformer.experiments.longeval.effective import RULER_THRESHOLD
 from posformer.experiments.longeval.tasks import TASKS
-from posformer.train.settings import DEVICES
+from posformer.train.knobs import DEVICES
+from posformer.utils.limits import MAX_BATCH_TOKENS, MAX_REPEATS, MAX_SEED
 from posformer.utils.options import option
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -36,8 +37,10 @@ class LongevalSettings:
         high=1.0,
         metavar="D",
     )
-    trials: int = option(20, "prompts per task, length and depth", minimum=1)
-    seed: int = option(0, "the prompts' seed: the same seed, tokenizer and settings give the same prompts", minimum=0)
+    trials: int = option(20, "prompts per task, length and depth", minimum=1, maximum=MAX_REPEATS)
+    seed: int = option(
+        0, "the prompts' seed: the same seed, tokenizer and settings give the same prompts", minimum=0, maximum=MAX_SEED
+    )
     threshold: float = option(
         RULER_THRESHOLD,
         "the effective length's threshold: a mean exact match (RULER's 0.856), or with --reference-length a fraction "
@@ -50,7 +53,10 @@ class LongevalSettings:
         None, "a length of --lengths (the training length, say): the threshold becomes a fraction of the mean there"
     )
     batch_tokens: int = option(
-        8192, "tokens per forward pass (batch_tokens // length prompts, one at least)", minimum=1
+        8192,
+        "tokens per forward pass (batch_tokens // length prompts, one at least)",
+        minimum=1,
+        maximum=MAX_BATCH_TOKENS,
     )
     device: str = option("auto", "where the model runs", choices=DEVICES)
     dtype: str = option("float32", "the model's weights' dtype", choices=DTYPES)

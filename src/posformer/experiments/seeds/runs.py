@@ -17,8 +17,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
-from posformer.checkpoints.atomic import write_json_atomic, write_text_atomic
 from posformer.utils.provenance import provenance
+from posformer.utils.safe_write import make_dirs, write_json_atomic, write_text_atomic
 from posformer.utils.user_files import read_mapping_file
 
 SEED_DIR_PREFIX = "seed-"
@@ -87,7 +87,7 @@ def run_over_seeds(
     the commands that made them."""
     root = Path(output_dir)
     saved = _recorded(root, benchmark, seeds)
-    root.mkdir(parents=True, exist_ok=True)
+    make_dirs(root)
     config = {k: v for k, v in settings.to_dict().items() if k != "seed"}
     recorded, this_command = saved.get("provenance", []), provenance()
     made_by = recorded if this_command in recorded else [*recorded, this_command]
@@ -100,7 +100,8 @@ def run_over_seeds(
     }
     for index, seed in enumerate(seeds):
         log(f"\n=== seed {seed} ({index + 1} of {len(seeds)}) in {seed_dir(root, seed)}")
-        record["per_seed"][str(seed)] = run_one(dataclasses.replace(settings, seed=seed), seed_dir(root, seed))
+        run_dir = make_dirs(seed_dir(root, seed), root)  # a real folder of OUTPUT, not a link out of it
+        record["per_seed"][str(seed)] = run_one(dataclasses.replace(settings, seed=seed), run_dir)
         write_json_atomic(root / "results.json", record)
         write_text_atomic(root / "results.md", markdown(record))
     return record

@@ -74,6 +74,14 @@ class Spread:
         return f"{self.mean:{form}} [{low:{form}}, {high:{form}}]"
 
 
+def exp_cell(found: Spread, digits: int = 2) -> str:
+    """A spread of logs (of perplexities, of their ratios) shown as the geometric mean [interval]."""
+    if found.interval is None or len(set(found.values)) == 1:
+        return f"{math.exp(found.mean):.{digits}f}"
+    low, high = found.interval
+    return f"{math.exp(found.mean):.{digits}f} [{math.exp(low):.{digits}f}, {math.exp(high):.{digits}f}]"
+
+
 def spread(values: Sequence[float], level: float = LEVEL) -> Spread:
     """The mean of `values` (one per seed) and its `level` Student-t interval."""
     if not values:

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from posformer.experiments.tables import markdown_table
+
 PAPER_MRR = {"none": 0.69, "t5": 0.55, "alibi": 0.50, "rope": 0.33, "sinusoidal": 0.22}
+
+
+def paper_cell(row: str) -> str:
+    """Kazemnejad et al.'s mean reciprocal rank of `row` to two decimals, or "" where the paper has no such row."""
+    paper = PAPER_MRR.get(row)
+    return "" if paper is None else f"{paper:.2f}"
 
 
 def beyond(results: dict) -> list[int]:
@@ -35,11 +43,11 @@ def mean_reciprocal_rank(results: dict) -> dict[str, float]:
 def accuracy_table(results: dict) -> str:
     """Exact match per encoding (rows) and evaluation length (columns)."""
     lengths = results["config"]["eval_lens"]
-    lines = ["| encoding | " + " | ".join(f"n={n}" for n in lengths) + " |", "|---|" + "---:|" * len(lengths)]
-    for row, r in results["rows"].items():
-        cells = ["stopped" if r["accuracy"][str(n)] is None else f"{r['accuracy'][str(n)]:.3f}" for n in lengths]
-        lines.append(f"| {row} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    body = [
+        [row] + ["stopped" if r["accuracy"][str(n)] is None else f"{r['accuracy'][str(n)]:.3f}" for n in lengths]
+        for row, r in results["rows"].items()
+    ]
+    return markdown_table(["encoding"] + [f"n={n}" for n in lengths], body)
 
 
 def markdown(results: dict) -> str:
@@ -57,12 +65,12 @@ def markdown(results: dict) -> str:
             "",
             f"Mean reciprocal rank beyond n={cfg['train_len']} (ours) and in Kazemnejad et al. 2023:",
             "",
-            "| encoding | MRR (ours) | MRR (paper) |",
-            "|---|---|---|",
+            markdown_table(
+                ["encoding", "MRR (ours)", "MRR (paper)"],
+                [[row, f"{mrr[row]:.2f}", paper_cell(row)] for row in sorted(mrr, key=lambda r: -mrr[r])],
+                align="lll",
+            ),
         ]
-        for row in sorted(mrr, key=lambda r: -mrr[r]):
-            paper = PAPER_MRR.get(row)
-            lines.append(f"| {row} | {mrr[row]:.2f} | {'' if paper is None else f'{paper:.2f}'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -146,14 +154,12 @@ def summary_markdown(runs: dict[str, dict]) -> str:
     mean = {row: sum(r[row] for r in ranks.values()) / len(ranks) for row in shared}
     lines += [
         "## Mean reciprocal rank beyond L, per task and over the tasks\n",
-        "| encoding | " + " | ".join(ranks) + " | mean (ours) | paper |",
-        "|---|" + "---:|" * (len(ranks) + 2),
+        markdown_table(
+            ["encoding", *ranks, "mean (ours)", "paper"],
+            [
+                [row, *(f"{r[row]:.2f}" for r in ranks.values()), f"{mean[row]:.2f}", paper_cell(row)]
+                for row in sorted(shared, key=lambda r: -mean[r])
+            ],
+        ),
     ]
-    for row in sorted(shared, key=lambda r: -mean[r]):
-        paper = PAPER_MRR.get(row)
-        lines.append(
-            f"| {row} | "
-            + " | ".join(f"{r[row]:.2f}" for r in ranks.values())
-            + f" | {mean[row]:.2f} | {'' if paper is None else f'{paper:.2f}'} |"
-        )
     return "\n".join(lines) + "\n"

@@ -9,7 +9,8 @@ from itertools import combinations
 
 from posformer.experiments.seeds.runs import seed_runs
 from posformer.experiments.seeds.stats import compare, spread
-from posformer.experiments.synthetic.report import PAPER_MRR, mean_reciprocal_rank
+from posformer.experiments.synthetic.report import PAPER_MRR, mean_reciprocal_rank, paper_cell
+from posformer.experiments.tables import markdown_table
 
 UNIT = (0.0, 1.0)
 
@@ -24,11 +25,11 @@ def _rows(runs: list[dict]) -> list[str]:
 def accuracy_table(record: dict) -> str:
     """Exact match per encoding and length: mean over seeds [95% interval]."""
     runs, lengths = seed_runs(record), record["config"]["eval_lens"]
-    lines = ["| encoding | " + " | ".join(f"n={n}" for n in lengths) + " |", "|---|" + "---:|" * len(lengths)]
-    for row in _rows(runs):
-        cells = [spread([run["rows"][row]["accuracy"][str(n)] for run in runs]).cell(3, UNIT) for n in lengths]
-        lines.append(f"| {row} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    body = [
+        [row] + [spread([run["rows"][row]["accuracy"][str(n)] for run in runs]).cell(3, UNIT) for n in lengths]
+        for row in _rows(runs)
+    ]
+    return markdown_table(["encoding"] + [f"n={n}" for n in lengths], body)
 
 
 def seed_ranks(runs: list[dict]) -> dict[str, list[float]]:
@@ -37,18 +38,16 @@ def seed_ranks(runs: list[dict]) -> dict[str, list[float]]:
     return {row: [ranks[row] for ranks in per_seed] for row in rows}
 
 
-def ordering_lines(ranks: dict[str, list[float]]) -> list[str]:
+def ordering_table(ranks: dict[str, list[float]]) -> str:
     """The pairs of encodings the paper orders (or, without the paper, every pair), each with the per-seed
     difference of mean reciprocal rank and its verdict."""
     pairs = [(a, b) for a, b in combinations(sorted(ranks, key=lambda r: -PAPER_MRR.get(r, -1)), 2)]
-    lines = [
-        "| pair a - b (the paper's rows in its order) | MRR difference [95% interval] | verdict |",
-        "|---|---:|---|",
-    ]
+    body = []
     for a, b in pairs:
         found = compare(ranks[a], ranks[b])
-        lines.append(f"| {a} - {b} | {found.difference.cell(2, (-1.0, 1.0), sign=True)} | {found.verdict(a, b)} |")
-    return lines
+        body.append([f"{a} - {b}", found.difference.cell(2, (-1.0, 1.0), sign=True), found.verdict(a, b)])
+    header = ["pair a - b (the paper's rows in its order)", "MRR difference [95% interval]", "verdict"]
+    return markdown_table(header, body, align="lrl")
 
 
 def separated_line(ranks: dict[str, list[float]]) -> str:
@@ -64,19 +63,12 @@ def separated_line(ranks: dict[str, list[float]]) -> str:
     return "Separated by mean reciprocal rank: " + "; ".join(found) + "; no other pair."
 
 
-def _mrr_lines(ranks: dict[str, list[float]], seeds: list[str]) -> list[str]:
-    lines = [
-        "| encoding | " + " | ".join(f"seed {s}" for s in seeds) + " | mean [95% interval] | paper |",
-        "|---|" + "---:|" * (len(seeds) + 2),
+def _mrr_table(ranks: dict[str, list[float]], seeds: list[str]) -> str:
+    body = [
+        [row, *(f"{v:.2f}" for v in ranks[row]), spread(ranks[row]).cell(2, UNIT), paper_cell(row)]
+        for row in sorted(ranks, key=lambda r: -sum(ranks[r]))
     ]
-    for row in sorted(ranks, key=lambda r: -sum(ranks[r])):
-        paper = PAPER_MRR.get(row)
-        lines.append(
-            f"| {row} | "
-            + " | ".join(f"{v:.2f}" for v in ranks[row])
-            + f" | {spread(ranks[row]).cell(2, UNIT)} | {'' if paper is None else f'{paper:.2f}'} |"
-        )
-    return lines
+    return markdown_table(["encoding", *(f"seed {s}" for s in seeds), "mean [95% interval]", "paper"], body)
 
 
 def markdown(record: dict) -> str:
@@ -92,10 +84,10 @@ def markdown(record: dict) -> str:
         accuracy_table(record),
         "",
         f"Mean reciprocal rank beyond n={cfg['train_len']}, per seed (Kazemnejad et al. 2023 beside):\n",
-        *_mrr_lines(ranks, seeds),
+        _mrr_table(ranks, seeds),
         "",
         "Each pair of encodings, seed by seed (a pair is ordered only when its interval excludes 0):\n",
-        *ordering_lines(ranks),
+        ordering_table(ranks),
     ]
     return "\n".join(lines) + "\n"
 
@@ -130,17 +122,19 @@ def summary_markdown(records: dict[str, dict]) -> str:
     lines += [
         "## Mean reciprocal rank beyond L: per task (mean over seeds), over the tasks (per seed, then the mean "
         "[95% interval])\n",
-        "| encoding | " + " | ".join(by_task) + " | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | paper |",
-        "|---|" + "---:|" * (len(by_task) + len(seeds) + 2),
+        markdown_table(
+            ["encoding", *by_task, *(f"seed {s}" for s in seeds), "mean", "paper"],
+            [
+                [
+                    row,
+                    *(f"{sum(ranks[row]) / len(seeds):.2f}" for ranks in by_task.values()),
+                    *(f"{v:.2f}" for v in over_tasks[row]),
+                    spread(over_tasks[row]).cell(2, UNIT),
+                    paper_cell(row),
+                ]
+                for row in sorted(shared, key=lambda r: -sum(over_tasks[r]))
+            ],
+        ),
     ]
-    for row in sorted(shared, key=lambda r: -sum(over_tasks[r])):
-        paper = PAPER_MRR.get(row)
-        lines.append(
-            f"| {row} | "
-            + " | ".join(f"{sum(ranks[row]) / len(seeds):.2f}" for ranks in by_task.values())
-            + " | "
-            + " | ".join(f"{v:.2f}" for v in over_tasks[row])
-            + f" | {spread(over_tasks[row]).cell(2, UNIT)} | {'' if paper is None else f'{paper:.2f}'} |"
-        )
-    lines += ["", "Every pair over the tasks, seed by seed:\n", *ordering_lines(over_tasks)]
+    lines += ["", "Every pair over the tasks, seed by seed:\n", ordering_table(over_tasks)]
     return "\n".join(lines) + "\n"

@@ -2,79 +2,41 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from posformer import positions
 from posformer.config import Config
 from posformer.experiments.presets import from_preset
+from posformer.experiments.row_knobs import RowKnobs
 from posformer.experiments.synthetic.generators import TASKS, VOCAB, min_length
 from posformer.experiments.training_knobs import TrainingKnobs
+from posformer.utils.limits import MAX_EXAMPLES
 from posformer.utils.options import option
 from posformer.utils.validation import check_choice, check_field_kinds, check_int, fail, is_int
 
 # Kazemnejad et al. 2023 compare these five (APE as the sinusoidal embedding)
 DEFAULT_ROWS = ["none", "t5", "alibi", "rope", "sinusoidal"]
 
-PRESETS: dict[str, dict[str, Any]] = {
+PRESETS: dict[str, dict[str, Any]] = {  # each: what differs from the defaults
     # a smoke run: about 10 s a row on one CPU thread (copy: rope learns n=8 to ~0.9 exact match)
-    "quick": dict(
-        train_len=8,
-        steps=500,
-        batch_size=32,
-        lr=3e-3,
-        warmup=25,
-        d_model=64,
-        layers=2,
-        heads=4,
-        eval_examples=64,
-        threads=1,
-    ),
+    "quick": dict(train_len=8, lr=3e-3, warmup=25, d_model=64, layers=2, eval_examples=64, save_every=500, threads=1),
     # the quick preset's lengths, twice the depth, six times the steps and 200 examples a length (a standard
     # error of at most 0.035): about 2 minutes a row on one thread, 10 a task
-    "cpu": dict(
-        train_len=8,
-        steps=3000,
-        batch_size=32,
-        lr=3e-3,
-        warmup=100,
-        d_model=64,
-        layers=4,
-        heads=4,
-        eval_examples=200,
-        threads=1,
-    ),
+    "cpu": dict(train_len=8, steps=3000, lr=3e-3, warmup=100, d_model=64, save_every=500, threads=1),
 }
 
 
 @dataclass
-class TaskSettings(TrainingKnobs):
-    """Every knob of a task run, set by a preset, a flag of `posformer extrapolate --task` or `--set KNOB=VALUE`."""
+class TaskSettings(RowKnobs, TrainingKnobs):
+    """Every knob of a task run, set by a preset, a flag of `posformer extrapolate --task` or `--set KNOB=VALUE`; the
+    rows, the model's shape and the training knobs are the shared groups' (train_len and eval_lens count the task's
+    symbols: training examples have sizes 1..L; the default eval_lens are L times 1, 1.25, 1.5, 2, 3 and 4, just past
+    L, where exact match first falls, and far)."""
 
-    steps: int = 1000
-    batch_size: int = 64
-    warmup: int = 100
-    save_every: int = 500
+    positions: list[str] = field(default_factory=lambda: list(DEFAULT_ROWS))
     task: str = option("copy", "the synthetic task", choices=tuple(TASKS))
-    positions: list[str] = option(
-        default_factory=lambda: list(DEFAULT_ROWS), help="comma-separated rows (registered encodings)"
-    )
-    train_len: int = option(20, "the longest task size seen in training (training examples have sizes 1..L)")
-    eval_lens: list[int] | None = option(
-        None,
-        "task sizes to evaluate (default: L times 1, 1.25, 1.5, 2, 3 and 4: just past L, where exact match first "
-        "falls, and far)",
-    )
-    eval_examples: int = option(200, "held-out examples per eval size")
-    d_model: int = option(128, "model width")
-    layers: int = option(4, "decoder layers")
-    heads: int = option(4, "attention heads")
-    position_params: dict = option(
-        default_factory=dict,
-        help="{row: Config.position_params} for the rows that differ from the defaults",
-        flag=False,
-    )
+    eval_examples: int = option(200, "held-out examples per eval size", minimum=1, maximum=MAX_EXAMPLES)
 
     def __post_init__(self) -> None:
         if self.eval_lens is None and is_int(self.train_len):  # else validate() names train_len
@@ -94,8 +56,6 @@ class TaskSettings(TrainingKnobs):
             check_int("eval_lens", n, minimum=min_length(self.task))
         if not isinstance(self.position_params, dict) or any(r not in self.positions for r in self.position_params):
             fail("position_params", self.position_params, "a mapping {row: {param: value}} over the rows run")
-        for name in ("eval_examples", "steps", "batch_size", "d_model", "layers", "heads", "save_every"):
-            check_int(name, getattr(self, name))
         self.check("")
         if self.d_model % self.heads:
             fail("heads", self.heads, f"a divisor of d_model={self.d_model}")
@@ -105,29 +65,10 @@ class TaskSettings(TrainingKnobs):
     def preset(cls, name: str, /, **overrides: Any) -> "TaskSettings":
         return from_preset(cls, PRESETS, name, overrides, "extrapolate --task")
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 def model_config(s: TaskSettings, position: str, longest: int) -> Config:
     """The decoder of one row: pre-norm RMSNorm, SwiGLU, no biases, tied embeddings; only `position` differs.
     `longest`: the longest sequence (prompt, SEP, target, EOS) it will read. Token embeddings are not scaled by
     sqrt(d_model): on copy (cpu preset) scaling let the sinusoidal row learn but left none and t5 at 0 exact
     match and no row generalising (docs/tasks.md)."""
-    return Config(
-        arch="decoder",
-        vocab_size=len(VOCAB),
-        d_model=s.d_model,
-        n_layers=s.layers,
-        n_heads=s.heads,
-        d_ff=4 * s.d_model,
-        position=position,
-        position_params=dict(s.position_params.get(position) or {}),
-        max_positions=longest,
-        norm="rmsnorm",
-        activation="swiglu",
-        qkv_bias=False,
-        attn_out_bias=False,
-        ffn_bias=False,
-        tie_embeddings=True,
-    )
+    return s.row_config(position, len(VOCAB), longest, 4 * s.d_model)

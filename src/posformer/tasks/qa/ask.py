@@ -23,7 +23,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence, TextIO
+from typing import Any, Iterable, Iterator, Sequence, TextIO
 
 from torch import nn
 
@@ -33,6 +33,7 @@ from posformer.model import Transformer
 from posformer.tasks.qa.job import prediction_options, qa_predictor
 from posformer.tasks.qa.models import load_qa_model
 from posformer.tasks.qa.options import QAJobOptions
+from posformer.utils.file_limits import LINE, FileTooLarge, MiB, SizeLimit
 from posformer.utils.user_files import parse_json
 
 FIELDS = ("context", "question")
@@ -161,7 +162,20 @@ def read_questions(
             "no --question given and stdin is a terminal: give --question with --context or "
             '--context-file, or pipe JSON lines {"context": ..., "question": ...} to stdin'
         )
-    return questions_from_lines(stdin)
+    return questions_from_lines(bounded_lines(stdin, "stdin"))
+
+
+def bounded_lines(stream: TextIO, name: str, limit: SizeLimit = LINE) -> Iterator[str]:
+    """The lines of `stream`, each read with a bound: a line longer than `limit` characters is a `FileTooLarge`
+    naming `name` and the line, raised before more of it is held."""
+    number = 0
+    while line := stream.readline(limit.bytes + 1):
+        number += 1
+        if len(line.rstrip("\r\n")) > limit.bytes:
+            raise FileTooLarge(
+                f"{name}: line {number} is too large: over the {limit.bytes // MiB:,} MiB limit of {limit.kind}"
+            )
+        yield line
 
 
 def _examples(questions: Sequence[Question]) -> list[QAExample]:

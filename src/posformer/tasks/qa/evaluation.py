@@ -13,11 +13,11 @@ from typing import Any, Sequence
 
 import torch
 
-from posformer.checkpoints.atomic import write_json_set_atomic
 from posformer.data.squad import QAExample
 from posformer.tasks.qa.predictor import QAPredictor
 from posformer.tasks.qa.squad_metric import squad_v2_evaluate
 from posformer.train.precision import autocast
+from posformer.utils.safe_write import write_json_set_atomic
 
 NULL_ODDS_CLIP = 1e9
 

@@ -30,12 +30,11 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 import yaml
 
-from posformer.checkpoints.atomic import write_text_atomic
 from posformer.data.squad import QAExample
 from posformer.model import Transformer
 from posformer.tasks.qa.evaluation import QAEvaluator
@@ -70,7 +69,11 @@ from posformer.tasks.qa.seq2seq import (
 from posformer.train.distributed import resolve_device
 from posformer.train.precision import PRECISION_NAMES, autocast, resolve_precision
 from posformer.train.write_errors import writing
+from posformer.utils.safe_write import write_text_atomic
 from posformer.utils.validation import check_choice, fail
+
+if TYPE_CHECKING:
+    from posformer.train.settings import TrainerSettings
 
 
 def scratch_seq2seq(o: QAJobOptions, train: Sequence[QAExample], changes: dict[str, Any]) -> tuple[Transformer, Any]:
@@ -166,9 +169,56 @@ def print_report(report: dict[str, Any], log: Callable[[str], None] = print) -> 
 def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train a QA model as `qa train` does, evaluate it at the end, write the outputs; returns the report."""
     from posformer.tasks.qa.feature_batches import FeatureBatches
-    from posformer.train.run_lock import check_output_dir
-    from posformer.train.settings import TrainerSettings
     from posformer.train.trainer import Trainer
+
+    o, device = _train_job(o)
+    train, held = load_train_examples(o, log)
+    model, tokenizer, source = _qa_model(o, train)
+    check_window_fits(o, model)
+    train, calibration = calibration_split(train, o.calibration_fraction)
+    group_size = GROUP_BATCHES * o.per_device_train_batch_size if o.group_by_length else None
+    batches = FeatureBatches(_train_features(o, train, tokenizer, model), o.seed, group_size=group_size)
+    steps = o.max_steps or math.ceil(math.ceil(len(batches) / o.per_device_train_batch_size) * o.num_train_epochs)
+    if steps < 1:
+        raise ValueError(f"no training steps: --max-steps / --num-train-epochs give {steps}")
+    evaluator = QAEvaluator(qa_predictor(o.head, tokenizer, held, o))
+    warmup = warmup_steps(o.output_dir, o.resume, o.warmup_ratio, steps)
+    kind = "BERT2BERT" if model.cfg.hf_model_type == "encoder-decoder" else model.cfg.hf_model_type or model.cfg.arch
+    log(
+        f"{o.head} QA: {source} ({kind}), {model.num_parameters():,} parameters; {len(train)} training questions "
+        f"({len(batches)} windows), {len(held)} eval questions; {steps} steps of {o.per_device_train_batch_size} "
+        f"in {PRECISION_NAMES[o.precision]} on {device}; writing to {o.output_dir}"
+    )
+    run_config = {"qa": {**dataclasses.asdict(o), "steps": steps, "warmup_steps": warmup}, "model": model.cfg.to_dict()}
+    trainer = Trainer(
+        model,
+        batches,
+        _trainer_settings(o, steps, warmup),
+        o.output_dir,
+        evaluate=evaluator if o.eval_steps or not calibration else None,  # calibrated: evaluated after
+        run_config=run_config,
+        extra_files=tokenizer_files(tokenizer),
+        log=log,
+        progress=o.progress,
+        resume_policy=qa_resume_policy(),
+    )
+    result = trainer.fit(resume=o.resume)
+    model.eval()
+    if calibration:
+        o = _calibrated(o, model, tokenizer, calibration, evaluator, run_config, device, log)
+    if calibration or not result.evals or result.evals[-1].get("step") != result.step:
+        evaluator(model)
+    recorded = {"head": o.head, "model": source, "step": result.step, "checkpoint": str(result.checkpoint or "")}
+    with writing(o.output_dir, "the evaluation outputs in"):
+        results = evaluator.write(o.output_dir, {**recorded, "training_precision": o.precision, **eval_settings(o)})
+    print_report(evaluator.report, log)
+    return results
+
+
+def _train_job(o: QAJobOptions) -> tuple[QAJobOptions, torch.device]:
+    """The options of a training job with their defaults resolved and checked, and the device it runs on; the
+    output dir checked before anything is loaded."""
+    from posformer.train.run_lock import check_output_dir
 
     o = dataclasses.replace(o, head=o.head or "seq2seq", output_dir=o.output_dir or "runs/qa")
     o = o.resolved(SCRATCH_DEFAULTS if o.from_scratch else PRETRAINED_DEFAULTS)
@@ -178,7 +228,12 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
     o = dataclasses.replace(o, precision=resolve_precision(o.precision, device))  # the run records what it used
     if o.head == "seq2seq" and o.null_score not in (None, "decoder") and not o.encoder_span_loss:
         fail("--null-score", o.null_score, "decoder without --encoder-span-loss (which trains that span head)")
-    train, held = load_train_examples(o, log)
+    return o, device
+
+
+def _qa_model(o: QAJobOptions, train: Sequence[QAExample]) -> tuple[Transformer, Any, str]:
+    """The model to fine-tune (from scratch, or `--model` / the bundled checkpoint), its tokenizer, and where it
+    came from; dropout and the encoder span head set before it is built (`fine_tuning_changes`)."""
     changes = fine_tuning_changes(o.dropout, o.encoder_span_loss if o.head == "seq2seq" else None)
     if o.from_scratch:
         model, tokenizer = scratch_seq2seq(o, train, changes)
@@ -190,8 +245,13 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
             path, o.head, o.cross_attention_init, o.decoder_layers, o.pointer_generator, changes
         )
         source = str(directory)
-    check_window_fits(o, model)
-    train, calibration = calibration_split(train, o.calibration_fraction)
+    return model, tokenizer, source
+
+
+def _train_features(
+    o: QAJobOptions, train: Sequence[QAExample], tokenizer: Any, model: Transformer
+) -> dict[str, torch.Tensor]:
+    """The training windows of the head's kind, with the unanswerable ones kept at `--keep-null-windows`."""
     if o.head == "span":
         features = span_train_tensors(train, tokenizer, o.max_seq_length, o.doc_stride, model.cfg)
         null = span_null_windows(features, tokenizer.cls_token_id)
@@ -206,15 +266,14 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
             span_positions=bool(o.encoder_span_loss),
         )
         null = seq2seq_null_windows(features, end_token_id(model.cfg))
-    features = keep_null_windows(features, null, o.keep_null_windows, o.seed)
-    group_size = GROUP_BATCHES * o.per_device_train_batch_size if o.group_by_length else None
-    batches = FeatureBatches(features, o.seed, group_size=group_size)
-    steps = o.max_steps or math.ceil(math.ceil(len(batches) / o.per_device_train_batch_size) * o.num_train_epochs)
-    if steps < 1:
-        raise ValueError(f"no training steps: --max-steps / --num-train-epochs give {steps}")
-    evaluator = QAEvaluator(qa_predictor(o.head, tokenizer, held, o))
-    warmup = warmup_steps(o.output_dir, o.resume, o.warmup_ratio, steps)
-    settings = TrainerSettings(
+    return keep_null_windows(features, null, o.keep_null_windows, o.seed)
+
+
+def _trainer_settings(o: QAJobOptions, steps: int, warmup: int) -> TrainerSettings:
+    """The Trainer's settings of a QA job: AdamW, linear decay to 0 after `warmup` steps, as run_seq2seq_qa.py."""
+    from posformer.train.settings import TrainerSettings
+
+    return TrainerSettings(
         steps=steps,
         batch_size=o.per_device_train_batch_size,
         lr=o.learning_rate,
@@ -231,55 +290,32 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
         seed=o.seed,
         sample_prompt=None,
     )
-    kind = "BERT2BERT" if model.cfg.hf_model_type == "encoder-decoder" else model.cfg.hf_model_type or model.cfg.arch
+
+
+def _calibrated(
+    o: QAJobOptions,
+    model: Transformer,
+    tokenizer: Any,
+    calibration: Sequence[QAExample],
+    evaluator: QAEvaluator,
+    run_config: dict[str, Any],
+    device: torch.device,
+    log: Callable[[str], None],
+) -> QAJobOptions:
+    """The options with the null threshold calibrated on the held-out training questions, which the evaluator
+    and the run's run_config.yaml then take."""
+    with torch.no_grad(), autocast(evaluator.precision, device):
+        threshold = calibrate_null_threshold(qa_predictor(o.head, tokenizer, calibration, o), o.head, model)
+    o = dataclasses.replace(o, null_score_diff_threshold=threshold)
     log(
-        f"{o.head} QA: {source} ({kind}), {model.num_parameters():,} parameters; {len(train)} training questions "
-        f"({len(batches)} windows), {len(held)} eval questions; {steps} steps of {o.per_device_train_batch_size} "
-        f"in {PRECISION_NAMES[o.precision]} on {device}; writing to {o.output_dir}"
+        f"null threshold calibrated on {len(calibration)} held-out training questions: "
+        f"--null-score-diff-threshold {o.null_score_diff_threshold:.4g}"
     )
-    run_config = {"qa": {**dataclasses.asdict(o), "steps": steps, "warmup_steps": warmup}, "model": model.cfg.to_dict()}
-    trainer = Trainer(
-        model,
-        batches,
-        settings,
-        o.output_dir,
-        evaluate=evaluator if o.eval_steps or not calibration else None,  # calibrated: evaluated after
-        run_config=run_config,
-        extra_files=tokenizer_files(tokenizer),
-        log=log,
-        progress=o.progress,
-        resume_policy=qa_resume_policy(),
-    )
-    result = trainer.fit(resume=o.resume)
-    model.eval()
-    if calibration:
-        with torch.no_grad(), autocast(evaluator.precision, device):
-            threshold = calibrate_null_threshold(qa_predictor(o.head, tokenizer, calibration, o), o.head, model)
-        o = dataclasses.replace(o, null_score_diff_threshold=threshold)
-        log(
-            f"null threshold calibrated on {len(calibration)} held-out training questions: "
-            f"--null-score-diff-threshold {o.null_score_diff_threshold:.4g}"
-        )
-        evaluator.predictor.null_score_diff_threshold = o.null_score_diff_threshold
-        run_config["qa"]["null_score_diff_threshold"] = o.null_score_diff_threshold
-        with writing(Path(o.output_dir) / "run_config.yaml", "the run config"):
-            write_text_atomic(Path(o.output_dir) / "run_config.yaml", yaml.safe_dump(run_config, sort_keys=False))
-    if calibration or not result.evals or result.evals[-1].get("step") != result.step:
-        evaluator(model)
-    with writing(o.output_dir, "the evaluation outputs in"):
-        results = evaluator.write(
-            o.output_dir,
-            {
-                "head": o.head,
-                "model": source,
-                "step": result.step,
-                "checkpoint": str(result.checkpoint or ""),
-                "training_precision": o.precision,
-                **eval_settings(o),
-            },
-        )
-    print_report(evaluator.report, log)
-    return results
+    evaluator.predictor.null_score_diff_threshold = o.null_score_diff_threshold
+    run_config["qa"]["null_score_diff_threshold"] = o.null_score_diff_threshold
+    with writing(Path(o.output_dir) / "run_config.yaml", "the run config"):
+        write_text_atomic(Path(o.output_dir) / "run_config.yaml", yaml.safe_dump(run_config, sort_keys=False))
+    return o
 
 
 def _run_options(directory: Path) -> dict[str, Any]:

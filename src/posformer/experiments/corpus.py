@@ -1,4 +1,4 @@
-"""The corpora and the tokenizer of the length-extrapolation benchmark.
+"""The corpora and the tokenizer of the language-model experiments (extrapolate, extend, the longeval haystacks).
 
 Corpora:
   "gutenberg"    ../shared/data/gutenberg/*.txt (25 public-domain books): train on all but
@@ -24,7 +24,8 @@ from torch import Tensor
 
 from posformer.data.shared import fetch_hint
 from posformer.data.text import default_corpus
-from posformer.utils.user_files import regular_file
+from posformer.utils.file_limits import DATA
+from posformer.utils.user_files import read_text_file
 from posformer.utils.validation import fail
 
 CORPORA = ("gutenberg", "shakespeare")
@@ -36,8 +37,8 @@ END = re.compile(r"^\*\*\* ?END OF.*$", re.MULTILINE)
 
 def read_document(path: Path) -> str:
     """A text file as UTF-8 (a byte-order mark dropped) with "\\n" line endings."""
-    regular_file(path, f"extrapolate: data file {path}")
-    return path.read_text(encoding="utf-8-sig").replace("\r\n", "\n")
+    text = read_text_file(path, "extrapolate: data file", limit=DATA)
+    return text.removeprefix("\ufeff").replace("\r\n", "\n")
 
 
 def strip_gutenberg(text: str, name: str = "book") -> str:

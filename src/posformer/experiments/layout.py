@@ -1,9 +1,10 @@
-"""Where an extrapolation experiment keeps its files: the one place that knows the output directory's layout.
+"""Where an experiment (`extrapolate`, `extrapolate --task`, `extend`) keeps its files: the one place that knows
+the output directory's layout. An extrapolation's:
 
     OUTPUT/
       results.json   every row's numbers (under "rows"), the resolved settings, the data, the versions
       results.md     the perplexity and ratio tables
-      ppl.png        perplexity against evaluation length
+      ppl.png        perplexity against evaluation length (a task run: accuracy.png; an extension: its figures)
       tokenizer/     the BPE tokenizer every row shares
       rows/ROW/      row ROW's Trainer run: checkpoints/ (the newest valid one loads as ROW's model, so
                      `posformer generate --model OUTPUT/rows/ROW` works), metrics.jsonl (its training log),
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+from posformer.utils.safe_write import make_dirs
 
 ROWS_DIR = "rows"
 
@@ -52,6 +55,10 @@ class ExperimentLayout:
     def row_dir(self, row: str) -> Path:
         """Row `row`'s Trainer run directory: its checkpoints and its training log."""
         return self.rows_dir / row
+
+    def new_row_dir(self, row: str) -> Path:
+        """`row_dir(row)`, created for writing: each folder below `root` a real one (a symlink is refused)."""
+        return make_dirs(self.row_dir(row), self.root)
 
     def is_experiment(self) -> bool:
         """Whether `root` is an experiment directory (it holds `rows/`)."""
