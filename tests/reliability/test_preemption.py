@@ -20,6 +20,7 @@ from posformer.train import training_checkpoint
 from posformer.train.batches import WindowBatches
 from posformer.train.interrupt import TERMINATED, Terminated
 from posformer.train.settings import RunSettings
+from posformer.train.trainer import Trainer
 from posformer.train.training_checkpoint import CheckpointManager, verify
 from train_helpers import assert_same_run, logged_step, losses, tiny_run, write_config, write_corpus
 
@@ -176,3 +177,29 @@ def test_sigterm_under_torchrun_stops_every_rank_at_one_step_and_resumes(tmp_pat
     got, want = losses(out), losses(tmp_path / "single")
     assert [s for s, _ in got] == list(range(1, END + 1))
     torch.testing.assert_close(torch.tensor([x for _, x in got]), torch.tensor([x for _, x in want]), **TOLERANCE)
+
+
+def test_sigterm_during_an_evaluation_saves_that_step_exits_and_resume_equals_the_uninterrupted_run(
+    tmp_path: Path, corpus: Path, reference: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The signal lands inside the evaluation of step 20: the evaluation ends, step 20 is saved, the run stops
+    with SIGTERM's exception and `--resume` continues exactly."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        pytest.skip("something else handles SIGTERM in this process: the trainer leaves it alone")
+    evaluate = Trainer._evaluate
+
+    def evaluate_then_signal(self: Trainer, step: int, bar) -> dict:
+        if step == 20:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return evaluate(self, step, bar)
+
+    monkeypatch.setattr(Trainer, "_evaluate", evaluate_then_signal)
+    config, out = write_config(tmp_path / "run.yaml", run(corpus, END)), tmp_path / "run"
+    with pytest.raises(Terminated, match="SIGTERM at step 20: saved checkpoint"):
+        causal_lm.train_causal_lm(RunSettings.from_dict(run(corpus, END)), str(out), progress=False)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, "the trainer's handlers are removed"
+    assert newest(out) == 20 and logged_step(out) == 20
+    verify(out / "checkpoints" / "step-00000020")
+    monkeypatch.undo()
+    assert train(config, out, "--resume") == 0
+    assert_same_run(out, reference, END)

@@ -78,8 +78,10 @@ def test_wandb_gets_the_same_scalars_and_keeps_its_run_id(corpus, tmp_path, monk
 
 
 def test_a_tracker_asked_for_but_missing_is_named_with_its_install(corpus, tmp_path, monkeypatch):
+    """Refused with the settings, before any work: nothing is written."""
     monkeypatch.setattr("posformer.train.trackers._installed", lambda name: False)
     with pytest.raises(ImportError, match=r"trainer.wandb_project='p' needs the `wandb` package: pip install wandb"):
         _train(corpus, tmp_path / "a", 2, wandb_project="p")
     with pytest.raises(ImportError, match=r"trainer.tensorboard=true needs the `tensorboard` package"):
         _train(corpus, tmp_path / "b", 2, tensorboard=True)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

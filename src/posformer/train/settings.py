@@ -20,6 +20,7 @@ from posformer.data.dataset_files import import_datasets
 from posformer.data.documents import needs_datasets
 from posformer.data.text import default_corpus
 from posformer.train.knobs import OptimizerKnobs
+from posformer.train.trackers import check_trackers
 from posformer.utils.limits import MAX_LENGTH, MAX_REPEATS, MAX_STEPS
 from posformer.utils.options import check_options
 from posformer.utils.user_files import parse_yaml, read_yaml_file, regular_file
@@ -105,6 +106,7 @@ class TrainerSettings(OptimizerKnobs):
             fail("trainer.tensorboard", self.tensorboard, "true, false or null (when the package is installed)")
         if self.wandb_project is not None and not (isinstance(self.wandb_project, str) and self.wandb_project):
             fail("trainer.wandb_project", self.wandb_project, "a W&B project name, or null")
+        check_trackers(self.tensorboard, self.wandb_project)  # their packages, before any work
         if self.max_minutes is not None and not (is_number(self.max_minutes) and self.max_minutes > 0):
             fail("trainer.max_minutes", self.max_minutes, "a number > 0, or null")
         for name, allowed in (

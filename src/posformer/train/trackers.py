@@ -61,9 +61,17 @@ def _installed(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-def _summary_writer(log_dir: Path, resumed_at: int) -> Any:
-    if not _installed("tensorboard"):
+def check_trackers(tensorboard: bool | None, wandb_project: str | None) -> None:
+    """An `ImportError` naming the setting and the install when a tracker asked for has no package: checked with
+    the settings, before any work."""
+    if tensorboard is True and not _installed("tensorboard"):
         raise ImportError("trainer.tensorboard=true needs the `tensorboard` package: pip install tensorboard")
+    if wandb_project is not None and not _installed("wandb"):
+        raise ImportError(f"trainer.wandb_project={wandb_project!r} needs the `wandb` package: pip install wandb")
+
+
+def _summary_writer(log_dir: Path, resumed_at: int) -> Any:
+    check_trackers(True, None)
     from torch.utils.tensorboard import SummaryWriter
 
     make_dirs(log_dir, log_dir.parent)  # not through a symlink out of the run dir
@@ -71,8 +79,7 @@ def _summary_writer(log_dir: Path, resumed_at: int) -> Any:
 
 
 def _wandb_run(output_dir: Path, project: str, run_config: dict | None) -> Any:
-    if not _installed("wandb"):
-        raise ImportError(f"trainer.wandb_project={project!r} needs the `wandb` package: pip install wandb")
+    check_trackers(None, project)
     import wandb
 
     id_file = output_dir / WANDB_ID_FILE
