@@ -42,6 +42,7 @@ ROOT_MODULES = {
     "sentence_embeddings": "model",
     "summary": "model",
     "loading": "api",
+    "loading_options": "api",
 }
 NEVER_BELOW_THE_WORKFLOWS = ("modules", "ops", "positions", "checkpoints")  # the explicit rule
 WORKFLOWS = ("hf", "train", "tasks", "experiments", "bench", "plots", "cli")

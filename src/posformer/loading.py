@@ -34,6 +34,7 @@ from posformer.hf.api import load_tokenizer as hf_load_tokenizer
 from posformer.hf.char_byte_tokenizers import char_tokenizer, stored_chars, tokenizer_files
 from posformer.hf.hf_checkpoint import read_config as read_hf_config
 from posformer.hf.hf_checkpoint import resolve
+from posformer.loading_options import DtypeLike, requested_device, requested_dtype, saved_dtype
 from posformer.model import Transformer
 from posformer.utils.safe_write import replacing, write_text_atomic
 
@@ -163,14 +164,24 @@ def load_from(
 
 
 def load_model(
-    path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None, device: str | None = None
+    path_or_hub_id: str | os.PathLike,
+    dtype: DtypeLike = None,
+    device: str | torch.device | None = None,
+    *,
+    torch_dtype: DtypeLike = None,
+    device_map: str | None = None,
 ) -> Transformer:
     """A posformer checkpoint (`save_pretrained`) or a Hugging Face one (`from_hf`), in eval mode: a model dir, a
     training run (its newest checkpoint whose model checks out), a checkpoint folder, or a Hugging Face dir or Hub
     id (`org/name`; a path that exists nowhere else is never looked up). Public as `posformer.load` and
     `Transformer.from_pretrained`. Each file is read through `model_dir.model_file`, and checked against the
-    folder's manifest where it has one (see the module docstring)."""
-    return load_from(path_or_hub_id, dtype=dtype, device=device)[0]
+    folder's manifest where it has one (see the module docstring).
+
+    dtype (or torch_dtype): a floating torch dtype, its name ("bfloat16"), or "auto", the dtype the weights were
+    saved in; default float32. device (or device_map): "cpu", "cuda", "cuda:N" or "auto" (`loading_options`)."""
+    wanted, where = requested_dtype(dtype, torch_dtype), requested_device(device, device_map)
+    model, folder = load_from(path_or_hub_id, dtype=None if wanted == "auto" else wanted, device=where)
+    return model.to(saved_dtype(folder)) if wanted == "auto" else model
 
 
 def _config_json(folder: Path) -> dict | None:

@@ -106,10 +106,17 @@ class Pretrained:
 
     @classmethod
     def from_pretrained(
-        cls, path_or_hub_id: str | os.PathLike, dtype: torch.dtype | None = None, device: str | None = None
+        cls,
+        path_or_hub_id: str | os.PathLike,
+        dtype: torch.dtype | str | None = None,
+        device: str | torch.device | None = None,
+        *,
+        torch_dtype: torch.dtype | str | None = None,
+        device_map: str | None = None,
     ) -> "Transformer":
         """Any model posformer reads, in eval mode, as `posformer.load` (a training run, a checkpoint folder, a
-        model dir, a Hugging Face dir or Hub id)."""
+        model dir, a Hugging Face dir or Hub id), with its loading options (dtype / torch_dtype, "auto" included;
+        device / device_map)."""
         from posformer.loading import load_model  # the loader sits above the model: see the module docstring
 
-        return load_model(path_or_hub_id, dtype=dtype, device=device)
+        return load_model(path_or_hub_id, dtype, device, torch_dtype=torch_dtype, device_map=device_map)
