@@ -39,6 +39,7 @@ ROOT_MODULES = {
     "presets": "config",
     "model": "model",
     "pretrained": "model",
+    "familiar_names": "model",
     "sentence_embeddings": "model",
     "summary": "model",
     "loading": "api",

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from posformer.config import Config
+from posformer.familiar_names import FamiliarNames
 from posformer.generation import generate
 from posformer.modules.cache import Cache
 from posformer.modules.head_outputs import (
@@ -38,7 +39,7 @@ from posformer.pretrained import Pretrained
 from posformer.utils.tensor_checks import check_in_range, check_shape, check_token_ids
 
 
-class Transformer(Pretrained, nn.Module):
+class Transformer(Pretrained, FamiliarNames, nn.Module):
     """The model `cfg` describes. See `forward` for inputs and `ModelOutput` for outputs.
 
     Token (and token-type) embeddings `embed_tokens` (`token_types`) feed both stacks; with
