@@ -5,6 +5,7 @@ once; a path that exists nowhere is refused at once, without the network; the mo
 from __future__ import annotations
 
 import builtins
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -118,3 +119,15 @@ def test_the_qa_loader_follows_the_same_rule(tmp_path, monkeypatch, no_network) 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"^--model nope does not exist \(no such file or directory: nope\)"):
         load_qa_model("nope", None)
+
+
+def test_a_model_dir_saved_without_its_tokenizer_says_so_and_how_to_write_one(tmp_path: Path) -> None:
+    """Not transformers' "Unrecognized model ... should have a `model_type` key" and its list of model types."""
+    pf.Transformer(pf.Config(arch="decoder", vocab_size=50, d_model=16, n_layers=1, n_heads=2)).save_pretrained(
+        tmp_path
+    )
+    expected = (
+        rf"^{re.escape(str(tmp_path))} holds no tokenizer files \(tokenizer.json, vocab.txt, spiece.model, ...\): "
+    )
+    with pytest.raises(ValueError, match=expected + r"save the tokenizer beside the model, model.save_pretrained"):
+        pf.load_tokenizer(tmp_path)

@@ -21,7 +21,7 @@ from posformer.hf.hf_checkpoint import CONFIG, CheckpointError, read_config, rea
 from posformer.hf.infer_family import infer_family
 from posformer.hf.mapping import export_state, import_state
 from posformer.hf.rope import v5_rope_parameters
-from posformer.hf.tokenizer_files import check_tokenizer_dir
+from posformer.hf.tokenizer_files import check_tokenizer_dir, has_vocabulary
 from posformer.hf.versions import export_version
 from posformer.model import Transformer
 from posformer.modules.heads import build_head
@@ -241,6 +241,12 @@ def load_tokenizer(path_or_hub_id: str | os.PathLike):
     found = stored_chars(directory)
     if found is not None and found.legacy:
         return fast_tokenizer(char_tokenizer(found.chars))
+    if directory.is_dir() and not has_vocabulary(directory):
+        raise ValueError(
+            f"{directory} holds no tokenizer files (tokenizer.json, vocab.txt, spiece.model, ...): save the "
+            "tokenizer beside the model, model.save_pretrained(dir, tokenizer=tok), or give the tokenizer's own "
+            "directory"
+        )
     overrides = check_tokenizer_dir(directory)
     try:
         from transformers import AutoTokenizer

@@ -20,6 +20,9 @@ TOKENIZER_CONFIG = "tokenizer_config.json"
 JSON_OBJECTS = (TOKENIZER_CONFIG, "special_tokens_map.json", "added_tokens.json", "vocab.json")
 SUFFIXES = (".json", ".txt", ".model", ".spm", ".jinja", ".tiktoken", ".bpe", ".vocab")
 TEMPLATES_DIR = "additional_chat_templates"
+# the files that hold a vocabulary (one of them makes a tokenizer directory), and the suffixes of such files
+VOCABULARY_FILES = (TOKENIZER_JSON, "vocab.txt", "vocab.json", "spiece.model", "tokenizer.model", "source.spm")
+VOCABULARY_SUFFIXES = (".model", ".spm", ".tiktoken")
 NOT_OPENED = ("special_tokens_map_file", "name_or_path")  # informational keys transformers never opens
 FILE_KEYS = ("vocab", "merges", "monolingual_vocab")  # keys naming a file without a `_file` suffix
 
@@ -65,6 +68,13 @@ def _check_tokenizer_json(path: Path) -> None:
         Tokenizer.from_file(str(path))
     except Exception as err:  # the Rust library raises plain Exceptions
         raise ValueError(f"{path} is not a valid tokenizer file (truncated or corrupt?): {err}") from err
+
+
+def has_vocabulary(directory: Path) -> bool:
+    """Whether `directory` holds a file a tokenizer's vocabulary is read from (`VOCABULARY_FILES`)."""
+    return any((directory / name).is_file() for name in VOCABULARY_FILES) or any(
+        path.suffix in VOCABULARY_SUFFIXES for path in directory.iterdir() if path.is_file()
+    )
 
 
 def check_tokenizer_dir(directory: Path) -> dict[str, str]:
