@@ -24,16 +24,16 @@ from posformer.modules.head_outputs import (
     refuse_unused,
     with_encoder_span_loss,
 )
-from posformer.modules.heads import IGNORE_INDEX, SpanQAHead, build_head
+from posformer.modules.heads import SpanQAHead, build_head
 from posformer.modules.init import deepnorm_alphas, deepnorm_init_, normal_init_, t5_init_
+from posformer.modules.model_inputs import input_positions, packed_documents, padding_keep
 from posformer.modules.moe import MoEFeedForward
 from posformer.modules.outputs import ModelOutput
 from posformer.modules.pointer_generator import PointerGenerator
-from posformer.modules.random_positions import sample_positions
 from posformer.modules.shift_right import shift_right
 from posformer.modules.sink_tokens import SinkTokens
 from posformer.modules.stack import Stack
-from posformer.ops.masks import KeyReach, build_mask, document_positions, document_starts
+from posformer.ops.masks import KeyReach, build_mask
 from posformer.ops.packing import TokenPacking
 from posformer.pretrained import Pretrained
 from posformer.utils.tensor_checks import check_in_range, check_shape, check_token_ids
@@ -125,55 +125,6 @@ class Transformer(Pretrained, FamiliarNames, nn.Module):
         ):
             self.head.proj.weight = words.weight
 
-    @classmethod
-    def _keep(cls, mask: Tensor | None, batch: int, length: int, name: str) -> Tensor | None:
-        """Validate a (B, length) 0/1 padding mask and return it as bool."""
-        if mask is None:
-            return None
-        check_shape(mask, name, (batch, length))
-        return mask.bool()
-
-    def _documents(
-        self, document_ids: Tensor | None, ids: Tensor, labels: Tensor | None, cache: Cache | None
-    ) -> tuple[Tensor | None, Tensor | None]:
-        """(document_ids checked: (B, T) integers of an encoder's or a decoder's input, with no cache; labels, a
-        causal LM's ignored at each document's first token so that no document predicts from another)."""
-        if document_ids is None:
-            return None, labels
-        if self.cfg.arch == "encoder_decoder" or cache is not None or self.cfg.sink_tokens:
-            raise ValueError(
-                "document_ids (packed documents) are for an encoder's or a decoder's input without a cache or sink "
-                f"tokens; this call has arch={self.cfg.arch!r}, a cache: {cache is not None}, "
-                f"sink_tokens={self.cfg.sink_tokens}"
-            )
-        check_shape(document_ids, "document_ids", tuple(ids.shape), integers=True)
-        stack = self.decoder if self.cfg.arch == "decoder" else self.encoder
-        for encoding in stack.encodings:
-            if encoding.packing_refusal is not None:
-                raise ValueError(
-                    f"document_ids: position={encoding.name!r} cannot pack documents: {encoding.packing_refusal}"
-                )
-        documents = document_ids.long()
-        if labels is not None and self.cfg.arch == "decoder":
-            labels = labels.masked_fill(document_starts(documents), IGNORE_INDEX)
-        return documents, labels
-
-    def _positions(
-        self, pos: Tensor | None, ids: Tensor, start: int, name: str, documents: Tensor | None = None
-    ) -> Tensor:
-        """`pos` checked, or the default: start.. start + T - 1, each token's place in its document with packed
-        `documents`, or while training with `Config.random_positions` an ordered random subset of its range
-        (`posformer.modules.random_positions`)."""
-        batch, length = ids.shape
-        if pos is None and documents is not None:
-            return document_positions(documents)
-        if pos is None:
-            if self.training and self.cfg.random_positions is not None and start == 0:
-                return sample_positions(batch, length, self.cfg.random_positions, ids.device)
-            return torch.arange(start, start + length, device=ids.device).expand(batch, length)
-        check_shape(pos, name, (batch, length), integers=True)
-        return pos.long()
-
     def _embed(self, ids: Tensor, token_type_ids: Tensor | None = None, stack: str = "encoder") -> Tensor:
         """(B, T) ids -> (B, T, d_model): the token embeddings of `stack`, plus its token-type embeddings."""
         words, types = self.token_embeddings(stack)
@@ -207,8 +158,8 @@ class Transformer(Pretrained, FamiliarNames, nn.Module):
         packed documents (see `forward`)."""
         check_token_ids(input_ids, "input_ids", self.cfg.vocab_size)
         batch, length = input_ids.shape
-        keep = self._keep(attention_mask, batch, length, "attention_mask")
-        pos = self._positions(position_ids, input_ids, 0, "position_ids", documents)
+        keep = padding_keep(attention_mask, batch, length, "attention_mask")
+        pos = input_positions(self.cfg, self.training, position_ids, input_ids, 0, documents)
         x = self._embed(input_ids, token_type_ids)
         mask = build_mask(keep, False, length, length, x.dtype, x.device, documents=documents)
         return self.encoder(
@@ -244,8 +195,8 @@ class Transformer(Pretrained, FamiliarNames, nn.Module):
         sinks = self.cfg.sink_tokens
         cached = 0 if cache is None else cache.seen
         past = max(cached - sinks, 0)
-        keep = self._keep(attention_mask, batch, past + length, "attention_mask (cached + new positions)")
-        pos = self._positions(position_ids, input_ids, past, "position_ids", documents)
+        keep = padding_keep(attention_mask, batch, past + length, "attention_mask (cached + new positions)")
+        pos = input_positions(self.cfg, self.training, position_ids, input_ids, past, documents)
         x = self._embed(input_ids, stack="decoder")
         if self.sink_tokens is not None:
             x, pos, keep = self.sink_tokens.lead(x, pos, keep, first_call=cached == 0)
@@ -264,7 +215,7 @@ class Transformer(Pretrained, FamiliarNames, nn.Module):
                     f"decoder input_ids have batch {batch}; expected the encoder input's batch, {memory.shape[0]}"
                 )
             src = memory.shape[1]
-            memory_keep = self._keep(memory_mask, batch, src, "encoder attention_mask")
+            memory_keep = padding_keep(memory_mask, batch, src, "encoder attention_mask")
             memory_attn = build_mask(memory_keep, False, length, src, x.dtype, x.device)
         hidden, attentions = self.decoder(
             x, pos, masks, cache, memory, memory_attn, output_attentions, router_logits=router_logits
@@ -310,7 +261,8 @@ class Transformer(Pretrained, FamiliarNames, nn.Module):
         check_head_options(cfg, logits_to_keep, return_logits, labels)
         if use_cache and cache is None and cfg.arch != "encoder":
             cache = self.new_cache()
-        documents, labels = self._documents(document_ids, input_ids, labels, cache)
+        stack = self.decoder if cfg.arch == "decoder" else getattr(self, "encoder", None)
+        documents, labels = packed_documents(cfg, stack, document_ids, input_ids, labels, cache)
         decoder_input_ids = self._decoder_inputs(decoder_input_ids, labels)
         routers = ([], []) if self.has_experts else (None, None)  # the encoder's router logits, the decoder's
         source = (input_ids, attention_mask, position_ids, token_type_ids)

@@ -103,11 +103,9 @@ def _pos_att_type(hf: dict) -> list[str]:
 def _norm_rel_ebd(hf: dict) -> str:
     """HF's `norm_rel_ebd` ("none", "layer_norm", or "|"-separated) -> our "none" / "layer_norm"."""
     parts = {p.strip() for p in str(hf.get("norm_rel_ebd") or "none").lower().split("|")}
-    other = sorted(parts - set(DeBERTa.norm_rel_ebd_choices))
-    if other:
-        raise unsupported(
-            MODEL_TYPE, f"norm_rel_ebd={hf['norm_rel_ebd']!r} (supported: {', '.join(DeBERTa.norm_rel_ebd_choices)})"
-        )
+    choices = DeBERTa.norm_rel_ebd_choices
+    if parts - set(choices):
+        raise unsupported(MODEL_TYPE, f"norm_rel_ebd={hf['norm_rel_ebd']!r} (supported: {', '.join(choices)})")
     return "layer_norm" if "layer_norm" in parts else "none"
 
 
