@@ -86,6 +86,8 @@ def _dense_block_mask(rule: MaskRule):
             if rule.chunk is not None:
                 lead = rule.lead()[b if rule.key_keep is not None else 0, 0]
                 seen = seen & ((kv_idx - lead) // rule.chunk == (q_idx + rule.offset - lead) // rule.chunk)
+        elif rule.window is not None:
+            seen = seen & ((kv_idx - q_idx - rule.offset).abs() < rule.window)
         if rule.documents is not None:
             seen = seen & (rule.documents[b, kv_idx] == rule.documents[b, q_idx + rule.offset])
         return seen
@@ -96,7 +98,16 @@ def _dense_block_mask(rule: MaskRule):
 
 @pytest.mark.parametrize(
     "causal, window, chunk",
-    [(False, None, None), (True, None, None), (True, 200, None), (True, 40, None), (True, None, 100), (True, 40, 256)],
+    [
+        (False, None, None),
+        (False, 200, None),
+        (False, 40, None),
+        (True, None, None),
+        (True, 200, None),
+        (True, 40, None),
+        (True, None, 100),
+        (True, 40, 256),
+    ],
 )
 @pytest.mark.parametrize("q_len, k_len", [(300, 300), (130, 390), (1, 257), (128, 256)])
 @pytest.mark.parametrize("padding", ["none", "left", "scattered"])
@@ -104,9 +115,10 @@ def test_block_mask_of_a_rule_is_the_one_pytorch_builds_from_the_dense_mask(
     causal, window, chunk, q_len, k_len, padding
 ):
     """Padding (left, or keys dropped here and there, one row losing a whole block), causal order after cached
-    keys, windows narrower and wider than a block, chunks (counted from each row's first real key) narrower and
-    wider than a block: the same partial and full blocks, in the same order."""
-    if padding == "none" and not causal:
+    keys, windows narrower and wider than a block (behind causal queries, or on both sides), chunks (counted from
+    each row's first real key) narrower and wider than a block: the same partial and full blocks, in the same
+    order."""
+    if padding == "none" and not causal and window is None:
         assert block_mask(MaskRule(q_len, k_len, torch.device("cpu"))) is None
         return
     keep = None
@@ -202,6 +214,16 @@ def test_flex_equals_sdpa_in_a_sliding_window_or_chunks_after_cached_keys(reach:
             second = model(ids[:, 4:], attention_mask=LEFT_PADDED, position_ids=SHIFTED[:, 4:], cache=cache)
             logits.append(torch.cat([first.logits, second.logits], dim=1))
     torch.testing.assert_close(logits[1], logits[0], atol=1e-5, rtol=1e-5)
+
+
+def test_flex_equals_sdpa_in_an_encoders_window_on_both_sides() -> None:
+    """A left-padded encoder whose queries see the key slots fewer than 3 away on either side (ModernBERT's local
+    layers): the block mask and mask_mod of a bidirectional window."""
+    sdpa, flex = models("relative_key_query", "encoder", sliding_window=3)
+    kwargs = inputs(sdpa.cfg)
+    kwargs.update(attention_mask=LEFT_PADDED, position_ids=SHIFTED)
+    with torch.no_grad():
+        torch.testing.assert_close(flex(**kwargs).logits, sdpa(**kwargs).logits, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["alibi", "fire", "relative_key_query"])  # a distance table, an MLP, q and k tables

@@ -92,13 +92,15 @@ def test_an_encoder_decoder_has_no_layer_types() -> None:
         config("rope", "encoder_decoder", layer_types=["a", "a"])
 
 
-def test_an_encoder_layer_cannot_slide() -> None:
-    with pytest.raises(
-        ValueError,
-        match=r"layer_settings\['a'\]: Config.sliding_window=3 is invalid: expected None "
-        r"with arch='encoder'",
-    ):
-        config("rope", "encoder", layer_types=["a", "full_attention"], layer_settings={"a": {"sliding_window": 3}})
+def test_an_encoder_layer_slides_its_own_window_on_both_sides() -> None:
+    """Local and global encoder layers (ModernBERT's): the local one sees keys fewer than 3 slots away."""
+    cfg = config("rope", "encoder", layer_types=["a", "full_attention"], layer_settings={"a": {"sliding_window": 3}})
+    model = pf.Transformer(cfg).eval()
+    assert [block.reach.window for block in model.encoder.layers] == [3, None]
+    probs = model(torch.randint(1, cfg.vocab_size, (1, 8)), output_attentions=True).attentions
+    i, j = torch.arange(8)[:, None], torch.arange(8)[None, :]
+    assert torch.equal(probs[0][0] > 0, ((i - j).abs() < 3).expand_as(probs[0][0]))
+    assert bool((probs[1] > 0).all())
 
 
 def test_the_settings_given_are_not_mutated() -> None:

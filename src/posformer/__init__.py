@@ -2,6 +2,7 @@
 
 from posformer import hf, positions
 from posformer.config import Config
+from posformer.config.irope import irope_layers
 from posformer.hf import from_hf, to_hf
 from posformer.loading import load_model as load
 from posformer.loading import load_tokenizer
@@ -14,6 +15,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Config",
+    "irope_layers",
     "Transformer",
     "ModelOutput",
     "Cache",

@@ -33,7 +33,7 @@ from posformer.modules.pointer_generator import PointerGenerator
 from posformer.modules.shift_right import shift_right
 from posformer.modules.sink_tokens import SinkTokens
 from posformer.modules.stack import Stack
-from posformer.ops.masks import KeyReach, build_mask
+from posformer.ops.masks import build_mask, reach_masks
 from posformer.ops.packing import TokenPacking
 from posformer.pretrained import Pretrained
 from posformer.utils.tensor_checks import check_in_range, check_shape, check_token_ids
@@ -161,11 +161,11 @@ class Transformer(Pretrained, FamiliarNames, nn.Module):
         keep = padding_keep(attention_mask, batch, length, "attention_mask")
         pos = input_positions(self.cfg, self.training, position_ids, input_ids, 0, documents)
         x = self._embed(input_ids, token_type_ids)
-        mask = build_mask(keep, False, length, length, x.dtype, x.device, documents=documents)
+        masks = reach_masks(self.encoder.reaches, keep, False, length, length, x.dtype, x.device, documents)
         return self.encoder(
             x,
             pos,
-            {KeyReach(): mask},
+            masks,
             need_weights=output_attentions,
             packing=TokenPacking.of(keep),
             router_logits=router_logits,
@@ -196,7 +196,7 @@ class Transformer(Pretrained, FamiliarNames, nn.Module):
         cached = 0 if cache is None else cache.seen
         past = max(cached - sinks, 0)
         keep = padding_keep(attention_mask, batch, past + length, "attention_mask (cached + new positions)")
-        pos = input_positions(self.cfg, self.training, position_ids, input_ids, past, documents)
+        pos = input_positions(self.cfg, self.training, position_ids, input_ids, past, documents, cache)
         x = self._embed(input_ids, stack="decoder")
         if self.sink_tokens is not None:
             x, pos, keep = self.sink_tokens.lead(x, pos, keep, first_call=cached == 0)
@@ -204,10 +204,7 @@ class Transformer(Pretrained, FamiliarNames, nn.Module):
             keep = cache.make_room(pos, keep)
         length = x.shape[1]
         keys = length + (0 if cache is None else len(cache))
-        masks = {
-            r: build_mask(keep, True, length, keys, x.dtype, x.device, *r, documents=documents)
-            for r in self.decoder.reaches
-        }
+        masks = reach_masks(self.decoder.reaches, keep, True, length, keys, x.dtype, x.device, documents)
         memory_attn = None
         if memory is not None:
             if memory.shape[0] != batch:
@@ -218,7 +215,7 @@ class Transformer(Pretrained, FamiliarNames, nn.Module):
             memory_keep = padding_keep(memory_mask, batch, src, "encoder attention_mask")
             memory_attn = build_mask(memory_keep, False, length, src, x.dtype, x.device)
         hidden, attentions = self.decoder(
-            x, pos, masks, cache, memory, memory_attn, output_attentions, router_logits=router_logits
+            x, pos, masks, cache, memory, memory_attn, output_attentions, router_logits=router_logits, ids=input_ids
         )
         return hidden[:, length - input_ids.shape[1] :], attentions
 

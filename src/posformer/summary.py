@@ -10,6 +10,7 @@ from posformer.config import Config
 from posformer.model import Transformer
 from posformer.modules.attention import Attention, CrossAttention
 from posformer.modules.feedforward import FeedForward
+from posformer.modules.gated_deltanet import GatedDeltaNet
 from posformer.modules.latent_attention import LatentAttention
 from posformer.modules.moe import MoEFeedForward
 from posformer.positions.contract import PositionEncoding
@@ -32,6 +33,8 @@ def component_of(model: Transformer, module: nn.Module) -> str:
         return "cross-attention" if isinstance(module, CrossAttention) else "self-attention"
     if isinstance(module, LatentAttention):
         return "self-attention"
+    if isinstance(module, GatedDeltaNet):
+        return "gated deltanet"
     if isinstance(module, (FeedForward, MoEFeedForward)):
         return "feed-forward"
     if module is model.head:

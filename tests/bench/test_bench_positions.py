@@ -7,6 +7,7 @@ import pytest
 
 from posformer.bench.positions import BASELINE, PositionsOptions, positions_config, run
 from posformer.cli import main
+from posformer.experiments.mechanism_rows import MECHANISM_ROWS
 from posformer.positions import registry
 
 TINY = dict(
@@ -19,7 +20,8 @@ def test_every_registered_encoding_is_timed_against_none(arch):
     result = run(PositionsOptions(arch=arch, **TINY))
     for phase in ("forward", "train"):
         rows = result[phase]
-        assert list(rows)[0] == BASELINE and set(rows) == set(registry.usable(arch))
+        mechanisms = set(MECHANISM_ROWS) if arch == "decoder" else set()  # the decoder's mechanism rows too
+        assert list(rows)[0] == BASELINE and set(rows) == set(registry.usable(arch)) | mechanisms
         assert rows[BASELINE]["relative"] == 1.0
         base_median = rows[BASELINE]["seconds"][0]
         for name, row in rows.items():
@@ -113,3 +115,19 @@ def test_flex_runs_the_encodings_it_takes_and_the_others_as_before():
 def test_flex_training_on_the_cpu_is_refused_with_the_remedy():
     with pytest.raises(ValueError, match="add --skip-train or --device cuda"):
         run(PositionsOptions(encodings=["alibi"], attn="flex", **TINY))
+
+
+def test_a_mechanism_row_is_its_base_encodings_model_changed_by_the_mechanism():
+    """`bench --positions` times iRoPE, gated attention and the gated DeltaNet hybrid beside the encodings, each on
+    the benchmark's model of its base encoding; an encoder has no mechanism rows."""
+    base = positions_config("none", layers=4, length=64).to_dict()
+    hybrid = positions_config("deltanet_nope", layers=4, length=64)
+    assert [c.mixer for c in hybrid.layer_configs(4)] == ["gated_deltanet"] * 3 + ["attention"]
+    assert {k for k, v in hybrid.to_dict().items() if base[k] != v} <= {
+        "layer_types",
+        "layer_settings",
+        "gated_deltanet",
+    }
+    assert positions_config("irope", layers=4, length=64).layer_configs(4)[0].attention_chunk == 16
+    with pytest.raises(ValueError, match="irope"):
+        run(PositionsOptions(arch="encoder", encodings=["irope"], **TINY))

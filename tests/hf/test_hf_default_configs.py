@@ -39,6 +39,7 @@ LLAMA_SIZES = dict(
     num_key_value_heads=2,
     max_position_embeddings=64,
 )
+V5 = int(transformers.__version__.split(".")[0]) >= 5
 T5_SIZES = dict(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=40, num_layers=2, num_heads=4)
 
 
@@ -54,6 +55,7 @@ class Case:
     # EncoderDecoderModel: the ids that count are generate's (the top-level ones, else the decoder's)
     generation_ids: bool = False
     extra: dict = field(default_factory=dict)
+    output: str = "logits"  # a base model's (the family's only class): last_hidden_state
 
 
 CASES = {
@@ -77,10 +79,25 @@ CASES = {
             v_head_dim=8,
         ),
     ),
+    # EuroBERT (transformers 5 only): its pad id (128001 by default) must lie inside the vocabulary (HF's padding_idx)
+    "eurobert": Case("EuroBertConfig", "EuroBertForMaskedLM", dict(LLAMA_SIZES, pad_token_id=VOCAB - 1)),
     # EXAONE 4: 4 layers, so that the default pattern gives local RoPE layers and a global NoPE one
     "exaone4": Case("Exaone4Config", "Exaone4ForCausalLM", dict(LLAMA_SIZES, num_hidden_layers=4)),
     # Gemma 3: 6 layers, so that the default pattern gives local layers and a global one
     "gemma3_text": Case("Gemma3TextConfig", "Gemma3ForCausalLM", dict(LLAMA_SIZES, num_hidden_layers=6)),
+    # Gemma 4 (transformers 5 only): 6 layers, so that the default pattern gives local layers and a global one; the
+    # per-layer inputs' table of the vocabulary's size (not 262144 rows); its head widths 256 and 512, per-layer
+    # inputs of 256 and proportional RoPE kept
+    "gemma4_text": Case(
+        "Gemma4TextConfig",
+        "Gemma4ForCausalLM",
+        dict(LLAMA_SIZES, num_hidden_layers=6, vocab_size_per_layer_input=VOCAB),
+    ),
+    # GLM-4.5: 16 experts (not 128) of 24 units (not 1408); its dense first layer, 8 experts per token, one group and
+    # one shared expert kept
+    "glm4_moe": Case(
+        "Glm4MoeConfig", "Glm4MoeForCausalLM", dict(LLAMA_SIZES, n_routed_experts=16, moe_intermediate_size=24)
+    ),
     "gpt2": Case(
         "GPT2Config", "GPT2LMHeadModel", dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64)
     ),
@@ -88,6 +105,11 @@ CASES = {
     # GPT-OSS: 16 experts (not 128); its default YaRN scaling, head_dim 64 and window of 128 kept
     "gpt_oss": Case("GptOssConfig", "GptOssForCausalLM", dict(LLAMA_SIZES, num_local_experts=16)),
     "llama": Case("LlamaConfig", "LlamaForCausalLM", LLAMA_SIZES),
+    # Llama 4: 4 layers, so that the default pattern gives chunked RoPE layers and a NoPE one; its 16 experts on
+    # every layer, head_dim 128 and chunks and temperature floor of 8192 kept
+    "llama4_text": Case(
+        "Llama4TextConfig", "Llama4ForCausalLM", dict(LLAMA_SIZES, num_hidden_layers=4, intermediate_size_mlp=40)
+    ),
     # Marian's pad id (58100 by default) is the last row of the embedding, which HF's nn.Embedding
     # needs inside the vocabulary (padding_idx): it moves with the vocabulary size.
     "marian": Case(
@@ -109,6 +131,9 @@ CASES = {
         seq2seq=True,
     ),
     "mistral": Case("MistralConfig", "MistralForCausalLM", LLAMA_SIZES),
+    # ModernBERT: its pad id (50283 by default) inside the vocabulary (HF's padding_idx); its 2 layers: a global one
+    # and a local one with the default window of 128 and RoPE bases of 160k and 10k
+    "modernbert": Case("ModernBertConfig", "ModernBertForMaskedLM", dict(BERT_SIZES, pad_token_id=VOCAB - 1)),
     "mixtral": Case("MixtralConfig", "MixtralForCausalLM", LLAMA_SIZES),
     "mt5": Case("MT5Config", "MT5ForConditionalGeneration", T5_SIZES, seq2seq=True),
     # Olmo 3: 4 layers, so that the default pattern gives local layers and a global one
@@ -117,9 +142,33 @@ CASES = {
     "phi3": Case("Phi3Config", "Phi3ForCausalLM", dict(LLAMA_SIZES, pad_token_id=VOCAB - 1, eos_token_id=VOCAB - 1)),
     "qwen2": Case("Qwen2Config", "Qwen2ForCausalLM", LLAMA_SIZES),
     "qwen3": Case("Qwen3Config", "Qwen3ForCausalLM", LLAMA_SIZES),
+    # Qwen3.5's text model (transformers 5 only): 4 layers, so that the default pattern gives three gated DeltaNet
+    # layers and a gated attention one; its head_dim 256, DeltaNet sizes and M-RoPE section [11, 11, 10] kept
+    "qwen3_5_text": Case("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", dict(LLAMA_SIZES, num_hidden_layers=4)),
+    # Qwen3-Next: 4 layers (three gated DeltaNet layers, then gated attention); 16 experts (not 512) of 24 units
+    # (not 512) and a shared expert of 24; its 10 experts per token, head_dim 256 and DeltaNet sizes kept
+    "qwen3_next": Case(
+        "Qwen3NextConfig",
+        "Qwen3NextForCausalLM",
+        dict(
+            LLAMA_SIZES,
+            num_hidden_layers=4,
+            num_experts=16,
+            moe_intermediate_size=24,
+            shared_expert_intermediate_size=24,
+        ),
+    ),
     # Qwen3-MoE: 16 experts (not 128) of 24 units (not 768); its 8 experts per token kept
     "qwen3_moe": Case(
         "Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(LLAMA_SIZES, num_experts=16, moe_intermediate_size=24)
+    ),
+    # 4.57.6's Qwen3VLTextModel reads mrope_section from rope_scaling and fails when the config has none (its
+    # default): there it gets transformers' default section written out; 5.x builds from the defaults alone
+    "qwen3_vl_text": Case(
+        "Qwen3VLTextConfig",
+        "Qwen3VLTextModel",
+        dict(LLAMA_SIZES, **({} if V5 else {"rope_scaling": {"rope_type": "default", "mrope_section": [24, 20, 20]}})),
+        output="last_hidden_state",
     ),
     "roberta": Case("RobertaConfig", "RobertaForMaskedLM", BERT_SIZES, right_padded_only=True),
     # SmolLM3's pad id (128004 by default) must lie inside the vocabulary (HF's padding_idx); 4 layers: the
@@ -178,9 +227,11 @@ def test_every_mapped_family_has_a_case():
 @pytest.mark.parametrize("family", sorted(CASES))
 def test_against_hf_default_config(tmp_path, family):
     case = CASES[family]
+    if not hasattr(transformers, case.config_class):
+        pytest.skip(f"transformers {transformers.__version__} has no {case.config_class} (5.x has)")
     hf = _hf_model(case)
     batch, extra = _inputs(case)
-    model = check_family(hf, getattr(transformers, case.model_class), tmp_path, batch, **extra)
+    model = check_family(hf, getattr(transformers, case.model_class), tmp_path, batch, case.output, **extra)
     written = getattr(transformers, case.config_class).from_pretrained(tmp_path / "roundtrip")
     expected = hf.config
     if case.generation_ids:

@@ -354,3 +354,13 @@ def test_each_encoding_builds_alone_from_sizes(name: str) -> None:
 def test_sizes_refuse_a_size_that_is_not_a_positive_integer() -> None:
     with pytest.raises(ValueError, match=r"Sizes.n_heads=0 is invalid: expected an integer >= 1"):
         pf.positions.Sizes(d_model=8, n_heads=0, head_dim=2)
+
+
+@pytest.mark.parametrize("name, arch", CASES)
+def test_position_ids_with_axes_are_refused_by_every_encoding_that_reads_one(name: str, arch: str) -> None:
+    """Multi-axis ids (3, B, T) are M-RoPE's (`rope` with an mrope_section); every other encoding names itself."""
+    model = pf.Transformer(config(name, arch)).eval()
+    kwargs = inputs(model.cfg)
+    axes = torch.arange(7).expand(3, 2, 7)
+    with pytest.raises(ValueError, match=rf"(?s)position={name!r}.*mrope_section"):
+        model(**kwargs, position_ids=axes)

@@ -23,6 +23,8 @@ from typing import Any
 from posformer import positions
 from posformer.bench.memory_probe import PEERS
 from posformer.bench.options import FeedForwardShapeOptions, ReportOptions
+from posformer.bench.positions import check_rows, default_rows
+from posformer.experiments.mechanism_rows import MECHANISM_ROWS, row_base
 from posformer.utils.limits import MAX_BATCH, MAX_LENGTH, MAX_SECONDS
 from posformer.utils.options import check_options, option
 from posformer.utils.progress import progress_bar
@@ -41,7 +43,8 @@ class MemoryOptions(ReportOptions, FeedForwardShapeOptions):
     threads: int | None = 2
     encodings: list[str] | None = option(
         None,
-        f"encodings to measure beside none (default: every registered decoder one: {', '.join(positions.names())})",
+        f"encodings to measure beside none (default: every registered decoder one: {', '.join(positions.names())}; "
+        f"and the mechanisms {', '.join(MECHANISM_ROWS)})",
         metavar="NAME",
     )
     lengths: list[int] = option(
@@ -84,16 +87,14 @@ def run(options: MemoryOptions) -> dict[str, Any]:
     """Measure every cell; the result holds the setup and `cells`: [{model, encoding, phase, length, peak_mb,
     seconds} or {..., error}], in the order measured."""
     check_options(options)
-    names = [BASELINE] + [n for n in (options.encodings or positions.usable("decoder")) if n != BASELINE]
-    unknown = sorted(set(names) - set(positions.names()))
-    if unknown:
-        raise ValueError(f"unknown encoding(s) {unknown}: expected names from {', '.join(positions.names())}")
+    names = [BASELINE] + [n for n in (options.encodings or default_rows("decoder")) if n != BASELINE]
+    check_rows(names)
     shape = dict(
         d_model=options.d_model, layers=options.layers, heads=options.heads, d_ff=options.d_ff, vocab=options.vocab
     )
     models = [("posformer", name) for name in names]
     if options.whole_bias:
-        models += [("whole", name) for name in names if positions.get(name).adds_bias]
+        models += [("whole", name) for name in names if positions.get(row_base(name)).adds_bias]
     models += [("hf", name) for name in names if options.peers and name in PEERS]
     if options.activation_checkpointing:
         models += [(CHECKPOINTED[m], e) for m, e in models if m in CHECKPOINTED]

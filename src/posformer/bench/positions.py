@@ -22,6 +22,7 @@ from posformer import positions
 from posformer.bench.options import DeviceOptions, LlamaShapeOptions, ReportOptions
 from posformer.bench.runtime import PRECISIONS, Runtime
 from posformer.bench.speed import time_phases, torch_threads
+from posformer.experiments.mechanism_rows import MECHANISM_ROWS, row_base, with_mechanism
 from posformer.utils.options import check_options, option
 
 BASELINE = "none"
@@ -38,7 +39,8 @@ class PositionsOptions(ReportOptions, DeviceOptions, LlamaShapeOptions):
     encodings: list[str] | None = option(
         None,
         "encodings to measure (none is always measured, as the baseline); default: every registered one that "
-        f"--arch can use ({', '.join(positions.names())})",
+        f"--arch can use ({', '.join(positions.names())}), and for a decoder the mechanisms "
+        f"({', '.join(MECHANISM_ROWS)}: `posformer.experiments.mechanism_rows`)",
         metavar="NAME",
     )
     arch: str = option("decoder", "the stack(s) every model has", choices=ARCHS)
@@ -63,14 +65,15 @@ def positions_config(
 ) -> pf.Config:
     """The benchmark model with encoding `position`: the `llama` preset's parts (RMSNorm pre-norm, SwiGLU,
     no biases) at the given size, no dropout, SDPA wherever the encoding allows it; with attn "flex",
-    FlexAttention for the encodings it takes (`flex_compatible`)."""
+    FlexAttention for the encodings it takes (`flex_compatible`). A mechanism row (`experiments.mechanism_rows`)
+    is its base encoding's model changed by the mechanism, with `length` as its training length."""
     extra: dict[str, Any] = {}
     if arch == "encoder_decoder":
         extra = dict(n_decoder_layers=layers, pad_token_id=0, decoder_start_token_id=0)
-    return pf.Config.preset(
+    cfg = pf.Config.preset(
         "llama",
         arch=arch,
-        position=position,
+        position=row_base(position),
         vocab_size=vocab,
         d_model=d_model,
         n_layers=layers,
@@ -84,29 +87,41 @@ def positions_config(
         attn_impl=attention_of(position, attn),
         **extra,
     )
+    return with_mechanism(position, cfg, length)
 
 
 def attention_of(position: str, attn: str) -> str:
     """The attention a model of encoding `position` runs when the benchmark asks for `attn`: "flex" where
     the encoding takes it, else "sdpa" (which the model itself turns to "eager" where SDPA cannot take
     the encoding's terms)."""
-    return "flex" if attn == "flex" and positions.get(position).flex_compatible() else "sdpa"
+    return "flex" if attn == "flex" and positions.get(row_base(position)).flex_compatible() else "sdpa"
 
 
 def _runs_as(position: str, attn: str) -> str:
     """The attention kernel the model of `position` really runs, for the report."""
     chosen = attention_of(position, attn)
-    return chosen if chosen == "flex" or positions.get(position).sdpa_compatible else "eager"
+    return chosen if chosen == "flex" or positions.get(row_base(position)).sdpa_compatible else "eager"
 
 
 def _encodings(options: PositionsOptions) -> list[str]:
     """The encodings to measure, `none` first; ValueError naming a bad option or an unknown encoding."""
     check_options(options)
-    encodings = positions.usable(options.arch) if options.encodings is None else options.encodings
-    unknown = sorted(set(encodings) - set(positions.names()))
-    if unknown:
-        raise ValueError(f"unknown encoding(s) {unknown}: expected names from {', '.join(positions.names())}")
+    encodings = default_rows(options.arch) if options.encodings is None else options.encodings
+    check_rows(encodings, options.arch)
     return [BASELINE] + [name for name in dict.fromkeys(encodings) if name != BASELINE]
+
+
+def default_rows(arch: str) -> list[str]:
+    """Every registered encoding `arch` can use, and for a decoder the mechanism rows."""
+    return positions.usable(arch) + (list(MECHANISM_ROWS) if arch == "decoder" else [])
+
+
+def check_rows(rows: list[str], arch: str = "decoder") -> None:
+    """A ValueError naming any row that is neither a registered encoding nor, for a decoder, a mechanism."""
+    known = positions.names() + (list(MECHANISM_ROWS) if arch == "decoder" else [])
+    unknown = sorted(set(rows) - set(known))
+    if unknown:
+        raise ValueError(f"unknown encoding(s) {unknown} for arch={arch!r}: expected names from {', '.join(known)}")
 
 
 def _relative(times: dict[str, list[float]], tokens: int) -> dict[str, dict[str, Any]]:

@@ -43,15 +43,29 @@ class Config:
     `qk_norm_over` says over what: "head" (each head's vector, as above) or "projection" (the whole query
     projection, n_heads * head_dim features, and the whole key projection, n_kv_heads * head_dim, before the
     split into heads: Olmo 2 and 3); other than "head" only with `qk_norm`.
+    `qk_norm_kind` says with what: "norm" (the `norm` kind, with its weights, as above) or "l2" (no weights:
+    x / sqrt(mean(x^2) + norm_eps), in float32, Llama 4's `L2Norm` on its RoPE layers; the same before or after a
+    rotation, which keeps each head's norm); other than "norm" only with `qk_norm`.
     `key_smear` mixes each key with its predecessor's through a learned per-head weight before the position
     encoding (Olsson et al.'s smeared keys, `posformer.modules.key_smear`): one layer can then match a query
     against the token before each key, as induction heads do. No Hugging Face family has it (`to_hf` refuses).
-    `sliding_window` W limits the decoder's self-attention to each query's last W tokens, itself
-    included (Mistral; `posformer.ops.masks.build_mask`), counted over the cache and the input; the
-    KV cache keeps every key and the mask hides the older ones. None: no window.
+    `sliding_window` W limits self-attention to the keys fewer than W slots from the query: in a decoder each
+    query's last W tokens, itself included (Mistral; `posformer.ops.masks.build_mask`), counted over the cache and
+    the input, the KV cache keeping every key and the mask hiding the older ones; in an encoder the W - 1 tokens on
+    either side of the query and itself, 2W - 1 slots (ModernBERT's local layers: W = local_attention // 2 + 1).
+    Slots count pads, as Hugging Face counts them. None: no window.
     `attention_sinks` gives each self-attention layer one learned logit per head that joins the softmax's
     denominator, a key every query sees with a value of zero (GPT-OSS's `sinks`): a head can then attend to
     nothing. Its attention runs the eager kernel (`posformer.ops.softmax_attention`), in blocks of queries.
+    `attention_output_gate` multiplies each self-attention head's output, before the output projection, by
+    sigmoid(x W_g), a gate of head_dim features per head computed from the layer's input x (Qwen3-Next's gated
+    attention); W_g is the last n_heads * head_dim rows of the fused `qkv` projection (q, k, v, then the gate).
+    `values_from_keys` makes the values the key projection's output, before QK-norm and the position encoding, with
+    no value projection (Gemma 4's `attention_k_eq_v`); `value_norm` divides each head's value vector by its root
+    mean square, without weights, in float32 (Gemma 4's `v_norm`). `kv_sources` (one entry per layer, None or an
+    earlier layer's index j) makes a layer attend over the keys and values layer j made in the same forward
+    instead of its own: KV sharing, Gemma 4's `num_kv_shared_layers` (`posformer.config.kv_sharing`,
+    `posformer.modules.shared_kv`). None: every layer makes its own.
     `sink_tokens` n prepends n learned embeddings to every sequence of a decoder (arch "decoder"), at positions
     0..n-1 before the first input token, which then sits at position n (StreamingLLM's learnable sink token, Xiao
     et al. 2024; x-transformers' memory tokens). Every query sees them; their outputs are dropped, so the logits,
@@ -67,9 +81,11 @@ class Config:
     (Ruoss et al. 2023; `posformer.modules.random_positions`); evaluation keeps 0..T-1. None: off.
     `layer_types` labels each layer of the stack (arch decoder or encoder; one label per layer), and
     `layer_settings` maps a label to the fields its layers use instead of the config's own: `position`,
-    `position_params`, `sliding_window`, `query_temperature` (NoPE layers: {"position": "none"}; Gemma 3's
-    local layers: a window and their own RoPE base). Each label is one of `layer_settings` or "full_attention",
-    which keeps the config's own (a mistyped label is refused, not taken for the config's own). The
+    `position_params`, `sliding_window`, `attention_chunk`, `query_temperature`, `qk_norm`, `qk_norm_kind`,
+    `mixer`, `d_head`, `n_kv_heads`, `d_ff`, `values_from_keys` (NoPE layers: {"position": "none"}; Gemma 3's
+    local layers: a window and their own RoPE base; Gemma 4's global layers: a wider head; Llama 4's iRoPE:
+    `posformer.config.irope.irope_layers`). Each label is one of `layer_settings` or "full_attention", which keeps
+    the config's own (a mistyped label is refused, not taken for the config's own). The
     stack resolves each layer's config once, when it is built (`layer_config`); the config's own `position`
     embeds the tokens.
     `norm` "rmsnorm_unit_offset" is RMSNorm whose scale is 1 + weight, in float32 (Gemma).
@@ -88,18 +104,44 @@ class Config:
     times it to the loss. `router_bias` gives the router a bias; `router_softmax` "top_k" weights a token's
     experts by the softmax over their k logits alone (GPT-OSS; "all": over every expert's, as above);
     `expert_activation` "swiglu_clamped" makes each expert GPT-OSS's clamped SwiGLU instead of `activation`
-    (`posformer.modules.moe.clamped_swiglu`). These fields other than their defaults need `n_experts`.
+    (`posformer.modules.moe.clamped_swiglu`); `router_softmax` "sigmoid_input" (Llama 4) passes each of a token's
+    top-k logits through a sigmoid and scales its expert's input by it, not its output, the weights not normalised.
+    `shared_expert_d_ff` F gives each expert layer a shared expert: a feed-forward of F hidden units (`activation`,
+    `ffn_bias`) that every token goes through, its output added to the experts' (Llama 4's `shared_expert`).
+    `shared_expert_gate` scales the shared expert's output by sigmoid(x w) before it is added, w a learned vector
+    of d_model (one scalar gate per token; Qwen3-Next's `shared_expert_gate`); needs `shared_expert_d_ff`.
+    `sigmoid_router` {"groups", "top_groups", "scale"} routes by DeepSeek-V3's sigmoid scores instead of a softmax:
+    a bias that steers the choice only, the top k within the best groups, the weights scaled
+    (`posformer.modules.sigmoid_router`, `posformer.config.sigmoid_router`; DeepSeek-V3, GLM-4.5).
+    These fields other than their defaults need `n_experts`.
     `latent_attention` {"q_lora_rank", "kv_lora_rank", "nope_dim", "v_dim"} makes self-attention multi-head
     latent attention (MLA, DeepSeek-V2/V3; `posformer.modules.latent_attention`, `posformer.config.latent`):
     keys and values made from one low-rank latent, whose KV cache keeps that latent and one shared rope key per
     token; `d_head` is then the rope width of a head. None: ordinary attention.
+    `mixer` "gated_deltanet" (default "attention") mixes the tokens of a layer by the gated delta rule instead of
+    self-attention (Qwen3-Next's and Qwen3.5's linear-attention layers; `posformer.modules.gated_deltanet`,
+    `posformer.config.linear_attention`): a state per head, decayed and corrected at each token, after a short
+    causal convolution; no position encoding, no attention weights, a state of fixed size in the KV cache, arch
+    decoder. Usually a per-layer setting: `layer_settings={"linear_attention": {"mixer": "gated_deltanet"}}`.
+    `gated_deltanet` {"key_heads", "value_heads", "key_dim", "value_dim", "conv_kernel", "chunk_size"} sizes those
+    layers (None, or any key left out: n_heads, key_heads, d_head, key_dim, 4, 64), resolved when a layer uses it.
     `scale_embeddings` multiplies token embeddings by sqrt(d_model) (Vaswani et al.).
+    `per_layer_inputs` {"dim": P, "vocab_size": V} gives each layer of a decoder P features of each token of its
+    own, from a table and a projection of the token embeddings, mixed into the residual stream after the layer's
+    feed-forward (Gemma 4's per-layer embeddings; `posformer.modules.per_layer_inputs`,
+    `posformer.config.per_layer_inputs`). None: none. `layer_scalars` gives each layer a stored scalar (a buffer,
+    1 at first) that multiplies its output, the whole residual stream (Gemma 4's `layer_scalar`).
     `parallel_residual` computes attention and FFN from the same input,
     x + attn(norm1(x)) + ffn(norm2(x)) (GPT-NeoX, GPT-J); pre-norm, no cross-attention.
     `head_bias` gives the LM head a bias (Marian's `final_logits_bias`, BERT's `cls.predictions.bias`).
     `head_transform` makes an LM head (causal_lm, seq2seq_lm) first apply BERT's prediction-head
-    transform: dense (d_model -> d_model), the activation, LayerNorm (BertLMHeadModel); the
-    masked_lm head always has it.
+    transform: dense (d_model -> d_model), the activation, LayerNorm (BertLMHeadModel); the span_qa head too
+    (ModernBertForQuestionAnswering). Its LayerNorm has a bias with `norm_bias`, its dense with
+    `head_transform_bias` (ModernBERT's `classifier_bias`). `mlm_head` says what the masked_lm head is: "bert",
+    the transform and a bias whatever `head_transform` and `head_bias` say (BERT), or "lm", an LM head that
+    follows them (EuroBERT: the projection alone; ModernBERT: the transform, and the decoder's bias).
+    `first_attn_norm` False leaves out the norm before the first layer's self-attention (norm_placement "pre"),
+    whose input the embedding norm (`embed_norm`) has just normalised (ModernBERT).
     `pointer_generator` (encoder_decoder with the seq2seq_lm head only) lets the decoder copy source tokens: its
     logits are the log-probabilities of a mixture of the LM head's distribution and an attention over the
     encoder's input tokens (See et al. 2017; `posformer.modules.pointer_generator`). No Hugging Face family has it.
@@ -115,6 +157,8 @@ class Config:
     LM head (T5 v1.0, Mesh TensorFlow).
     `logit_scale` multiplies the logits of a causal or seq2seq LM head (Cohere's `logit_scale`); other heads
     ignore it. Other than 1 only for a head without bias or transform (the head scales its input).
+    `logit_softcap` c caps the logits of a causal or seq2seq LM head smoothly: c * tanh(logits / c) (Gemma 2 and
+    4's `final_logit_softcapping`). None: no cap.
     `init` picks the weight initialisation (`posformer.modules.init`): "normal" draws every
     linear and embedding weight from N(0, init_std); "t5" is Mesh TensorFlow's
     fan-in scheme that T5 (attention scale 1.0) needs to train from scratch.
@@ -144,6 +188,7 @@ class Config:
     norm_placement: str = "pre"
     final_norm: bool | None = None
     embed_norm: bool = False
+    first_attn_norm: bool = True
     activation: str = "gelu"
     dropout: float = 0.0
     attention_dropout: float = 0.0
@@ -160,21 +205,33 @@ class Config:
     router_bias: bool = False
     router_softmax: str = "all"
     expert_activation: str | None = None
+    shared_expert_d_ff: int | None = None
+    shared_expert_gate: bool = False
+    sigmoid_router: dict | None = None
     attn_scale: float | None = None
     qk_norm: bool = False
     qk_norm_over: str = "head"
+    qk_norm_kind: str = "norm"
     key_smear: bool = False
     sliding_window: int | None = None
     attention_chunk: int | None = None
     attention_sinks: bool = False
+    attention_output_gate: bool = False
+    values_from_keys: bool = False
+    value_norm: bool = False
+    kv_sources: list[int | None] | None = None
     sink_tokens: int = 0
     query_temperature: dict | None = None
     latent_attention: dict | None = None
+    mixer: str = "attention"
+    gated_deltanet: dict | None = None
     random_positions: int | None = None
     layer_types: list[str] | None = None
     layer_settings: dict = field(default_factory=dict)
     attn_impl: str = "sdpa"
     scale_embeddings: bool = False
+    per_layer_inputs: dict | None = None
+    layer_scalars: bool = False
     parallel_residual: bool = False
     tie_embeddings: bool = True
     separate_decoder_embeddings: bool = False
@@ -182,8 +239,11 @@ class Config:
     encoder_span_loss: float = 0.0
     head_bias: bool = False
     head_transform: bool = False
+    head_transform_bias: bool = True
+    mlm_head: str = "bert"
     scale_tied_head: bool = False
     logit_scale: float = 1.0
+    logit_softcap: float | None = None
     type_vocab_size: int = 0
     head: str | None = None
     num_labels: int = 2
@@ -246,7 +306,7 @@ class Config:
         settings = self.layer_settings.get(label) if label is not None else None
         if not settings:
             return self
-        return dataclasses.replace(self, layer_types=None, layer_settings={}, **settings)
+        return dataclasses.replace(self, layer_types=None, layer_settings={}, kv_sources=None, **settings)
 
     def layer_configs(self, n_layers: int) -> list["Config"]:
         """The config of each of a stack's `n_layers` layers: by `layer_types` (one object per label), else self."""

@@ -9,8 +9,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from posformer import positions
 from posformer.config.experts import check_experts
+from posformer.config.kv_sharing import check_kv_sharing
 from posformer.config.latent import check_latent_attention
 from posformer.config.layers import check_layer_types
+from posformer.config.linear_attention import check_gated_deltanet
+from posformer.config.per_layer_inputs import check_per_layer_inputs
 from posformer.utils.limits import MODEL_SIZES
 from posformer.utils.validation import check_choice, check_field_kinds, check_int, check_number, fail, is_int, is_number
 
@@ -21,9 +24,11 @@ ARCHS = ("encoder", "decoder", "encoder_decoder")
 NORMS = ("layernorm", "rmsnorm", "rmsnorm_unit_offset", "deepnorm")
 NORM_PLACEMENTS = ("post", "pre", "sandwich", "output")
 QK_NORM_OVER = ("head", "projection")
+QK_NORM_KINDS = ("norm", "l2")  # the config's `norm` with its weights, or Llama 4's weightless L2 norm
 ATTN_IMPLS = ("sdpa", "eager", "flex")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swish", "silu", "glu", "swiglu", "geglu", "geglu_tanh", "reglu")
 INITS = ("normal", "t5")
+MLM_HEADS = ("bert", "lm")  # BERT's masked-LM head, or one that follows head_transform and head_bias
 HEADS = ("causal_lm", "masked_lm", "seq2seq_lm", "span_qa", "classification", "none")
 DEFAULT_HEAD = {"encoder": "masked_lm", "decoder": "causal_lm", "encoder_decoder": "seq2seq_lm"}
 # whether each stack an arch builds is causal, the decoder first (what an encoding's `check_config` is told)
@@ -62,9 +67,11 @@ def _check_choices(cfg: Config) -> None:
         ("norm", NORMS),
         ("norm_placement", NORM_PLACEMENTS),
         ("qk_norm_over", QK_NORM_OVER),
+        ("qk_norm_kind", QK_NORM_KINDS),
         ("activation", ACTIVATIONS),
         ("attn_impl", ATTN_IMPLS),
         ("init", INITS),
+        ("mlm_head", MLM_HEADS),
     ):
         check_choice(f"Config.{name}", getattr(cfg, name), allowed)
     if cfg.head is not None and cfg.head not in HEADS:
@@ -135,9 +142,8 @@ def _check_attention(cfg: Config) -> None:
         _fail("attention_sinks", True, "False with attn_impl='flex' (the sinks run the eager kernel)")
     if cfg.attention_sinks and positions.get(cfg.position).attention is positions.AttentionKind.OWN_WEIGHTS:
         _fail("attention_sinks", True, f"False with position={cfg.position!r}, whose weights are no softmax")
-    for name in ("sliding_window", "attention_chunk"):
-        if getattr(cfg, name) is not None and cfg.arch == "encoder":
-            _fail(name, getattr(cfg, name), "None with arch='encoder' (it limits a decoder's causal self-attention)")
+    if cfg.attention_chunk is not None and cfg.arch == "encoder":
+        _fail("attention_chunk", cfg.attention_chunk, "None with arch='encoder' (it limits causal self-attention)")
     if cfg.d_head is None and cfg.d_model % cfg.n_heads != 0:
         _fail("n_heads", cfg.n_heads, f"a divisor of d_model={cfg.d_model} (or set d_head)")
     if cfg.n_heads % cfg.kv_heads != 0:
@@ -153,8 +159,12 @@ def _check_norms_and_heads(cfg: Config) -> None:
     for name in ("norm_eps", "init_std"):
         check_number(f"Config.{name}", getattr(cfg, name), 0.0, low_open=True)
     check_number("Config.logit_scale", cfg.logit_scale, 0.0, low_open=True)
+    if cfg.logit_softcap is not None:
+        check_number("Config.logit_softcap", cfg.logit_softcap, 0.0, low_open=True)
     if cfg.logit_scale != 1 and (cfg.head_bias or cfg.head_transform):
         _fail("logit_scale", cfg.logit_scale, "1 with an LM head bias or transform (it scales the head's input)")
+    if not cfg.first_attn_norm and cfg.norm_placement != "pre":
+        _fail("first_attn_norm", False, "True unless norm_placement='pre' (it leaves out a pre-norm)")
     if cfg.attn_scale is not None and not (is_number(cfg.attn_scale) and cfg.attn_scale > 0):
         _fail("attn_scale", cfg.attn_scale, "a number > 0, or None for 1/sqrt(d_head)")
     if cfg.qk_norm_over != "head" and not cfg.qk_norm:
@@ -163,6 +173,8 @@ def _check_norms_and_heads(cfg: Config) -> None:
             cfg.qk_norm_over,
             "'head' unless qk_norm=True (it says what QK-norm normalises; there is none)",
         )
+    if cfg.qk_norm_kind != "norm" and not cfg.qk_norm:
+        _fail("qk_norm_kind", cfg.qk_norm_kind, "'norm' unless qk_norm=True (it says how QK-norm normalises)")
     if cfg.parallel_residual and (cfg.norm_placement != "pre" or cfg.arch == "encoder_decoder"):
         _fail("parallel_residual", True, "False unless norm_placement='pre' and arch is 'encoder' or 'decoder'")
     if cfg.pointer_generator not in (True, False):
@@ -204,5 +216,8 @@ def _check_stacks(cfg: Config) -> None:
         )
     check_experts(cfg)
     check_latent_attention(cfg)
+    check_gated_deltanet(cfg)
+    check_kv_sharing(cfg)
+    check_per_layer_inputs(cfg)
 
     # ------------------------------------------------------------- round trips

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from posformer.config.sigmoid_router import check_sigmoid_router
 from posformer.utils.limits import MODEL_SIZES
 from posformer.utils.validation import check_int, check_number, fail, is_int
 
@@ -21,8 +22,13 @@ EXPERT_FIELDS: dict[str, Any] = {
     "router_bias": False,
     "router_softmax": "all",
     "expert_activation": None,
+    "shared_expert_d_ff": None,
+    "shared_expert_gate": False,
+    "sigmoid_router": None,
 }
-ROUTER_SOFTMAX = ("all", "top_k")  # the softmax over every expert's logit, or over a token's top k only
+# the softmax over every expert's logit, over a token's top k only, or a sigmoid of each top-k logit that scales
+# its expert's input (Llama 4)
+ROUTER_SOFTMAX = ("all", "top_k", "sigmoid_input")
 EXPERT_ACTIVATIONS = ("swiglu_clamped",)  # units of the experts other than `Config.activation`'s
 
 
@@ -43,12 +49,17 @@ def check_experts(cfg: "Config") -> None:
     k = cfg.experts_per_token
     if not (is_int(k) and 1 <= k <= cfg.n_experts):
         fail("Config.experts_per_token", k, f"an integer in [1, n_experts={cfg.n_experts}] (the experts of a token)")
-    if cfg.expert_d_ff is not None:
-        check_int("Config.expert_d_ff", cfg.expert_d_ff, maximum=MODEL_SIZES["expert_d_ff"])
+    for name in ("expert_d_ff", "shared_expert_d_ff"):
+        if getattr(cfg, name) is not None:
+            check_int(f"Config.{name}", getattr(cfg, name), maximum=MODEL_SIZES["expert_d_ff"])
+    if cfg.shared_expert_gate and cfg.shared_expert_d_ff is None:
+        why = "False without shared_expert_d_ff (it gates the shared expert)"
+        fail("Config.shared_expert_gate", cfg.shared_expert_gate, why)
     if cfg.router_softmax not in ROUTER_SOFTMAX:
         fail("Config.router_softmax", cfg.router_softmax, f"one of {ROUTER_SOFTMAX}")
     if cfg.expert_activation is not None and cfg.expert_activation not in EXPERT_ACTIVATIONS:
         fail("Config.expert_activation", cfg.expert_activation, f"None or one of {EXPERT_ACTIVATIONS}")
+    check_sigmoid_router(cfg)
     layers = cfg.moe_layers
     if layers is None:
         return

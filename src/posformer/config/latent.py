@@ -31,6 +31,7 @@ LATENT_UNSUPPORTED: dict[str, Any] = {
     "qk_norm": False,
     "key_smear": False,
     "attention_sinks": False,
+    "attention_output_gate": False,
     "query_temperature": None,
     "init": "normal",
 }

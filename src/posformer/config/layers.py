@@ -12,7 +12,20 @@ from posformer.utils.validation import fail
 if TYPE_CHECKING:
     from posformer.config import Config
 
-LAYER_FIELDS = ("position", "position_params", "sliding_window", "attention_chunk", "query_temperature")
+LAYER_FIELDS = (
+    "position",
+    "position_params",
+    "sliding_window",
+    "attention_chunk",
+    "query_temperature",
+    "qk_norm",
+    "qk_norm_kind",
+    "mixer",
+    "d_head",
+    "n_kv_heads",
+    "d_ff",
+    "values_from_keys",
+)
 KEEPS_OWN = "full_attention"  # the label of a layer with the config's own settings (Hugging Face's name for it)
 
 

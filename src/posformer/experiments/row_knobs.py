@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from posformer.config import Config
+from posformer.experiments.mechanism_rows import MECHANISM_ROWS, row_base, with_mechanism
 from posformer.utils.limits import MAX_HEADS, MAX_LAYERS, MAX_LENGTH, MAX_WIDTH
 from posformer.utils.options import option
 
@@ -19,7 +20,9 @@ class RowKnobs:
     row's. An experiment may give a knob a default of its own (`positions: list[str] = field(...)`)."""
 
     positions: list[str] = option(
-        default_factory=lambda: list(DEFAULT_ROWS), help="comma-separated rows (registered encodings)", metavar="ROW"
+        default_factory=lambda: list(DEFAULT_ROWS),
+        help=f"comma-separated rows: registered encodings, or mechanisms ({', '.join(MECHANISM_ROWS)})",
+        metavar="ROW",
     )
     train_len: int = option(128, "training length L", minimum=1, maximum=MAX_LENGTH)
     eval_lens: list[int] | None = option(
@@ -39,16 +42,17 @@ class RowKnobs:
     )
 
     def row_config(self, position: str, vocab_size: int, max_positions: int, d_ff: int, **extra: Any) -> Config:
-        """Row `position`'s decoder, identical for every row but the encoding (and its `position_params`): every
-        row's shape, pre-norm RMSNorm, SwiGLU, no biases, tied embeddings; `extra`: the experiment's own fields."""
-        return Config(
+        """Row `position`'s decoder, identical for every row but the encoding (and its `position_params`), or the
+        mechanism (`mechanism_rows`): every row's shape, pre-norm RMSNorm, SwiGLU, no biases, tied embeddings;
+        `extra`: the experiment's own fields."""
+        cfg = Config(
             arch="decoder",
             vocab_size=vocab_size,
             d_model=self.d_model,
             n_layers=self.layers,
             n_heads=self.heads,
             d_ff=d_ff,
-            position=position,
+            position=row_base(position),
             position_params=dict(self.position_params.get(position) or {}),
             max_positions=max_positions,
             norm="rmsnorm",
@@ -60,3 +64,4 @@ class RowKnobs:
             tie_embeddings=True,
             **extra,
         )
+        return with_mechanism(position, cfg, self.train_len)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from posformer import positions
 from posformer.utils.validation import check_token_in_vocabulary
 
 
@@ -22,14 +23,21 @@ class Decoding:
     every step's logits are those of a full pass; only such a decoder keeps every token so far (`sequence`).
     """
 
-    def __init__(self, model, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int) -> None:
+    def __init__(
+        self,
+        model,
+        input_ids: Tensor,
+        attention_mask: Tensor | None,
+        max_new_tokens: int,
+        position_ids: Tensor | None = None,
+    ) -> None:
         self.model = model
         self.cfg = cfg = model.cfg
         self.source = input_ids
         batch = input_ids.shape[0]
         if cfg.arch == "decoder":
             self.mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()
-            self.pos = (self.mask.cumsum(-1) - 1).clamp(min=0)
+            self.pos = (self.mask.cumsum(-1) - 1).clamp(min=0) if position_ids is None else position_ids.long()
             self.tokens = self.sequence = input_ids
             self.stale_beyond = model.decoder.stale_beyond()
         else:
@@ -62,7 +70,7 @@ class Decoding:
         new = new[:, None]
         if self.cfg.arch == "decoder":
             self.mask = torch.cat((self.mask, self.mask.new_ones(new.shape)), dim=1)
-            self.pos = self.pos[:, -1:] + 1
+            self.pos = self._next_positions()
             if self.stale_beyond is not None:
                 self.sequence = torch.cat((self.sequence, new), dim=1)
             if self.stale_beyond is not None and self.model.decoder.stale_at(
@@ -85,10 +93,18 @@ class Decoding:
             self.length += 1
         return out.logits[:, -1].float()
 
+    def _next_positions(self) -> Tensor:
+        """The position ids of one new token per row: the last one's + 1, (B, 1); after ids with axes (M-RoPE),
+        the largest position so far on any axis + 1, on all three, (3, B, 1) (`Cache.next_axes_position`)."""
+        if self.pos.dim() == 3:
+            return positions.continued_axes(self.cache.next_axes_position, 1)
+        return self.pos[:, -1:] + 1
+
     def reorder(self, index: Tensor) -> None:
         """Keep rows `index` (B',) of the batch, in that order, in the cache and the decoding state."""
         self.cache.reorder(index)
         self.source = self.source[index]
         if self.cfg.arch == "decoder":
-            self.mask, self.pos, self.sequence = self.mask[index], self.pos[index], self.sequence[index]
+            self.mask, self.sequence = self.mask[index], self.sequence[index]
+            self.pos = self.pos[:, index] if self.pos.dim() == 3 else self.pos[index]
         self.tokens = self.tokens[index]

@@ -145,6 +145,20 @@ def _check_prompt(input_ids: Tensor, attention_mask: Tensor | None) -> None:
         fail("attention_mask", shape, f"None or a tensor of input_ids' shape {tuple(input_ids.shape)}")
 
 
+def _check_prompt_positions(position_ids: Tensor | None, input_ids: Tensor, arch: str) -> None:
+    """position_ids None, or the prompt's (B, T) or (3, B, T) integer ids, for a decoder."""
+    if position_ids is None:
+        return
+    if arch != "decoder":
+        fail("position_ids", "given", "None for an encoder-decoder (its decoder counts its own positions)")
+    shapes = (tuple(input_ids.shape), (3, *input_ids.shape))
+    if not isinstance(position_ids, Tensor) or tuple(position_ids.shape) not in shapes:
+        shape = tuple(position_ids.shape) if isinstance(position_ids, Tensor) else type(position_ids).__name__
+        fail("position_ids", shape, f"None or integer ids of shape {shapes[0]} or, with axes (M-RoPE), {shapes[1]}")
+    if position_ids.is_floating_point() or position_ids.is_complex() or position_ids.dtype == torch.bool:
+        fail("position_ids", position_ids.dtype, "integer positions")
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -164,6 +178,7 @@ def generate(
     num_return_sequences: int = 1,
     return_scores: bool = False,
     min_new_tokens: int = 0,
+    position_ids: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Generate up to `max_new_tokens` tokens after input_ids (B, T).
 
@@ -186,6 +201,10 @@ def generate(
 
     min_new_tokens: no eos id can be chosen before this many new tokens (HF's
     `min_new_tokens`); scores still use the unmasked log-probs.
+
+    position_ids (decoder): the prompt's, (B, T), or with axes (3, B, T) for M-RoPE (`positions.mrope`: text and
+    images), whose new tokens then go on from the prompt's largest position + 1 on every axis, as Hugging Face's
+    rope deltas do; None: each row's real tokens counted from 0 (left padding skipped).
 
     return_scores: return (sequences, scores) with scores (B',) float32. Greedy and
     sampling: the sum of the chosen tokens' log-probs (log_softmax of the float32
@@ -212,6 +231,7 @@ def generate(
         generator,
     )
     _check_prompt(input_ids, attention_mask)
+    _check_prompt_positions(position_ids, input_ids, cfg.arch)
     _check_length(max_new_tokens, input_ids.shape[1] if cfg.arch == "decoder" else 1)
     eos = _eos_ids(eos_token_id, cfg.eos_token_id, cfg.vocab_size)
     pad = _pad_id(pad_token_id, cfg, eos)
@@ -222,7 +242,9 @@ def generate(
             input_ids = input_ids.repeat_interleave(num_return_sequences, dim=0)
             if attention_mask is not None:
                 attention_mask = attention_mask.repeat_interleave(num_return_sequences, dim=0)
-        state = Decoding(model, input_ids, attention_mask, max_new_tokens)
+            if position_ids is not None:
+                position_ids = position_ids.repeat_interleave(num_return_sequences, dim=position_ids.dim() - 2)
+        state = Decoding(model, input_ids, attention_mask, max_new_tokens, position_ids)
         if max_new_tokens == 0:
             tokens = state.tokens.repeat_interleave(num_return_sequences if num_beams > 1 else 1, dim=0)
             scores = torch.zeros(tokens.shape[0], device=tokens.device)

@@ -160,13 +160,37 @@ def from_hf(
 
 def _without_a_family(cfg: Config) -> list[tuple[str, Any]]:
     """The (field, value) pairs of `cfg`, or of one of its layer types, that its family of `to_hf` cannot write:
-    smeared keys, sink tokens, a pointer-generator, chunked attention, learned attention sinks (but in a family that
-    has them: gpt_oss)."""
+    smeared keys, sink tokens, a pointer-generator, gated attention, learned attention sinks (but in a family that
+    has them: gpt_oss), and chunked attention, an L2 QK-norm or a QK-norm on some layers only (but in a family
+    that writes them, `Family.writes`: llama4_text); KV sharing, per-layer inputs, layer scalars, a value norm, a
+    logit soft cap, values from the keys and head or FFN sizes of some layers only (gemma4_text writes them); gated
+    attention and gated DeltaNet layers (qwen3_next and qwen3_5_text write them), a gated shared expert (qwen3_next)."""
+    family = FAMILIES.get(cfg.hf_model_type)
+    writes = () if family is None else family.writes + (("attention_sinks",) if family.attention_sinks else ())
+    names = ("key_smear", "sink_tokens", "pointer_generator", "attention_output_gate", "attention_sinks")
+    names += ("sigmoid_router",)  # DeepSeek-V3's router, which the softmax-routed families cannot write
+    names += ("shared_expert_gate",)  # Qwen3-Next's gate on the shared expert
+    names += ("kv_sources", "per_layer_inputs", "layer_scalars", "value_norm", "logit_softcap")  # Gemma 4's
+    found = [(name, getattr(cfg, name)) for name in names if getattr(cfg, name) and name not in writes]
     layers = cfg.layer_configs(cfg.decoder_layers)
-    sinks = cfg.hf_model_type in FAMILIES and FAMILIES[cfg.hf_model_type].attention_sinks
-    names = ("key_smear", "sink_tokens", "pointer_generator") + (() if sinks else ("attention_sinks",))
-    found = [(name, getattr(cfg, name)) for name in names if getattr(cfg, name)]
-    return found + [("attention_chunk", c.attention_chunk) for c in layers if c.attention_chunk is not None][:1]
+    per_layer = {
+        "attention_chunk": [c.attention_chunk for c in layers if c.attention_chunk is not None],
+        "qk_norm_kind": [c.qk_norm_kind for c in layers if c.qk_norm_kind != "norm"],
+        "mixer": [c.mixer for c in layers if c.mixer != "attention"],  # gated DeltaNet layers
+        "values_from_keys": [True for c in layers if c.values_from_keys],  # Gemma 4's attention_k_eq_v
+        **{  # sizes of some layers only (Gemma 4's global head width, double-wide FFNs)
+            name: [getattr(c, name) for c in layers if getattr(c, name) != getattr(cfg, name)]
+            for name in ("d_head", "n_kv_heads", "d_ff")
+        },
+    }
+    found += [(name, values[0]) for name, values in per_layer.items() if values and name not in writes]
+    if "qk_norm" not in writes:
+        found += [
+            (f"layer_settings[{label!r}]['qk_norm']", settings["qk_norm"])
+            for label, settings in cfg.layer_settings.items()
+            if settings.get("qk_norm", cfg.qk_norm) != cfg.qk_norm
+        ][:1]
+    return found
 
 
 def to_hf(
@@ -214,7 +238,7 @@ def to_hf(
         )
     hf_config = family.config_to_hf(cfg)
     if rope_parameters and "rope_parameters" not in hf_config:  # a family may write v5's form itself
-        if "rope_theta" not in hf_config:
+        if "rope_theta" not in hf_config and "global_rope_theta" not in hf_config:
             raise UnsupportedCheckpoint(
                 f"to_hf(rope_parameters=True): {cfg.hf_model_type} has no RoPE settings "
                 f"to write (position={cfg.position!r})"

@@ -67,6 +67,26 @@ INTEGER_KEYS = (
     "qk_nope_head_dim",
     "v_head_dim",
     "first_k_dense_replace",
+    "n_routed_experts",
+    "n_shared_experts",
+    "n_group",
+    "topk_group",
+    "num_nextn_predict_layers",
+    "num_mtp_layers",
+    "hidden_size_per_layer_input",
+    "vocab_size_per_layer_input",
+    "num_kv_shared_layers",
+    "global_head_dim",
+    "num_global_key_value_heads",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+    "full_attention_interval",
+    "shared_expert_intermediate_size",
+    "local_attention",
+    "global_attn_every_n_layers",
 )
 NUMBER_KEYS = (
     "rms_norm_eps",
@@ -90,6 +110,13 @@ NUMBER_KEYS = (
     "logit_scale",
     "router_aux_loss_coef",
     "router_jitter_noise",
+    "routed_scaling_factor",
+    "final_logit_softcapping",
+    "norm_eps",
+    "global_rope_theta",
+    "local_rope_theta",
+    "embedding_dropout",
+    "mlp_dropout",
 )
 BOOL_KEYS = (
     "tie_word_embeddings",
@@ -102,7 +129,6 @@ BOOL_KEYS = (
     "position_biased_input",
     "add_cross_attention",
     "use_parallel_residual",
-    "use_bidirectional_attention",
     "scale_embedding",
     "scale_attn_weights",
     "scale_attn_by_inverse_layer_idx",
@@ -113,6 +139,13 @@ BOOL_KEYS = (
     "norm_topk_prob",
     "output_router_logits",
     "rope_interleave",
+    "use_qk_norm",
+    "attention_k_eq_v",
+    "enable_moe_block",
+    "use_double_wide_mlp",
+    "norm_bias",
+    "classifier_bias",
+    "decoder_bias",
 )
 STRING_KEYS = (
     "model_type",
@@ -122,15 +155,17 @@ STRING_KEYS = (
     "position_embedding_type",
     "feed_forward_proj",
     "norm_rel_ebd",
+    "classifier_activation",
 )
-MAPPING_KEYS = ("rope_scaling", "rope_parameters")
+MAPPING_KEYS = ("rope_scaling", "rope_parameters", "per_layer_config")
 LIST_KEYS = ("layer_types", "no_rope_layers", "architectures", "mlp_only_layers")
 
 
 def check_hf_config_kinds(hf: dict[str, Any], path: str) -> None:
     """Raise `ValueError` naming `path` and the key when a known key of config.json has a value of the wrong kind
     (`eos_token_id` may be an id or a list of ids; `pos_att_type` a string or a list; `sliding_window_pattern` an
-    integer or a string, EXAONE 4's "LLLG")."""
+    integer or a string, EXAONE 4's "LLLG"; `use_bidirectional_attention` a bool or a string, Gemma 4's "vision"
+    or "all")."""
     checks = [
         (INTEGER_KEYS, is_int, "an integer"),
         (NUMBER_KEYS, is_number, "a finite number"),
@@ -150,6 +185,9 @@ def check_hf_config_kinds(hf: dict[str, Any], path: str) -> None:
     pattern = hf.get("sliding_window_pattern")
     if pattern is not None and not (is_int(pattern) or isinstance(pattern, str)):
         fail(f"{path}: sliding_window_pattern", pattern, "an integer or a string (or null)")
+    bidirectional = hf.get("use_bidirectional_attention")
+    if bidirectional is not None and not isinstance(bidirectional, (bool, str)):
+        fail(f"{path}: use_bidirectional_attention", bidirectional, "true, false or a string (or null)")
     pos_att = hf.get("pos_att_type")
     if pos_att is not None and not (
         isinstance(pos_att, str) or isinstance(pos_att, list) and all(isinstance(p, str) for p in pos_att)

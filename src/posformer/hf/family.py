@@ -38,6 +38,12 @@ class Family:
       `Config.latent_attention` for the families whose attention is not).
     attention_sinks: whether the family's attention has learned sinks (`to_hf` refuses `Config.attention_sinks`
       for the families that have none).
+    writes: the per-layer settings `to_hf` refuses for the families that have none and this family writes:
+      "attention_chunk" (chunked attention), "qk_norm_kind" (an L2 QK-norm), "qk_norm" (on some layers only);
+      and "sigmoid_router" (DeepSeek-V3's router, `Config.sigmoid_router`: glm4_moe); Gemma 4's "kv_sources",
+      "per_layer_inputs", "layer_scalars", "value_norm", "logit_softcap", "values_from_keys" and per-layer
+      "d_head", "n_kv_heads", "d_ff" (gemma4_text); "attention_output_gate" (gated attention) and "mixer" (gated
+      DeltaNet layers): qwen3_next, qwen3_5_text; "shared_expert_gate" (a gated shared expert): qwen3_next.
     """
 
     model_types: tuple[str, ...]
@@ -52,6 +58,7 @@ class Family:
     experts: bool = False
     latent_attention: bool = False
     attention_sinks: bool = False
+    writes: tuple[str, ...] = ()
 
 
 FAMILIES: dict[str, Family] = {}

@@ -25,6 +25,12 @@ def _resolved(cfg: Config) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if k not in TRAINING_ONLY}
 
 
+def differing_fields(cfg: Config, back: Config) -> list[str]:
+    """The fields in which `back` (`cfg` written by a family and read back) describes another model than `cfg`."""
+    ours, theirs = _resolved(cfg), _resolved(back)
+    return [k for k in ours if ours[k] != theirs.get(k)]
+
+
 def _misfit(cfg: Config, model_type: str) -> str | None:
     """Why `model_type` cannot write `cfg` (None when it can)."""
     candidate = cfg.replace(hf_model_type=model_type)
@@ -33,8 +39,7 @@ def _misfit(cfg: Config, model_type: str) -> str | None:
         back = family.config_from_hf(family.config_to_hf(candidate))
     except (UnsupportedCheckpoint, ValueError) as err:
         return str(err)
-    ours, theirs = _resolved(candidate), _resolved(back)
-    differ = [k for k in ours if ours[k] != theirs.get(k)]
+    differ = differing_fields(candidate, back)
     return f"it reads back other {', '.join(differ)}" if differ else None
 
 

@@ -36,15 +36,47 @@ SCALING_KEYS = {
 }
 
 
+KNOWN_TYPES = ("default", "proportional", *SCALING_KEYS)
+LAYER_TYPES = ("full_attention", "sliding_attention")  # the entries of the families that nest by layer type
+
+
+def _check_v5_params(params: dict, hf: dict) -> None:
+    """Refuse, by name, what would otherwise leave a layer on another RoPE than the config says: an entry of an
+    unknown `rope_type` (read or not), a dict that mixes flat keys with entries by layer type, and an entry for a
+    layer type the config does not have (a misspelt label, whose layers would take the default)."""
+    model_type = hf.get("model_type", "?")
+    nested = {key: value for key, value in params.items() if isinstance(value, dict)}
+    flat = [key for key, value in params.items() if not isinstance(value, dict) and value is not None]
+    if nested and flat:
+        raise unsupported(
+            model_type,
+            f"rope_parameters that mix flat keys ({', '.join(flat)}) with entries by layer type ({', '.join(nested)})",
+        )
+    known = set(LAYER_TYPES) | set(hf.get("layer_types") or ())
+    for key in nested:
+        if key not in known:
+            raise unsupported(
+                model_type,
+                f"rope_parameters[{key!r}], an entry for a layer type the config does not have "
+                f"(its layer types: {', '.join(sorted(known))})",
+            )
+    for where, entry in (nested or {None: params}).items():
+        kind = entry.get("rope_type", entry.get("type", "default"))
+        if kind not in KNOWN_TYPES:
+            name = "rope_parameters" + ("" if where is None else f"[{where!r}]")
+            raise unsupported(model_type, f"{name} of rope_type {kind!r} (supported: {', '.join(KNOWN_TYPES)})")
+
+
 def _v5_params(hf: dict, layer_type: str | None) -> dict | None:
     """v5's `rope_parameters` for `layer_type`: the flat dict, or the entry of a dict nested by layer type
-    ("full_attention" when no type is named); None in a v4 config."""
+    ("full_attention" when no type is named); None in a v4 config. Every entry is checked (`_check_v5_params`)."""
     params = hf.get("rope_parameters")
     if not isinstance(params, dict):
         return None
-    if params and all(isinstance(value, dict) for value in params.values()):  # nested by layer type
+    _check_v5_params(params, hf)
+    if any(isinstance(value, dict) for value in params.values()):  # nested by layer type (None: no entry)
         key = layer_type or "full_attention"
-        if key not in params:
+        if not isinstance(params.get(key), dict):
             raise unsupported(
                 hf.get("model_type", "?"), f"rope_parameters without an entry for {key!r} (it has {', '.join(params)})"
             )
@@ -130,6 +162,11 @@ def rope_to_hf(cfg: Config, partial: bool = False) -> dict:
     """The `rope_theta` / `rope_scaling` / `max_position_embeddings` (and `partial_rotary_factor`) entries of a
     v4 HF config. `partial`: the family rotates part of each head (transformers 4.57.6's others fail on it)."""
     params = cfg.position_params
+    if params.get("mrope_section") is not None:
+        raise UnsupportedCheckpoint(
+            f"to_hf: {cfg.hf_model_type} has no multi-axis RoPE (mrope_section={params['mrope_section']}; "
+            "qwen3_vl_text has)"
+        )
     if params.get("rotary_fraction", 1.0) != 1.0 and not partial:
         raise UnsupportedCheckpoint(
             f"to_hf: {cfg.hf_model_type} rotates every dimension of a head in transformers "
@@ -176,15 +213,18 @@ def rope_to_hf(cfg: Config, partial: bool = False) -> dict:
 
 
 def v5_rope_parameters(hf_config: dict) -> dict:
-    """A config written in v4's form (`rope_theta`, `rope_scaling`, `partial_rotary_factor`, and Gemma 3's
-    `rope_local_base_freq`) in v5's: one `rope_parameters` dict, nested by layer type when the layers have two
-    RoPE settings. LongRoPE's `original_max_position_embeddings` goes inside too, and stays at the top."""
+    """A config written in v4's form (`rope_theta`, `rope_scaling`, `partial_rotary_factor`, Gemma 3's
+    `rope_local_base_freq`, ModernBERT's `global_rope_theta` and `local_rope_theta`) in v5's: one
+    `rope_parameters` dict, nested by layer type when the layers have two RoPE settings (ModernBERT's scaling on
+    both, as transformers 4.57.6 and 5 apply it). LongRoPE's `original_max_position_embeddings` goes inside too, and
+    stays at the top."""
     out = dict(hf_config)
     scaling = out.pop("rope_scaling", None) or {}
     kind = scaling.get("rope_type", scaling.get("type", "default"))
+    two_bases = "global_rope_theta" in out  # ModernBERT's
     params = {
         "rope_type": kind,
-        "rope_theta": out.pop("rope_theta"),
+        "rope_theta": out.pop("global_rope_theta" if two_bases else "rope_theta"),
         **{key: value for key, value in scaling.items() if key not in ("type", "rope_type")},
     }
     if "partial_rotary_factor" in out:
@@ -194,5 +234,7 @@ def v5_rope_parameters(hf_config: dict) -> dict:
     local = out.pop("rope_local_base_freq", None)
     if local is not None:
         params = {"full_attention": params, "sliding_attention": {"rope_type": "default", "rope_theta": local}}
+    if two_bases:
+        params = {"full_attention": params, "sliding_attention": {**params, "rope_theta": out.pop("local_rope_theta")}}
     out["rope_parameters"] = params
     return out

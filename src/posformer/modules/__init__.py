@@ -10,6 +10,7 @@ kernel `attend`), then the smaller parts:
 | blocks | `Block`: self-attention, optional cross-attention and a feed-forward network |
 | attention | `SelfAttention`, `CrossAttention` (MHA, GQA, MQA) over one kernel, `attend` |
 | latent_attention | `LatentAttention`: multi-head latent attention (MLA) and its compressed KV cache |
+| gated_deltanet | `GatedDeltaNet`: a layer that mixes tokens by the gated delta rule instead of attention |
 | bias_blocks | attention with a position bias in blocks of queries, each asking for its own rows of the bias |
 | cache | the KV cache: keys, values and key positions per layer, allocated once |
 | feedforward | the position-wise feed-forward network and its activations |

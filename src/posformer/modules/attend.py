@@ -17,6 +17,7 @@ from posformer.modules.bias_blocks import ValuesTerm
 from posformer.ops.causal_blocks import causal_blocks_attention, query_blocks, use_causal_blocks
 from posformer.ops.cpu_half_attention import cpu_half_attention, use_cpu_half_attention
 from posformer.ops.flex import ScoreMod, flex_attend
+from posformer.ops.mask_blocks import mask_blocks_attention, use_mask_blocks
 from posformer.ops.masks import AttentionMask, causal_additive
 from posformer.ops.softmax_attention import softmax_attention
 
@@ -41,7 +42,8 @@ def attend(
     `values` term needs the probabilities, or learned `sinks` (H,) join the softmax's denominator) or "flex"
     (`posformer.ops.flex`: the bias given as `score_mod` instead, no dropout). Queries that `mask.query_keep`
     drops get a zero output. On the CPU, a causal mask runs in blocks of queries where that pays
-    (`posformer.ops.causal_blocks`).
+    (`posformer.ops.causal_blocks`); a mask with a rule (windows, chunks, documents, padding) too large to hold
+    whole, in blocks of queries over the keys they may see (`posformer.ops.mask_blocks`).
 
     Returns the output (B, H, T, dh) and, with kernel "eager", the probabilities (B, H, T, S).
     """
@@ -64,6 +66,8 @@ def _sdpa(
         return cpu_half_attention(q, k, v, _combine(bias, mask, q, k), scale, dropout)
     if use_causal_blocks(q, bias, mask.is_causal):
         return causal_blocks_attention(q, k, v, bias, scale, dropout)
+    if use_mask_blocks(q, k, mask, bias):
+        return mask_blocks_attention(q, k, v, mask, scale, dropout)
     additive = mask.additive if bias is None else _combine(bias, mask, q, k)
     return F.scaled_dot_product_attention(
         q,

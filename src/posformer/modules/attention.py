@@ -16,8 +16,9 @@ from posformer.modules.attend import attend
 from posformer.modules.bias_blocks import BiasRows, ValuesTerm, attend_in_bias_blocks, bias_block_rows
 from posformer.modules.cache import LayerCache, MemoryCache
 from posformer.modules.key_smear import KeySmear, predecessor_real
-from posformer.modules.norms import make_norm
+from posformer.modules.norms import L2Norm, make_qk_norm
 from posformer.modules.position_attention import Heads, strategy_for
+from posformer.modules.shared_kv import KVShare
 from posformer.ops.flex import ScoreMod
 from posformer.ops.linear import Linear
 from posformer.ops.masks import AttentionMask
@@ -47,11 +48,12 @@ class Attention(nn.Module):
 
     def _head_norms(self, cfg: Config) -> None:
         """`q_norm` and `k_norm` (Config.qk_norm; None without), after the projections, before `out`: over each
-        head's head_dim features, or over the whole projection (Config.qk_norm_over="projection")."""
+        head's head_dim features, or over the whole projection (Config.qk_norm_over="projection"); the config's
+        norm, or Llama 4's weightless L2 norm (Config.qk_norm_kind="l2")."""
         per_head = self.qk_norm == "head"
         q_dim, kv_dim = (self.head_dim, self.head_dim) if per_head else (self.q_dim, self.kv_dim)
-        self.q_norm = make_norm(cfg, q_dim) if self.qk_norm else None
-        self.k_norm = make_norm(cfg, kv_dim) if self.qk_norm else None
+        self.q_norm = make_qk_norm(cfg, q_dim) if self.qk_norm else None
+        self.k_norm = make_qk_norm(cfg, kv_dim) if self.qk_norm else None
 
     def _heads(self, x: Tensor, n_heads: int) -> Tensor:
         """(B, T, n * dh) -> (B, n, T, dh)."""
@@ -117,14 +119,28 @@ class SelfAttention(Attention):
 
     One fused `qkv` projection. The encoding is held, not registered: the stack
     owns it (one copy in `state_dict`, `parameters()` and `.to()`).
+
+    `kv_share` (`Config.kv_sources`, `modules.shared_kv`): a layer that reads an earlier layer's keys and values has
+    no key or value rows in `qkv`, no `k_norm`, and rotates its queries alone; a source lends its own. With
+    `Config.values_from_keys` `qkv` has no value rows: the values are the key rows' output.
     """
 
-    def __init__(self, cfg: Config, position: PositionEncoding, layer: int) -> None:
+    def __init__(self, cfg: Config, position: PositionEncoding, layer: int, kv_share: KVShare | None = None) -> None:
         super().__init__(cfg)
-        self.qkv = Linear(cfg.d_model, self.q_dim + 2 * self.kv_dim, bias=cfg.qkv_bias)
+        self.kv_share = kv_share
+        self.reads_shared = kv_share is not None and kv_share.reads
+        self.values_from_keys = cfg.values_from_keys
+        k_rows = 0 if self.reads_shared else self.kv_dim
+        v_rows = 0 if self.reads_shared or cfg.values_from_keys else self.kv_dim
+        # the rows of q, k and v, and with Config.attention_output_gate those of each head's output gate
+        self.qkv_sizes = (self.q_dim, k_rows, v_rows) + ((self.q_dim,) if cfg.attention_output_gate else ())
+        self.qkv = Linear(cfg.d_model, sum(self.qkv_sizes), bias=cfg.qkv_bias)
         if cfg.attention_sinks:  # GPT-OSS: one learned logit per head in the softmax's denominator
             self.sinks = nn.Parameter(torch.randn(self.n_heads) * cfg.init_std)
         self._head_norms(cfg)
+        if self.reads_shared:
+            self.k_norm = None
+        self.v_norm = L2Norm(cfg.norm_eps) if cfg.value_norm and not self.reads_shared else None
         self.out = self._output_projection(cfg)
         self.key_smear = KeySmear(self.n_kv_heads) if cfg.key_smear else None
         object.__setattr__(self, "position", position)
@@ -141,26 +157,49 @@ class SelfAttention(Attention):
         need_weights: bool = False,
         packing: TokenPacking | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """x: (B, T, d_model) at positions pos: (B, T), after the `cache`d keys (mask covers both);
+        """x: (B, T, d_model) at positions pos: (B, T), or (3, B, T) with axes (M-RoPE), after the `cache`d keys
+        (mask covers both);
         with a `packing`, x holds its real tokens only: (N, d_model).
 
         Returns the output, shaped as x, and, with `need_weights`, the probabilities (B, H, T, S).
         """
-        q, k, v = self._unpacked(self.qkv(x), packing).split((self.q_dim, self.kv_dim, self.kv_dim), dim=-1)
-        q, k = self._normed_heads(q, self.n_heads, self.q_norm), self._normed_heads(k, self.n_kv_heads, self.k_norm)
-        v = self._heads(v, self.n_kv_heads)  # q: (B, H, T, dh); k, v: (B, Hkv, T, dh)
-        if self.key_smear is not None:
-            k = self._smeared(k, mask, cache)
-        q, k = self.position.rotate(q, k, pos, pos, self.layer)
+        q, k, v, *gate = self._unpacked(self.qkv(x), packing).split(self.qkv_sizes, dim=-1)
+        q = self._normed_heads(q, self.n_heads, self.q_norm)  # (B, H, T, dh)
+        if self.reads_shared:  # the queries alone: the keys come rotated from their source
+            q = self.position.rotate(q, q[:, :0], pos, pos, self.layer)[0]
+        else:
+            k, v = self._own_keys_and_values(k, v, mask, cache)  # (B, Hkv, T, dh)
+            q, k = self.position.rotate(q, k, pos, pos, self.layer)
+        pos = positions.token_positions(pos)  # (B, T): ids with axes (M-RoPE) have served the rotation
         if self.temperature is not None:
             q = (q * positions.query_temperature(pos, **self.temperature)).to(q.dtype)
         q_terms, k_terms = self.strategy.token_terms(x, packing)
         k_pos = pos
-        if cache is not None:
+        if self.reads_shared:
+            k, v, k_pos = self.kv_share.store.read(self.kv_share.source)  # (B, Hkv, S, dh), cached keys included
+        elif cache is not None:
             k, v, k_pos = cache.append(k, v, pos, k_terms)  # k, v: (B, Hkv, S, dh), the cached keys first
             k_terms = cache.terms
+        if self.kv_share is not None and self.kv_share.lends:
+            self.kv_share.store.lend(self.kv_share.layer, k, v, k_pos)
         out, probs = self.strategy(self, Heads(q, k, v, pos, k_pos, q_terms, k_terms), mask, need_weights)
+        if gate:  # Config.attention_output_gate: each head's output (B, H, T, dh) times sigmoid of its gate
+            out = out * torch.sigmoid(self._heads(gate[0], self.n_heads))
         return self._project(out, packing), probs
+
+    def _own_keys_and_values(
+        self, k: Tensor, v: Tensor, mask: AttentionMask, cache: LayerCache | None
+    ) -> tuple[Tensor, Tensor]:
+        """The layer's keys and values (B, Hkv, T, dh) from its projections k, v (B, T, Hkv * dh) (v empty with
+        `Config.values_from_keys`: the values are k as projected): QK-norm and any smear on the keys,
+        `Config.value_norm` on the values."""
+        v = self._heads(k if self.values_from_keys else v, self.n_kv_heads)
+        if self.v_norm is not None:
+            v = self.v_norm(v)
+        k = self._normed_heads(k, self.n_kv_heads, self.k_norm)
+        if self.key_smear is not None:
+            k = self._smeared(k, mask, cache)
+        return k, v
 
     def _smeared(self, k: Tensor, mask: AttentionMask, cache: LayerCache | None) -> Tensor:
         """k (B, Hkv, T, dh) mixed with each predecessor's key: the cache's last key before the first; the cache

@@ -7,6 +7,7 @@ Shapes: B batch, Hkv key/value heads, S positions filled so far, C capacity
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -16,6 +17,20 @@ from posformer.utils.validation import check_int, fail
 # keys_seen(k_pos, q_pos): k_pos (B, S) the cached keys' positions, q_pos (B, T) the next queries' -> (B, S) bool,
 # whether a query at q_pos or later may still see each key (`positions.streaming.ForgetsKeys`)
 KeysSeen = Callable[[Tensor, Tensor], Tensor]
+
+
+@dataclass
+class RecurrentState:
+    """What a gated DeltaNet layer (`modules.gated_deltanet`) carries from one call to the next instead of keys:
+    conv (B, C, K - 1) the last K - 1 inputs of its causal convolution (C channels, K taps), zeros before the first
+    token; memory (B, H, dk, dv) the gated delta rule's state of each head, in float32."""
+
+    conv: Tensor
+    memory: Tensor
+
+    def reorder(self, index: Tensor) -> RecurrentState:
+        """Select batch rows: index (B',)."""
+        return RecurrentState(self.conv.index_select(0, index), self.memory.index_select(0, index))
 
 
 class LayerCache:
@@ -39,6 +54,10 @@ class LayerCache:
 
     k and v may differ in heads and width: a latent-attention layer (`modules.latent_attention`) keeps its
     rotated shared rope key as k (B, 1, C, r) and its latent as v (B, 1, C, kv_lora_rank).
+
+    `recurrent` (`RecurrentState`): the state of a layer that mixes tokens by a recurrence instead of attention
+    (`modules.gated_deltanet`), None before its first call and for every other layer. Such a layer records its
+    positions alone (`append_positions`), so that the cache counts, drops and reorders them as every layer's.
     """
 
     def __init__(self, capacity: int | None = None) -> None:
@@ -51,6 +70,7 @@ class LayerCache:
         self._pos: Tensor | None = None
         self._terms: Tensor | None = None
         self.last_key: Tensor | None = None
+        self.recurrent: RecurrentState | None = None
 
     def __len__(self) -> int:
         return self.length
@@ -90,6 +110,12 @@ class LayerCache:
         self.length = end
         return self.k, self.v, self.pos
 
+    def append_positions(self, pos: Tensor) -> None:
+        """Record positions pos (B, T) for a layer that keeps no keys (it keeps `recurrent`): keys and values of
+        width zero, which hold no memory."""
+        empty = pos.new_empty(pos.shape[0], 0, pos.shape[1], 0, dtype=torch.float32)
+        self.append(empty, empty, pos)
+
     def reorder(self, index: Tensor) -> None:
         """Select batch rows (beam search): index (B',); the buffers keep their capacity."""
         if self._k is not None:
@@ -98,9 +124,14 @@ class LayerCache:
             self._terms = self._terms.index_select(0, index)
         if self.last_key is not None:
             self.last_key = self.last_key.index_select(0, index)
+        if self.recurrent is not None:
+            self.recurrent = self.recurrent.reorder(index)
 
     def keep_slots(self, index: Tensor) -> None:
-        """Keep the filled slots `index` (S',) long, increasing, at the front of the buffers; drop the others."""
+        """Keep the filled slots `index` (S',) long, increasing, at the front of the buffers; drop the others. A
+        layer that keeps nothing (it reads another's keys, `Config.kv_sources`) has no slots to keep."""
+        if self._k is None:
+            return
         kept = index.numel()
         self._k[:, :, :kept] = self._k[:, :, index]
         self._v[:, :, :kept] = self._v[:, :, index]
@@ -154,6 +185,10 @@ class Cache:
     call the cache drops the keys no query of that call or later sees (`make_room`), the same slots in every layer,
     so that it holds a bounded number of keys however long the decoding. `len(cache)` counts the keys held,
     `seen` every position given to it.
+
+    `next_axes_position` (B,): once a call gave ids with axes (M-RoPE, (3, B, T)), the largest position given so
+    far, over every axis, plus one: where a later call without position ids goes on, as Hugging Face's rope
+    deltas do (`Transformer.decode`). None until then.
     """
 
     def __init__(self, n_layers: int, capacity: int | None = None, keys_seen: KeysSeen | None = None) -> None:
@@ -165,6 +200,7 @@ class Cache:
         self.keys_seen = keys_seen
         self.dropped = 0
         self._columns: Tensor | None = None  # (S,): the index among the positions given of each slot held
+        self.next_axes_position: Tensor | None = None
 
     def __len__(self) -> int:
         """How many positions the self-attention cache holds."""
@@ -207,3 +243,11 @@ class Cache:
             self.encoder_hidden = self.encoder_hidden[index]
         if self.encoder_mask is not None:
             self.encoder_mask = self.encoder_mask[index]
+        if self.next_axes_position is not None:
+            self.next_axes_position = self.next_axes_position[index]
+
+    def record_axes(self, pos: Tensor) -> None:
+        """After a call at ids with axes pos (3, B, T): keep the largest position so far + 1 (`next_axes_position`)."""
+        following = pos.amax(dim=(0, 2)) + 1
+        last = self.next_axes_position
+        self.next_axes_position = following if last is None else torch.maximum(last, following)

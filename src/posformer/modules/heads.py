@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -17,6 +19,15 @@ IGNORE_INDEX = -100
 TOKEN_HEADS = ("causal_lm", "seq2seq_lm", "masked_lm")  # heads with a logit per position and token
 
 
+def prediction_transform(cfg: Config) -> tuple[Linear, Callable[[Tensor], Tensor], nn.LayerNorm]:
+    """BERT's prediction-head transform, LayerNorm(act(dense(h))), as its three parts: dense (d_model -> d_model,
+    a bias with `Config.head_transform_bias`), the activation (`Config.activation`, GELU for a gated one) and
+    LayerNorm (a bias with `Config.norm_bias`)."""
+    dense = Linear(cfg.d_model, cfg.d_model, bias=cfg.head_transform_bias)
+    act = ACTIVATION_FNS.get(cfg.activation, ACTIVATION_FNS["gelu"])
+    return dense, act, nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.norm_bias)
+
+
 class LMHead(nn.Module):
     """Hidden states to vocabulary logits: (B, T, d_model) -> (B, T, vocab). Causal and seq2seq LM.
 
@@ -25,21 +36,22 @@ class LMHead(nn.Module):
     `cls.predictions.transform`). With `Config.scale_tied_head` (T5 v1.0) and tied embeddings
     the hidden states are multiplied by d_model**-0.5; `Config.head_bias` adds a bias (Marian, BERT).
     `Config.logit_scale` (Cohere) multiplies the logits: without a bias, the same as multiplying h.
+    `Config.logit_softcap` c caps them: c * tanh(logits / c) (Gemma 4); its loss then holds the logits.
     """
 
     def __init__(self, cfg: Config) -> None:
         super().__init__()
         self.transform = cfg.head_transform
         if self.transform:
-            self.dense = Linear(cfg.d_model, cfg.d_model)
-            self.act = ACTIVATION_FNS.get(cfg.activation, ACTIVATION_FNS["gelu"])
-            self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+            self.dense, self.act, self.norm = prediction_transform(cfg)
         self.proj = Linear(cfg.d_model, cfg.vocab_size, bias=cfg.head_bias)
         tied_scale = cfg.d_model**-0.5 if cfg.scale_tied_head and cfg.tie_embeddings else 1.0
         self.input_scale = tied_scale * cfg.logit_scale
+        self.softcap = cfg.logit_softcap
 
     def forward(self, h: Tensor) -> Tensor:
-        return self.proj(self.features(h))
+        logits = self.proj(self.features(h))
+        return logits if self.softcap is None else self.softcap * torch.tanh(logits / self.softcap)
 
     def features(self, h: Tensor) -> Tensor:
         """What the vocabulary projection reads: h after the transform and the tied-head scaling, (B, T, d_model)."""
@@ -50,8 +62,10 @@ class LMHead(nn.Module):
     def loss(self, h: Tensor, labels: Tensor, shift: bool) -> Tensor:
         """`token_loss` of this head's logits, computed without them (`linear_token_cross_entropy`).
 
-        h: (B, T, d_model); labels: (B, T) -> a scalar.
+        h: (B, T, d_model); labels: (B, T) -> a scalar. With a soft cap, from the capped logits.
         """
+        if self.softcap is not None:
+            return token_loss(self(h), labels, shift)
         targets = token_targets(labels, shift)
         features = self.features(h)
         total = linear_token_cross_entropy(
@@ -61,23 +75,32 @@ class LMHead(nn.Module):
 
 
 class MaskedLMHead(LMHead):
-    """BERT's MLM head: dense, activation, LayerNorm, then the vocabulary projection with a bias.
-
-    The `LMHead` with the transform and a bias whatever the config says, and no tied-head scaling.
-    """
+    """The MLM head, without tied-head scaling. `Config.mlm_head` "bert": BERT's, dense, activation, LayerNorm,
+    then the vocabulary projection with a bias, whatever the config says; "lm": the `LMHead` of
+    `Config.head_transform` and `Config.head_bias` (EuroBERT: the projection alone)."""
 
     def __init__(self, cfg: Config) -> None:
-        super().__init__(cfg.replace(head_transform=True, head_bias=True, scale_tied_head=False, logit_scale=1.0))
+        bert = cfg.mlm_head == "bert"
+        transform, bias = cfg.head_transform or bert, cfg.head_bias or bert
+        plain = dict(scale_tied_head=False, logit_scale=1.0, logit_softcap=None)
+        super().__init__(cfg.replace(head_transform=transform, head_bias=bias, **plain))
 
 
 class SpanQAHead(nn.Module):
-    """Extractive QA: (B, T, d_model) -> start and end logits, each (B, T)."""
+    """Extractive QA: (B, T, d_model) -> start and end logits, each (B, T). The span_qa head with
+    `Config.head_transform` first applies the prediction-head transform (ModernBertForQuestionAnswering); an
+    encoder-decoder's encoder span head (`Config.encoder_span_loss`) never does."""
 
     def __init__(self, cfg: Config) -> None:
         super().__init__()
+        self.transform = cfg.head_transform and cfg.head_kind == "span_qa"
+        if self.transform:
+            self.dense, self.act, self.norm = prediction_transform(cfg)
         self.proj = Linear(cfg.d_model, 2)
 
     def forward(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        if self.transform:
+            h = self.norm(self.act(self.dense(h)))
         start, end = self.proj(h).unbind(-1)
         return start, end
 

@@ -109,8 +109,10 @@ def deepnorm_init_(model: nn.Module, constants: dict[str, tuple[float, float]]) 
                 cross = isinstance(attn, CrossAttention)
                 fused = attn.kv if cross else attn.qkv
                 nn.init.xavier_normal_(fused.weight)
+                # the value rows: kv's second half, or qkv's third block (an output gate may follow)
+                start, rows = (attn.kv_dim, attn.kv_dim) if cross else (sum(attn.qkv_sizes[:2]), attn.qkv_sizes[2])
                 with torch.no_grad():
-                    fused.weight[-attn.kv_dim :] *= beta
+                    fused.weight[start : start + rows] *= beta
                 if cross:
                     nn.init.xavier_normal_(attn.q.weight)
                 nn.init.xavier_normal_(attn.out.weight, gain=beta)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from posformer import positions
 from posformer.config import Config
 from posformer.modules.attend import attend
 from posformer.modules.cache import LayerCache
@@ -92,7 +93,7 @@ class LatentAttention(nn.Module):
         q_rope, k_rope = self.position.rotate(q_rope, k_rope.unsqueeze(1), pos, pos, self.layer)  # k: (B, 1, T, r)
         absorbed = cache is not None and len(cache) > 0
         if cache is not None:
-            k_rope, latent, _ = cache.append(k_rope, latent, pos)
+            k_rope, latent, _ = cache.append(k_rope, latent, positions.token_positions(pos))
         kernel = "eager" if need_weights else self.kernel
         dropout = self.dropout if self.training else 0.0
         if absorbed:

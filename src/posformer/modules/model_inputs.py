@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from posformer import positions
 from posformer.config import Config
 from posformer.modules.cache import Cache
 from posformer.modules.heads import IGNORE_INDEX
@@ -54,12 +55,26 @@ def packed_documents(
 
 
 def input_positions(
-    cfg: Config, training: bool, pos: Tensor | None, ids: Tensor, start: int, documents: Tensor | None = None
+    cfg: Config,
+    training: bool,
+    pos: Tensor | None,
+    ids: Tensor,
+    start: int,
+    documents: Tensor | None = None,
+    cache: Cache | None = None,
 ) -> Tensor:
     """`position_ids` checked, or the default: start.. start + T - 1, each token's place in its document with
     packed `documents`, or while training with `Config.random_positions` an ordered random subset of its range
-    (`posformer.modules.random_positions`). ids: (B, T)."""
+    (`posformer.modules.random_positions`). ids: (B, T).
+
+    position_ids may have axes, (3, B, T), for M-RoPE (`positions.mrope`; the stack's encodings check they read
+    them). A `cache` that was given such ids goes on from their largest position + 1 on every axis when a later
+    call gives none (`Cache.next_axes_position`), and records those of this call."""
     batch, length = ids.shape
+    if pos is None and cache is not None and cache.next_axes_position is not None:
+        pos = positions.continued_axes(cache.next_axes_position, length)
+    if isinstance(pos, Tensor) and pos.dim() == 3:
+        return _axes_positions(cfg, pos, batch, length, cache)
     if pos is None and documents is not None:
         return document_positions(documents)
     if pos is None:
@@ -67,4 +82,18 @@ def input_positions(
             return sample_positions(batch, length, cfg.random_positions, ids.device)
         return torch.arange(start, start + length, device=ids.device).expand(batch, length)
     check_shape(pos, "position_ids", (batch, length), integers=True)
+    return pos.long()
+
+
+def _axes_positions(cfg: Config, pos: Tensor, batch: int, length: int, cache: Cache | None) -> Tensor:
+    """Position ids with axes (3, B, T) checked, and recorded in the `cache`."""
+    positions.check_axes_positions(pos)
+    check_shape(pos[0], "position_ids axes", (batch, length), integers=True)
+    if cfg.sink_tokens:
+        raise ValueError(
+            f"position_ids with axes (3, batch, length) cannot follow sink tokens (Config.sink_tokens="
+            f"{cfg.sink_tokens}), which take one position each"
+        )
+    if cache is not None:
+        cache.record_axes(pos)
     return pos.long()

@@ -23,6 +23,10 @@ GPT-OSS's variant is a set of options (`MoEFeedForward` reads them from `Config`
 (`Config.router_bias`), the softmax over the top-k logits only (`Config.router_softmax="top_k"`), expert
 biases (`Config.ffn_bias`), and its clamped SwiGLU (`Config.expert_activation="swiglu_clamped"`,
 `clamped_swiglu`) as a `GatedUnit` (the gate and value halves of each expert's first product -> its units).
+Llama 4's is two more: the sigmoid of each top-k logit scales its expert's input, y = sum over its experts e of
+expert_e(sigmoid(l_e) * x) (`Config.router_softmax="sigmoid_input"`), and a shared expert, a feed-forward every
+token goes through, whose output is added (`Config.shared_expert_d_ff`). Qwen3-Next's adds a scalar gate per token
+to it, sigmoid(x w) times its output (`Config.shared_expert_gate`).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posformer.config import Config
-from posformer.modules.feedforward import ACTIVATION_FNS, GATE_FNS, GATED
+from posformer.modules.feedforward import ACTIVATION_FNS, GATE_FNS, GATED, FeedForward
+from posformer.modules.sigmoid_router import SigmoidRouter
 from posformer.ops.linear import Linear, linear
 from posformer.ops.packing import take_rows
 
@@ -61,8 +66,12 @@ def route(logits: Tensor, top_k: int, renormalise: bool = True, softmax_over: st
 
     softmax_over "all": softmax over every expert in float32 (or wider), its top k, divided by their sum when
     `renormalise` (Mixtral; Qwen3-MoE's `norm_topk_prob`). "top_k": the top k logits, a softmax over them alone
-    (GPT-OSS; their sum is one already).
+    (GPT-OSS; their sum is one already). "sigmoid_input": the sigmoid of each of the top k logits, in float32 (or
+    wider), unnormalised (Llama 4, which scales each expert's input by it).
     """
+    if softmax_over == "sigmoid_input":
+        top, experts = torch.topk(logits, top_k, dim=-1)
+        return torch.sigmoid(top.to(torch.promote_types(top.dtype, torch.float32))).to(logits.dtype), experts
     if softmax_over == "top_k":
         top, experts = torch.topk(logits, top_k, dim=-1)
         return torch.softmax(top, dim=-1), experts
@@ -141,33 +150,55 @@ class MoEFeedForward(nn.Module):
     model's load-balancing loss (`load_balancing_loss`) reads them, whatever softmax routes the tokens (GPT-OSS's
     too, as transformers 5 records them; 4.57.6's GPT-OSS recorded its sparse routing scores instead, whose
     softmax, a second one, is nearly uniform). The router has a bias with `Config.router_bias`; its softmax runs
-    over `Config.router_softmax`.
+    over `Config.router_softmax`, or DeepSeek-V3's sigmoid routing replaces it (`sigmoid_router`, a
+    `SigmoidRouter` reading `router`'s weights, with `Config.sigmoid_router`). "sigmoid_input" weights the
+    experts' inputs instead of their outputs. shared_expert: a `FeedForward` of `Config.shared_expert_d_ff` hidden
+    units whose output is added for every token (None without); shared_expert_gate: Linear d_model -> 1, the
+    shared expert's output times its sigmoid (`Config.shared_expert_gate`; None without).
     """
 
     def __init__(self, cfg: Config) -> None:
         super().__init__()
         self.top_k, self.renormalise = cfg.experts_per_token, cfg.norm_topk_prob
         self.softmax_over = cfg.router_softmax
+        self.scales_input = cfg.router_softmax == "sigmoid_input"
         self.router = Linear(cfg.d_model, cfg.n_experts, bias=cfg.router_bias)
+        self.sigmoid_router = None if cfg.sigmoid_router is None else SigmoidRouter(cfg)  # DeepSeek-V3's routing
         self.experts = Experts(cfg)
+        shared = cfg.shared_expert_d_ff
+        self.shared_expert = None if shared is None else FeedForward(cfg.replace(d_ff=shared))
+        self.shared_expert_gate = Linear(cfg.d_model, 1, bias=False) if cfg.shared_expert_gate else None
 
     def matmul_params_per_token(self) -> int:
-        """The weights a token is multiplied by: the router's and those of its `top_k` experts."""
+        """The weights a token is multiplied by: the router's and those of its `top_k` experts (a shared expert's
+        are linear layers, which `summary.matmul_params_per_token` counts with the dense ones)."""
         return self.router.weight.numel() + self.top_k * self.experts.params_per_expert()
 
     def forward(self, x: Tensor, router_logits: list[Tensor] | None = None) -> Tensor:
         flat = x.reshape(-1, x.shape[-1])  # (N, d_model)
-        logits = self.router(flat)  # (N, n_experts)
-        weights, chosen = route(logits, self.top_k, self.renormalise, self.softmax_over)  # (N, k) each
+        if self.sigmoid_router is None:
+            logits = self.router(flat)  # (N, n_experts)
+            weights, chosen = route(logits, self.top_k, self.renormalise, self.softmax_over)  # (N, k) each
+        else:
+            logits, weights, chosen = self.sigmoid_router(flat, self.router)
         if router_logits is not None:
             router_logits.append(logits)
         slots = chosen.flatten()  # (N k,): token t's j-th expert at slot t * k + j
         order = slots.argsort(stable=True)  # (N k,): the slots grouped by expert
         inverse = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
         counts = torch.bincount(slots, minlength=self.experts.n_experts).tolist()
-        y = self.experts(_RowsInOrder.apply(flat, order, inverse, self.top_k), counts)  # (N k, d_model), by expert
+        rows = _RowsInOrder.apply(flat, order, inverse, self.top_k)  # (N k, d_model), by expert
+        if self.scales_input:  # Llama 4: each row times its routing weight before its expert
+            rows = rows * weights.flatten()[order].to(rows.dtype).unsqueeze(-1)
+        y = self.experts(rows, counts)  # (N k, d_model), by expert
         y = take_rows(y, inverse).view(*weights.shape, flat.shape[1])  # (N, k, d_model), in slot order
-        return (y * weights.to(y.dtype).unsqueeze(-1)).sum(1).view(x.shape)
+        y = y.sum(1) if self.scales_input else (y * weights.to(y.dtype).unsqueeze(-1)).sum(1)
+        if self.shared_expert is not None:
+            shared = self.shared_expert(flat)  # (N, d_model)
+            if self.shared_expert_gate is not None:  # Qwen3-Next: times sigmoid(x w), one scalar per token
+                shared = torch.sigmoid(self.shared_expert_gate(flat)) * shared
+            y = y + shared
+        return y.view(x.shape)
 
 
 class _RowsInOrder(torch.autograd.Function):

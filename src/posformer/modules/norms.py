@@ -45,6 +45,30 @@ class UnitOffsetRMSNorm(RMSNorm):
         return (self.normalized(x) * (1.0 + self.weight.float())).to(x.dtype)
 
 
+class L2Norm(nn.Module):
+    """y = x / sqrt(mean(x^2) + eps), in float32 before the cast back, without weights: Llama 4's QK-norm
+    (`Config.qk_norm_kind="l2"`; transformers' `Llama4TextL2Norm`), which makes each vector's L2 norm sqrt(d).
+
+    x: (..., d) -> (..., d).
+    """
+
+    def __init__(self, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"eps={self.eps}"
+
+
+def make_qk_norm(cfg: Config, dim: int) -> nn.Module:
+    """The QK-norm of `Config.qk_norm_kind` over `dim` features: the config's `norm` ("norm") or `L2Norm` ("l2")."""
+    return L2Norm(cfg.norm_eps) if cfg.qk_norm_kind == "l2" else make_norm(cfg, dim)
+
+
 def make_norm(cfg: Config, dim: int | None = None) -> nn.Module:
     """The norm `cfg.norm` over `dim` features (default d_model): LayerNorm (DeepNorm uses LayerNorm too),
     RMSNorm, or RMSNorm with a unit offset."""

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 class Heads(NamedTuple):
     """What a strategy attends over: q (B, H, T, dh) at q_pos (B, T); k, v (B, Hkv, S, dh) at k_pos (B, S), the
-    cached keys first; the encoding's query terms (B, H, T, dq) and key terms (B, H, S, dk), or None."""
+    cached keys first; the encoding's query terms (B, H, T, dq) and key terms (B, H, S, dk), or None; and the work
+    on all the keys that every block of queries reads (`ReadsHidden.shared_key_work`), or None."""
 
     q: Tensor
     k: Tensor
@@ -37,6 +38,7 @@ class Heads(NamedTuple):
     k_pos: Tensor
     q_terms: Tensor | None = None
     k_terms: Tensor | None = None
+    shared: tuple[Tensor, ...] | None = None
 
 
 class SoftmaxAttention:
@@ -80,7 +82,16 @@ class SoftmaxAttention:
 
 
 class HiddenTermsAttention(SoftmaxAttention):
-    """Softmax with a bias from the encoding's terms of the hidden states (`ReadsHidden`: FoX, PaTH)."""
+    """Softmax with a bias from the encoding's terms of the hidden states (`ReadsHidden`: FoX, PaTH). The work on the
+    keys that every block of queries reads (`shared_key_work`: PaTH's carried keys and chunk transforms) is done
+    once per call, before the blocks; in training the checkpointed blocks read it and their gradients reach it."""
+
+    def __call__(
+        self, attention: Attention, heads: Heads, mask: AttentionMask, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        reader = cast(ReadsHidden, self.position)
+        shared = reader.shared_key_work(heads.k_terms, heads.k, self.layer)
+        return super().__call__(attention, heads._replace(shared=shared), mask, need_weights)
 
     def token_terms(self, x: Tensor, packing: TokenPacking | None) -> tuple[Tensor | None, Tensor | None]:
         """x (B, T, d_model), or its real tokens (N, d_model) with a `packing` -> (query terms or None, key terms)."""
@@ -100,7 +111,7 @@ class HiddenTermsAttention(SoftmaxAttention):
         q_rows = None if heads.q_terms is None else heads.q_terms[:, :, start:end]
         q_index = self._query_index(heads, start, end)
         pair = (heads.q[:, :, start:end], heads.k[:, :, :keys])
-        return reader.terms_bias(q_rows, heads.k_terms[:, :, :keys], q_index, self.layer, *pair)
+        return reader.terms_bias(q_rows, heads.k_terms[:, :, :keys], q_index, self.layer, *pair, shared=heads.shared)
 
     @staticmethod
     def _query_index(heads: Heads, start: int, end: int) -> Tensor:

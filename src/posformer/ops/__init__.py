@@ -11,4 +11,5 @@
 | linear_cross_entropy | the LM head and its loss over row chunks, without the (N, V) logits |
 | masks | attention masks: key padding, causal order, sliding windows, padded queries, held as a rule |
 | packing | `TokenPacking`: per-token layers on the real tokens of a padded batch only |
+| gated_delta_rule | the gated delta rule of Gated DeltaNet layers, chunked (linear in length) and recurrent |
 """

@@ -2,10 +2,10 @@
 
 PyTorch's `create_block_mask` evaluates the mask_mod on every (query, key) pair, a (B, Tq, Tk) tensor (4 GiB of
 booleans for B = 4 at T = 32,768), to find which blocks of 128 x 128 pairs are empty, partial or full. A rule of
-padding, causal order, a window, chunks and packed documents tells that from the blocks' bounds: the keys some
-query of a block of queries sees form one range, those every query of it sees another, and a running count of
-the kept keys says how many of a key block's keys fall in a range. The result is the block mask
-`create_block_mask` would give, in O(B (Tk + blocks)).
+padding, causal order, a window (behind a causal query, or on both sides of a bidirectional one), chunks and packed
+documents tells that from the blocks' bounds: the keys some query of a block of queries sees form one range, those
+every query of it sees another, and a running count of the kept keys says how many of a key block's keys fall in a
+range. The result is the block mask `create_block_mask` would give, in O(B (Tk + blocks)).
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ def mask_mod(rule: MaskRule) -> MaskMod:
 
     def kept(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         seen = keep[b, kv_idx] if keep is not None else kv_idx >= 0
+        if window is not None:  # bidirectional: fewer than `window` slots away on either side
+            seen = seen & ((kv_idx - q_idx - offset).abs() < window)
         return seen if documents is None else seen & (documents[b, kv_idx] == documents[b, q_idx + offset])
 
     def causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
@@ -58,7 +60,7 @@ def block_mask(rule: MaskRule) -> BlockMask | None:
     """The rule's `BlockMask` (B or 1 batch rows, one for every head), or None when it masks nothing."""
     from torch.nn.attention.flex_attention import BlockMask
 
-    if rule.key_keep is None and not rule.causal and rule.documents is None:
+    if rule.key_keep is None and not rule.causal and rule.window is None and rule.documents is None:
         return None
     partial, full = _block_kinds(rule)
     lengths = (rule.q_len, rule.k_len)
@@ -87,6 +89,9 @@ def _block_kinds(rule: MaskRule) -> tuple[Tensor, Tensor]:
         if rule.chunk is not None:  # per row, (B or 1, Q blocks, 1): from the chunk of the first (last) query on
             some_lo = torch.maximum(some_lo, rule.chunk_start(q_first[:, 0] + rule.offset)[..., None])
             every_lo = torch.maximum(every_lo, rule.chunk_start(q_last[:, 0] + rule.offset)[..., None])
+    elif rule.window is not None:  # bidirectional, fewer than `window` slots away on either side
+        some_lo, some_hi = q_first + rule.offset - rule.window + 1, q_last + rule.offset + rule.window - 1
+        every_lo, every_hi = q_last + rule.offset - rule.window + 1, q_first + rule.offset + rule.window - 1
     else:
         some_lo = every_lo = torch.zeros_like(q_first)
         some_hi = every_hi = torch.full_like(q_first, rule.k_len - 1)

@@ -15,9 +15,10 @@ from torch import Tensor
 
 
 class KeyReach(NamedTuple):
-    """How far back a causal layer's queries reach: a sliding `window` of slots and/or a `chunk` (Llama 4's chunked
-    attention: only the keys of the query's own chunk of `chunk` tokens); None for no such limit. The layers of a
-    stack that share one share a mask."""
+    """How far a layer's queries reach: a sliding `window` W of slots (a causal layer's last W, itself included; a
+    bidirectional layer's keys fewer than W slots away on either side) and/or, causal only, a `chunk` (Llama 4's
+    chunked attention: only the keys of the query's own chunk of `chunk` tokens); None for no such limit. The
+    layers of a stack that share one share a mask."""
 
     window: int | None = None
     chunk: int | None = None
@@ -27,7 +28,8 @@ class KeyReach(NamedTuple):
 class MaskRule:
     """Which keys each of q_len queries sees among k_len keys: key j of batch row b is seen by query i when
     key_keep[b, j] (every key when key_keep is None) and, when causal, offset + i - window < j <= offset + i with
-    offset = k_len - q_len, the keys before the first query (a cache); no lower bound without a window. With a
+    offset = k_len - q_len, the keys before the first query (a cache); no lower bound without a window. Not
+    causal, a window W keeps |offset + i - j| < W (ModernBERT's local layers). With a
     `chunk` C, also (j - lead_b) // C == (offset + i - lead_b) // C, lead_b the left pads of row b (the slots
     before its first kept key): chunks count from each row's first real token, as transformers 4.57.6's
     `chunked_overlay` counts them. With `documents`, also documents[b, j] == documents[b, offset + i]: packed
@@ -67,13 +69,17 @@ class MaskRule:
 
     def allowed(self, start: int, end: int, keys: int) -> Tensor:
         """Whether queries [start, end) see each of the first `keys` keys: (B or 1, 1, end - start, keys) bool,
-        or (B, 1, 1, keys) when every query sees the same keys (no causal order)."""
+        or (B, 1, 1, keys) when every query sees the same keys (no causal order, no window)."""
         keep = None if self.key_keep is None else self.key_keep[:, None, None, :keys]
         if self.documents is not None:
             same = self.documents[:, start + self.offset : end + self.offset, None] == self.documents[:, None, :keys]
             keep = same[:, None] if keep is None else keep & same[:, None]
-        if not self.causal:
+        if not self.causal and self.window is None:
             return torch.ones(1, 1, 1, keys, dtype=torch.bool, device=self.device) if keep is None else keep
+        if not self.causal:  # a window on both sides of each query
+            rows = torch.arange(start, end, device=self.device)[:, None] + self.offset
+            near = (torch.arange(keys, device=self.device) - rows).abs() < self.window
+            return near[None, None] if keep is None else near[None, None] & keep
         last = torch.arange(start, end, device=self.device)[:, None] + self.offset  # each query's last key
         cols = torch.arange(keys, device=self.device)
         allowed = cols <= last
@@ -94,8 +100,12 @@ class MaskRule:
         slots = torch.arange(self.q_len, device=self.device) + self.offset
         if not self.causal:
             first, last = torch.zeros_like(slots)[None], torch.full_like(slots, self.k_len - 1)[None]
+            if self.window is not None:
+                first = (slots - self.window + 1).clamp(min=0)[None]
+                last = (slots + self.window - 1).clamp(max=self.k_len - 1)[None]
             if self.documents is not None:
-                first, last = self.document_bounds(slots)
+                starts, ends = self.document_bounds(slots)
+                first, last = torch.maximum(first, starts), torch.minimum(last, ends)
         else:
             last = slots[None]
             first = torch.zeros_like(slots) if self.window is None else (slots - self.window + 1).clamp(min=0)
@@ -232,14 +242,15 @@ def build_mask(
 ) -> AttentionMask:
     """Combine a key padding mask (B, Tk) bool (True = a real token) with causal order and, for causal
     attention, a sliding `window` (each query sees its last `window` key slots, itself included, counted
-    over the cached and new tokens, pads included, as Hugging Face's Mistral counts them) and a `chunk`
+    over the cached and new tokens, pads included, as Hugging Face's Mistral counts them; without causal order the
+    key slots fewer than `window` away on either side, as ModernBERT's local layers see them) and a `chunk`
     (each query sees the keys of its own chunk of `chunk` tokens, counted from the row's first real token:
     `MaskRule`).
 
     Returns the cheapest `AttentionMask` that expresses the combination, holding its rule, not a (Tq, Tk)
     tensor. A query left with no key to attend to (a left pad under a causal mask) gets a zero output.
     """
-    if window is not None and (not causal or k_len <= window):
+    if window is not None and k_len <= window:
         window = None  # no key is ever farther than the window
     if chunk is not None and (not causal or k_len <= chunk):
         chunk = None  # every real key is in the first chunk
@@ -253,3 +264,17 @@ def build_mask(
     rule = MaskRule(q_len, k_len, device, key_keep, causal, window, chunk, documents)
     is_causal = key_keep is None and q_len == k_len and plain
     return AttentionMask(rule, is_causal, rule.query_keep(), dtype)
+
+
+def reach_masks(
+    reaches: list[KeyReach],
+    key_keep: Tensor | None,
+    causal: bool,
+    q_len: int,
+    k_len: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    documents: Tensor | None = None,
+) -> dict[KeyReach, AttentionMask]:
+    """`build_mask` for each window and chunk the layers of a stack reach (`KeyReach`), by reach."""
+    return {r: build_mask(key_keep, causal, q_len, k_len, dtype, device, *r, documents=documents) for r in reaches}

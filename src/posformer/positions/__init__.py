@@ -10,6 +10,7 @@ from posformer.positions.fire import FIRE
 from posformer.positions.forgetting import ForgettingAttention
 from posformer.positions.hope import HighFrequencyRotary
 from posformer.positions.kerple import KerpleLog
+from posformer.positions.mrope import check_axes_positions, continued_axes, image_position_ids, token_positions
 from posformer.positions.params import PositionParams
 from posformer.positions.path import PaTH
 from posformer.positions.polar import Polar
@@ -69,4 +70,8 @@ __all__ = [
     "StickBreaking",
     "query_temperature",
     "check_query_temperature",
+    "check_axes_positions",
+    "continued_axes",
+    "image_position_ids",
+    "token_positions",
 ]

@@ -88,6 +88,10 @@ class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
       cpu_bias_block_bytes: the bytes of one block's float32 bias on the CPU when the bias is computed in
         blocks of queries (`modules.bias_blocks`), None for the default: an encoding whose every block pays for
         a table of every distance of the sequence asks for larger blocks, which share that cost.
+    And one per instance:
+      position_axes: how many axes of position ids the hooks read: 1, ids (B, T), for every encoding but M-RoPE
+        (`rope` with an `mrope_section`), which reads 3, ids (3, B, T) (temporal, height, width), and also
+        takes (B, T) ids as all three axes alike. `check_position_ids` refuses more axes than an encoding reads.
 
     What the hooks lean on lives beside this file: how the parameters are resolved and checked
     (`params.ParameterRules`: `resolve_params`, `check_config`, `max_length`, `for_lengths`, `param_error`,
@@ -109,6 +113,7 @@ class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
     compiles_whole: ClassVar[bool] = True
     packing_refusal: ClassVar[str | None] = None
     cpu_bias_block_bytes: ClassVar[int | None] = None
+    position_axes: int = 1
 
     def __init__(
         self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
@@ -137,8 +142,20 @@ class PositionEncoding(ParameterRules, DistanceTable, PerForward, nn.Module):
             return cls.flex_refusal
         return None
 
+    def check_position_ids(self, pos: Tensor) -> None:
+        """Raise `ValueError` when the encoding cannot read `pos`: ids with axes, (3, B, T), when it reads one
+        position per token (`position_axes`), or positions it cannot represent (`check_positions`)."""
+        if pos.dim() == 3 and self.position_axes == 1:
+            raise ValueError(
+                f"position_ids of shape {tuple(pos.shape)} have axes (multi-axis, M-RoPE); position={self.name!r} "
+                "reads one position per token, (batch, length): multi-axis ids need position='rope' with "
+                "position_params['mrope_section']"
+            )
+        self.check_positions(pos)
+
     def check_positions(self, pos: Tensor) -> None:
-        """Raise `ValueError` when `pos` (B, T) holds positions this encoding cannot represent."""
+        """Raise `ValueError` when `pos` (B, T), or (3, B, T) for an encoding that reads axes, holds positions this
+        encoding cannot represent."""
         check_values((pos >= 0).all(), "position_ids must be >= 0", lambda: f"minimum {int(pos.min())}")
 
     # ----------------------------------------------------------------- hooks
@@ -187,12 +204,26 @@ class ReadsHidden(Protocol):
     k (B, Hkv, Tk, dh) as the attention scores them (an encoding that transforms the score reads them: PaTH) -> the
     bias (B, H, Tq, Tk); `terms_score_mod` (the terms of the whole queries and keys) gives it as a FlexAttention
     score_mod, or None when it has none.
+    `shared_key_work(k_terms, k, layer)`: the key terms (B, H, S, dk) and keys (B, Hkv, S, dh) of every key -> the
+    work on the keys that the bias of every block of queries reads (PaTH: each key carried to its chunk's end and
+    each chunk's transform), a tuple of tensors, or None; computed once per attention call and handed to
+    `terms_bias` as `shared`, so that blocks of queries do not each redo it. `terms_bias` computes it itself when
+    `shared` is None.
     """
 
     def token_terms(self, x: Tensor, layer: int) -> tuple[Tensor | None, Tensor]: ...
 
+    def shared_key_work(self, k_terms: Tensor, k: Tensor, layer: int) -> tuple[Tensor, ...] | None: ...
+
     def terms_bias(
-        self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int, q: Tensor, k: Tensor
+        self,
+        q_terms: Tensor | None,
+        k_terms: Tensor,
+        q_index: Tensor,
+        layer: int,
+        q: Tensor,
+        k: Tensor,
+        shared: tuple[Tensor, ...] | None = None,
     ) -> Tensor: ...
 
     def terms_score_mod(

@@ -53,6 +53,10 @@ class HiddenStateBias(PositionEncoding):
 
     causal_only = True
 
+    def shared_key_work(self, k_terms: Tensor, k: Tensor, layer: int) -> tuple[Tensor, ...] | None:
+        """Nothing that the blocks of queries share (PaTH has): FoX's bias of a block reads its key terms alone."""
+        return None
+
 
 @register("fox")
 class ForgettingAttention(HiddenStateBias):
@@ -93,7 +97,14 @@ class ForgettingAttention(HiddenStateBias):
         return c_k[..., q_index], c_k
 
     def terms_bias(
-        self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int, q: Tensor, k: Tensor
+        self,
+        q_terms: Tensor | None,
+        k_terms: Tensor,
+        q_index: Tensor,
+        layer: int,
+        q: Tensor,
+        k: Tensor,
+        shared: tuple[Tensor, ...] | None = None,
     ) -> Tensor:
         """-> c_i - c_j (B, H, Tq, Tk) (positive above the diagonal, where the causal mask hides the pairs)."""
         c_q, c_k = self.running_sums(k_terms, q_index)
@@ -140,7 +151,14 @@ class PerRowForgetting(HiddenStateBias):
         return u, v
 
     def terms_bias(
-        self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int, q: Tensor, k: Tensor
+        self,
+        q_terms: Tensor | None,
+        k_terms: Tensor,
+        q_index: Tensor,
+        layer: int,
+        q: Tensor,
+        k: Tensor,
+        shared: tuple[Tensor, ...] | None = None,
     ) -> Tensor:
         """-> sum over the keys t in [j, i) of log sigmoid(u_i . v_t / sqrt(gate_dim)): (B, H, Tq, Tk)."""
         gates = F.logsigmoid(torch.matmul(q_terms, k_terms.transpose(-1, -2)) / math.sqrt(self.gate_dim))

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from posformer.positions.registry import register
-from posformer.positions.rotary import Rotary
+from posformer.positions.rotary import ROPE_DEFAULTS, Rotary
 from posformer.positions.sizes import Sizes
 
 
@@ -28,7 +28,8 @@ class HighFrequencyRotary(Rotary):
     rotates when theta^(-2i/r) * L >= 2*pi, judged on the unscaled frequencies.
     """
 
-    defaults = {**Rotary.defaults, "trained_length": 512}
+    defaults = {**ROPE_DEFAULTS, "trained_length": 512}
+    reads_axes = False  # its frequencies are chosen for one position per token
 
     @classmethod
     def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:

@@ -57,6 +57,20 @@ def check_axes_positions(pos: Tensor, name: str = "position_ids") -> None:
         raise ValueError(f"{name} holds {int(pos.min())}: expected positions >= 0")
 
 
+def token_positions(pos: Tensor) -> Tensor:
+    """One position per token: pos (B, T) as it is, or the largest of its axes for ids with axes (3, B, T) ->
+    (B, T). What a KV cache records and what anything but the rotation reads (a text token's axes are equal)."""
+    return pos if pos.dim() == 2 else pos.amax(0)
+
+
+def continued_axes(next_position: Tensor, length: int) -> Tensor:
+    """The ids with axes (3, B, length) of `length` text tokens after a sequence whose largest position (over
+    every axis) is next_position - 1, next_position: (B,): next_position.. next_position + length - 1 on all
+    three axes, as Hugging Face goes on after an image (its rope deltas)."""
+    steps = torch.arange(length, device=next_position.device)
+    return (next_position[:, None] + steps).expand(3, -1, -1)
+
+
 def mrope_cos_sin(pos: Tensor, inv_freq: Tensor, axis: Tensor, factor: float = 1.0) -> tuple[Tensor, Tensor]:
     """pos: (3, B, T) positions per axis; inv_freq: (r/2,); axis: (r/2,) the axis of each pair (`axis_of_pairs`)
     -> factor * cos, factor * sin of the angles pos[axis[i]] * inv_freq[i]: (B, 1, T, r/2), float32 (float64 for

@@ -34,6 +34,7 @@ from posformer.positions.registry import register
 from posformer.positions.sizes import Sizes
 
 CHUNK = 64  # tokens per chunk of the chunked algorithm
+KEY_WORK_BYTES = 4 * 2**20  # the (C, C) systems of the keys' chunks are solved this many float32 bytes at a time
 
 
 def _chunked(x: Tensor, chunks: int, front: int = 0) -> Tensor:
@@ -54,54 +55,111 @@ def _through(system: Tensor, rhs: Tensor, upper: bool) -> Tensor:
     return torch.linalg.solve_triangular(system, rhs, upper=upper, unitriangular=True)
 
 
-def path_scores(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, first: int) -> Tensor:
+def _keys_carried(kc: Tensor, wc: Tensor, bc: Tensor, lower: Tensor) -> tuple[Tensor, Tensor]:
+    """(c[s, j] (B, H, n, C, C), each key carried to its chunk's end (B, H, n, C, dh)): c solves
+    (I + L) c = (w_s . k_j)[s > j]; D k_j = k_j - sum_s beta_s c_s w_s."""
+    slots = torch.arange(CHUNK, device=kc.device)
+    after = (slots[:, None] > slots[None, :]).to(kc.dtype)  # [s > j], (s, j)
+    carry = _through(lower, (wc @ kc.transpose(-1, -2)) * after, upper=False)
+    return carry, kc - (carry * bc[..., None]).transpose(-1, -2) @ wc
+
+
+def key_work(k: Tensor, w: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
+    """What every block of queries reads of the keys, once: each key carried to its chunk's end, and each chunk's
+    whole transform H_end ... H_start as the matrix a query row crosses it with, in chunks of C keys from key 0.
+
+    k, w: (B, H, S, dh); beta: (B, H, S) -> (carried keys (B, H, n, C, dh), crossings (B, H, n, dh, dh)),
+    n = ceil(S / C), the last chunk padded with keys of strength 0. The chunks' (C, C) systems are solved a group of
+    chunks at a time (`KEY_WORK_BYTES`), so that no temporary grows as S * C.
+    """
+    chunks, (batch, heads, _, dim) = -(-k.shape[2] // CHUNK), k.shape
+    if chunks == 0:
+        return k.new_zeros(batch, heads, 0, CHUNK, dim), k.new_zeros(batch, heads, 0, dim, dim)
+    group = max(1, KEY_WORK_BYTES // (batch * heads * CHUNK * CHUNK * 4))
+    eye = torch.eye(dim, dtype=k.dtype, device=k.device)
+    carried, crossings = [], []
+    for first in range(0, chunks, group):
+        tokens = slice(first * CHUNK, (first + group) * CHUNK)
+        n = min(group, chunks - first)
+        kc, wc, bc = (_chunked(x[:, :, tokens], n) for x in (k, w, beta))
+        lower, upper = _triangles(wc, bc)
+        carried.append(_keys_carried(kc, wc, bc, lower)[1])
+        weighted = (wc * bc[..., None]).transpose(-1, -2)  # (B, H, n, dh, C): beta_s w_s
+        crossings.append((eye - weighted @ _through(upper, wc, True)).mT)
+    return torch.cat(carried, dim=2), torch.cat(crossings, dim=2)
+
+
+def path_scores(
+    q: Tensor, k: Tensor, w: Tensor, beta: Tensor, first: int, shared: tuple[Tensor, Tensor] | None = None
+) -> Tensor:
     """q_i^T H_i ... H_{j+1} k_j for queries at key indices first, first + 1, ... and every key: (B, H, Tq, Tk),
     any value past each query.
 
-    q: (B, H, Tq, dh); k, w: (B, H, Tk, dh); beta: (B, H, Tk); Tk >= first + Tq. In chunks of C tokens, with no
-    step per token. Key j carried through the later tokens of its chunk, D k_j = k_j - sum_s beta_s c_s w_s, has
-    coefficients c that solve (I + L) c = (w_s . k_j)[s > j], one unit lower triangular system for every key of a
-    chunk at once; a query carried back to its chunk's start solves (I + U) c' = (w_s . q_l)[s <= l] likewise. The
-    scores within a chunk follow from the first, q_l . D_l k_j = q_l . k_j - sum_{j < s <= l} beta_s (q_l . w_s) c_s;
-    across chunks each query crosses a chunk with its whole transform, a dh x dh matrix.
+    q: (B, H, Tq, dh); k, w: (B, H, Tk, dh); beta: (B, H, Tk); Tk >= first + Tq; shared: `key_work` of these keys
+    or of more keys that begin with them (computed here when None). In chunks of C tokens, with no step per token.
+    Key j carried through the later tokens of its chunk, D k_j = k_j - sum_s beta_s c_s w_s, has coefficients c
+    that solve (I + L) c = (w_s . k_j)[s > j], one unit lower triangular system for every key of a chunk at once
+    (`key_work`); a query carried back to its chunk's start solves (I + U) c' = (w_s . q_l)[s <= l] likewise. The
+    scores within a chunk follow from the first, q_l . D_l k_j = q_l . k_j - sum_{j < s <= l} beta_s (q_l . w_s)
+    c_s; across chunks each query crosses a chunk with its whole transform, a dh x dh matrix. Only the queries'
+    own chunks are solved here: the work on the chunks before them is `shared`, the same for every block of
+    queries. Memory: the (Tq, Tk) scores and what `shared` holds, O(Tk dh).
     """
     length, keys = q.shape[2], k.shape[2]
+    if length == 0:
+        return q.new_zeros(*q.shape[:2], 0, keys)
     own, lead = first // CHUNK, first % CHUNK  # the first query's chunk, and its place in it
     q_chunks = -(-(lead + length) // CHUNK)
-    k_chunks = own + q_chunks
-    kc, wc, bc = _chunked(k, k_chunks), _chunked(w, k_chunks), _chunked(beta, k_chunks)
+    k_chunks = own + q_chunks  # the chunks of keys that the queries reach
+    crossed = slice(0, k_chunks - 1)  # the chunks some query crosses (not the last query's own)
+    if shared is None:
+        shared = key_work(*(x[:, :, : crossed.stop * CHUNK] for x in (k, w, beta)))
+    carried_keys, crossing = shared[0][:, :, crossed], shared[1][:, :, crossed]
+    mine = slice(own * CHUNK, k_chunks * CHUNK)  # the keys of the queries' own chunks
+    kc, wc, bc = (_chunked(x[:, :, mine], q_chunks) for x in (k, w, beta))
     lower, upper = _triangles(wc, bc)
+    carry_keys = _keys_carried(kc, wc, bc, lower)[0]
     slots = torch.arange(CHUNK, device=q.device)
-    after = (slots[:, None] > slots[None, :]).to(q.dtype)  # [s > j], (s, j)
-    carry_keys = _through(lower, (wc @ kc.transpose(-1, -2)) * after, upper=False)  # c[s, j]
-    carried_keys = kc - (carry_keys * bc[..., None]).transpose(-1, -2) @ wc  # each key at its chunk's end
-    weighted = (wc * bc[..., None]).transpose(-1, -2)  # (B, H, n, dh, C): beta_s w_s
-    crossing = (torch.eye(q.shape[-1], dtype=q.dtype, device=q.device) - weighted @ _through(upper, wc, True)).mT
-    mine = slice(own, own + q_chunks)  # each query chunk's own key chunk
-    qc = _chunked(q, q_chunks, lead)
     upto = (slots[:, None] <= slots[None, :]).to(q.dtype)  # [s <= l], (s, l)
-    reach = (wc[:, :, mine] @ qc.transpose(-1, -2)) * upto  # (w_s . q_l)[s <= l]
-    local = qc @ kc[:, :, mine].transpose(-1, -2) - (reach * bc[:, :, mine, :, None]).mT @ carry_keys[:, :, mine]
-    carried = qc - (_through(upper[:, :, mine], reach, True) * bc[:, :, mine, :, None]).mT @ wc[:, :, mine]
+    qc = _chunked(q, q_chunks, lead)
+    if q_chunks == 1:  # one chunk: its padding rows are left out
+        qc, upto, lead = qc[:, :, :, lead : lead + length], upto[:, lead : lead + length], 0
+    reach = (wc @ qc.transpose(-1, -2)) * upto  # (w_s . q_l)[s <= l]
+    local = qc @ kc.transpose(-1, -2) - (reach * bc[..., None]).mT @ carry_keys
+    carried = qc - (_through(upper, reach, True) * bc[..., None]).mT @ wc
     blocks = {(u, own + u): local[:, :, u] for u in range(q_chunks)}
+    live = 0  # the query chunks before it have crossed every chunk before them
     for distance in range(1, k_chunks):
         low = max(0, distance - own)  # the first query chunk with a key chunk that far back
         if low >= q_chunks:
             break
+        carried, live = carried[:, :, low - live :], low
         back = slice(own + low - distance, own + q_chunks - distance)
-        scored = carried[:, :, low:] @ carried_keys[:, :, back].transpose(-1, -2)  # (B, H, n, C, C)
+        scored = carried @ carried_keys[:, :, back].transpose(-1, -2)  # (B, H, n, rows, C)
         for u in range(low, q_chunks):
             blocks[(u, own + u - distance)] = scored[:, :, u - low]
-        carried = torch.cat((carried[:, :, :low], carried[:, :, low:] @ crossing[:, :, back]), dim=2)
-    zeros = q.new_zeros(*q.shape[:2], CHUNK, CHUNK)
-    rows = [torch.cat([blocks.get((u, c), zeros) for c in range(k_chunks)], dim=-1) for u in range(q_chunks)]
-    return torch.cat(rows, dim=-2)[:, :, lead : lead + length, :keys]
+        carried = carried @ crossing[:, :, back]
+    rows = [_row_of_chunks(blocks, u, k_chunks, keys, qc) for u in range(q_chunks)]
+    return rows[0] if q_chunks == 1 else torch.cat(rows, dim=-2)[:, :, lead : lead + length]
+
+
+def _row_of_chunks(blocks: dict[tuple[int, int], Tensor], u: int, k_chunks: int, keys: int, qc: Tensor) -> Tensor:
+    """The scores of query chunk u over the first `keys` keys, (B, H, rows, keys), from its blocks by key chunk
+    (zeros where it has none: keys after its queries)."""
+    shape = (*qc.shape[:2], qc.shape[-2])
+    parts = [blocks[(u, c)] if (u, c) in blocks else qc.new_zeros(*shape, CHUNK) for c in range(k_chunks)]
+    parts[-1] = parts[-1][..., : keys - (k_chunks - 1) * CHUNK]
+    if keys > k_chunks * CHUNK:  # keys past the last query's chunk (no causal order in the blocks)
+        parts.append(qc.new_zeros(*shape, keys - k_chunks * CHUNK))
+    return torch.cat(parts, dim=-1)
 
 
 @torch.compiler.disable  # the chunks follow the first query's index, a value: `compiles_whole` is False
-def _scores(q: Tensor, k: Tensor, w: Tensor, beta: Tensor, q_index: Tensor) -> Tensor:
+def _scores(
+    q: Tensor, k: Tensor, w: Tensor, beta: Tensor, q_index: Tensor, shared: tuple[Tensor, Tensor] | None
+) -> Tensor:
     """`path_scores` of the queries at key indices q_index (contiguous)."""
-    return path_scores(q, k, w, beta, int(q_index[0]) if q_index.numel() else 0)
+    return path_scores(q, k, w, beta, int(q_index[0]) if q_index.numel() else 0, shared)
 
 
 @register("path")
@@ -137,14 +195,35 @@ class PaTH(HiddenStateBias):
         beta = 2 * torch.sigmoid(F.linear(x, self.beta_weight[layer].to(dtype), self.beta_bias[layer].to(dtype)))
         return None, torch.cat((w, beta[..., None]), dim=-1).transpose(1, 2)
 
-    def terms_bias(
-        self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int, q: Tensor, k: Tensor
-    ) -> Tensor:
-        """-> scale * (q_i^T H_i ... H_{j+1} k_j - q_i . k_j): (B, H, Tq, Tk); q (B, H, Tq, dh), k (B, Hkv, Tk, dh)."""
-        dtype = k_terms.dtype
+    def shared_key_work(self, k_terms: Tensor, k: Tensor, layer: int) -> tuple[Tensor, Tensor]:
+        """The keys' `key_work`, once for every block of queries: k_terms (B, H, S, dh + 1), k (B, Hkv, S, dh) ->
+        (carried keys (B, H, n, C, dh), crossings (B, H, n, dh, dh))."""
         w, beta = k_terms[..., :-1], k_terms[..., -1]
-        q, k = q.to(dtype), k.to(dtype).repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-        return self.scale * (_scores(q, k, w, beta, q_index) - torch.matmul(q, k.transpose(-1, -2)))
+        return key_work(self._key_heads(k, k_terms), w, beta)
+
+    def terms_bias(
+        self,
+        q_terms: Tensor | None,
+        k_terms: Tensor,
+        q_index: Tensor,
+        layer: int,
+        q: Tensor,
+        k: Tensor,
+        shared: tuple[Tensor, ...] | None = None,
+    ) -> Tensor:
+        """-> scale * (q_i^T H_i ... H_{j+1} k_j - q_i . k_j): (B, H, Tq, Tk); q (B, H, Tq, dh), k (B, Hkv, Tk, dh);
+        shared: `shared_key_work` of these keys or of more keys that begin with them, or None."""
+        w, beta = k_terms[..., :-1], k_terms[..., -1]
+        q, k = q.to(k_terms.dtype), self._key_heads(k, k_terms)
+        pair = None if shared is None else (shared[0], shared[1])
+        scores = _scores(q, k, w, beta, q_index, pair)
+        return scores.sub_(torch.matmul(q, k.transpose(-1, -2))).mul_(self.scale)
+
+    @staticmethod
+    def _key_heads(k: Tensor, k_terms: Tensor) -> Tensor:
+        """k (B, Hkv, Tk, dh) in the terms' dtype, one head per query head: (B, H, Tk, dh)."""
+        k = k.to(k_terms.dtype)
+        return k if k.shape[1] == k_terms.shape[1] else k.repeat_interleave(k_terms.shape[1] // k.shape[1], dim=1)
 
     def terms_score_mod(self, q_terms: Tensor | None, k_terms: Tensor, q_index: Tensor, layer: int) -> None:
         return None

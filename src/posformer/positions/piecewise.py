@@ -33,7 +33,14 @@ from posformer.positions.contract import PositionEncoding
 from posformer.positions.params import PositionParams
 from posformer.positions.per_forward import batch_rows
 from posformer.positions.rope_scaling import LENGTH_DEPENDENT
-from posformer.positions.rotary import Rotary, apply_rotary, check_rope_params, rope_cos_sin, rope_frequencies
+from posformer.positions.rotary import (
+    ROPE_DEFAULTS,
+    Rotary,
+    apply_rotary,
+    check_rope_params,
+    rope_cos_sin,
+    rope_frequencies,
+)
 from posformer.positions.sizes import Sizes
 
 
@@ -71,7 +78,7 @@ class PiecewiseRotary(PositionEncoding):
 
     adds_bias = True
 
-    ROPE_DEFAULTS: ClassVar[dict[str, Any]] = dict(Rotary.defaults)
+    ROPE_DEFAULTS: ClassVar[dict[str, Any]] = dict(ROPE_DEFAULTS)
     causal_only = True  # every method is defined over the keys before each query
     flex_refusal = "its score of a remapped pair is a second q.k product, which no score_mod can form"
 

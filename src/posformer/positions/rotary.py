@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from posformer.positions.contract import PositionEncoding
+from posformer.positions.mrope import axis_of_pairs, check_section, mrope_cos_sin
 from posformer.positions.params import PositionParams
 from posformer.positions.registry import register
 from posformer.positions.rope_scaling import LENGTH_DEPENDENT, check_scaling, fixed_up_to, scaled_inv_freq
@@ -25,6 +26,16 @@ from posformer.positions.rotation import Rotation
 from posformer.positions.sizes import Sizes
 
 ROPE_LAYOUTS = ("half", "interleaved")
+# The parameters of RoPE that every rotary encoding shares (`rope` adds M-RoPE's axes to them).
+ROPE_DEFAULTS: dict[str, Any] = {
+    "theta": 10000.0,
+    "layout": "half",
+    "rotary_fraction": 1.0,
+    "scaling": None,
+    "frequency_fraction": 1.0,
+    "mrope_section": None,
+    "mrope_interleaved": False,
+}
 
 
 def rope_inv_freq(
@@ -86,7 +97,26 @@ def check_rope_params(cls: type[PositionEncoding], params: Mapping[str, Any], he
     p = params["frequency_fraction"]
     if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 <= p <= 1:
         raise cls.param_error(cls.name, "frequency_fraction", p, "a number in [0, 1] (p-RoPE's p)")
+    if not isinstance(params["mrope_interleaved"], bool):
+        raise cls.param_error(cls.name, "mrope_interleaved", params["mrope_interleaved"], "True or False")
+    if params["mrope_section"] is not None:
+        check_mrope_params(cls, params, dim)
     return dim
+
+
+def check_mrope_params(cls: type[PositionEncoding], params: Mapping[str, Any], dim: int) -> None:
+    """An `mrope_section` only on an encoding that reads ids with axes (`rope`), summing to half the rotary width
+    `dim`, and no scaling that depends on the length (which one axis would give it?)."""
+    if not getattr(cls, "reads_axes", False):
+        raise cls.param_error(
+            cls.name, "mrope_section", params["mrope_section"], "None: M-RoPE's axes are position='rope''s"
+        )
+    check_section(params["mrope_section"], dim // 2, "Config.position_params['mrope_section']")
+    scaling = params["scaling"]
+    if scaling is not None and scaling["type"] in LENGTH_DEPENDENT:
+        raise cls.param_error(
+            cls.name, "scaling", scaling, f"none of {', '.join(LENGTH_DEPENDENT)} with mrope_section (M-RoPE)"
+        )
 
 
 def rope_frequencies(head_dim: int, params: Mapping[str, Any]) -> tuple[int, Tensor, Tensor, float]:
@@ -157,6 +187,10 @@ class Rotary(PositionEncoding):
     floor(p * r/2) highest frequencies rotate; the pairs of the lower ones get angle 0 and pass
     unrotated (p = 1: RoPE, p = 0: no rotation at all). transformers 5.x calls it "proportional" RoPE
     (Gemma's configs), with p its `partial_rotary_factor`.
+    `mrope_section` [t, h, w] (None: off) makes it multi-axis RoPE (M-RoPE, Qwen2-VL to Qwen3.5;
+    `positions.mrope`): position ids with axes (3, B, T), the r/2 rotary pairs shared out among the temporal,
+    height and width axes, contiguously or, with `mrope_interleaved`, in turn (Qwen3-VL). Ids (B, T) are every
+    axis alike: RoPE exactly. It takes no scaling that depends on the length.
     `scaling` (None or a dict, see `rope_inv_freq`) extends the context. Its attention
     factor multiplies cos and sin, as in Hugging Face. "dynamic", "dynamic_yarn" and "longrope"
     choose the frequencies in every forward from L = the largest position of that forward + 1
@@ -170,7 +204,8 @@ class Rotary(PositionEncoding):
     the original length (its `max_seq_len_cached`); here each forward depends on its own L only.
     """
 
-    defaults = {"theta": 10000.0, "layout": "half", "rotary_fraction": 1.0, "scaling": None, "frequency_fraction": 1.0}
+    defaults = ROPE_DEFAULTS
+    reads_axes: ClassVar[bool] = True
     scalings: ClassVar[tuple[str, ...]] = ("linear", "ntk", "dynamic", "yarn", "dynamic_yarn", "llama3")
 
     @classmethod
@@ -207,6 +242,10 @@ class Rotary(PositionEncoding):
         self.rotary_dim, kept, inv_freq, self.attention_factor = rope_frequencies(sizes.head_dim, self.params)
         self.register_buffer("kept", kept, persistent=False)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        section = self.params.get("mrope_section")
+        self.position_axes = 1 if section is None else 3
+        axes = None if section is None else axis_of_pairs(tuple(section), self.params["mrope_interleaved"])
+        self.register_buffer("pair_axes", axes, persistent=False)  # (r/2,) the axis each pair reads, M-RoPE
 
     @property
     def length_dependent(self) -> bool:
@@ -247,8 +286,14 @@ class Rotary(PositionEncoding):
 
     def _tables(self, q_pos: Tensor, k_pos: Tensor) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
         inv_freq, factor = self.frequencies_for(_longest(q_pos, k_pos) if self.length_dependent else None)
-        q_table = rope_cos_sin(q_pos, inv_freq, factor)
-        return q_table, q_table if k_pos is q_pos else rope_cos_sin(k_pos, inv_freq, factor)
+        q_table = self._cos_sin(q_pos, inv_freq, factor)
+        return q_table, q_table if k_pos is q_pos else self._cos_sin(k_pos, inv_freq, factor)
+
+    def _cos_sin(self, pos: Tensor, inv_freq: Tensor, factor: float) -> tuple[Tensor, Tensor]:
+        """pos: (B, T), or (3, B, T) with axes (M-RoPE) -> the tables (B, 1, T, r/2)."""
+        if pos.dim() == 3:
+            return mrope_cos_sin(pos, inv_freq, self.pair_axes, factor)
+        return rope_cos_sin(pos, inv_freq, factor)
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> tuple[Tensor, Tensor]:
         layout = self.params["layout"]

@@ -51,8 +51,8 @@ class StickBreaking(PositionEncoding):
         each query see; q_index: (Tq,) each query's index among the keys -> weights (B, H, Tq, Tk)."""
         cols = torch.arange(scores.shape[-1], device=scores.device)
         before = cols <= q_index[:, None] if self.params["attend_current"] else cols < q_index[:, None]
-        seen = seen & before
-        log_rest = F.logsigmoid(-scores).masked_fill(~seen, 0.0)  # log(1 - beta) of each key that breaks the stick
+        hidden = ~(seen & before)
+        log_rest = F.logsigmoid(-scores).masked_fill(hidden, 0.0)  # log(1 - beta) of each key that breaks the stick
         suffix = log_rest.flip(-1).cumsum(-1).flip(-1)  # sum over the keys k >= j
         after = F.pad(suffix[..., 1:], (0, 1))  # over k > j: shifted, not suffix - log_rest, which cancels
-        return (F.logsigmoid(scores) + after).exp().masked_fill(~seen, 0.0)
+        return (F.logsigmoid(scores) + after).exp().masked_fill(hidden, 0.0)

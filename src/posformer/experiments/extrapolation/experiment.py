@@ -196,7 +196,7 @@ class Experiment:
         record["ppl"], record["blocks"] = self.evaluate(model, position)
         record["eval_wall_s"] = round(time.monotonic() - started, 2)
         rows = {position: record}
-        encoding = positions.get(position)
+        encoding = positions.get(position) if position in positions.names() else None  # a mechanism is its own row
         scalings = encoding.scalings if isinstance(encoding, Rescalable) else ()
         for kind in (k for k in s.rope_scalings if k in scalings):
             started = time.monotonic()

@@ -10,6 +10,7 @@ from posformer import positions
 from posformer.config import Config
 from posformer.experiments.corpus import CORPORA, HELD_OUT_BOOKS
 from posformer.experiments.extrapolation.evaluation import PROTOCOLS
+from posformer.experiments.mechanism_rows import MECHANISM_ROWS, row_base
 from posformer.experiments.presets import from_preset
 from posformer.experiments.row_knobs import RowKnobs
 from posformer.experiments.training_knobs import TrainingKnobs
@@ -200,11 +201,11 @@ class ExtrapolationSettings(RowKnobs, TrainingKnobs):
             or len(set(self.positions)) != len(self.positions)
         ):
             fail(_knob("positions"), self.positions, "a non-empty list of distinct encodings")
-        unknown = [p for p in self.positions if p not in positions.names()]
+        unknown = [p for p in self.positions if p not in positions.names() and p not in MECHANISM_ROWS]
         if unknown:
             raise ValueError(
                 f"extrapolate: unknown position encoding(s) {', '.join(unknown)}; registered: "
-                f"{', '.join(positions.names())}"
+                f"{', '.join(positions.names())}; mechanisms: {', '.join(MECHANISM_ROWS)}"
             )
         if not isinstance(self.eval_lens, (list, tuple)) or any(not is_int(n) or n < 2 for n in self.eval_lens):
             fail(_knob("eval_lens"), self.eval_lens, "a list of integers >= 2")
@@ -250,7 +251,7 @@ def model_config(s: ExtrapolationSettings, position: str, vocab_size: int) -> Co
     scale 1/sqrt(head size) for every row (T5's own default is 1.0). max_positions: the longest eval length, except
     for encodings that cannot extrapolate (learned): exactly train_len.
     """
-    longest = max(s.eval_lens) if positions.get(position).extrapolates else s.train_len
+    longest = max(s.eval_lens) if positions.get(row_base(position)).extrapolates else s.train_len
     return s.row_config(
         position,
         vocab_size,

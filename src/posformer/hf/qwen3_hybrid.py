@@ -1,0 +1,260 @@
+"""What Qwen3-Next (`qwen3_next`) and Qwen3.5's text model (`qwen3_5_text`) share: a decoder whose layers mix tokens
+by gated DeltaNet (`linear_attention`) or by gated attention (`full_attention`), as `layer_types` says (by default
+three linear-attention layers, then one full-attention layer: `full_attention_interval` 4).
+
+Every layer: x + mixer(norm(x)), then x + feed-forward(norm(x)). The norms (before each sub-layer, the final one and
+the per-head QK-norm) are zero-centred RMSNorms, x / rms(x) * (1 + w) in float32 (`norm="rmsnorm_unit_offset"`).
+  linear_attention: `posformer.modules.gated_deltanet` (`Config.mixer="gated_deltanet"` on those layers through
+    `layer_settings`), sized by `linear_num_key_heads`, `linear_num_value_heads`, `linear_key_head_dim`,
+    `linear_value_head_dim`, `linear_conv_kernel_dim` (`Config.gated_deltanet`; chunks of 64 tokens, as
+    transformers' chunked rule); no position encoding.
+  full_attention: GQA with per-head QK-norm before RoPE on the first `partial_rotary_factor` of each head (0.25 when
+    the config gives none, as transformers; `rotary_fraction`, layout "half"), each head's output times the sigmoid
+    of a gate (`Config.attention_output_gate`); `q_proj` holds each head's query rows then its gate rows, which
+    `gated_attention_rules` moves to the end of posformer's fused `qkv`; `attention_bias` on q/k/v/o.
+The feed-forward is the family's own (dense SwiGLU, or Qwen3-Next's experts). SiLU is the only `hidden_act`: the
+linear-attention layers' convolution runs it whatever the config says elsewhere in posformer, and transformers runs
+`hidden_act` there. The multi-token prediction weights (`mtp.*`) the published checkpoints store are not part of the
+forward: transformers drops them on load (`_keys_to_ignore_on_load_unexpected`), and posformer too (logged).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from posformer.config import Config
+from posformer.hf.family import architecture, unsupported
+from posformer.hf.gated_deltanet import gated_deltanet_rules
+from posformer.hf.layout import require_fields, require_head
+from posformer.hf.llama import first_token_id, layer_norms, llama_like_to_hf
+from posformer.hf.mapping import Rule, fused_linear, linear, norm, same
+from posformer.hf.rope import rope_params, rope_to_hf, scaling_dict
+from posformer.utils.validation import is_int
+
+LINEAR, FULL = "linear_attention", "full_attention"
+LAYER_SETTINGS = {LINEAR: {"mixer": "gated_deltanet"}}
+HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
+DEFAULT_ROTARY_FRACTION = 0.25  # transformers' partial_rotary_factor when the config gives none
+CHUNK_SIZE = 64  # transformers' chunked gated delta rule (torch fallback and flash-linear-attention)
+MTP_PREFIX = "mtp."
+
+log = logging.getLogger(__name__)
+
+
+def layer_types(hf: dict, model_type: str) -> list[str]:
+    """Each layer's type: `layer_types`, else every `full_attention_interval`-th layer (default 4) full attention."""
+    n, given = hf["num_hidden_layers"], hf.get("layer_types")
+    if given is None:
+        interval = hf.get("full_attention_interval", 4)
+        if not is_int(interval) or interval < 1:
+            raise unsupported(model_type, f"full_attention_interval={interval!r} (expected an integer >= 1)")
+        return [LINEAR if (i + 1) % interval else FULL for i in range(n)]
+    if len(given) != n or any(kind not in (LINEAR, FULL) for kind in given):
+        raise unsupported(model_type, f"layer_types={given!r} (expected {n} of {LINEAR!r} and {FULL!r}, one per layer)")
+    return list(given)
+
+
+def _rope(hf: dict) -> dict:
+    """`rope_params`, with the families' default `rotary_fraction` 0.25 when no `partial_rotary_factor` is given."""
+    params = rope_params(hf)
+    scaling, _, v5 = scaling_dict(hf)
+    given = (scaling or {}).get("partial_rotary_factor") if v5 else None
+    if given is None and hf.get("partial_rotary_factor") is None:
+        params["rotary_fraction"] = DEFAULT_ROTARY_FRACTION
+    return params
+
+
+def _deltanet_sizes(hf: dict) -> dict:
+    return {
+        "key_heads": hf.get("linear_num_key_heads", 16),
+        "value_heads": hf.get("linear_num_value_heads", 32),
+        "key_dim": hf.get("linear_key_head_dim", 128),
+        "value_dim": hf.get("linear_value_head_dim", 128),
+        "conv_kernel": hf.get("linear_conv_kernel_dim", 4),
+        "chunk_size": CHUNK_SIZE,
+    }
+
+
+def hybrid_fields(hf: dict, model_type: str, d_ff: int, kv_heads: int) -> dict:
+    """The `Config` fields both families read alike (`d_ff`, `kv_heads`: the family's defaults of
+    `intermediate_size` and `num_key_value_heads`)."""
+    activation = hf.get("hidden_act", "silu")
+    if activation != "silu":
+        raise unsupported(
+            model_type, f"hidden_act={activation!r} (the linear-attention layers' convolution runs it: only 'silu')"
+        )
+    types = layer_types(hf, model_type)
+    hybrid = LINEAR in types
+    bias = bool(hf.get("attention_bias", False))
+    return dict(
+        arch="decoder",
+        vocab_size=hf["vocab_size"],
+        d_model=hf["hidden_size"],
+        n_layers=hf["num_hidden_layers"],
+        n_heads=hf["num_attention_heads"],
+        n_kv_heads=hf.get("num_key_value_heads", kv_heads),
+        d_head=hf.get("head_dim", 256),
+        d_ff=hf.get("intermediate_size", d_ff),
+        position="rope",
+        position_params=_rope(hf),
+        max_positions=hf.get("max_position_embeddings", 32768),
+        norm="rmsnorm_unit_offset",
+        norm_eps=hf.get("rms_norm_eps", 1e-6),
+        norm_placement="pre",
+        activation="swiglu",
+        attention_dropout=hf.get("attention_dropout", 0.0),
+        qkv_bias=bias,
+        attn_out_bias=bias,
+        ffn_bias=False,
+        qk_norm=True,
+        attention_output_gate=True,
+        layer_types=types if hybrid else None,
+        layer_settings={LINEAR: dict(LAYER_SETTINGS[LINEAR])} if hybrid else {},
+        gated_deltanet=_deltanet_sizes(hf) if hybrid else None,
+        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        head=architecture(hf, HEADS, "causal_lm"),
+        pad_token_id=hf.get("pad_token_id"),
+        bos_token_id=hf.get("bos_token_id"),
+        eos_token_id=first_token_id(hf.get("eos_token_id")),
+        init_std=hf.get("initializer_range", 0.02),
+        hf_model_type=model_type,
+    )
+
+
+def hybrid_to_hf(cfg: Config, model_type: str, name: str, model: str | None = None) -> dict:
+    """The HF fields both families write alike (`name`: the architectures' prefix, `model` the base model's class),
+    after refusing by name what neither can express. RoPE in v4's keys, `partial_rotary_factor` always written."""
+    require_head(cfg, model_type)
+    require_fields(
+        cfg,
+        model_type,
+        arch="decoder",
+        position="rope",
+        norm="rmsnorm_unit_offset",
+        norm_placement="pre",
+        use_final_norm=True,
+        embed_norm=False,
+        parallel_residual=False,
+        activation="swiglu",
+        ffn_bias=False,
+        attn_out_bias=cfg.qkv_bias,
+        qk_norm=True,
+        qk_norm_over="head",
+        qk_norm_kind="norm",
+        attention_output_gate=True,
+        key_smear=False,
+        sliding_window=None,
+        attention_chunk=None,
+        query_temperature=None,
+        values_from_keys=False,
+        value_norm=False,
+        kv_sources=None,
+        scale_embeddings=False,
+        type_vocab_size=0,
+        head_bias=False,
+        head_transform=False,
+        scale_tied_head=False,
+        logit_softcap=None,
+        per_layer_inputs=None,
+        layer_scalars=False,
+    )
+    types = cfg.layer_types or [FULL] * cfg.n_layers
+    settings = LAYER_SETTINGS if LINEAR in types else {}
+    if any(kind not in (LINEAR, FULL) for kind in types) or cfg.layer_settings != settings:
+        raise unsupported(
+            model_type,
+            f"Config.layer_types={cfg.layer_types!r} with layer_settings={cfg.layer_settings!r} (expected "
+            f"{LINEAR!r} and {FULL!r} layers, layer_settings={LAYER_SETTINGS!r}) (to_hf)",
+        )
+    if cfg.position_params.get("layout") != "half" or abs(cfg.scale - cfg.head_dim**-0.5) > 1e-12:
+        raise unsupported(model_type, "RoPE's interleaved layout, or an attention scale other than head_dim ** -0.5")
+    params = dict(cfg.position_params)
+    params.pop("mrope_section", None)
+    params.pop("mrope_interleaved", None)
+    rope = rope_to_hf(cfg.replace(position_params=params), partial=True)
+    sizes = cfg.gated_deltanet or _deltanet_sizes({})
+    return {
+        **llama_like_to_hf(cfg, model_type, name, model),
+        **rope,
+        "partial_rotary_factor": float(params.get("rotary_fraction", 1.0)),
+        "head_dim": cfg.head_dim,
+        "hidden_act": "silu",
+        "rms_norm_eps": cfg.norm_eps,
+        "attention_bias": cfg.qkv_bias,
+        "layer_types": types,
+        "linear_num_key_heads": sizes["key_heads"],
+        "linear_num_value_heads": sizes["value_heads"],
+        "linear_key_head_dim": sizes["key_dim"],
+        "linear_value_head_dim": sizes["value_dim"],
+        "linear_conv_kernel_dim": sizes["conv_kernel"],
+    }
+
+
+def gated_attention_rules(cfg: Config, ours: str, theirs: str) -> list[Rule]:
+    """One full-attention layer: `q_proj` rows (H, [query (dh), gate (dh)]) with `k_proj` and `v_proj` -> our fused
+    `qkv` rows [queries (H dh), keys, values, gates (H dh)] (weight and, with `attention_bias`, bias); QK-norm,
+    `o_proj`."""
+    heads, dh = cfg.n_heads, cfg.head_dim
+    kv = cfg.kv_heads * dh
+
+    def to_ours(ts: list[Tensor]) -> Tensor:
+        query_then_gate = ts[0].unflatten(0, (heads, 2, dh))  # (H, 2, dh, ...)
+        return torch.cat([query_then_gate[:, 0].flatten(0, 1), ts[1], ts[2], query_then_gate[:, 1].flatten(0, 1)])
+
+    def to_theirs(t: Tensor) -> list[Tensor]:
+        q, k, v, gate = t.split((heads * dh, kv, kv, heads * dh))
+        return [torch.stack([q.unflatten(0, (heads, dh)), gate.unflatten(0, (heads, dh))], dim=1).flatten(0, 2), k, v]
+
+    attn = f"{theirs}.self_attn"
+    kinds = ("weight", "bias") if cfg.qkv_bias else ("weight",)
+    projections = ("q_proj", "k_proj", "v_proj")
+    out = [
+        Rule(f"{ours}.attn.qkv.{kind}", tuple(f"{attn}.{p}.{kind}" for p in projections), to_ours, to_theirs)
+        for kind in kinds
+    ]
+    out += norm(f"{ours}.attn.q_norm", f"{attn}.q_norm", bias=False)
+    out += norm(f"{ours}.attn.k_norm", f"{attn}.k_norm", bias=False)
+    return out + linear(f"{ours}.attn.out", f"{attn}.o_proj", cfg.attn_out_bias)
+
+
+def dense_ffn_rules(ours: str, theirs: str, d_ff: int) -> list[Rule]:
+    """A SwiGLU `theirs` (gate_proj, up_proj, down_proj) -> our `FeedForward` `ours` (gate and up fused in `up`)."""
+    up = fused_linear(f"{ours}.up", (f"{theirs}.gate_proj", f"{theirs}.up_proj"), (d_ff, d_ff), False)
+    return up + linear(f"{ours}.down", f"{theirs}.down_proj", bias=False)
+
+
+def hybrid_rules(cfg: Config, ffn: Callable[[str, str, int], list[Rule]]) -> list[Rule]:
+    """The weight rules of the whole decoder: each layer's norms, its mixer (gated DeltaNet under Qwen3.5's names,
+    `linear_attn`; or gated attention, `self_attn`) and `ffn(ours, theirs, layer)`, the family's feed-forward."""
+    base = "model." if cfg.head_kind == "causal_lm" else ""
+    out = [same("embed_tokens.weight", f"{base}embed_tokens.weight")]
+    for i, kind in enumerate(cfg.layer_types or [FULL] * cfg.n_layers):
+        ours, theirs = f"decoder.layers.{i}", f"{base}layers.{i}"
+        if kind == LINEAR:
+            mixer = gated_deltanet_rules(f"{ours}.attn", f"{theirs}.linear_attn")
+        else:
+            mixer = gated_attention_rules(cfg, ours, theirs)
+        out += layer_norms(ours, theirs) + mixer + ffn(ours, theirs, i)
+    out += norm("decoder.norm", f"{base}norm", bias=False)
+    if cfg.head_kind == "causal_lm" and not cfg.tie_embeddings:
+        out.append(same("head.proj.weight", "lm_head.weight"))
+    return out
+
+
+def without_mtp(state: dict[str, Tensor], model_type: str) -> dict[str, Tensor]:
+    """`state` without the multi-token prediction weights (`mtp.*`), which transformers does not load either."""
+    dropped = [key for key in state if key.startswith(MTP_PREFIX)]
+    if dropped:
+        log.info(
+            "%s: not loaded (multi-token prediction weights, as transformers): %d tensors", model_type, len(dropped)
+        )
+    return {key: tensor for key, tensor in state.items() if not key.startswith(MTP_PREFIX)}
+
+
+def ignore(cfg: Config) -> tuple[str, ...]:
+    """Rotary buffers of old checkpoints, and a stored copy of a tied head."""
+    return (r".*rotary_emb\.inv_freq",) + ((r"lm_head\.weight",) if cfg.tie_embeddings else ())
