@@ -76,3 +76,38 @@ def test_strength_two_makes_the_accumulated_transform_orthogonal() -> None:
     torch.testing.assert_close(coordinates.square().sum(0), k[0].square().sum(-1))
     moved = coordinates[:, :, :6].permute(1, 2, 0) - k[0, :, :6]  # (H, j, m): P k_j - k_j
     assert moved.abs().max() > 1e-2  # the reflections did turn the keys
+
+
+def _product_of_transforms(q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """q_i^T H_i ... H_{j+1} k_j with every H_t = I - beta_t w_t w_t^T written out as a matrix, pair by pair:
+    q, k, w (H, T, dh), beta (H, T) -> (H, T, T), zero past each query."""
+    heads, length, dim = q.shape
+    eye = torch.eye(dim, dtype=q.dtype)
+    scores = torch.zeros(heads, length, length, dtype=q.dtype)
+    for h in range(heads):
+        for i in range(length):
+            transform = eye.clone()
+            for j in range(i, -1, -1):
+                scores[h, i, j] = q[h, i] @ transform @ k[h, j]
+                transform = transform @ (eye - beta[h, j] * torch.outer(w[h, j], w[h, j]))
+    return scores
+
+
+@pytest.mark.parametrize("first, queries", [(0, 23), (13, 10), (22, 1)])
+def test_keys_across_spans_follow_the_product_of_householder_matrices(first: int, queries: int, monkeypatch) -> None:
+    """23 tokens in chunks of 3 and spans of 2 chunks: a query crosses the earlier chunks of its span one at a time and
+    each earlier span whole, from the work on all 23 keys (`shared_key_work`) or on its own keys alone (None)."""
+    monkeypatch.setattr(path_module, "CHUNK", 3)
+    monkeypatch.setattr(path_module, "SPAN", 2)
+    torch.manual_seed(3)
+    path = _path(beta_bias_init=1.0)
+    x = torch.randn(1, 23, HEADS * DIM, dtype=torch.float64)
+    q, k = torch.randn(1, HEADS, 23, DIM, dtype=torch.float64), torch.randn(1, HEADS, 23, DIM, dtype=torch.float64)
+    _, terms = path.token_terms(x, 0)
+    expected = _product_of_transforms(q[0], k[0], terms[0, ..., :-1], terms[0, ..., -1])
+    rows = slice(first, first + queries)
+    causal = torch.ones(23, 23, dtype=torch.bool).tril()[rows]
+    for shared in (path.shared_key_work(terms, k, 0), None):
+        bias = path.terms_bias(None, terms, torch.arange(23)[rows], 0, q[:, :, rows], k, shared=shared)
+        ours = bias / path.scale + q[:, :, rows] @ k.transpose(-1, -2)
+        torch.testing.assert_close(ours[0][..., causal], expected[:, rows][..., causal])

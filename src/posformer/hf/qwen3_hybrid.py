@@ -12,9 +12,9 @@ the per-head QK-norm) are zero-centred RMSNorms, x / rms(x) * (1 + w) in float32
     the config gives none, as transformers; `rotary_fraction`, layout "half"), each head's output times the sigmoid
     of a gate (`Config.attention_output_gate`); `q_proj` holds each head's query rows then its gate rows, which
     `gated_attention_rules` moves to the end of posformer's fused `qkv`; `attention_bias` on q/k/v/o.
-The feed-forward is the family's own (dense SwiGLU, or Qwen3-Next's experts). SiLU is the only `hidden_act`: the
-linear-attention layers' convolution runs it whatever the config says elsewhere in posformer, and transformers runs
-`hidden_act` there. The multi-token prediction weights (`mtp.*`) the published checkpoints store are not part of the
+The feed-forward is the family's own (dense SwiGLU, or Qwen3-Next's experts). transformers runs `hidden_act` in the
+linear-attention layers' convolution too, where posformer's gated DeltaNet always runs SiLU: another `hidden_act` is
+refused. The multi-token prediction weights (`mtp.*`) the published checkpoints store are not part of the
 forward: transformers drops them on load (`_keys_to_ignore_on_load_unexpected`), and posformer too (logged).
 """
 

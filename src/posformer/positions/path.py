@@ -34,6 +34,7 @@ from posformer.positions.registry import register
 from posformer.positions.sizes import Sizes
 
 CHUNK = 64  # tokens per chunk of the chunked algorithm
+SPAN = 16  # chunks per span: a query crosses the chunks of its own span one at a time, earlier spans whole
 KEY_WORK_BYTES = 4 * 2**20  # the (C, C) systems of the keys' chunks are solved this many float32 bytes at a time
 
 
@@ -64,33 +65,52 @@ def _keys_carried(kc: Tensor, wc: Tensor, bc: Tensor, lower: Tensor) -> tuple[Te
     return carry, kc - (carry * bc[..., None]).transpose(-1, -2) @ wc
 
 
-def key_work(k: Tensor, w: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
-    """What every block of queries reads of the keys, once: each key carried to its chunk's end, and each chunk's
-    whole transform H_end ... H_start as the matrix a query row crosses it with, in chunks of C keys from key 0.
+def key_work(k: Tensor, w: Tensor, beta: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """What every block of queries reads of the keys, once, in chunks of C keys from key 0 and spans of SPAN chunks:
+    each key carried to its chunk's end and to its span's end, and the matrix with which a query row crosses each
+    whole chunk and each whole span (the row times the transforms' product).
 
-    k, w: (B, H, S, dh); beta: (B, H, S) -> (carried keys (B, H, n, C, dh), crossings (B, H, n, dh, dh)),
-    n = ceil(S / C), the last chunk padded with keys of strength 0. The chunks' (C, C) systems are solved a group of
-    chunks at a time (`KEY_WORK_BYTES`), so that no temporary grows as S * C.
+    k, w: (B, H, S, dh); beta: (B, H, S) -> (keys at their chunk's end (B, H, n, C, dh), chunk crossings
+    (B, H, n, dh, dh), keys at their span's end (B, H, m, SPAN C, dh), span crossings (B, H, m, dh, dh)),
+    n = ceil(S / C) (the last chunk padded with keys of strength 0), m = floor(n / SPAN) (whole spans only). The
+    chunks' (C, C) systems are solved a group of chunks at a time (`KEY_WORK_BYTES`), so that no temporary grows as
+    S * C.
     """
     chunks, (batch, heads, _, dim) = -(-k.shape[2] // CHUNK), k.shape
-    if chunks == 0:
-        return k.new_zeros(batch, heads, 0, CHUNK, dim), k.new_zeros(batch, heads, 0, dim, dim)
     group = max(1, KEY_WORK_BYTES // (batch * heads * CHUNK * CHUNK * 4))
     eye = torch.eye(dim, dtype=k.dtype, device=k.device)
-    carried, crossings = [], []
+    carried, crossings = [k.new_zeros(batch, heads, 0, CHUNK, dim)], [k.new_zeros(batch, heads, 0, dim, dim)]
     for first in range(0, chunks, group):
         tokens = slice(first * CHUNK, (first + group) * CHUNK)
-        n = min(group, chunks - first)
-        kc, wc, bc = (_chunked(x[:, :, tokens], n) for x in (k, w, beta))
+        kc, wc, bc = (_chunked(x[:, :, tokens], min(group, chunks - first)) for x in (k, w, beta))
         lower, upper = _triangles(wc, bc)
         carried.append(_keys_carried(kc, wc, bc, lower)[1])
         weighted = (wc * bc[..., None]).transpose(-1, -2)  # (B, H, n, dh, C): beta_s w_s
         crossings.append((eye - weighted @ _through(upper, wc, True)).mT)
-    return torch.cat(carried, dim=2), torch.cat(crossings, dim=2)
+    carried_keys, crossing = torch.cat(carried, dim=2), torch.cat(crossings, dim=2)
+    return carried_keys, crossing, *_spans(carried_keys, crossing)
+
+
+def _spans(carried_keys: Tensor, crossing: Tensor) -> tuple[Tensor, Tensor]:
+    """(keys at their span's end (B, H, m, SPAN C, dh), span crossings (B, H, m, dh, dh)) from the chunks' own.
+
+    A row x crosses chunk c as x M_c, so it scores key k of chunk c < u from chunk u's start as
+    x M_{u-1} ... M_{c+1} . k = x . k M_{c+1}^T ... M_{u-1}^T: each chunk's keys times the suffix products of the
+    later chunks of the span, and the span's crossing M_last ... M_first, in SPAN steps for all spans at once."""
+    spans, (batch, heads, _, _, dim) = carried_keys.shape[2] // SPAN, carried_keys.shape  # whole spans: a query
+    # crosses no span that ends after its own chunk
+    keys = carried_keys[:, :, : spans * SPAN].unflatten(2, (spans, SPAN))
+    steps = crossing[:, :, : spans * SPAN].unflatten(2, (spans, SPAN))
+    later = torch.eye(dim, dtype=crossing.dtype, device=crossing.device).expand(batch, heads, spans, dim, dim)
+    at_end = []  # later: M_{c+1}^T ... M_last^T, from the span's last chunk down
+    for c in range(SPAN - 1, -1, -1):
+        at_end.append(keys[:, :, :, c] @ later)
+        later = later @ steps[:, :, :, c].mT
+    return torch.cat(at_end[::-1], dim=-2), later.mT
 
 
 def path_scores(
-    q: Tensor, k: Tensor, w: Tensor, beta: Tensor, first: int, shared: tuple[Tensor, Tensor] | None = None
+    q: Tensor, k: Tensor, w: Tensor, beta: Tensor, first: int, shared: tuple[Tensor, ...] | None = None
 ) -> Tensor:
     """q_i^T H_i ... H_{j+1} k_j for queries at key indices first, first + 1, ... and every key: (B, H, Tq, Tk),
     any value past each query.
@@ -98,12 +118,13 @@ def path_scores(
     q: (B, H, Tq, dh); k, w: (B, H, Tk, dh); beta: (B, H, Tk); Tk >= first + Tq; shared: `key_work` of these keys
     or of more keys that begin with them (computed here when None). In chunks of C tokens, with no step per token.
     Key j carried through the later tokens of its chunk, D k_j = k_j - sum_s beta_s c_s w_s, has coefficients c
-    that solve (I + L) c = (w_s . k_j)[s > j], one unit lower triangular system for every key of a chunk at once
-    (`key_work`); a query carried back to its chunk's start solves (I + U) c' = (w_s . q_l)[s <= l] likewise. The
-    scores within a chunk follow from the first, q_l . D_l k_j = q_l . k_j - sum_{j < s <= l} beta_s (q_l . w_s)
-    c_s; across chunks each query crosses a chunk with its whole transform, a dh x dh matrix. Only the queries'
-    own chunks are solved here: the work on the chunks before them is `shared`, the same for every block of
-    queries. Memory: the (Tq, Tk) scores and what `shared` holds, O(Tk dh).
+    that solve (I + L) c = (w_s . k_j)[s > j], one unit lower triangular system for every key of a chunk at once;
+    a query carried back to its chunk's start solves (I + U) c' = (w_s . q_l)[s <= l] likewise. The scores within
+    a chunk follow from the first, q_l . D_l k_j = q_l . k_j - sum_{j < s <= l} beta_s (q_l . w_s) c_s. Across
+    chunks a query crosses the earlier chunks of its span one at a time, then each earlier span whole (`key_work`):
+    about SPAN + n / SPAN products per query chunk. Only the queries' own chunks are solved here; the chunks
+    before them are `shared`, the same for every block of queries. Memory: the (Tq, Tk) scores and `shared`'s
+    O(Tk dh).
     """
     length, keys = q.shape[2], k.shape[2]
     if length == 0:
@@ -111,10 +132,8 @@ def path_scores(
     own, lead = first // CHUNK, first % CHUNK  # the first query's chunk, and its place in it
     q_chunks = -(-(lead + length) // CHUNK)
     k_chunks = own + q_chunks  # the chunks of keys that the queries reach
-    crossed = slice(0, k_chunks - 1)  # the chunks some query crosses (not the last query's own)
-    if shared is None:
-        shared = key_work(*(x[:, :, : crossed.stop * CHUNK] for x in (k, w, beta)))
-    carried_keys, crossing = shared[0][:, :, crossed], shared[1][:, :, crossed]
+    if shared is None:  # the chunks some query crosses: all but the last query's own
+        shared = key_work(*(x[:, :, : (k_chunks - 1) * CHUNK] for x in (k, w, beta)))
     mine = slice(own * CHUNK, k_chunks * CHUNK)  # the keys of the queries' own chunks
     kc, wc, bc = (_chunked(x[:, :, mine], q_chunks) for x in (k, w, beta))
     lower, upper = _triangles(wc, bc)
@@ -126,37 +145,47 @@ def path_scores(
         qc, upto, lead = qc[:, :, :, lead : lead + length], upto[:, lead : lead + length], 0
     reach = (wc @ qc.transpose(-1, -2)) * upto  # (w_s . q_l)[s <= l]
     local = qc @ kc.transpose(-1, -2) - (reach * bc[..., None]).mT @ carry_keys
-    carried = qc - (_through(upper, reach, True) * bc[..., None]).mT @ wc
-    blocks = {(u, own + u): local[:, :, u] for u in range(q_chunks)}
-    live = 0  # the query chunks before it have crossed every chunk before them
-    for distance in range(1, k_chunks):
-        low = max(0, distance - own)  # the first query chunk with a key chunk that far back
-        if low >= q_chunks:
-            break
-        carried, live = carried[:, :, low - live :], low
-        back = slice(own + low - distance, own + q_chunks - distance)
-        scored = carried @ carried_keys[:, :, back].transpose(-1, -2)  # (B, H, n, rows, C)
-        for u in range(low, q_chunks):
-            blocks[(u, own + u - distance)] = scored[:, :, u - low]
-        carried = carried @ crossing[:, :, back]
-    rows = [_row_of_chunks(blocks, u, k_chunks, keys, qc) for u in range(q_chunks)]
+    carried = qc - (_through(upper, reach, True) * bc[..., None]).mT @ wc  # each query at its chunk's start
+    rows = []
+    for u in range(q_chunks):
+        later = (q_chunks - u - 1) * CHUNK  # the keys of the block's later chunks: after every query of chunk u
+        parts = _crossed(carried[:, :, u], own + u, shared) + [local[:, :, u]]
+        if later:
+            parts.append(local.new_zeros(*local.shape[:2], local.shape[-2], later))
+        rows.append(_row(parts, keys))
     return rows[0] if q_chunks == 1 else torch.cat(rows, dim=-2)[:, :, lead : lead + length]
 
 
-def _row_of_chunks(blocks: dict[tuple[int, int], Tensor], u: int, k_chunks: int, keys: int, qc: Tensor) -> Tensor:
-    """The scores of query chunk u over the first `keys` keys, (B, H, rows, keys), from its blocks by key chunk
-    (zeros where it has none: keys after its queries)."""
-    shape = (*qc.shape[:2], qc.shape[-2])
-    parts = [blocks[(u, c)] if (u, c) in blocks else qc.new_zeros(*shape, CHUNK) for c in range(k_chunks)]
-    parts[-1] = parts[-1][..., : keys - (k_chunks - 1) * CHUNK]
-    if keys > k_chunks * CHUNK:  # keys past the last query's chunk (no causal order in the blocks)
-        parts.append(qc.new_zeros(*shape, keys - k_chunks * CHUNK))
+def _crossed(x: Tensor, chunk: int, shared: tuple[Tensor, ...]) -> list[Tensor]:
+    """The scores of rows x (B, H, R, dh), queries carried to the start of `chunk`, over every key before it, in key
+    order: (B, H, R, C) for each earlier chunk of its span, then (B, H, R, SPAN C) for each earlier span."""
+    chunk_keys, chunk_crossing, span_keys, span_crossing = shared
+    span_start = chunk // SPAN * SPAN
+    steps = [(chunk_keys[:, :, c], chunk_crossing[:, :, c]) for c in range(chunk - 1, span_start - 1, -1)]
+    steps += [(span_keys[:, :, s], span_crossing[:, :, s]) for s in range(span_start // SPAN - 1, -1, -1)]
+    parts = []
+    for step, (carried_keys, crossing) in enumerate(steps):
+        parts.append(x @ carried_keys.transpose(-1, -2))
+        if step + 1 < len(steps):
+            x = x @ crossing
+    return parts[::-1]
+
+
+def _row(parts: list[Tensor], keys: int) -> Tensor:
+    """Score pieces (B, H, R, width) in key order, joined and cut, or padded with zeros, to `keys` columns."""
+    extra = sum(part.shape[-1] for part in parts) - keys
+    while extra > 0 and parts[-1].shape[-1] <= extra:
+        extra -= parts.pop().shape[-1]
+    if extra > 0:
+        parts[-1] = parts[-1][..., : parts[-1].shape[-1] - extra]
+    elif extra < 0:  # keys past the queries' last chunk (no causal order in the blocks)
+        parts.append(parts[-1].new_zeros(*parts[-1].shape[:-1], -extra))
     return torch.cat(parts, dim=-1)
 
 
 @torch.compiler.disable  # the chunks follow the first query's index, a value: `compiles_whole` is False
 def _scores(
-    q: Tensor, k: Tensor, w: Tensor, beta: Tensor, q_index: Tensor, shared: tuple[Tensor, Tensor] | None
+    q: Tensor, k: Tensor, w: Tensor, beta: Tensor, q_index: Tensor, shared: tuple[Tensor, ...] | None
 ) -> Tensor:
     """`path_scores` of the queries at key indices q_index (contiguous)."""
     return path_scores(q, k, w, beta, int(q_index[0]) if q_index.numel() else 0, shared)
@@ -195,9 +224,9 @@ class PaTH(HiddenStateBias):
         beta = 2 * torch.sigmoid(F.linear(x, self.beta_weight[layer].to(dtype), self.beta_bias[layer].to(dtype)))
         return None, torch.cat((w, beta[..., None]), dim=-1).transpose(1, 2)
 
-    def shared_key_work(self, k_terms: Tensor, k: Tensor, layer: int) -> tuple[Tensor, Tensor]:
+    def shared_key_work(self, k_terms: Tensor, k: Tensor, layer: int) -> tuple[Tensor, ...]:
         """The keys' `key_work`, once for every block of queries: k_terms (B, H, S, dh + 1), k (B, Hkv, S, dh) ->
-        (carried keys (B, H, n, C, dh), crossings (B, H, n, dh, dh))."""
+        the keys carried to their chunk's and span's ends and the chunks' and spans' crossings."""
         w, beta = k_terms[..., :-1], k_terms[..., -1]
         return key_work(self._key_heads(k, k_terms), w, beta)
 
@@ -215,8 +244,7 @@ class PaTH(HiddenStateBias):
         shared: `shared_key_work` of these keys or of more keys that begin with them, or None."""
         w, beta = k_terms[..., :-1], k_terms[..., -1]
         q, k = q.to(k_terms.dtype), self._key_heads(k, k_terms)
-        pair = None if shared is None else (shared[0], shared[1])
-        scores = _scores(q, k, w, beta, q_index, pair)
+        scores = _scores(q, k, w, beta, q_index, shared)
         return scores.sub_(torch.matmul(q, k.transpose(-1, -2))).mul_(self.scale)
 
     @staticmethod
