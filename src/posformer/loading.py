@@ -36,7 +36,10 @@ from posformer.hf.hf_checkpoint import read_config as read_hf_config
 from posformer.hf.hf_checkpoint import resolve
 from posformer.loading_options import DtypeLike, requested_device, requested_dtype, saved_dtype
 from posformer.model import Transformer
+from posformer.utils.file_limits import TOKENIZER
 from posformer.utils.safe_write import replacing, write_text_atomic
+from posformer.utils.tokenizer_config import TOKENIZER_CONFIG, portable_tokenizer_config
+from posformer.utils.user_files import read_text_file
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -236,11 +239,15 @@ def copy_tokenizer_files(source: Path, out_dir: Path, hf_only: bool = False) -> 
     `hf_only`: every file written is one Hugging Face reads: the `{"type": "char"}` tokenizer.json of a run
     trained before posformer wrote Hugging Face files is written in that form instead (tokenizer.json and
     tokenizer_config.json, the same ids). Each file is read through `tokenizer_paths`: a symlink to a file outside
-    `source` is refused, never copied.
+    `source` is refused, never copied. A tokenizer_config.json is written in the form transformers 4.x and 5.x
+    both read (`utils.tokenizer_config`: 5.x's `TokenizersBackend` as `PreTrainedTokenizerFast`).
     """
     paths = tokenizer_paths(source)
     found = stored_chars(source) if hf_only else None
     written = tokenizer_files(char_tokenizer(found.chars)) if found is not None and found.legacy else {}
+    if TOKENIZER_CONFIG in paths and TOKENIZER_CONFIG not in written:
+        text = read_text_file(paths[TOKENIZER_CONFIG], "tokenizer config", TOKENIZER)
+        written[TOKENIZER_CONFIG] = portable_tokenizer_config(text)
     for name, text in written.items():
         write_text_atomic(out_dir / name, text)
     for name, path in paths.items():

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from posformer.config import Config
 from posformer.familiar_names import FamiliarNames
-from posformer.generation import generate
+from posformer.generation import GenerationConfig, generate
 from posformer.modules.cache import Cache
 from posformer.modules.head_outputs import (
     HeadOutput,
@@ -70,6 +70,7 @@ class Transformer(Pretrained, FamiliarNames, nn.Module):
         super().__init__()
         cfg.validate()
         self.cfg = cfg
+        self.generation_config = GenerationConfig()  # generate's defaults: generation_config.json
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.token_types = nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size else None
         if cfg.separate_decoder_embeddings:
@@ -387,9 +388,7 @@ class Transformer(Pretrained, FamiliarNames, nn.Module):
         keys_seen = self.decoder.keys_seen()
         return Cache(len(self.decoder.layers), None if keys_seen is not None else capacity, keys_seen)
 
-    def generate(self, input_ids: Tensor, max_new_tokens: int = 32, **kwargs) -> Tensor | tuple[Tensor, Tensor]:
-        """Autoregressive decoding over the KV cache; see `posformer.generation.generate`."""
-        return generate(self, input_ids, max_new_tokens=max_new_tokens, **kwargs)
+    generate = generate  # `posformer.generation.generate` itself: help(model.generate) shows its signature and doc
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -24,9 +24,12 @@ import torch
 from safetensors.torch import save_model
 from torch import nn
 
+from posformer.generation.generation_config import GENERATION_CONFIG_FILE
+from posformer.model_card import README, TrainingRun, model_card
 from posformer.utils.file_limits import not_blank
 from posformer.utils.file_mode import with_umask_mode
 from posformer.utils.safe_write import make_dirs
+from posformer.utils.tokenizer_config import make_portable
 
 if TYPE_CHECKING:
     from posformer.config import Config
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")  # one of them is there when a tokenizer was saved
 WEIGHTS_FILES = re.compile(  # every weights layout a loader reads: one file, or shards and their index
     r"(model|pytorch_model)(-\d+-of-\d+)?\.(safetensors|bin)|(model\.safetensors|pytorch_model\.bin)\.index\.json"
 )
@@ -45,15 +49,22 @@ def config_json(cfg: "Config") -> str:
 
 
 def write_pretrained(
-    model: nn.Module, out_dir: str | os.PathLike, extra_files: dict[str, str] | None = None, tokenizer: Any = None
+    model: nn.Module,
+    out_dir: str | os.PathLike,
+    extra_files: dict[str, str] | None = None,
+    tokenizer: Any = None,
+    run: TrainingRun | None = None,
 ) -> Path:
-    """Write `model` (with its `cfg`) into `out_dir` (created if needed): config.json and model.safetensors.
+    """Write `model` (with its `cfg`) into `out_dir` (created if needed): config.json, model.safetensors and a
+    model card, README.md (`model_card`: the config, the encoding, `run`'s data, steps and final metrics where
+    given, and how to load it).
 
     Files are written into a new temporary folder inside `out_dir` and moved into place one by one with
     `os.replace`, so a crash never leaves a half-written file and a symlink at a file's name is replaced, never
     written through (`utils.safe_write`). `extra_files` maps file names to text contents (a tokenizer, training
-    state); `tokenizer` (with `save_pretrained(directory)`) writes its files there too. Weights of another layout
-    left from an earlier save (shards and their index, a .bin) are removed, so the directory holds one.
+    state); `tokenizer` (with `save_pretrained(directory)`) writes its files there too, its tokenizer_config.json
+    in the form transformers 4.x and 5.x both read (`utils.tokenizer_config`). Weights of another layout left
+    from an earlier save (shards and their index, a .bin) are removed, so the directory holds one.
     """
     out_dir = make_dirs(not_blank(out_dir, "save_pretrained: the output directory"))
     staging = Path(tempfile.mkdtemp(prefix=".saving-", dir=out_dir))
@@ -61,10 +72,23 @@ def write_pretrained(
         save_model(model, str(staging / WEIGHTS_FILE))
         with_umask_mode(staging / WEIGHTS_FILE)
         (staging / CONFIG_FILE).write_text(config_json(model.cfg))
+        generation = getattr(model, "generation_config", None)
+        if generation is not None and not generation.is_empty():  # generate's defaults, in Hugging Face's format
+            (staging / GENERATION_CONFIG_FILE).write_text(generation.to_json())
         for name, text in (extra_files or {}).items():
             (staging / name).write_text(text)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(staging))
+        make_portable(staging)
+        has_tokenizer = any((folder / name).is_file() for folder in (staging, out_dir) for name in TOKENIZER_FILES)
+        card = model_card(
+            model.cfg,
+            out_dir.resolve().name,
+            parameters=sum(p.numel() for p in model.parameters()),
+            tokenizer=has_tokenizer,
+            run=run,
+        )
+        (staging / README).write_text(card, encoding="utf-8")
         for item in staging.iterdir():
             os.replace(item, out_dir / item.name)
     finally:
@@ -93,16 +117,19 @@ class Pretrained:
         """The model's `Config` (the same object as `.cfg`)."""
         return self.cfg
 
-    def save_pretrained(self, out_dir: str | os.PathLike, tokenizer: Any = None) -> Path:
-        """Write config.json and model.safetensors into `out_dir` (each file moved into place whole), and the
-        tokenizer's files beside them when one is given (anything with `save_pretrained(directory)`: a
-        `transformers` tokenizer, or posformer's own). `posformer.load` reads the directory back."""
+    def save_pretrained(
+        self, out_dir: str | os.PathLike, tokenizer: Any = None, run: TrainingRun | None = None
+    ) -> Path:
+        """Write config.json, model.safetensors and a model card (README.md) into `out_dir` (each file moved into
+        place whole), and the tokenizer's files beside them when one is given (anything with
+        `save_pretrained(directory)`: a `transformers` tokenizer, or posformer's own); `run`: the training run the
+        card describes (`posformer.train.run_record.training_run`). `posformer.load` reads the directory back."""
         if tokenizer is not None and not callable(getattr(tokenizer, "save_pretrained", None)):
             raise TypeError(
                 f"save_pretrained: tokenizer is a {type(tokenizer).__name__}; expected an object with "
                 "save_pretrained(directory), such as a transformers tokenizer"
             )
-        return write_pretrained(self, out_dir, tokenizer=tokenizer)
+        return write_pretrained(self, out_dir, tokenizer=tokenizer, run=run)
 
     @classmethod
     def from_pretrained(

@@ -16,44 +16,16 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
 import posformer as pf
-from posformer.bench.options import ModelShapeOptions, ReportOptions
+from posformer.bench.benchmark_options import GenerationOptions
 from posformer.bench.speed import _transformers, measure_interleaved, torch_threads
-from posformer.utils.limits import MAX_BATCH, MAX_LENGTH, MAX_REPEATS
-from posformer.utils.options import check_options, option
+from posformer.utils.options import check_options
 
 NAMES = ("posformer", "hf")
-
-
-@dataclass
-class GenerationOptions(ReportOptions, ModelShapeOptions):
-    """The options of `posformer bench --generation`; the model is GPT-2 small's shape by default."""
-
-    d_model: int = 768
-    layers: int = 12
-    heads: int = 12
-    vocab: int = 50257
-    batches: list[int] = option(
-        default_factory=lambda: [1, 8],
-        help="batch sizes to measure, each in turn",
-        flag="--batch",
-        minimum=1,
-        maximum=MAX_BATCH,
-        metavar="N",
-    )
-    new_tokens: int = option(128, "tokens generated per sequence (no eos stop)", minimum=1, maximum=MAX_LENGTH)
-    prompt_length: int = option(16, "random prompt tokens per sequence", minimum=1, maximum=MAX_LENGTH)
-    warmup: int = option(
-        1, "untimed generate calls per model before timing, per batch size", minimum=0, maximum=MAX_REPEATS
-    )
-    iters: int = option(
-        3, "timed generate calls per model, per batch size; the median is reported", minimum=1, maximum=MAX_REPEATS
-    )
 
 
 def hf_gpt2(

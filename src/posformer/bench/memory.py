@@ -17,70 +17,19 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from posformer import positions
+from posformer.bench.benchmark_options import MMAP_THRESHOLD, MemoryOptions
 from posformer.bench.memory_probe import PEERS
-from posformer.bench.options import FeedForwardShapeOptions, ReportOptions
 from posformer.bench.positions import check_rows, default_rows
-from posformer.experiments.mechanism_rows import MECHANISM_ROWS, row_base
-from posformer.utils.limits import MAX_BATCH, MAX_LENGTH, MAX_SECONDS
-from posformer.utils.options import check_options, option
+from posformer.experiments.mechanism_rows import row_base
+from posformer.utils.options import check_options
 from posformer.utils.progress import progress_bar
 from posformer.utils.safe_write import write_json_atomic
 
-PHASES = ("forward", "train")
-MMAP_THRESHOLD = 2**20
 BASELINE = "none"
 CHECKPOINTED = {"posformer": "checkpointed", "hf": "hf checkpointed"}  # a model kind -> the same, checkpointed
-
-
-@dataclass
-class MemoryOptions(ReportOptions, FeedForwardShapeOptions):
-    """The options of `posformer bench --memory`: by default the shape of issue 33's table."""
-
-    threads: int | None = 2
-    encodings: list[str] | None = option(
-        None,
-        f"encodings to measure beside none (default: every registered decoder one: {', '.join(positions.names())}; "
-        f"and the mechanisms {', '.join(MECHANISM_ROWS)})",
-        metavar="NAME",
-    )
-    lengths: list[int] = option(
-        default_factory=lambda: [1024, 4096, 16384],
-        help="sequence lengths, each measured apart",
-        minimum=2,
-        maximum=MAX_LENGTH,
-    )
-    phases: list[str] = option(
-        default_factory=lambda: list(PHASES), help="forward (no grad) and/or train (one step)", choices=PHASES
-    )
-    d_model: int = 256
-    layers: int = 4
-    heads: int = 4
-    d_ff: int = 704
-    vocab: int = 256
-    batch: int = option(1, "sequences per step", minimum=1, maximum=MAX_BATCH)
-    peers: bool = option(True, "also measure Hugging Face's models of t5, alibi, rope and relative_key")
-    device: str = option("cpu", "cpu or cuda")
-    timeout: int = option(900, "seconds per cell; past them the cell reads 'timeout'", minimum=1, maximum=MAX_SECONDS)
-    plot: str | None = option(None, "also draw peak memory against length to this PNG", metavar="PATH")
-    whole_bias: bool = option(
-        False,
-        "also measure each encoding that has a bias with the bias computed whole, in one piece, at every length (the "
-        "path before blocks of queries; rows 'NAME whole'), its memory and seconds beside the blocks'",
-    )
-    activation_checkpointing: bool = option(
-        False,
-        "also measure each training step with activation checkpointing (rows 'NAME checkpointed': "
-        "Transformer.set_activation_checkpointing; Hugging Face's gradient_checkpointing_enable for its models)",
-    )
-    release_freed: bool = option(
-        False,
-        f"run each cell with MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD} (glibc): blocks above 1 MiB come from mmap "
-        "and go back to the system when freed, so the CPU peak is what was live, not what glibc's heap kept",
-    )
 
 
 def run(options: MemoryOptions) -> dict[str, Any]:

@@ -13,39 +13,19 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 import posformer as pf
-from posformer.bench.options import DeviceOptions, FeedForwardShapeOptions, ReportOptions
-from posformer.bench.runtime import PRECISIONS, Runtime
+from posformer.bench.benchmark_options import MLMOptions
+from posformer.bench.options import PRECISIONS
+from posformer.bench.runtime import Runtime
 from posformer.bench.speed import _transformers, measure_interleaved, torch_threads, train_step
 from posformer.modules.heads import IGNORE_INDEX, loss_only
-from posformer.utils.limits import MAX_BATCH, MAX_LENGTH, MAX_REPEATS
-from posformer.utils.options import check_options, option
+from posformer.utils.options import check_options
 
 RUNS = {"posformer": "posformer, loss alone", "posformer_logits": "posformer, with logits", "hf": "HF"}
-
-
-@dataclass
-class MLMOptions(ReportOptions, DeviceOptions, FeedForwardShapeOptions):
-    """The options of `posformer bench --mlm`: by default all-MiniLM-L6-v2's shape."""
-
-    threads: int | None = 2
-    d_model: int = 384
-    layers: int = 6
-    heads: int = 12
-    d_ff: int = 1536
-    vocab: int = 30522  # BERT's uncased
-    batch: int = option(16, "sequences per step", minimum=1, maximum=MAX_BATCH)
-    length: int = option(256, "tokens per sequence", minimum=2, maximum=MAX_LENGTH)
-    mask_rate: float = option(
-        0.15, "share of positions that keep a label (BERT's 15%); the others are -100", low=0, high=1, low_open=True
-    )
-    warmup: int = option(1, "untimed rounds before timing", minimum=0, maximum=MAX_REPEATS)
-    iters: int = option(5, "timed rounds (each runs every model once)", minimum=1, maximum=MAX_REPEATS)
 
 
 def hf_bert_model(d_model: int, layers: int, heads: int, d_ff: int, vocab: int, length: int) -> Any:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from posformer.bench.runtime import PRECISION_CHOICES
 from posformer.utils.limits import (
     MAX_BATCH,
     MAX_FF,
@@ -22,6 +21,9 @@ from posformer.utils.limits import (
     MAX_WIDTH,
 )
 from posformer.utils.options import option
+
+PRECISIONS = {"fp32": "float32", "bf16": "bf16 autocast (float32 weights)"}  # name -> as a report says it
+PRECISION_CHOICES = ("auto", *PRECISIONS)  # auto: bf16 where the device has bf16 units (`train.precision`)
 
 
 @dataclass

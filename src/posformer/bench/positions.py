@@ -12,44 +12,20 @@ of them alike; an encoding's relative time is the median of its timed rounds div
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 import posformer as pf
 from posformer import positions
-from posformer.bench.options import DeviceOptions, LlamaShapeOptions, ReportOptions
-from posformer.bench.runtime import PRECISIONS, Runtime
+from posformer.bench.benchmark_options import PositionsOptions
+from posformer.bench.options import PRECISIONS
+from posformer.bench.runtime import Runtime
 from posformer.bench.speed import time_phases, torch_threads
 from posformer.experiments.mechanism_rows import MECHANISM_ROWS, row_base, with_mechanism
-from posformer.utils.options import check_options, option
+from posformer.utils.options import check_options
 
 BASELINE = "none"
-ARCHS = ("decoder", "encoder", "encoder_decoder")
-ATTENTION = ("sdpa", "flex")
-
-
-@dataclass
-class PositionsOptions(ReportOptions, DeviceOptions, LlamaShapeOptions):
-    """The options of `posformer bench --positions`: one model per encoding, the llama preset's parts."""
-
-    batch: int = 4
-    layers: int = 4
-    encodings: list[str] | None = option(
-        None,
-        "encodings to measure (none is always measured, as the baseline); default: every registered one that "
-        f"--arch can use ({', '.join(positions.names())}), and for a decoder the mechanisms "
-        f"({', '.join(MECHANISM_ROWS)}: `posformer.experiments.mechanism_rows`)",
-        metavar="NAME",
-    )
-    arch: str = option("decoder", "the stack(s) every model has", choices=ARCHS)
-    attn: str = option(
-        "sdpa",
-        "sdpa: SDPA wherever the encoding allows it, else eager; flex: FlexAttention (score_mod) for the encodings "
-        "it takes, the rest as sdpa (training it needs CUDA)",
-        choices=ATTENTION,
-    )
 
 
 def positions_config(

@@ -13,10 +13,8 @@ from typing import ContextManager
 
 import torch
 
+from posformer.bench.options import PRECISION_CHOICES
 from posformer.train.precision import resolve_precision
-
-PRECISIONS = {"fp32": "float32", "bf16": "bf16 autocast (float32 weights)"}  # name -> as a report says it
-PRECISION_CHOICES = ("auto", *PRECISIONS)  # auto: bf16 where the device has bf16 units (`train.precision`)
 
 # dense bf16 tensor-core peaks from NVIDIA's datasheets, in TFLOP/s; the first name contained in the device's
 # name wins, so the PCIe H100 is listed before the SXM one

@@ -16,36 +16,25 @@ from __future__ import annotations
 import statistics
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
 
 import posformer as pf
+from posformer.bench.benchmark_options import SpeedOptions
 from posformer.bench.flops import forward_flops_per_token, train_flops_per_token
-from posformer.bench.options import DeviceOptions, LlamaShapeOptions, ReportOptions
-from posformer.bench.runtime import PRECISIONS, Runtime
+from posformer.bench.options import PRECISIONS
+from posformer.bench.runtime import Runtime
 from posformer.bench.x_transformers_peer import X_TRANSFORMERS_REQUIREMENT, XTransformersLM, x_transformers_available
 from posformer.train.optim import adamw
-from posformer.utils.options import check_options, option
+from posformer.utils.options import check_options
 from posformer.utils.progress import progress_bar
 from posformer.utils.validation import check_int
 
 HF_REQUIREMENT = "transformers==4.57.6"
 ADAMW = {"lr": 1e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
 PEERS = {"hf": "HF", "x_transformers": "x-transformers"}  # result key -> name in the report
-
-
-@dataclass
-class SpeedOptions(ReportOptions, DeviceOptions, LlamaShapeOptions):
-    """The options of `posformer bench` (the speed of the llama preset against Hugging Face)."""
-
-    compile: bool = option(
-        False,
-        "run posformer's model under torch.compile (HF's stays eager); the compilation time is reported apart, "
-        "not timed",
-    )
 
 
 def bench_config(

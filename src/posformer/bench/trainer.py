@@ -43,23 +43,21 @@ import os
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
 
 import posformer as pf
-from posformer.bench.options import FeedForwardShapeOptions, ReportOptions
+from posformer.bench.benchmark_options import TrainerBenchOptions
 from posformer.bench.speed import bench_config
 from posformer.data.text import CharTokenizer, default_corpus, read_text
 from posformer.train.batches import WindowBatches
 from posformer.train.optim import adamw
 from posformer.train.settings import TrainerSettings
 from posformer.train.trainer import Trainer
-from posformer.utils.limits import MAX_BATCH, MAX_LENGTH, MAX_REPEATS, MAX_STEPS, MAX_VOCAB
-from posformer.utils.options import check_options, option
+from posformer.utils.options import check_options
 from posformer.utils.progress import progress_bar
 
 NAMES = ("trainer", "plain")
@@ -74,33 +72,6 @@ EXCLUDED = (
     "not timed: set-up (model copy, optimizer, output directory), the warm-up steps, and the last step, "
     "which holds the trainer's checkpoint write (no evaluation function is given), then its loss plot"
 )
-
-
-@dataclass
-class CharVocabShapeOptions(FeedForwardShapeOptions):
-    """The benchmark model's shape, whose vocab may also be 0: the text's character vocabulary."""
-
-    options_group: ClassVar[str] = "model shape"
-
-    vocab: int = option(8192, "vocabulary size; 0: the text's character vocabulary", minimum=0, maximum=MAX_VOCAB)
-
-
-@dataclass
-class TrainerBenchOptions(ReportOptions, CharVocabShapeOptions):
-    """The options of `posformer bench --trainer`: the model, the run and the timing."""
-
-    threads: int | None = 2
-    d_model: int = 256
-    layers: int = 4
-    heads: int = 4
-    d_ff: int = 688  # SwiGLU's inner size
-    batch: int = option(8, "sequences per step", minimum=1, maximum=MAX_BATCH)
-    seq_len: int = option(256, "tokens per sequence", minimum=2, maximum=MAX_LENGTH)
-    steps: int = option(10, "timed steps per run", minimum=1, maximum=MAX_STEPS)
-    warmup_steps: int = option(2, "untimed steps per run before timing", minimum=0, maximum=MAX_STEPS)
-    repeats: int = option(5, "runs per loop, alternating; the median is reported", minimum=1, maximum=MAX_REPEATS)
-    lr: float = option(3e-3, "peak learning rate", low=0, low_open=True)
-    lr_warmup: int = option(5, "linear lr warm-up steps before the cosine decay", minimum=0, maximum=MAX_STEPS)
 
 
 class StampedBatches:

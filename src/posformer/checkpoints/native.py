@@ -13,6 +13,7 @@ from typing import Any
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
+from posformer.checkpoints.generation_file import read_generation_config
 from posformer.checkpoints.manifest import verify_if_present
 from posformer.checkpoints.model_dir import model_file, read_json
 from posformer.checkpoints.sizes import check_fits, meta_model
@@ -149,6 +150,7 @@ def load_pretrained(
     verify_if_present(model_dir, required=(CONFIG_FILE, WEIGHTS_FILE), only=None if checked is None else set(checked))
     stored = config_from_json(read_json(model_dir, CONFIG_FILE) if config is None else config, config_path)
     before = meta_model(stored, config_path)  # the names and shapes the file must hold
+    generation = read_generation_config(model_dir)  # generate's defaults, checked before any tensor is read
     cfg = stored.replace(**changes) if changes else stored
     with _open_weights(weights_path, device or "cpu") as f:
         _check_shapes(before, _shapes(f, weights_path), weights_path)  # the header only: nothing allocated yet
@@ -158,6 +160,7 @@ def load_pretrained(
     lost = set(before.state_dict()) & set(model.state_dict()) & missing
     if lost:
         raise ValueError(f"{weights_path}: the changes {changes} lost {sorted(lost)[:10]}")
+    model.generation_config = generation
     return model
 
 

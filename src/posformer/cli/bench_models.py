@@ -9,7 +9,7 @@ from posformer.cli.benchmark import benchmark
 SPEED = benchmark(
     "speed",
     "posformer.bench.speed",
-    "SpeedOptions",
+    "posformer.bench.benchmark_options.SpeedOptions",
     help="forward and training tokens/s against Hugging Face LlamaForCausalLM and x-transformers",
     description="Measure forward and training throughput (tokens/s) of posformer's Transformer built from the "
     "'llama' preset against Hugging Face LlamaForCausalLM (attn_implementation='sdpa') on the identical "
@@ -29,7 +29,7 @@ SPEED = benchmark(
 GENERATION = benchmark(
     "generation",
     "posformer.bench.generation",
-    "GenerationOptions",
+    "posformer.bench.benchmark_options.GenerationOptions",
     help="greedy generation tokens/s against GPT2LMHeadModel.generate",
     description="Measure greedy generation throughput (new tokens/s, KV cache) of posformer against Hugging "
     "Face GPT2LMHeadModel.generate (attn_implementation='sdpa') on identical random weights loaded with "
@@ -44,7 +44,7 @@ GENERATION = benchmark(
 POSITIONS = benchmark(
     "positions",
     "posformer.bench.positions",
-    "PositionsOptions",
+    "posformer.bench.benchmark_options.PositionsOptions",
     help="training and forward time of every position encoding relative to none",
     description="Measure the training-step and forward time of one model per registered position encoding, "
     "identical in everything else (the llama preset's parts at the given size, each encoding with its "
@@ -60,7 +60,7 @@ POSITIONS = benchmark(
 MEMORY = benchmark(
     "memory",
     "posformer.bench.memory",
-    "MemoryOptions",
+    "posformer.bench.benchmark_options.MemoryOptions",
     help="peak memory by length of every position encoding, beside none and Hugging Face's models",
     description="Measure the peak memory that one no-grad forward and one training step (forward, backward, AdamW) "
     "add above the built model, by sequence length, for posformer's decoder with each registered position "

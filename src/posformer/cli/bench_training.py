@@ -8,7 +8,7 @@ from posformer.cli.benchmark import benchmark
 TRAINER = benchmark(
     "trainer",
     "posformer.bench.trainer",
-    "TrainerBenchOptions",
+    "posformer.bench.benchmark_options.TrainerBenchOptions",
     help="training tokens/s of posformer's Trainer against a plain PyTorch loop",
     description="Measure training tokens/s of posformer's Trainer against a plain hand-written PyTorch loop "
     "(AdamW, LambdaLR, zero_grad/forward/backward/clip/step) on the same model (identical initial "
@@ -24,7 +24,7 @@ TRAINER = benchmark(
 QA = benchmark(
     "qa",
     "posformer.bench.qa.benchmark",
-    "QABenchOptions",
+    "posformer.bench.qa.options.QABenchOptions",
     help="SQuAD v2 fine-tuning of all-MiniLM-L6-v2 against BertForQuestionAnswering (--head seq2seq: "
     "BERT2BERT against EncoderDecoderModel)",
     description="Fine-tune all-MiniLM-L6-v2 for extractive SQuAD v2 QA twice in one run, with posformer "
@@ -50,7 +50,7 @@ QA = benchmark(
 MLM = benchmark(
     "mlm",
     "posformer.bench.mlm",
-    "MLMOptions",
+    "posformer.bench.benchmark_options.MLMOptions",
     help="masked-LM training of posformer (the loss alone, and with logits) against BertForMaskedLM",
     description="Time masked-LM training steps of Hugging Face BertForMaskedLM (SDPA, dropout off) and of "
     "posformer loaded from its weights with from_hf, on the same batch and labels, in the same run. "

@@ -1,10 +1,12 @@
 """One `posformer bench` benchmark declared as a `Command`: its flags come from the benchmark's options dataclass,
 and running it prints the report and writes `--json`.
 
-    SPEED = benchmark("speed", "posformer.bench.speed", "SpeedOptions", help=..., description=..., epilog=...)
+    SPEED = benchmark("speed", "posformer.bench.speed", "posformer.bench.benchmark_options.SpeedOptions",
+                      help=..., description=..., epilog=...)
 
 The benchmark module gives `run(options) -> result` and `format_report(result) -> str`; it is imported when the
-benchmark is picked, not when `posformer` starts.
+benchmark runs, not when `posformer` starts. Its options dataclass lives in a module without torch, imported when
+the benchmark's parser is built, so that `posformer bench [--BENCHMARK] --help` imports no model code.
 """
 
 from __future__ import annotations
@@ -23,13 +25,15 @@ BENCH_PROG = "posformer bench"
 
 @dataclass(frozen=True)
 class Benchmark:
-    """What runs one benchmark: the module and the name of its options dataclass, both imported when it runs."""
+    """What runs one benchmark: its module, imported when it runs, and the dotted path of its options dataclass
+    (`posformer.bench.benchmark_options.SpeedOptions`), imported when its parser is built."""
 
     module: str
-    options_class: str
+    options_path: str
 
     def options(self) -> type:
-        return getattr(importlib.import_module(self.module), self.options_class)
+        module, _, name = self.options_path.rpartition(".")
+        return getattr(importlib.import_module(module), name)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         add_option_flags(parser, self.options())
@@ -40,9 +44,9 @@ class Benchmark:
         return report(options.json, code.run(options), code.format_report)
 
 
-def benchmark(name: str, module: str, options_class: str, help: str, description: str, epilog: str) -> Command:
-    """The `Command` of the benchmark in `module` whose options are `module.options_class`."""
-    run = Benchmark(module, options_class)
+def benchmark(name: str, module: str, options_path: str, help: str, description: str, epilog: str) -> Command:
+    """The `Command` of the benchmark in `module` whose options are the dataclass at `options_path`."""
+    run = Benchmark(module, options_path)
     return Command(
         name,
         help=help,

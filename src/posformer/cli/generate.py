@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 
 from posformer.cli.command import Command
@@ -22,13 +23,16 @@ class GenerateOptions:
     max_new_tokens: int = option(
         200, "tokens generated after the prompt, at most 1,000,000", minimum=0, maximum=MAX_NEW_TOKENS
     )
-    num_beams: int = option(
-        1, "beam search with this many beams (default: 1, no beam search)", minimum=1, maximum=MAX_BEAMS
+    num_beams: int | None = option(
+        None,
+        "beam search with this many beams (default: the model's generation_config.json, else 1: no beam search)",
+        minimum=1,
+        maximum=MAX_BEAMS,
     )
-    temperature: float = option(
-        0.8,
-        "sampling temperature; the default samples (0.8, as nanoGPT's sample.py), where Hugging Face's generate "
-        "is greedy: 0 gives greedy decoding, the same tokens as model.generate() with no options",
+    temperature: float | None = option(
+        None,
+        "sampling temperature: > 0 samples, 0 decodes greedily; default: as the model's generation_config.json says, "
+        "else greedy (as Hugging Face's generate: the same tokens as model.generate() with no options)",
         low=0,
     )
     top_k: int | None = option(None, "sample from the k likeliest tokens", minimum=0, maximum=MAX_VOCAB)
@@ -45,16 +49,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
     model = load_model(options.model)
     tokenizer = load_text_tokenizer(options.model)
     prompt = torch.tensor([tokenizer.encode(options.prompt)])
-    decoding = dict(max_new_tokens=options.max_new_tokens)
-    if options.num_beams > 1:
-        decoding["num_beams"] = options.num_beams
-    elif options.temperature > 0:
-        decoding.update(
-            do_sample=True,
-            temperature=options.temperature,
-            top_k=options.top_k,
-            top_p=options.top_p,
-            generator=torch.Generator().manual_seed(options.seed),
+    decoding = dict(
+        max_new_tokens=options.max_new_tokens,
+        num_beams=options.num_beams,
+        top_k=options.top_k,
+        top_p=options.top_p,
+        generator=torch.Generator().manual_seed(options.seed),
+    )
+    if options.num_beams is not None and options.num_beams > 1:
+        decoding["do_sample"] = False
+    elif options.temperature is not None:
+        decoding.update(do_sample=options.temperature > 0, temperature=options.temperature or None)
+    elif model.generation_config.do_sample:
+        print(
+            f"sampling, as {options.model}'s generation_config.json says: --temperature 0 decodes greedily",
+            file=sys.stderr,
         )
     out = model.generate(prompt, **decoding)[0].tolist()
     print(tokenizer.decode(out if model.cfg.arch == "decoder" else out[1:]))
@@ -66,9 +75,9 @@ COMMAND = Command(
     help="continue a prompt with a posformer or Hugging Face checkpoint",
     description="Continue a prompt with a model directory: a posformer checkpoint (`posformer train`, "
     "`posformer convert`) or a Hugging Face one (config.json + weights + tokenizer). Decoding "
-    "runs on the KV cache: sampling at --temperature 0.8 by default (Hugging Face's generate is greedy by "
-    "default), greedy at --temperature 0, beam search with "
-    "--num-beams > 1. An encoder-decoder model (T5, Marian) reads the prompt as its input.",
+    "runs on the KV cache: greedy by default, as Hugging Face's generate, unless the model's generation_config.json "
+    "says otherwise; sampling at --temperature > 0, beam search with --num-beams > 1. An encoder-decoder model "
+    "(T5, Marian) reads the prompt as its input.",
     add_arguments=lambda parser: add_option_flags(parser, GenerateOptions),
     run=cmd_generate,
 )

@@ -12,6 +12,7 @@ The help is the field's, with its default.
 from __future__ import annotations
 
 import argparse
+import json
 import textwrap
 import typing
 from collections.abc import Collection, Mapping
@@ -89,6 +90,35 @@ def set_only_help(cls: type, width: int = 100) -> str:
         if opt.spec.flag is False:
             lines += textwrap.wrap(f"{opt.name}: {opt.spec.help}", width, initial_indent="  ", subsequent_indent="    ")
     return "\n".join(lines)
+
+
+def settings_help(cls: type, prefix: str = "", width: int = 100) -> str:
+    """Every option of `cls`, one per line: `prefix` and its name, then its help, its choices (unless the help names
+    them) and its default as YAML (what a config file or `--set` gives), wrapped to `width` under the help column:
+    the text of a group listing a section of a run's settings (in a parser that shows its descriptions as written)."""
+    declared = options(cls)
+    column = 2 + max(len(prefix + opt.name) for opt in declared) + 2
+    lines = []
+    for opt in declared:
+        choices = opt.spec.choices or ()
+        notes = [f"one of {', '.join(choices)}"] if any(choice not in opt.spec.help for choice in choices) else []
+        if "default" not in opt.spec.help and not (opt.default is None and "null" in opt.spec.help):
+            notes.append(f"default: {yaml_value(opt.default)}")
+        text = opt.spec.help + (f" ({'; '.join(notes)})" if notes else "")
+        name = f"  {prefix}{opt.name}".ljust(column)
+        lines += textwrap.wrap(name + text, width, initial_indent="", subsequent_indent=" " * column)
+    return "\n".join(lines)
+
+
+def yaml_value(value: Any) -> str:
+    """`value` as a YAML flow value (`null`, `true`, `[0.9, 0.95]`, `"ROMEO:\\n"`), for a help text."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(yaml_value(item) for item in value) + "]"
+    if isinstance(value, str) and (not value or not value.isprintable() or any(c in value for c in ":#[]{},'\" ")):
+        return json.dumps(value)
+    return str(value)
 
 
 def flag_name(opt: Option) -> str:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 from dataclasses import dataclass
 
 from posformer.cli.command import Command
-from posformer.cli.option_flags import add_option_flags, options_from_args
-from posformer.train.precision import PRECISIONS
+from posformer.cli.option_flags import add_option_flags, options_from_args, settings_help, yaml_value
+from posformer.train.knobs import PRECISIONS
+from posformer.train.settings import DEMO_MODEL, DataSettings, TrainerSettings
 from posformer.utils.limits import MAX_SEED
 from posformer.utils.options import option
 
@@ -64,17 +66,42 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+HELP_WIDTH = 100
+DESCRIPTION = textwrap.fill(
+    "Train a causal language model with posformer's trainer: AdamW, warm-up schedules, gradient accumulation and "
+    "clipping, bf16/fp16, evaluation, a JSONL log, a loss-curve PNG, and atomic checksummed checkpoints that "
+    "--resume continues exactly. The run config (YAML) has three sections, model (Config fields or preset), data "
+    "and trainer, each setting listed below; --set overrides any of them. Runs unchanged under `torchrun "
+    "--nproc_per_node N` (DDP; trainer.parallel=fsdp shards the model). With no options it trains the demo on the "
+    "shipped Tiny Shakespeare sample.",
+    HELP_WIDTH,
+)
+MODEL_SECTION = textwrap.fill(
+    "model.KEY  any Config field (position, d_model, n_layers, n_heads, norm, activation, ...: `posformer.Config`), "
+    "or model.preset=NAME with fields that override the preset's; vocab_size comes from the tokenizer (default: the "
+    f"demo model, {', '.join(f'{key}={yaml_value(value)}' for key, value in DEMO_MODEL.items())})",
+    HELP_WIDTH,
+    initial_indent="  ",
+    subsequent_indent="      ",
+)
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """The command's flags, then the run's settings, each section a group of its own (`--set SECTION.KEY=VALUE`)."""
+    add_option_flags(parser, TrainCommandOptions)
+    parser.add_argument_group("run settings: model (--set model.KEY=VALUE)", MODEL_SECTION)
+    for section, settings in (("data", DataSettings), ("trainer", TrainerSettings)):
+        title = f"run settings: {section} (--set {section}.KEY=VALUE)"
+        parser.add_argument_group(title, settings_help(settings, f"{section}.", HELP_WIDTH))
+
+
 COMMAND = Command(
     "train",
     help="train a causal LM on text files (default: the ~2 minute demo on the shipped sample)",
-    description="Train a causal language model with posformer's trainer: AdamW, warm-up schedules, gradient "
-    "accumulation and clipping, bf16/fp16, evaluation, a JSONL log, a loss-curve PNG, and "
-    "atomic checksummed checkpoints that --resume continues exactly. The run config (YAML) has "
-    "three sections, model (Config fields or preset), data and trainer; --set overrides any "
-    "field. Runs unchanged under `torchrun --nproc_per_node N` (DDP; trainer.parallel=fsdp "
-    "shards the model). With no options it trains the demo on the shipped Tiny Shakespeare sample.",
+    description=DESCRIPTION,
     epilog="Example: posformer train --config run.yaml --output-dir runs/x --set trainer.lr=1e-3 "
     "--set model.position=alibi",
-    add_arguments=lambda parser: add_option_flags(parser, TrainCommandOptions),
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+    add_arguments=add_train_arguments,
     run=cmd_train,
 )

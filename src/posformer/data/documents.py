@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from posformer.data import dataset_files
-from posformer.data.text import read_utf8
+from posformer.data.text_files import read_utf8
 from posformer.utils.file_limits import LINE, limited_lines, not_blank
 from posformer.utils.user_files import parse_json, regular_file
 

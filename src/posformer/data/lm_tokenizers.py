@@ -4,6 +4,7 @@
     tokenizer.encode(text)   # ids, no special tokens
     tokenizer.eod_id         # the id after each document
     tokenizer.files()        # {name: ASCII text}: Hugging Face tokenizer files to store beside the model
+    special_ids(tokenizer)   # {"eos_token_id": EOD id, "bos_token_id": BOS id or None}, for the model's Config
 
 "char" and "bytes" are posformer's own tokenizers (`data.text`), whose EOD is one extra id, `<|endoftext|>`. A
 directory is read with `AutoTokenizer` (a Hugging Face tokenizer, `posformer tokenizer train`'s output, or a model
@@ -21,6 +22,7 @@ from pathlib import Path
 from posformer.data.text import ByteTokenizer, CharTokenizer
 from posformer.hf.char_byte_tokenizers import EOD_TOKEN, stored_chars, tokenizer_files
 from posformer.utils.file_limits import TOKENIZER, check_size
+from posformer.utils.tokenizer_config import make_portable
 from posformer.utils.user_files import regular_file
 
 EOD_TOKENS = (EOD_TOKEN, "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[SEP]")
@@ -42,8 +44,20 @@ class HFTokenizer:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids)
 
+    @property
+    def bos_id(self) -> int | None:
+        """The id of its beginning-of-sequence token; None when it has none."""
+        return self.tokenizer.bos_token_id
+
     def files(self) -> dict[str, str]:
         return dict(self._files)
+
+
+def special_ids(tokenizer: CharTokenizer | ByteTokenizer | HFTokenizer) -> dict[str, int | None]:
+    """The model's special ids for `tokenizer`: {"eos_token_id": its EOD id, "bos_token_id": its BOS id, None when it
+    has none (posformer's char and byte tokenizers, a BPE of `posformer tokenizer train`)}."""
+    bos = tokenizer.bos_id if isinstance(tokenizer, HFTokenizer) else None
+    return {"eos_token_id": tokenizer.eod_id, "bos_token_id": bos}
 
 
 def build_tokenizer(
@@ -103,9 +117,11 @@ def _tokenizer_json(path: Path, name: str) -> HFTokenizer:
 
 
 def _saved_files(tokenizer) -> dict[str, str]:
-    """The JSON files `tokenizer.save_pretrained` writes, as ASCII text (what AutoTokenizer needs of a fast one)."""
+    """The JSON files `tokenizer.save_pretrained` writes, as ASCII text (what AutoTokenizer needs of a fast one),
+    the tokenizer_config.json in the form transformers 4.x and 5.x both read (`utils.tokenizer_config`)."""
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer.save_pretrained(tmp)
+        make_portable(tmp)
         return {
             p.name: json.dumps(json.loads(p.read_text(encoding="utf-8")), ensure_ascii=True)
             for p in sorted(Path(tmp).iterdir())

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from posformer.checkpoints.model_dir import model_file
+from posformer.data.text_files import SAMPLES, default_corpus, read_text, read_utf8
 from posformer.hf.char_byte_tokenizers import (
     EOD_TOKEN,
     byte_tokenizer,
@@ -20,34 +21,12 @@ from posformer.hf.char_byte_tokenizers import (
     tokenizer_files,
 )
 from posformer.hf.tokenizer_files import TOKENIZER_JSON
-from posformer.utils.file_limits import DATA, TOKENIZER, not_blank, read_limited
+from posformer.utils.file_limits import TOKENIZER, not_blank
 from posformer.utils.safe_write import make_dirs, write_text_atomic
-from posformer.utils.user_files import read_json_file, regular_file
+from posformer.utils.user_files import read_json_file
 
-SAMPLES = Path(__file__).resolve().parent / "samples"
-
-
-def default_corpus() -> Path:
-    """The Tiny Shakespeare sample that ships with the package (see samples/SOURCE.md)."""
-    return SAMPLES / "tinyshakespeare.txt"
-
-
-def read_utf8(path: str | Path, name: str) -> str:
-    """Read a UTF-8 text file of at most `file_limits.DATA` (a byte-order mark is dropped); errors begin with
-    `name` ("text corpus x.txt")."""
-    path = regular_file(path, name)
-    try:
-        return read_limited(path, name, DATA).decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{name} is not valid UTF-8: {err}") from None
-
-
-def read_text(path: str | Path) -> str:
-    """Read a UTF-8 text corpus (a byte-order mark is dropped) of at least two characters. Errors name the file."""
-    text = read_utf8(path, f"text corpus {path}")
-    if len(text) < 2:
-        raise ValueError(f"text corpus {path} is empty or has a single character; nothing to learn from")
-    return text
+# the text files' readers live in `data.text_files` (no torch) and are imported from here too
+__all__ = ["ByteTokenizer", "CharTokenizer", "SAMPLES", "TokenStream", "default_corpus", "read_text", "read_utf8"]
 
 
 class CharTokenizer:

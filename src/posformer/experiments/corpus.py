@@ -18,15 +18,17 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from posformer.data.shared import fetch_hint
-from posformer.data.text import default_corpus
+from posformer.data.text_files import default_corpus
 from posformer.utils.file_limits import DATA
+from posformer.utils.tokenizer_config import make_portable
 from posformer.utils.user_files import read_text_file
 from posformer.utils.validation import fail
+
+if TYPE_CHECKING:  # torch is imported by the functions that make tensors: the knobs read CORPORA without it
+    from torch import Tensor
 
 CORPORA = ("gutenberg", "shakespeare")
 HELD_OUT_BOOKS = ["middlemarch.txt", "the-republic.txt", "ulysses.txt"]  # the Gutenberg books kept out of training
@@ -128,15 +130,19 @@ def train_bpe(texts: dict[str, str], vocab_size: int, max_chars: int, split_digi
 
 
 def tokenizer_files(tokenizer) -> dict[str, str]:
-    """The Hugging Face files of `tokenizer` as {name: text}, for the Trainer's `extra_files`."""
+    """The Hugging Face files of `tokenizer` as {name: text}, for the Trainer's `extra_files` (its
+    tokenizer_config.json in the form transformers 4.x and 5.x both read, `utils.tokenizer_config`)."""
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer.save_pretrained(tmp)
+        make_portable(tmp)
         return {p.name: p.read_text(encoding="utf-8") for p in sorted(Path(tmp).iterdir()) if p.is_file()}
 
 
 def encode(tokenizer, text: str, max_chars: int | None = None) -> Tensor:
     """text (optionally its first `max_chars` characters) -> (N,) token ids, encoded paragraph by paragraph, no
     special tokens. tokenizer: a Hugging Face fast tokenizer, or any object with encode(text) -> list[int]."""
+    import torch
+
     if max_chars is not None:
         text = text[:max_chars]
     if not hasattr(tokenizer, "backend_tokenizer"):
@@ -148,6 +154,8 @@ def encode(tokenizer, text: str, max_chars: int | None = None) -> Tensor:
 
 def train_stream(tokenizer, texts: dict[str, str], max_chars: int | None) -> Tensor:
     """The training documents as one token stream (N,), each followed by EOS; `max_chars` spread over them."""
+    import torch
+
     share = None if max_chars is None else max(1, max_chars // len(texts))
     eos = torch.tensor([tokenizer.convert_tokens_to_ids(EOS)])
     return torch.cat([t for text in texts.values() for t in (encode(tokenizer, text, share), eos)])
@@ -188,6 +196,8 @@ def eval_streams(tokenizer, docs: dict[str, str], budget: int, multiple: int) ->
 def unigram_perplexity(train_ids: Tensor, streams: dict[str, Tensor], vocab_size: int) -> float:
     """The perplexity on every token of `streams` of a unigram model: training-stream frequencies, add-one
     smoothed over the vocabulary. What a model that reads no context at all can reach at best (up to the smoothing)."""
+    import torch
+
     counts = torch.bincount(train_ids, minlength=vocab_size).double() + 1
     log_p = (counts / counts.sum()).log()
     ids = torch.cat(list(streams.values()))

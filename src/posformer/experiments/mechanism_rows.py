@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from posformer.config import Config
-from posformer.config.irope import irope_layers
+if TYPE_CHECKING:  # the rows' names are read without torch (`--help`); the config module at first use
+    from posformer.config import Config
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class MechanismRow:
 
 
 def _irope(cfg: Config, train_len: int) -> Config:
+    from posformer.config.irope import irope_layers
+
     chunk = max(1, train_len // 4)
     layers = irope_layers(cfg.n_layers, chunk=chunk, temperature={"scale": 0.1, "floor_size": chunk})
     return cfg.replace(**layers)

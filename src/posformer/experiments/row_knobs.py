@@ -4,12 +4,14 @@ language-model rows and its `--task` rows) inherits them beside the training kno
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from posformer.config import Config
 from posformer.experiments.mechanism_rows import MECHANISM_ROWS, row_base, with_mechanism
 from posformer.utils.limits import MAX_HEADS, MAX_LAYERS, MAX_LENGTH, MAX_WIDTH
 from posformer.utils.options import option
+
+if TYPE_CHECKING:  # the knobs are read without torch (`posformer extrapolate --help`); a row's Config at first use
+    from posformer.config import Config
 
 DEFAULT_ROWS = ["none", "sinusoidal", "learned", "rope", "alibi", "t5", "shaw", "fire", "kerple", "xpos"]
 
@@ -45,6 +47,8 @@ class RowKnobs:
         """Row `position`'s decoder, identical for every row but the encoding (and its `position_params`), or the
         mechanism (`mechanism_rows`): every row's shape, pre-norm RMSNorm, SwiGLU, no biases, tied embeddings;
         `extra`: the experiment's own fields."""
+        from posformer.config import Config
+
         cfg = Config(
             arch="decoder",
             vocab_size=vocab_size,

@@ -7,7 +7,9 @@ Each prompt keeps `num_beams` running hypotheses and a list of at most
    float32 logits) plus the beam's score; the best K = max(2, 1 + n_eos) * num_beams
    of the num_beams * V candidates, best first. K > num_beams so that enough
    candidates remain to continue when some of them end.
-2. A candidate ends when its token is an eos id or it reaches max_new_tokens.
+   The log-probs first go through the logits processors (repetition penalty, no-repeat n-grams, no eos before
+   the minimum length: `logits_processors`), which read each running beam's whole sequence.
+2. A candidate ends when its token is an eos id, its text ends in a stop string, or it reaches max_new_tokens.
    Ending candidates among the first num_beams of the K join the finished list
    with score = log-prob sum / new_tokens ** length_penalty (new_tokens counts
    the generated tokens, eos included; neither the prompt nor the decoder start
@@ -29,6 +31,7 @@ import torch
 from torch import Tensor
 
 from posformer.generation.decoding import Decoding
+from posformer.generation.plan import Plan
 
 # The score of the beams that do not exist yet at the first step: every
 # continuation comes from beam 0 (all beams hold the same prefix), yet the
@@ -42,10 +45,12 @@ def _gather(x: Tensor, index: Tensor) -> Tensor:
 
 
 class Finished:
-    """The best finished hypotheses of each prompt: tokens (B, N, max_new), lengths and scores (B, N)."""
+    """The best finished hypotheses of each prompt: tokens and beam indices (B, N, max_new), lengths and scores
+    (B, N)."""
 
     def __init__(self, batch: int, num_beams: int, max_new: int, fill: int, device: torch.device) -> None:
         self.tokens = torch.full((batch, num_beams, max_new), fill, dtype=torch.long, device=device)
+        self.beams = torch.full((batch, num_beams, max_new), -1, dtype=torch.long, device=device)
         self.lengths = torch.zeros(batch, num_beams, dtype=torch.long, device=device)
         self.scores = torch.full((batch, num_beams), float("-inf"), device=device)
         self.fill = fill
@@ -54,71 +59,80 @@ class Finished:
         """(B,) whether every slot holds a hypothesis."""
         return (self.scores > float("-inf")).all(dim=1)
 
-    def add(self, tokens: Tensor, scores: Tensor) -> None:
-        """Merge candidates tokens (B, M, n) with scores (B, M) (-inf: not a candidate); keep the best N."""
+    def add(self, tokens: Tensor, beams: Tensor, scores: Tensor) -> None:
+        """Merge candidates tokens and beam indices (B, M, n) with scores (B, M) (-inf: not a candidate); keep the
+        best N."""
         max_new, n = self.tokens.shape[-1], tokens.shape[-1]
         padded = torch.nn.functional.pad(tokens, (0, max_new - n), value=self.fill)
+        padded_beams = torch.nn.functional.pad(beams, (0, max_new - n), value=-1)
         all_scores = torch.cat((self.scores, scores), dim=1)
         best = all_scores.topk(self.scores.shape[1], dim=1).indices
         self.scores = _gather(all_scores, best)
         self.tokens = _gather(torch.cat((self.tokens, padded), dim=1), best)
+        self.beams = _gather(torch.cat((self.beams, padded_beams), dim=1), best)
         self.lengths = _gather(torch.cat((self.lengths, torch.full_like(scores, n, dtype=torch.long)), dim=1), best)
 
 
-def beam_search(
-    state: Decoding,
-    max_new_tokens: int,
-    num_beams: int,
-    eos: list[int],
-    pad: int | None,
-    length_penalty: float,
-    early_stopping: bool | str,
-    num_return_sequences: int,
-    min_new_tokens: int = 0,
-) -> tuple[Tensor, Tensor]:
-    """Beam search from `state` (the prefix not run yet); max_new_tokens >= 1.
+def _candidates(prefix: Tensor, running: Tensor, beam: Tensor, token: Tensor) -> Tensor:
+    """The whole sequences of candidates (B, K): prefix (B, T), then the running beam `beam` (B, K) they extend
+    ((B, num_beams, n) new tokens), then `token` (B, K) -> (B * K, T + n + 1)."""
+    k = beam.shape[1]
+    grown = torch.cat((_gather(running, beam), token[:, :, None]), dim=2).flatten(0, 1)
+    return torch.cat((prefix.repeat_interleave(k, dim=0), grown), dim=1)
 
-    While fewer than `min_new_tokens` tokens are generated, the eos ids get log-prob
-    -inf after the log_softmax (HF's MinNewTokensLengthLogitsProcessor).
 
-    Returns the sequences (B * num_return_sequences, T + new): each prompt's prefix
-    (B, T) followed by its best hypotheses, padded with `pad` to the longest one;
-    and their scores (B * num_return_sequences,), HF's `sequences_scores`.
+def beam_search(state: Decoding, plan: Plan) -> tuple[Tensor, Tensor, Tensor]:
+    """Beam search from `state` (the prefix not run yet) by `plan` (num_beams, length_penalty, early_stopping,
+    num_return_sequences, eos, pad, the processors and stop strings); plan.max_new_tokens >= 1.
+
+    Returns the sequences (B * num_return_sequences, T + new): each prompt's prefix (B, T) followed by its best
+    hypotheses, padded with `pad` to the longest one; their scores (B * num_return_sequences,), HF's
+    `sequences_scores`; and their beam indices (B * num_return_sequences, new), HF's `beam_indices`.
     """
-    prefix = state.tokens
+    prefix, num_beams, max_new_tokens = state.tokens, plan.num_beams, plan.max_new_tokens
+    length_penalty, early_stopping = plan.length_penalty, plan.early_stopping
     batch, device = prefix.shape[0], prefix.device
-    eos_ids = torch.tensor(eos, dtype=torch.long, device=device)
-    keep = max(2, 1 + len(eos)) * num_beams
-    finished = Finished(batch, num_beams, max_new_tokens, 0 if pad is None else pad, device)
+    eos_ids = torch.tensor(plan.eos, dtype=torch.long, device=device)
+    keep = max(2, 1 + len(plan.eos)) * num_beams
+    finished = Finished(batch, num_beams, max_new_tokens, 0 if plan.pad is None else plan.pad, device)
     running = prefix.new_zeros(batch, num_beams, 0)
+    running_beams = prefix.new_zeros(batch, num_beams, 0)
     scores = torch.full((batch, num_beams), UNBORN, device=device)
     scores[:, 0] = 0.0
     done = torch.zeros(batch, dtype=torch.bool, device=device)
+    rows = torch.arange(batch, device=device)[:, None] * num_beams
 
     logits = state.start().repeat_interleave(num_beams, dim=0)
     state.reorder(torch.arange(batch, device=device).repeat_interleave(num_beams))
     for step in range(max_new_tokens):
         length = step + 1  # new tokens in every candidate
-        log_probs = torch.log_softmax(logits, dim=-1)
-        if step < min_new_tokens and eos:
-            log_probs = log_probs.index_fill(-1, eos_ids, float("-inf"))
+        sequences = torch.cat((prefix.repeat_interleave(num_beams, dim=0), running.flatten(0, 1)), dim=1)
+        log_probs = plan.processors(torch.log_softmax(logits, dim=-1), sequences, step)
+        plan.recorder.add(log_probs, logits)
         log_probs = log_probs.view(batch, num_beams, -1) + scores[:, :, None]
         vocab = log_probs.shape[-1]
         cand_scores, flat = log_probs.view(batch, -1).topk(min(keep, num_beams * vocab), dim=1)
         cand_beam, cand_token = flat // vocab, flat % vocab
         last = length == max_new_tokens
         ends = torch.isin(cand_token, eos_ids) | last
+        if plan.stop is not None:
+            ends |= plan.stop(_candidates(prefix, running, cand_beam, cand_token)).view(ends.shape)
 
         top_beam, top_token = cand_beam[:, :num_beams], cand_token[:, :num_beams]
         joins = ends[:, :num_beams] & ~done[:, None]
         penalized = (cand_scores[:, :num_beams] / (length**length_penalty)).masked_fill(~joins, float("-inf"))
-        finished.add(torch.cat((_gather(running, top_beam), top_token[:, :, None]), dim=2), penalized)
+        finished.add(
+            torch.cat((_gather(running, top_beam), top_token[:, :, None]), dim=2),
+            torch.cat((_gather(running_beams, top_beam), (rows + top_beam)[:, :, None]), dim=2),
+            penalized,
+        )
         if last:
             break
 
         scores, best = cand_scores.masked_fill(ends, float("-inf")).topk(num_beams, dim=1)
         source, token = _gather(cand_beam, best), _gather(cand_token, best)
         running = torch.cat((_gather(running, source), token[:, :, None]), dim=2)
+        running_beams = torch.cat((_gather(running_beams, source), (rows + source)[:, :, None]), dim=2)
 
         full = finished.full()
         if early_stopping is True:
@@ -129,16 +143,17 @@ def beam_search(
             done |= full & (best_possible <= finished.scores.min(dim=1).values)
         if bool(done.all()):
             break
-        rows = torch.arange(batch, device=device)[:, None] * num_beams
         state.reorder((rows + source).flatten())
         logits = state.step(token.flatten())
 
-    return _assemble(prefix, finished, num_return_sequences)
+    return _assemble(prefix, finished, plan.num_return_sequences)
 
 
-def _assemble(prefix: Tensor, finished: Finished, num_return_sequences: int) -> tuple[Tensor, Tensor]:
-    """The prefix (B, T) followed by the best hypotheses -> (B * R, T + longest), and their scores (B * R,)."""
+def _assemble(prefix: Tensor, finished: Finished, num_return_sequences: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The prefix (B, T) followed by the best hypotheses -> (B * R, T + longest), their scores (B * R,) and beam
+    indices (B * R, longest)."""
     r = num_return_sequences
     longest = int(finished.lengths[:, :r].max())
     best = finished.tokens[:, :r, :longest].flatten(0, 1)
-    return torch.cat((prefix.repeat_interleave(r, dim=0), best), dim=1), finished.scores[:, :r].flatten()
+    beams = finished.beams[:, :r, :longest].flatten(0, 1)
+    return torch.cat((prefix.repeat_interleave(r, dim=0), best), dim=1), finished.scores[:, :r].flatten(), beams

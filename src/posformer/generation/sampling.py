@@ -1,4 +1,4 @@
-"""Choosing the next token from the logits: greedy, or sampling with temperature, top-k and top-p."""
+"""Choosing the next token from the scores: greedy, or sampling with temperature, top-k and top-p."""
 
 from __future__ import annotations
 
@@ -23,6 +23,19 @@ def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None 
     return logits
 
 
+def warp(scores: Tensor, temperature: float, top_k: int | None, top_p: float | None) -> Tensor:
+    """The scores sampling draws from: divided by `temperature`, then filtered by top-k and top-p (Hugging Face's
+    order). scores: (B, V) float32 -> (B, V)."""
+    return filter_logits(scores / temperature, top_k, top_p)
+
+
+def choose(scores: Tensor, do_sample: bool, generator: torch.Generator | None) -> Tensor:
+    """One token per row: the argmax, or a draw from softmax(scores) with `generator`. scores: (B, V) -> (B,)."""
+    if not do_sample:
+        return scores.argmax(-1)
+    return torch.multinomial(scores.softmax(-1), 1, generator=generator).squeeze(-1)
+
+
 def next_token(
     logits: Tensor,
     do_sample: bool,
@@ -31,8 +44,7 @@ def next_token(
     top_p: float | None,
     generator: torch.Generator | None,
 ) -> Tensor:
-    """Pick one token per row. logits: (B, V) -> (B,)."""
+    """Pick one token per row from raw logits: greedy, or sampled after `warp`. logits: (B, V) -> (B,)."""
     if not do_sample:
         return logits.argmax(-1)
-    probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return choose(warp(logits.float(), temperature, top_k, top_p), True, generator)

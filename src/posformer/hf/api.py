@@ -11,20 +11,26 @@ from typing import Any
 
 import torch
 
+from posformer.checkpoints.generation_file import read_generation_config
 from posformer.checkpoints.manifest import verify_if_present
 from posformer.checkpoints.sizes import check_fits, meta_model
 from posformer.config import Config
+from posformer.generation import GENERATION_CONFIG_FILE
 from posformer.hf.char_byte_tokenizers import char_tokenizer, fast_tokenizer, stored_chars
 from posformer.hf.config_kinds import check_hf_config_kinds
 from posformer.hf.family import FAMILIES, Family, UnsupportedCheckpoint, family_for, supported
 from posformer.hf.hf_checkpoint import CONFIG, CheckpointError, read_config, read_state, resolve, write_checkpoint
 from posformer.hf.infer_family import infer_family
 from posformer.hf.mapping import export_state, import_state
+from posformer.hf.position_holders import position_refusal
 from posformer.hf.rope import v5_rope_parameters
-from posformer.hf.tokenizer_files import check_tokenizer_dir, has_vocabulary
+from posformer.hf.tokenizer_class import read_fast, unknown_class
+from posformer.hf.tokenizer_files import TOKENIZER_CONFIG, check_tokenizer_dir, has_vocabulary
 from posformer.hf.versions import export_version
 from posformer.model import Transformer
+from posformer.model_card import README, TrainingRun, model_card
 from posformer.modules.heads import build_head
+from posformer.utils.safe_write import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +102,8 @@ def from_hf(
 ) -> Transformer:
     """Load a Hugging Face checkpoint (a local directory, or a Hub id when online) as a `Transformer`.
 
-    The config is mapped to a `posformer.Config` and the weights onto posformer's modules.
+    The config is mapped to a `posformer.Config` and the weights onto posformer's modules; generation_config.json,
+    when there, becomes `model.generation_config`, which gives `generate` its defaults as in transformers.
     dtype: the parameters' dtype (default float32, as `transformers` does); device: where they live.
     head: a `Config.head` ("span_qa", "classification", ...) to start a task model from this
     checkpoint, as `AutoModelFor...` does from a base checkpoint: every tensor of the body is
@@ -116,6 +123,7 @@ def from_hf(
     directory = resolve(path_or_hub_id)
     verify_if_present(directory)
     hf_config = read_config(directory)
+    generation = read_generation_config(directory)  # generate's defaults, as transformers reads them
     cfg, family = config_from_hf_file(hf_config, str(directory / CONFIG))
     if head is not None:
         dataclasses.replace(cfg, head=head)  # validates `head` before any weight is read
@@ -155,6 +163,7 @@ def from_hf(
                 ", ".join(fresh),
                 head,
             )
+    model.generation_config = generation
     return model.to(device=device).eval()
 
 
@@ -199,8 +208,12 @@ def to_hf(
     rope_parameters: bool = False,
     hf_model_type: str | None = None,
     transformers_version: str | None = None,
+    run: TrainingRun | None = None,
 ) -> Path:
-    """Write `model` as a Hugging Face checkpoint (`config.json` + `model.safetensors`) into `out_dir`.
+    """Write `model` as a Hugging Face checkpoint (`config.json` + `model.safetensors`) into `out_dir`, with a
+    model card (README.md, `posformer.model_card`: the config, the encoding, `run`'s data, steps and final metrics
+    where given, how to load it; it names AutoTokenizer when `out_dir` already holds tokenizer files).
+    The model's `generation_config`, when it sets anything, is written as generation_config.json.
 
     The family is `hf_model_type` when given, else `model.cfg.hf_model_type` (set by `from_hf` and by the
     presets), else the first family that writes the config and reads it back the same (`infer_family`: llama,
@@ -236,7 +249,13 @@ def to_hf(
             f"to_hf: Config.latent_attention={cfg.latent_attention!r}: {cfg.hf_model_type}'s attention "
             f"{'is' if family.latent_attention else 'is not'} multi-head latent attention"
         )
-    hf_config = family.config_to_hf(cfg)
+    try:
+        hf_config = family.config_to_hf(cfg)
+    except UnsupportedCheckpoint as err:  # the encoding itself, when it is the reason: who holds it, if anyone
+        reason = position_refusal(cfg, cfg.hf_model_type)
+        if reason is None:
+            raise
+        raise UnsupportedCheckpoint(f"to_hf: {reason} ({err})") from None
     if rope_parameters and "rope_parameters" not in hf_config:  # a family may write v5's form itself
         if "rope_theta" not in hf_config and "global_rope_theta" not in hf_config:
             raise UnsupportedCheckpoint(
@@ -248,7 +267,20 @@ def to_hf(
     hf_config["transformers_version"] = export_version(transformers_version)
     state = export_state(model, family.rules(cfg))
     family.finish_export(model, hf_config, state)
-    return write_checkpoint(out_dir, hf_config, state)
+    out_dir = write_checkpoint(out_dir, hf_config, state)
+    if not model.generation_config.is_empty():  # generate's defaults, in the file transformers reads them from
+        write_text_atomic(out_dir / GENERATION_CONFIG_FILE, model.generation_config.to_json())
+    has_tokenizer = has_vocabulary(out_dir) or (out_dir / TOKENIZER_CONFIG).is_file()
+    card = model_card(
+        cfg,
+        out_dir.resolve().name,
+        hf_config=hf_config,
+        parameters=model.num_parameters(),
+        tokenizer=has_tokenizer,
+        run=run,
+    )
+    write_text_atomic(out_dir / README, card)  # replaces a symlink at the name, never writes through it
+    return out_dir
 
 
 def load_tokenizer(path_or_hub_id: str | os.PathLike):
@@ -259,7 +291,9 @@ def load_tokenizer(path_or_hub_id: str | os.PathLike):
     character and byte tokenizers are such files; the `{"type": "char"}` tokenizer.json of a run trained
     before they were is read as the same vocabulary (`char_byte_tokenizers`).
     The files are checked first (`tokenizer_files.check_tokenizer_dir`): one that leads outside the
-    directory, or a corrupt one, is a `ValueError` naming it.
+    directory, or a corrupt one, is a `ValueError` naming it. A tokenizer_config.json naming a class the installed
+    transformers lacks (5.x's `TokenizersBackend` under 4.x) is read from its tokenizer.json as a
+    `PreTrainedTokenizerFast` (`tokenizer_class`): the same ids.
     """
     directory = resolve(path_or_hub_id)
     found = stored_chars(directory)
@@ -277,6 +311,8 @@ def load_tokenizer(path_or_hub_id: str | os.PathLike):
     except ImportError as err:
         raise ImportError("load_tokenizer needs the `transformers` package: pip install transformers") from err
     try:
+        if unknown_class(directory) is not None:
+            return read_fast(directory, **overrides)
         return AutoTokenizer.from_pretrained(str(directory), **overrides)
     except Exception as err:  # transformers raises many kinds (OSError, ValueError, ImportError, KeyError ...)
         raise ValueError(f"no usable tokenizer in {directory}: {type(err).__name__}: {str(err).strip()}") from err

@@ -13,6 +13,7 @@ from typing import Any
 
 from posformer.config import Config
 from posformer.hf.family import FAMILIES, UnsupportedCheckpoint, supported
+from posformer.hf.position_holders import holders, position_refusal, where_held
 
 PREFERRED = ("llama", "gpt2", "bert", "t5", "gpt_neox", "qwen2", "qwen3", "mistral", "roberta")
 TRAINING_ONLY = ("hf_model_type", "dropout", "attention_dropout", "activation_dropout", "init", "init_std")
@@ -46,12 +47,15 @@ def _misfit(cfg: Config, model_type: str) -> str | None:
 def infer_family(cfg: Config, requested: str | None = None) -> str:
     """The model_type to write `cfg` as: `requested` when given (refused, with the reason, when it does not fit),
     else `cfg.hf_model_type` when set, else the first family that fits (`PREFERRED`, then the others by name).
-    `UnsupportedCheckpoint` naming why the preferred families do not fit when none does."""
+    `UnsupportedCheckpoint` naming why the preferred families, and those that hold its position encoding, do not fit
+    when none does, and which families hold the encoding (`position_holders`), or that none does."""
     if requested is not None:
         if requested not in FAMILIES:
             raise UnsupportedCheckpoint(f"hf_model_type {requested!r}: expected one of {', '.join(supported())}")
         reason = _misfit(cfg, requested)
         if reason is not None:
+            refusal = position_refusal(cfg, requested)
+            reason = reason if refusal is None else f"{refusal} ({reason})"
             raise UnsupportedCheckpoint(f"hf_model_type {requested!r} cannot write this model: {reason}")
         return requested
     if cfg.hf_model_type is not None:
@@ -63,8 +67,10 @@ def infer_family(cfg: Config, requested: str | None = None) -> str:
         if reason is None:
             return model_type
         reasons[model_type] = reason
-    shown = "; ".join(f"{t}: {reasons[t]}" for t in PREFERRED[:4])
+    asked = dict.fromkeys([*PREFERRED[:4], *holders(cfg.position, cfg.position_params)])  # and why its holders fail
+    shown = "; ".join(f"{t}: {reasons[t]}" for t in asked)
     raise UnsupportedCheckpoint(
         f"no Hugging Face family writes this model (arch={cfg.arch!r}, position={cfg.position!r}, "
-        f"norm={cfg.norm!r}, activation={cfg.activation!r}): {shown}"
+        f"norm={cfg.norm!r}, activation={cfg.activation!r}). Its position: {where_held(cfg)}. Why each does not "
+        f"fit: {shown}"
     )

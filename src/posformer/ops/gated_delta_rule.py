@@ -22,6 +22,8 @@ from torch import Tensor
 
 from posformer.utils.validation import check_int, fail
 
+CHUNKS_AT_ONCE = 16  # chunks whose within-chunk terms are computed together
+
 
 def check_rule_inputs(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor | None) -> None:
     """q, k (B, H, T, dk), v (B, H, T, dv), g and beta (B, H, T), state None or (B, H, dk, dv); else a ValueError
@@ -74,6 +76,25 @@ def gated_delta_rule_recurrent(
     return out.to(out_dtype), memory
 
 
+def _chunk_terms(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor) -> tuple[Tensor, ...]:
+    """What the chunks (B, H, N, C, ...) compute in parallel, before the state passes through them in order:
+    (written, reads_state, within, q_decayed, k_to_end, chunk_decay), see `gated_delta_rule_chunked`."""
+    chunk_size = q.shape[-2]
+    gamma = g.cumsum(-1)  # (B, H, N, C)
+    later = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=q.device).triu(1)  # s > r
+    decay = (gamma[..., :, None] - gamma[..., None, :]).masked_fill(later, float("-inf")).exp()  # D (.., C, C)
+    k_beta = k * beta[..., None]
+    system = (k_beta @ k.transpose(-1, -2) * decay).tril(-1) + torch.eye(chunk_size, device=q.device)  # I + A
+    written = torch.linalg.solve_triangular(system, v * beta[..., None], upper=False, unitriangular=True)
+    reads_state = torch.linalg.solve_triangular(
+        system, k_beta * gamma.exp()[..., None], upper=False, unitriangular=True
+    )
+    within = q @ k.transpose(-1, -2) * decay  # (B, H, N, C, C), zero above the diagonal
+    q_decayed = q * gamma.exp()[..., None]
+    k_to_end = k * (gamma[..., -1:] - gamma).exp()[..., None]
+    return written, reads_state, within, q_decayed, k_to_end, gamma[..., -1].exp()
+
+
 def gated_delta_rule_chunked(
     q: Tensor,
     k: Tensor,
@@ -95,7 +116,9 @@ def gated_delta_rule_chunked(
         O   = scale * ((exp(gamma) Q) S_0 + (Q K^T * D) U)
         S_C = exp(gamma_C) S_0 + (exp(gamma_C - gamma) K)^T U
 
-    Cost per chunk O(C^2 (dk + dv) + C dk dv): time and memory grow linearly with T at a fixed chunk size.
+    Cost per chunk O(C^2 (dk + dv) + C dk dv): time and memory grow linearly with T at a fixed chunk size. The
+    (C, C) terms are made for CHUNKS_AT_ONCE chunks at a time, so that without autograd they are held for those
+    chunks only.
     The sequence is padded to a multiple of C with tokens that neither decay (g = 0) nor write (beta = 0).
     """
     check_int("chunk_size", chunk_size, maximum=2**16)
@@ -114,23 +137,15 @@ def gated_delta_rule_chunked(
         return x.unflatten(2, (chunks, chunk_size))
 
     q, k, v, g, beta = (in_chunks(x) for x in (q, k, v, g, beta))
-    gamma = g.cumsum(-1)  # (B, H, N, C)
-    later = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=q.device).triu(1)  # s > r
-    decay = (gamma[..., :, None] - gamma[..., None, :]).masked_fill(later, float("-inf")).exp()  # D (.., C, C)
-    k_beta = k * beta[..., None]
-    system = (k_beta @ k.transpose(-1, -2) * decay).tril(-1) + torch.eye(chunk_size, device=q.device)  # I + A
-    written = torch.linalg.solve_triangular(system, v * beta[..., None], upper=False, unitriangular=True)
-    reads_state = torch.linalg.solve_triangular(
-        system, k_beta * gamma.exp()[..., None], upper=False, unitriangular=True
-    )
-    within = q @ k.transpose(-1, -2) * decay  # (B, H, N, C, C), zero above the diagonal
-    q_decayed = q * gamma.exp()[..., None]
-    k_to_end = k * (gamma[..., -1:] - gamma).exp()[..., None]
     memory = k.new_zeros(batch, heads, key_dim, value_dim) if state is None else state.float()
     outputs = []
-    for n in range(chunks):
-        u = written[:, :, n] - reads_state[:, :, n] @ memory  # (B, H, C, dv)
-        outputs.append(q_decayed[:, :, n] @ memory + within[:, :, n] @ u)
-        memory = memory * gamma[:, :, n, -1, None, None].exp() + k_to_end[:, :, n].transpose(-1, -2) @ u
+    for first in range(0, chunks, CHUNKS_AT_ONCE):
+        group = slice(first, min(first + CHUNKS_AT_ONCE, chunks))
+        terms = _chunk_terms(q[:, :, group], k[:, :, group], v[:, :, group], g[:, :, group], beta[:, :, group])
+        written, reads_state, within, q_decayed, k_to_end, chunk_decay = terms
+        for n in range(written.shape[2]):
+            u = written[:, :, n] - reads_state[:, :, n] @ memory  # (B, H, C, dv)
+            outputs.append(q_decayed[:, :, n] @ memory + within[:, :, n] @ u)
+            memory = memory * chunk_decay[:, :, n, None, None] + k_to_end[:, :, n].transpose(-1, -2) @ u
     out = torch.cat(outputs, dim=2)[:, :, :length] * scale if outputs else v.new_zeros(batch, heads, 0, value_dim)
     return out.to(out_dtype), memory

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,12 +10,17 @@ import numpy as np
 import torch
 
 from posformer.model import Transformer
-from posformer.utils.figure import pyplot, save_png
+from posformer.utils.figure import MIN_FONT_SIZE, label_outer_panels, panel_grid, pyplot, save_png, shared_colorbar
 
 if TYPE_CHECKING:
     from posformer.loading import TextTokenizer
 
 MAX_TICK_LABELS = 64
+TOKEN_SPACING = 0.15  # inches of panel per token when the tokens are labelled: room for a 9-point label
+MAX_PANEL = 8.5  # inches; at MAX_TICK_LABELS tokens that still leaves room for 7-point labels
+MAX_FIGURE_WIDTH = 18.0  # inches; more panels go on further lines
+PROBABILITY_TICKS = (0.0, 0.01, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0)  # on the square-root scale, small ones too
+VISIBLE_SPACE = "\u2423"  # a space in a token label, drawn as an open box so that " was" does not read "was"
 
 
 @dataclass
@@ -53,26 +57,37 @@ def attention_map(
     return AttentionMap(title or model.cfg.position, tokens, probs.numpy(), layer % n_layers)
 
 
+def token_label(token: str) -> str:
+    """A token as a tick label: control characters escaped (\\n), spaces drawn as an open box."""
+    return repr(token)[1:-1].replace(" ", VISIBLE_SPACE) or "''"
+
+
 def draw_attention(path: str | Path, maps: list[AttentionMap]) -> Path:
-    """One heatmap per model, tokens as tick labels when there are at most `MAX_TICK_LABELS`."""
+    """One heatmap per model on one colour scale with one colour bar; tokens as tick labels when there are at most
+    `MAX_TICK_LABELS`, each panel sized to leave them readable. Colour: the square root of the probability, so
+    that the many small weights stay visible next to a strong first-token sink; blank: probability 0 (masked)."""
+    from matplotlib.colors import PowerNorm
+
+    if not maps:
+        raise ValueError("draw_attention: maps is empty; give at least one AttentionMap")
+    longest = max(len(amap.tokens) for amap in maps)
+    labelled = longest <= MAX_TICK_LABELS
+    side = min(MAX_PANEL, max(4.0, TOKEN_SPACING * longest + 1.0)) if labelled else 5.0
+    columns = max(1, min(3, int(MAX_FIGURE_WIDTH // side)))
+    font = max(MIN_FONT_SIZE, min(9.0, 0.85 * 72 * (side - 1.0) / longest))  # 85% of the spacing, in points
     plt = pyplot()
-    cols = min(3, len(maps))
-    rows = math.ceil(len(maps) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 5 * rows), squeeze=False, layout="constrained")
-    for k, ax in enumerate(axes.flat):
-        if k >= len(maps):
-            ax.axis("off")
-            continue
-        amap = maps[k]
-        image = ax.imshow(amap.probs, cmap="magma", vmin=0.0, interpolation="nearest")
-        ax.set_title(f"{amap.title} (layer {amap.layer})", fontsize=10)
-        ax.set_xlabel("key token")
-        ax.set_ylabel("query token")
+    fig, axes = panel_grid(plt, len(maps), columns, (side, side + 0.6))
+    norm = PowerNorm(gamma=0.5, vmin=0.0, vmax=max(float(amap.probs.max()) for amap in maps))
+    for ax, amap in zip(axes, maps):
+        image = ax.imshow(np.ma.masked_equal(amap.probs, 0.0), cmap="magma", norm=norm, interpolation="nearest")
+        ax.set_title(f"{amap.title} (layer {amap.layer})")
         if len(amap.tokens) <= MAX_TICK_LABELS:
-            labels = [repr(t)[1:-1] or " " for t in amap.tokens]
+            labels = [token_label(t) for t in amap.tokens]
             ticks = range(len(labels))
-            ax.set_xticks(ticks, labels, rotation=90, fontsize=6)
-            ax.set_yticks(ticks, labels, fontsize=6)
-        fig.colorbar(image, ax=ax, shrink=0.8, label="attention probability (mean over heads)")
-    fig.suptitle("Attention maps, averaged over heads")
+            ax.set_xticks(ticks, labels, rotation=90, fontsize=font)
+            ax.set_yticks(ticks, labels, fontsize=font)
+    label_outer_panels(axes, columns, "key token", "query token")
+    bar = shared_colorbar(fig, image, axes, "attention probability, mean over heads (square-root scale)")
+    bar.set_ticks([t for t in PROBABILITY_TICKS if t <= norm.vmax])
+    fig.suptitle("Attention maps, averaged over heads (blank: masked)")
     return save_png(fig, path)

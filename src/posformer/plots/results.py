@@ -1,6 +1,6 @@
 """The figures of the experiments' results, redrawn from their output directories (results.json).
 
-  extrapolation (`posformer extrapolate`):         NAME-ppl.png       perplexity against length, 95% bands
+  extrapolation (`posformer extrapolate`):         NAME-ppl.png       perplexity against length, 95% error bars
                                                                      (--seeds: the geometric mean, 95% over seeds)
   tasks (`posformer extrapolate --task`):          NAME-accuracy.png  exact match against length per encoding
                                                                      (--seeds: the mean, a 95% band over seeds)

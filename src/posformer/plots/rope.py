@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from posformer.utils.figure import pyplot, save_png
+from posformer.utils.figure import REFERENCE_COLOR, line_style, plain_number, pyplot, save_png
 
 DECAY_BASES = (500.0, 10000.0, 500000.0)
 WAVELENGTH_BASES = (500.0, 10000.0, 500000.0, 1e6)
@@ -41,11 +41,11 @@ def draw_rope_decay(
     """The decay curve against relative distance, one line per base."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for base in bases:
+    for k, base in enumerate(bases):
         r, value = rope_decay(dim, base, max_distance)
-        ax.plot(r, value, linewidth=1.2, label=f"base {base:g}")
+        ax.plot(r, value, label=f"base {plain_number(base)}", **line_style(k, len(r)))
     ax.set_xlabel("relative distance r = m - n")
-    ax.set_ylabel("(1/(d/2)) * sum_j |S_j|")
+    ax.set_ylabel(r"$(2/d)\, \sum_j\, |S_j|$")
     ax.set_title(f"RoPE long-range decay (RoFormer 3.4.3), d = {dim}")
     ax.legend()
     ax.grid(alpha=0.3)
@@ -59,19 +59,19 @@ def draw_rope_wavelengths(
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     pairs = np.arange(1, head_dim // 2 + 1)
-    for base, wavelengths in rope_wavelengths(head_dim, bases).items():
-        ax.plot(pairs, wavelengths, marker=".", markersize=3, linewidth=1, label=f"base {base:g}")
+    for k, (base, wavelengths) in enumerate(rope_wavelengths(head_dim, bases).items()):
+        ax.plot(pairs, wavelengths, label=f"base {plain_number(base)}", **line_style(k, len(pairs)))
     ax.axhline(
         train_len,
-        color="black",
-        linestyle="--",
-        linewidth=1,
+        color=REFERENCE_COLOR,
+        linestyle=":",
+        linewidth=1.2,
         label=f"training length {train_len}: pairs above never complete a rotation",
     )
     ax.set_yscale("log")
     ax.set_xlabel(f"rotary pair i (head dim {head_dim})")
-    ax.set_ylabel("wavelength 2*pi*b^(2(i-1)/H)  (positions)")
+    ax.set_ylabel(r"wavelength $2\pi\, b^{2(i-1)/H}$ (positions)")
     ax.set_title("RoPE wavelength per dimension pair")
-    ax.legend(fontsize=8)
+    ax.legend()
     ax.grid(alpha=0.3, which="both")
     return save_png(fig, path)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from posformer.positions import sinusoidal_table
-from posformer.utils.figure import pyplot, save_png
+from posformer.utils.figure import label_outer_panels, panel_grid, pyplot, save_png, shared_colorbar
 
 BASES = (100.0, 1000.0, 10000.0)
 
@@ -24,15 +24,20 @@ def sinusoidal_tables(
 
 
 def draw_sinusoidal(path: str | Path, tables: dict[float, np.ndarray] | None = None) -> Path:
-    """One heatmap per base: position (rows) against dimension (columns)."""
+    """One heatmap per base: position (rows) against dimension (columns), one colour bar.
+
+    The tables hold more positions and dimensions than the panels have pixels: they are drawn antialiased, so
+    that the fastest dimensions read as their average (white) instead of as moire arcs that are not in the data.
+    """
     tables = sinusoidal_tables() if tables is None else tables
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(tables), figsize=(5 * len(tables), 5), squeeze=False, layout="constrained")
-    for ax, (base, table) in zip(axes[0], tables.items()):
-        image = ax.imshow(table, aspect="auto", cmap="RdBu", vmin=-1, vmax=1, interpolation="nearest")
-        ax.set_title(f"N = {base:g}")
-        ax.set_xlabel(f"dimension (d = {table.shape[1]})")
-        ax.set_ylabel("position")
-    fig.colorbar(image, ax=axes, label="PE value (sin / cos)")
+    fig, axes = panel_grid(plt, len(tables), len(tables), (5.0, 5.0))
+    for ax, (base, table) in zip(axes, tables.items()):
+        image = ax.imshow(
+            table, aspect="auto", cmap="RdBu", vmin=-1, vmax=1, interpolation="antialiased", interpolation_stage="data"
+        )
+        ax.set_title(f"N = {base:,g}")
+    label_outer_panels(axes, len(tables), f"dimension (d = {table.shape[1]})", "position")
+    shared_colorbar(fig, image, axes, "PE value (sin / cos)")
     fig.suptitle("Sinusoidal position encoding: the periods lengthen as the base N grows")
     return save_png(fig, path)

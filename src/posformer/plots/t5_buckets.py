@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from posformer.positions import t5_bucket
-from posformer.utils.figure import pyplot, save_png
+from posformer.utils.figure import REFERENCE_COLOR, line_style, pyplot, save_png
 
 
 def t5_bucket_map(distance: int = 200, num_buckets: int = 32, max_distance: int = 128) -> dict[str, np.ndarray]:
@@ -29,14 +29,17 @@ def draw_t5_buckets(path: str | Path, distance: int = 200, num_buckets: int = 32
     data = t5_bucket_map(distance, num_buckets, max_distance)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.step(data["rel"], data["bidirectional"], where="mid", label="bidirectional (encoder)")
-    ax.step(data["rel"], data["causal"], where="mid", label="causal / unidirectional (decoder)")
+    n_points = len(data["rel"])
+    ax.step(data["rel"], data["bidirectional"], where="mid", label="bidirectional (encoder)", **line_style(0, n_points))
+    ax.step(
+        data["rel"], data["causal"], where="mid", label="causal / unidirectional (decoder)", **line_style(1, n_points)
+    )
     for edge in (-max_distance, max_distance):
         ax.axvline(
             edge,
-            color="grey",
+            color=REFERENCE_COLOR,
             linestyle=":",
-            linewidth=1,
+            linewidth=1.2,
             label=f"|distance| = max_distance = {max_distance}" if edge > 0 else None,
         )
     ax.set_xlabel("relative position  key - query")

@@ -7,6 +7,7 @@ A causal stack only ever sees rel <= 0, so only those distances are shown for it
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,9 @@ import torch
 from posformer.model import Transformer
 from posformer.positions import PositionEncoding
 from posformer.positions.contract import Saturating
-from posformer.utils.figure import pyplot, save_png
+from posformer.utils.figure import line_style, pyplot, save_png
+
+LINEAR_DISTANCE = 8  # the distance axis is linear within this of 0, logarithmic beyond (T5's buckets are too)
 
 
 @dataclass
@@ -49,17 +52,31 @@ def t5_learned_bias(model: Transformer, distance: int | None = None) -> list[Sta
     return out
 
 
+def distance_ticks(rel: np.ndarray) -> list[int]:
+    """0 and the powers of two from LINEAR_DISTANCE / 2 out, on each side that `rel` reaches."""
+    reach = int(np.abs(rel).max())
+    powers = [2**k for k in range(int(math.log2(LINEAR_DISTANCE)) - 1, int(math.log2(max(reach, 1))) + 1)]
+    return sorted({0, *(-p for p in powers if -p >= rel.min()), *(p for p in powers if p <= rel.max())})
+
+
 def draw_t5_learned(path: str | Path, panels: list[tuple[str, StackBias]]) -> Path:
-    """One panel per (checkpoint name, stack): a line per head."""
+    """One panel per (checkpoint name, stack): a step line per head (the bias is constant within a bucket), the
+    distance on a symmetric log scale (linear within `LINEAR_DISTANCE` of 0) so that the exact buckets near 0
+    and the log-spaced ones far away get room alike."""
+    from matplotlib.ticker import NullLocator
+
     plt = pyplot()
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.6 * len(panels)), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.8 * len(panels)), squeeze=False, layout="constrained")
     for ax, (name, stack) in zip(axes[:, 0], panels):
         for h, row in enumerate(stack.bias):
-            ax.plot(stack.rel, row, linewidth=1, label=f"head {h + 1}")
-        ax.set_title(f"{name}: {stack.label}", fontsize=10)
-        ax.set_xlabel("relative position  key - query")
+            ax.step(stack.rel, row, where="mid", label=f"head {h + 1}", **line_style(h, len(stack.rel)))
+        ax.set_xscale("symlog", linthresh=LINEAR_DISTANCE, linscale=1.0)
+        ax.set_xticks(distance_ticks(stack.rel))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_title(f"{name}: {stack.label}")
+        ax.set_xlabel(f"relative position  key - query  (linear within \u00b1{LINEAR_DISTANCE}, log beyond)")
         ax.set_ylabel("learned bias (logit)")
-        ax.legend(fontsize=7, ncol=4)
-        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=1 + len(stack.bias) // 13)
+        ax.grid(alpha=0.3, which="major")
     fig.suptitle("Learned T5 relative-position bias per head")
     return save_png(fig, path)

@@ -13,11 +13,16 @@ The scores are exact, in chunks of C = 64 tokens as the paper computes them (`pa
 products of the tokens' transforms come from unit triangular systems (the UT transform), solved for every key and
 query of the chunk at once; across chunks, each key is carried once to its chunk's end and each chunk's whole
 transform is one dh x dh matrix, so that a query crosses a chunk with one product: O(T C dh + T^2 dh^2 / C) work
-and no step per token. The paper's kernel keeps the crossing in low-rank form and fuses it with the attention.
+and no step per token. Chunks group into spans of SPAN chunks, each key also carried to its span's end and each
+span's transform one matrix too: a chunk of queries crosses the earlier chunks of its span one at a time and each
+earlier span whole, SPAN + T / (C SPAN) products in sequence rather than T / C. The paper's kernel keeps the
+crossing in low-rank form and fuses it with the attention.
 
 The scores reach the attention as a bias, scale * (path score - q.k), through `contract.ReadsHidden` (the key
 terms [w, beta] live in the KV cache), in blocks of queries at long lengths as every bias (each block checkpointed
-in training); FlexAttention cannot take it (a score_mod sees one pair).
+in training). The work on the keys (`key_work`: the carried keys and the crossings, O(T dh) per head) is done once
+per attention call (`shared_key_work`) and read by every block, which solves only its own chunks: memory grows as
+T, not T^2. FlexAttention cannot take it (a score_mod sees one pair).
 """
 
 from __future__ import annotations
@@ -105,7 +110,7 @@ def _spans(carried_keys: Tensor, crossing: Tensor) -> tuple[Tensor, Tensor]:
     at_end = []  # later: M_{c+1}^T ... M_last^T, from the span's last chunk down
     for c in range(SPAN - 1, -1, -1):
         at_end.append(keys[:, :, :, c] @ later)
-        later = later @ steps[:, :, :, c].mT
+        later = steps[:, :, :, c].mT @ later
     return torch.cat(at_end[::-1], dim=-2), later.mT
 
 

@@ -17,7 +17,7 @@ import torch
 
 from posformer.config import Config
 from posformer.data.documents import documents
-from posformer.data.lm_tokenizers import build_tokenizer
+from posformer.data.lm_tokenizers import build_tokenizer, special_ids
 from posformer.data.packing import pack_documents
 from posformer.data.text import TokenStream
 from posformer.data.token_ids import document_ids, split_documents
@@ -37,14 +37,17 @@ from posformer.utils.file_limits import not_blank
 from posformer.utils.validation import is_int
 
 
-def build_model(model_fields: dict, vocab_size: int, seq_len: int, eos_token_id: int | None = None) -> Transformer:
+def build_model(
+    model_fields: dict, vocab_size: int, seq_len: int, tokenizer_ids: dict[str, int | None] | None = None
+) -> Transformer:
     """A decoder from Config fields (or `preset` + overrides), sized to the tokenizer and the training length;
-    `eos_token_id` (the tokenizer's end-of-document id) replaces a preset's, not one `model_fields` gives."""
+    `tokenizer_ids` (the tokenizer's special ids, `lm_tokenizers.special_ids`: its end-of-document id as
+    eos_token_id, its BOS id or None) replace a preset's, not those `model_fields` gives: a tokenizer without a BOS
+    token leaves the model none (llama's preset bos_token_id=1 is an ordinary token of a trained BPE, "!")."""
     fields = dict(model_fields)
     preset = fields.pop("preset", None)
     base = preset_fields(preset) if preset else {}
-    if eos_token_id is not None:
-        base["eos_token_id"] = eos_token_id
+    base.update(tokenizer_ids or {})
     merged = {**base, **fields, "vocab_size": vocab_size}
     given = merged.get("max_positions", 0)
     if is_int(given):  # anything else is Config's to refuse, by name
@@ -139,7 +142,7 @@ def _train(settings: RunSettings, output_dir: str, resume: bool, log, progress: 
     else:
         batches = WindowBatches(ids, data.seq_len, trainer_settings.seed)
     seed_everything(trainer_settings.seed)  # the initial weights are a function of the seed
-    model = build_model(settings.model, vocab_size, data.seq_len, eos_token_id=tokenizer.eod_id)
+    model = build_model(settings.model, vocab_size, data.seq_len, special_ids(tokenizer))
     log(f"data: {len(ids):,} training and {len(valid_ids):,} validation tokens, vocabulary {vocab_size}")
     log(
         f"model: {model.num_parameters():,} parameters, position={model.cfg.position}, d_model={model.cfg.d_model}, "

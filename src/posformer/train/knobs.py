@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from posformer.train.precision import PRECISIONS
 from posformer.utils.limits import MAX_BATCH, MAX_SEED, MAX_STEPS
 from posformer.utils.options import option
 
 DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # what `train.precision` computes in; declared here, without torch
 
 
 @dataclass

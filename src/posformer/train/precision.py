@@ -17,7 +17,8 @@ from typing import ContextManager
 
 import torch
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+from posformer.train.knobs import PRECISIONS
+
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 PRECISION_NAMES = {"fp32": "float32", "bf16": "bf16 autocast", "fp16": "fp16 autocast"}  # as a log says it
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")  # /proc/cpuinfo: x86's two, and Arm's (Features: bf16)

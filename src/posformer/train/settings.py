@@ -18,16 +18,14 @@ from pathlib import Path
 
 from posformer.data.dataset_files import import_datasets
 from posformer.data.documents import needs_datasets
-from posformer.data.text import default_corpus
+from posformer.data.text_files import default_corpus
 from posformer.train.knobs import OptimizerKnobs
 from posformer.train.trackers import check_trackers
 from posformer.utils.limits import MAX_LENGTH, MAX_REPEATS, MAX_STEPS
-from posformer.utils.options import check_options
+from posformer.utils.options import check_options, option
 from posformer.utils.user_files import parse_yaml, read_yaml_file, regular_file
 from posformer.utils.validation import (
-    check_choice,
     check_field_kinds,
-    check_int,
     excerpt,
     fail,
     is_int,
@@ -37,16 +35,6 @@ from posformer.utils.validation import (
 SCHEDULES = ("constant", "linear", "cosine")
 NAN_POLICIES = ("stop", "skip")
 PARALLEL = ("ddp", "fsdp")
-# the trainer's counts, each with its smallest and largest value (`utils.limits`)
-TRAINER_COUNTS = {
-    "grad_accum": (1, MAX_REPEATS),
-    "eval_every": (1, MAX_STEPS),
-    "eval_batches": (1, MAX_STEPS),
-    "keep_last": (1, MAX_REPEATS),
-    "log_every": (1, MAX_STEPS),
-    "max_skipped_batches": (0, MAX_STEPS),
-    "sample_tokens": (0, MAX_LENGTH),
-}
 
 
 @dataclass
@@ -66,34 +54,50 @@ class TrainerSettings(OptimizerKnobs):
     of metrics.jsonl there too (`train.trackers`).
     """
 
-    grad_accum: int = 1
-    schedule: str = "cosine"
-    betas: tuple[float, float] = (0.9, 0.95)
-    clip_grad: float | None = 1.0
-    parallel: str = "ddp"
-    eval_every: int = 100
-    eval_batches: int = 8
-    save_every: int | None = None
-    keep_last: int = 3
-    log_every: int = 10
-    nan_policy: str = "stop"
-    max_skipped_batches: int = 10
-    max_minutes: float | None = None
-    sample_prompt: str | None = "ROMEO:\n"
-    sample_tokens: int = 200
-    compile: bool = False
-    activation_checkpointing: bool = False
-    tensorboard: bool | None = None
-    wandb_project: str | None = None
+    grad_accum: int = option(
+        1, "micro-batches per optimizer step (gradient accumulation)", minimum=1, maximum=MAX_REPEATS
+    )
+    schedule: str = option(
+        "cosine",
+        "the lr after the warm-up: constant, or a linear or cosine decay to min_lr_ratio * lr",
+        choices=SCHEDULES,
+    )
+    betas: tuple[float, float] = option((0.9, 0.95), "AdamW's two betas, each in [0, 1)")
+    clip_grad: float | None = option(1.0, "clip the gradients' global norm to this (null: no clipping)")
+    parallel: str = option(
+        "ddp", "under torchrun: ddp (a copy of the model per process) or fsdp (the model sharded)", choices=PARALLEL
+    )
+    eval_every: int = option(100, "steps between evaluations (and the last step)", minimum=1, maximum=MAX_STEPS)
+    eval_batches: int = option(8, "validation batches per evaluation", minimum=1, maximum=MAX_STEPS)
+    save_every: int | None = option(
+        None, "steps between checkpoints (default: eval_every)", minimum=1, maximum=MAX_STEPS
+    )
+    keep_last: int = option(3, "checkpoints kept, the newest", minimum=1, maximum=MAX_REPEATS)
+    log_every: int = option(
+        10,
+        "unused: every step is written to metrics.jsonl (kept so that older run configs load)",
+        minimum=1,
+        maximum=MAX_STEPS,
+    )
+    nan_policy: str = option(
+        "stop", "a non-finite loss: stop the run, or skip its batch (at most max_skipped_batches)", choices=NAN_POLICIES
+    )
+    max_skipped_batches: int = option(
+        10, "batches nan_policy=skip may skip before the run stops", minimum=0, maximum=MAX_STEPS
+    )
+    max_minutes: float | None = option(None, "stop, with a checkpoint, after this many minutes (null: no limit)")
+    sample_prompt: str | None = option("ROMEO:\n", "the prompt of a sample generated after training (null: none)")
+    sample_tokens: int = option(200, "tokens of that sample (0: none)", minimum=0, maximum=MAX_LENGTH)
+    compile: bool = option(False, "the training forward and backward through torch.compile (docs/speed.md)")
+    activation_checkpointing: bool = option(
+        False, "recompute each block in the backward pass: the same losses, far less memory, a third more compute"
+    )
+    tensorboard: bool | None = option(None, "send the scalars to TensorBoard too (default: when it is installed)")
+    wandb_project: str | None = option(None, "send the scalars to this Weights & Biases project too (null: none)")
 
     def validate(self) -> None:
-        check_options(self, "trainer.")  # the knobs of every run (`OptimizerKnobs`), each in its declared range
-        for name, (minimum, maximum) in TRAINER_COUNTS.items():
-            check_int(f"trainer.{name}", getattr(self, name), minimum=minimum, maximum=maximum)
         if self.save_every is not None and not (is_int(self.save_every) and self.save_every >= 1):
             fail("trainer.save_every", self.save_every, "a positive integer, or null for eval_every")
-        if self.save_every is not None:
-            check_int("trainer.save_every", self.save_every, maximum=MAX_STEPS)
         pair = isinstance(self.betas, (tuple, list)) and len(self.betas) == 2
         if not (pair and all(is_number(b) and 0 <= b < 1 for b in self.betas)):
             fail("trainer.betas", self.betas, "two numbers in [0, 1)")
@@ -109,12 +113,7 @@ class TrainerSettings(OptimizerKnobs):
         check_trackers(self.tensorboard, self.wandb_project)  # their packages, before any work
         if self.max_minutes is not None and not (is_number(self.max_minutes) and self.max_minutes > 0):
             fail("trainer.max_minutes", self.max_minutes, "a number > 0, or null")
-        for name, allowed in (
-            ("schedule", SCHEDULES),
-            ("nan_policy", NAN_POLICIES),
-            ("parallel", PARALLEL),
-        ):
-            check_choice(f"trainer.{name}", getattr(self, name), allowed)
+        check_options(self, "trainer.")  # every declared range and choice (the knobs of every run: `OptimizerKnobs`)
         check_field_kinds(self, "trainer.")
 
     @property
@@ -139,13 +138,18 @@ class DataSettings:
     training and evaluation alike.
     """
 
-    train: list[str] = field(default_factory=lambda: [str(default_corpus())])
-    valid: list[str] = field(default_factory=list)
-    valid_fraction: float = 0.1
-    tokenizer: str = "char"
-    seq_len: int = 128
-    text_field: str = "text"
-    pack_documents: bool = False
+    train: list[str] = option(
+        default_factory=lambda: [str(default_corpus())],
+        help="files and directories of training documents (default: the shipped Tiny Shakespeare sample)",
+    )
+    valid: list[str] = option(
+        default_factory=list, help="files and directories of validation documents (default: none, valid_fraction)"
+    )
+    valid_fraction: float = option(0.1, "with no valid documents: the last fraction of the training tokens, in (0, 1)")
+    tokenizer: str = option("char", "char, bytes, a Hugging Face tokenizer directory or a tokenizer.json file")
+    seq_len: int = option(128, "tokens per training window (and per evaluation window)", minimum=2, maximum=MAX_LENGTH)
+    text_field: str = option("text", "the field of a .jsonl record or dataset row that holds the text")
+    pack_documents: bool = option(False, "pack whole documents per row, each attending within itself from position 0")
 
     def validate(self) -> None:
         if isinstance(self.train, str):
@@ -167,7 +171,7 @@ class DataSettings:
                         raise ImportError(f"data.{name}: {path}: {err}") from err
         if not self.valid and not (is_number(self.valid_fraction) and 0 < self.valid_fraction < 1):
             fail("data.valid_fraction", self.valid_fraction, "a number in (0, 1) when data.valid is empty")
-        check_int("data.seq_len", self.seq_len, minimum=2, maximum=MAX_LENGTH)
+        check_options(self, "data.")  # seq_len's range
 
 
 DEMO_MODEL = dict(

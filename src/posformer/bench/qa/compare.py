@@ -20,9 +20,10 @@ from typing import Any, Callable
 import torch
 from torch import Tensor, nn
 
+from posformer.bench.options import PRECISIONS
 from posformer.bench.qa.options import QABenchOptions
 from posformer.bench.qa.setup import draw_batches, load_questions, resolve_data, summary
-from posformer.bench.runtime import PRECISIONS, Runtime
+from posformer.bench.runtime import Runtime
 from posformer.bench.trainer import load_average
 from posformer.model import Transformer
 from posformer.modules.heads import loss_only

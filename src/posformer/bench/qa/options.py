@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from posformer.bench.options import ReportOptions
-from posformer.bench.runtime import PRECISION_CHOICES
+from posformer.bench.options import PRECISION_CHOICES, ReportOptions
 from posformer.utils.limits import MAX_BATCH, MAX_ITEMS, MAX_LENGTH, MAX_SEED, MAX_STEPS
 from posformer.utils.options import check_options, option
 from posformer.utils.validation import fail

@@ -27,10 +27,10 @@ window       StreamingLLM's baseline, window attention: the encoding `streaming`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from posformer import positions
-from posformer.model import Transformer
+if TYPE_CHECKING:
+    from posformer.model import Transformer
 
 SCALINGS = ("none", "pi", "ntk", "yarn", "dynyarn", "longrope")
 PIECEWISE = ("rerope", "self_extend", "dual_chunk", "streaming", "window")
@@ -86,6 +86,8 @@ def extended_params(
     """The position_params, for `position_of(method)`, of the model extended by `method` from trained_len to
     target_len (longrope: `long_factor`); `fine_tuned`: those of the method's fine-tune, which differ from its
     eval-time ones for dynyarn only. Raises ValueError naming the method when the model is not a rope one."""
+    from posformer import positions  # here, not at the top: `posformer extend --help` reads METHODS without torch
+
     if model.cfg.position != "rope":
         raise ValueError(
             f"extend: method {method!r} extends RoPE, and this model uses position {model.cfg.position!r}: "
@@ -117,6 +119,8 @@ def with_params(
 ) -> Transformer:
     """A new model with `model`'s weights (copied) and these position_params, of `position` (None: the model's);
     the same device and dtype."""
+    from posformer.model import Transformer
+
     cfg = model.cfg.replace(
         position=position or model.cfg.position,
         position_params=params,

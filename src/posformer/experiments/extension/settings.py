@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from posformer.experiments.extension.methods import METHODS
-from posformer.experiments.longeval.tasks import TASKS
+from posformer.experiments.longeval.task_names import TASK_NAMES
 from posformer.experiments.presets import from_preset
 from posformer.experiments.training_knobs import TrainingKnobs
 from posformer.utils.limits import MAX_BATCH, MAX_BATCH_TOKENS, MAX_LENGTH, MAX_REPEATS, MAX_STEPS, MAX_TOKENS
@@ -102,10 +102,10 @@ class ExtendSettings(TrainingKnobs):
     )
     passkey_trials: int = option(20, "passkey keys per grid cell", flag=False, minimum=1, maximum=MAX_REPEATS)
     suite_tasks: list[str] = option(
-        default_factory=lambda: list(TASKS),
+        default_factory=lambda: list(TASK_NAMES),
         help="long-context suite tasks (`posformer longeval`) scored at the passkey lengths and depths ([]: none)",
         flag=False,
-        choices=tuple(TASKS),
+        choices=tuple(TASK_NAMES),
     )
     suite_trials: int = option(
         10, "suite prompts per task, length and depth", flag=False, minimum=1, maximum=MAX_REPEATS
@@ -178,7 +178,7 @@ class ExtendSettings(TrainingKnobs):
         if not isinstance(self.passkey_depths, list) or not self.passkey_depths:
             fail("extend: passkey_depths", self.passkey_depths, "a non-empty list of numbers in [0, 1]")
         if not isinstance(self.suite_tasks, list) or len(set(self.suite_tasks)) != len(self.suite_tasks):
-            fail("extend: suite_tasks", self.suite_tasks, f"a list of distinct tasks from {', '.join(TASKS)}")
+            fail("extend: suite_tasks", self.suite_tasks, f"a list of distinct tasks from {', '.join(TASK_NAMES)}")
         self.check("extend: ")
         self._check_stages()
         check_field_kinds(self, "extend: ")

@@ -24,10 +24,10 @@ from torch import Tensor
 
 from posformer import positions
 from posformer.config import Config
+from posformer.experiments.extrapolation.settings import PROTOCOLS
 from posformer.model import Transformer
 from posformer.ops.linear_cross_entropy import chunk_rows
 
-PROTOCOLS = ("nonoverlapping", "sliding")
 Advance = Callable[[int], None]  # told the number of tokens each batch of windows has just scored
 
 

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from posformer import positions
-from posformer.config import Config
 from posformer.experiments.corpus import CORPORA, HELD_OUT_BOOKS
-from posformer.experiments.extrapolation.evaluation import PROTOCOLS
 from posformer.experiments.mechanism_rows import MECHANISM_ROWS, row_base
 from posformer.experiments.presets import from_preset
 from posformer.experiments.row_knobs import RowKnobs
@@ -18,6 +15,10 @@ from posformer.utils.limits import MAX_BATCH_TOKENS, MAX_CHARS, MAX_LENGTH, MAX_
 from posformer.utils.options import option
 from posformer.utils.validation import check_field_kinds, check_number, fail, is_int
 
+if TYPE_CHECKING:  # the knobs are read without torch (`posformer extrapolate --help`); the registry at first use
+    from posformer.config import Config
+
+PROTOCOLS = ("nonoverlapping", "sliding")  # how `evaluation` cuts the held-out stream
 ROPE_SCALINGS = ["linear", "ntk", "dynamic", "yarn"]
 
 PRESETS: dict[str, dict[str, Any]] = {  # each: what differs from the defaults
@@ -186,6 +187,8 @@ class ExtrapolationSettings(RowKnobs, TrainingKnobs):
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad knob: `extrapolate: KNOB=VALUE is invalid: expected ...`."""
+        from posformer import positions
+
         if isinstance(self.positions, str):
             self.positions = [p.strip() for p in self.positions.split(",") if p.strip()]
         check_number(_knob("lr"), self.lr, low=0)  # a negative lr is named so; 0 is refused by the declared range
@@ -251,6 +254,8 @@ def model_config(s: ExtrapolationSettings, position: str, vocab_size: int) -> Co
     scale 1/sqrt(head size) for every row (T5's own default is 1.0). max_positions: the longest eval length, except
     for encodings that cannot extrapolate (learned): exactly train_len.
     """
+    from posformer import positions
+
     longest = max(s.eval_lens) if positions.get(row_base(position)).extrapolates else s.train_len
     return s.row_config(
         position,

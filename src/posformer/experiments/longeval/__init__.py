@@ -11,6 +11,7 @@ Long-Context Language Models?"), generated on the fly, deterministic under a see
 | needles | single, multi-key, multi-value and multi-query needles (`NeedleTask`) |
 | variables | variable tracking (`VariableTracking`) |
 | word_lists | common and frequent word extraction (`CommonWords`, `FrequentWords`) |
+| task_names | the tasks' names (`TASK_NAMES`), read without torch by the commands' `--help` |
 | tasks | the tasks by name (`TASKS`), the checks of a request, `training_prompt` |
 | mix | `SuiteMix`: training batches with suite prompts mixed in |
 | grid | `suite_grid`: exact match by task, length and depth; means and chance levels |

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from posformer.experiments.longeval.effective import RULER_THRESHOLD
-from posformer.experiments.longeval.tasks import TASKS
+from posformer.experiments.longeval.task_names import TASK_NAMES
 from posformer.train.knobs import DEVICES
 from posformer.utils.limits import MAX_BATCH_TOKENS, MAX_REPEATS, MAX_SEED
 from posformer.utils.options import option
@@ -28,7 +28,10 @@ class LongevalSettings:
         metavar="N",
     )
     tasks: list[str] = option(
-        default_factory=lambda: list(TASKS), help="tasks to run (default: all)", choices=TASKS, metavar="TASK"
+        default_factory=lambda: list(TASK_NAMES),
+        help="tasks to run (default: all)",
+        choices=TASK_NAMES,
+        metavar="TASK",
     )
     depths: list[float] = option(
         default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0],

@@ -1,18 +1,5 @@
-"""The suite's tasks by name, the checks of what a caller asks for, and the prompts the training side mixes in.
-
-| task | RULER's | haystack | depth | answer |
-|---|---|---|---|---|
-| single_noise | niah_single_1 | noise | yes | a 5-digit number |
-| single_number | niah_single_2 | book | yes | a 5-digit number |
-| single_word | (word values) | book | yes | a word |
-| single_uuid | niah_single_3 | book | yes | an 8-hex-digit code |
-| multikey | niah_multikey_1 | book | yes | the asked key's number, 3 distractor needles |
-| multivalue | niah_multivalue | book | no | the key's 3 numbers, in order |
-| multiquery | niah_multiquery | book | no | 2 of 4 keys' numbers, in the order asked |
-| vt | vt | noise | no | 3 variable names |
-| cwe | cwe | none | no | 3 words |
-| fwe | fwe | none | no | 3 words |
-"""
+"""The suite's tasks by name (`TASKS`, under the names `task_names.TASK_NAMES` declares, with a line each), the
+checks of what a caller asks for, and the prompts the training side mixes in."""
 
 from __future__ import annotations
 

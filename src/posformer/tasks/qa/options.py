@@ -7,9 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from posformer.hf.bert2bert import CROSS_ATTENTION_INITS
-from posformer.train.knobs import DEVICES
-from posformer.train.precision import PRECISIONS
+from posformer.train.knobs import DEVICES, PRECISIONS
 from posformer.utils.limits import (
     MAX_BATCH,
     MAX_BEAMS,
@@ -25,7 +23,7 @@ from posformer.utils.limits import (
 )
 from posformer.utils.options import check_options as check_declared_options
 from posformer.utils.options import flag_spelling, option
-from posformer.utils.validation import fail
+from posformer.utils.validation import check_choice, fail
 
 HEADS = ("seq2seq", "span")
 ANSWER_DEFAULTS = dict(
@@ -197,7 +195,6 @@ class QAJobOptions(QAColumns):
         "initialisation, as Hugging Face's EncoderDecoderModel) or self_attention (a copy of the same layer's "
         "trained self-attention, so that the decoder starts by attending to context tokens like its own) "
         "(default: random)",
-        choices=CROSS_ATTENTION_INITS,
     )
     decoder_layers: int | None = option(
         None,
@@ -276,7 +273,10 @@ class ScoreOptions(QAColumns):
 
 def check_options(o: QAJobOptions) -> None:
     """Every set option, named by its flag (`--doc-stride=0 is invalid: expected a positive integer`)."""
+    from posformer.hf.bert2bert import CROSS_ATTENTION_INITS  # beside the warm start, whose module imports torch
+
     check_declared_options(o, name_of=flag_spelling)
+    check_choice("--cross-attention-init", o.cross_attention_init, CROSS_ATTENTION_INITS)
     if o.from_scratch and (o.head != "seq2seq" or o.model is not None):
         fail(
             "--from-scratch",
