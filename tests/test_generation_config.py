@@ -176,3 +176,13 @@ def test_cli_generate_is_greedy_unless_the_file_says_otherwise(tmp_path, capsys)
     assert main([*command, "--temperature", "0"]) == 0
     out = capsys.readouterr()
     assert out.out.rstrip("\n") == greedy and "sampling" not in out.err
+
+
+def test_a_file_linked_outside_the_model_dir_is_refused(tmp_path):
+    _llama_dir(tmp_path / "hf", None)
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"num_beams": 2}))
+    (tmp_path / "hf" / "generation_config.json").unlink()
+    (tmp_path / "hf" / "generation_config.json").symlink_to(outside)
+    with pytest.raises(ValueError, match="generation_config.json is refused: it is a symlink"):
+        pf.from_hf(tmp_path / "hf")

@@ -67,8 +67,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
         ("--hf-model-type", options.hf_model_type),
         ("--transformers-version", options.transformers_version),
     ):
-        if value is not None and target != "hf":
-            raise ValueError(f"{name} applies to --to hf only")
+        if value is not None and target != "hf":  # said in the spelling the command line used
+            raise ValueError(f"{name} applies to {'--to hf' if options.source is not None else '--to-hf'} only")
     out = Path(options.out)
     if target == "posformer":
         model, source = load_from(source_path, kind="hf")
