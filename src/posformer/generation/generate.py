@@ -90,7 +90,8 @@ def generate(
     vocabulary never end a row (as in Hugging Face). A `ValueError` names decoder_start_token_id (encoder-decoder)
     or the pad id (when a row can end) if it is not a token id in [0, vocab_size).
     stop_strings: a string or a list; a row ends once its text ends in one (`stopping.StopStrings`, read with
-    `tokenizer`, which they need); without eos ids the rows that met one are not padded (as in Hugging Face).
+    `tokenizer`, which they need) and is padded after it, but for a model without any eos id (not even an empty
+    list), whose rows go on until every row has ended (as in Hugging Face).
     do_sample [False]: sample from softmax(scores / temperature [1.0]) after the top_k / top_p filters [none],
     drawing from `generator`; else greedy. num_beams [1] > 1: beam search with HF's `length_penalty` [1.0]
     (score = sum of log-probs / generated length ** length_penalty) and `early_stopping` [False] (True, False or
