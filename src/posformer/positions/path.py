@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from posformer.positions.forgetting import HiddenStateBias, wide
 from posformer.positions.registry import register
@@ -164,10 +165,12 @@ def path_scores(
 def _crossed(x: Tensor, chunk: int, shared: tuple[Tensor, ...]) -> list[Tensor]:
     """The scores of rows x (B, H, R, dh), queries carried to the start of `chunk`, over every key before it, in key
     order: (B, H, R, C) for each earlier chunk of its span, then (B, H, R, SPAN C) for each earlier span."""
-    chunk_keys, chunk_crossing, span_keys, span_crossing = shared
-    span_start = chunk // SPAN * SPAN
-    steps = [(chunk_keys[:, :, c], chunk_crossing[:, :, c]) for c in range(chunk - 1, span_start - 1, -1)]
-    steps += [(span_keys[:, :, s], span_crossing[:, :, s]) for s in range(span_start // SPAN - 1, -1, -1)]
+    span = chunk // SPAN
+    # one slice of each, not an index per step: the backward of each makes a gradient as large as what it cuts
+    chunk_keys, chunk_crossing = (part[:, :, span * SPAN : chunk] for part in shared[:2])
+    span_keys, span_crossing = (part[:, :, :span] for part in shared[2:])
+    steps = [(chunk_keys[:, :, c], chunk_crossing[:, :, c]) for c in range(chunk - span * SPAN - 1, -1, -1)]
+    steps += [(span_keys[:, :, s], span_crossing[:, :, s]) for s in range(span - 1, -1, -1)]
     parts = []
     for step, (carried_keys, crossing) in enumerate(steps):
         parts.append(x @ carried_keys.transpose(-1, -2))
@@ -233,7 +236,11 @@ class PaTH(HiddenStateBias):
         """The keys' `key_work`, once for every block of queries: k_terms (B, H, S, dh + 1), k (B, Hkv, S, dh) ->
         the keys carried to their chunk's and span's ends and the chunks' and spans' crossings."""
         w, beta = k_terms[..., :-1], k_terms[..., -1]
-        return key_work(self._key_heads(k, k_terms), w, beta)
+        k = self._key_heads(k, k_terms)
+        if not torch.is_grad_enabled():
+            return key_work(k, w, beta)
+        # recomputed in the backward: what its graph would keep is a few (T, C) tensors per head and layer
+        return checkpoint(key_work, k, w, beta, use_reentrant=False)
 
     def terms_bias(
         self,
