@@ -57,34 +57,50 @@ def save_hf(hf_model, directory: Path) -> Path:
     return directory
 
 
-def save_fused_experts(hf_model, directory: Path, module: str, names: tuple[str, str, str]) -> Path:
+def save_fused_experts(
+    hf_model, directory: Path, module: str = "mlp", names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")
+) -> Path:
     """`hf_model` saved with its experts in transformers 5's in-memory layout: each layer's
     `{layer}.mlp.experts.gate_up_proj` (n_experts, 2 d_ff, hidden), its experts' `names[0]` (gate) rows then
     `names[1]` (up) rows, `down_proj` (n_experts, hidden, d_ff) of `names[2]`, the router `{layer}.mlp.gate`,
-    built here from the per-expert tensors under `{layer}.{module}` that `save_pretrained` writes. Under
-    transformers 5 that state is its model's own `state_dict()`, which is checked."""
+    built here from the per-expert tensors under `{layer}.{module}` that `save_pretrained` writes; every other
+    tensor (a dense layer, shared experts, a router's bias) as saved. Under transformers 5 that state is its model's
+    own `state_dict()`, which is checked."""
     save_hf(hf_model, directory)
     state = load_file(directory / "model.safetensors")
-    fused = {key: value for key, value in state.items() if f".{module}." not in key}
+    fused = {key: value for key, value in state.items() if f".{module}.experts." not in key}
     layers = sorted({key.split(f".{module}.")[0] for key in state if f".{module}.experts." in key})
     for layer in layers:
         n = len({key for key in state if key.startswith(f"{layer}.{module}.experts.")}) // 3
         expert = [[state[f"{layer}.{module}.experts.{e}.{name}.weight"] for e in range(n)] for name in names]
         fused[f"{layer}.mlp.experts.gate_up_proj"] = torch.stack([torch.cat(pair) for pair in zip(*expert[:2])])
         fused[f"{layer}.mlp.experts.down_proj"] = torch.stack(expert[2])
-        fused[f"{layer}.mlp.gate.weight"] = state[f"{layer}.{module}.gate.weight"]
-    fused.update(
-        {
-            key: value
-            for key, value in state.items()
-            if f".{module}." in key and key.split(f".{module}.")[0] not in layers
-        }
-    )
+        fused[f"{layer}.mlp.gate.weight"] = fused.pop(f"{layer}.{module}.gate.weight")
     if TRANSFORMERS_5:
         own = hf_model.state_dict()
         assert sorted(fused) == sorted(own) and all(torch.equal(fused[k], own[k]) for k in own), "not 5's layout"
     save_file({key: value.contiguous() for key, value in fused.items()}, directory / "model.safetensors")
     return directory
+
+
+def assert_generates_hf_tokens(
+    pf_model: pf.Transformer, hf_model, vocab_size: int, lengths: tuple[int, ...], new_tokens: int = 8
+) -> None:
+    """Greedy decoding with the cache from a full and a left-padded prompt (rows 0 and 2 of `padded_batch`) of each
+    length: posformer's tokens are transformers' (`generate` without sampling or eos)."""
+    for length in lengths:
+        batch = {key: value[[0, 2]] for key, value in padded_batch(vocab_size, length=length).items()}
+        expected = hf_model.generate(
+            **batch, max_new_tokens=new_tokens, do_sample=False, eos_token_id=None, pad_token_id=0
+        )
+        ours = pf_model.generate(**batch, max_new_tokens=new_tokens, eos_token_id=[])
+        assert torch.equal(ours, expected), f"prompt of {length} tokens"
+
+
+def assert_to_hf_refuses(cfg: pf.Config, changes: dict, name: str, directory: Path) -> None:
+    """`pf.to_hf` of a model of `cfg` with `changes` raises `UnsupportedCheckpoint` naming `name` (a pattern)."""
+    with pytest.raises(pf.hf.UnsupportedCheckpoint, match=name):
+        pf.to_hf(pf.Transformer(cfg.replace(**changes)), directory)
 
 
 def max_diff(ours: torch.Tensor, theirs: torch.Tensor, keep: torch.Tensor) -> float:

@@ -13,7 +13,7 @@ import torch
 import posformer as pf
 from posformer.modules.cache import LayerCache
 from posformer.modules.gated_deltanet import GatedDeltaNet
-from posformer.ops.gated_delta_rule import gated_delta_rule_chunked, gated_delta_rule_recurrent
+from posformer.ops.gated_delta_rule import CHUNKS_AT_ONCE, gated_delta_rule_chunked, gated_delta_rule_recurrent
 from posformer.ops.masks import build_mask
 from posformer.ops.packing import TokenPacking
 from posformer.summary import parameters_by_component
@@ -63,6 +63,16 @@ def test_the_chunked_form_equals_the_recurrent_form(chunk_size, with_state):
     state = state if with_state else None
     out, final = gated_delta_rule_recurrent(q, k, v, g, beta, state)
     chunked, chunked_final = gated_delta_rule_chunked(q, k, v, g, beta, chunk_size, state)
+    torch.testing.assert_close(chunked, out, atol=TOLERANCE, rtol=TOLERANCE)
+    torch.testing.assert_close(chunked_final, final, atol=TOLERANCE, rtol=TOLERANCE)
+
+
+def test_the_chunked_form_equals_the_recurrent_form_over_several_groups_of_chunks():
+    """35 chunks of 3 tokens: three groups of CHUNKS_AT_ONCE chunks, which share one causal mask and identity."""
+    assert CHUNKS_AT_ONCE < 35 // 2
+    q, k, v, g, beta, state = rule_inputs(length=105, seed=2)
+    out, final = gated_delta_rule_recurrent(q, k, v, g, beta, state)
+    chunked, chunked_final = gated_delta_rule_chunked(q, k, v, g, beta, 3, state)
     torch.testing.assert_close(chunked, out, atol=TOLERANCE, rtol=TOLERANCE)
     torch.testing.assert_close(chunked_final, final, atol=TOLERANCE, rtol=TOLERANCE)
 

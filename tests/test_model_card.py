@@ -18,7 +18,7 @@ import posformer as pf
 from bpe_run import STEPS, bpe_and_run
 from conftest import tiny
 from posformer.cli import main
-from posformer.model_card import model_card
+from posformer.config.model_card import model_card
 from posformer.train.run_record import training_run
 from train_helpers import records
 

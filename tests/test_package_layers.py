@@ -19,10 +19,10 @@ LAYERS = (
     "utils",  # checks, user files, figure plumbing
     "ops",  # compute kernels and the masks they take
     "positions",  # the contract, the registry, one file per encoding family
-    "config",  # config/ (Config and the checks of its per-layer, expert and latent fields), presets.py
+    "config",  # config/ (Config, the checks of its per-layer, expert and latent fields, its model card), presets.py
     "modules",  # the parts a model is built from
     "generation",  # decoding over the KV cache
-    "model",  # model.py (the Transformer), pretrained.py, model_card.py, sentence_embeddings.py, summary.py
+    "model",  # model.py (the Transformer), pretrained.py, sentence_embeddings.py, summary.py
     "checkpoints",  # the native format, the manifest, the model-directory boundary, atomic writes
     "hf",  # one file per Hugging Face family, both directions
     "data",  # corpora, tokenizers, SQuAD reading
@@ -39,7 +39,6 @@ ROOT_MODULES = {
     "presets": "config",
     "model": "model",
     "pretrained": "model",
-    "model_card": "model",
     "familiar_names": "model",
     "sentence_embeddings": "model",
     "summary": "model",

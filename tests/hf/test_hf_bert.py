@@ -26,6 +26,7 @@ import posformer as pf
 from hf_noise import perturb_constants
 from hf_oracle import (
     assert_same_outputs,
+    assert_to_hf_refuses,
     check_family,
     max_diff,
     padded_batch,
@@ -226,3 +227,22 @@ def test_to_hf_refuses_a_layout_bert_cannot_hold(tmp_path):
     )
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match="post-LayerNorm"):
         pf.to_hf(pf.Transformer(cfg), tmp_path)
+
+
+@pytest.mark.parametrize(
+    "changes, name",
+    [
+        ({"qk_norm": True}, "qk_norm=True"),
+        ({"sliding_window": 4}, "sliding_window=4"),
+        ({"layer_types": ["full_attention", "nope"], "layer_settings": {"nope": {"position": "none"}}}, "layer_types="),
+        ({"query_temperature": {"scale": 0.1, "floor_size": 4}}, "query_temperature="),
+        ({"head": "span_qa", "head_transform": True}, "head_transform=True"),
+        ({"mlm_head": "lm", "head_transform": True}, "mlm_head='lm'"),
+    ],
+)
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_to_hf_refuses_what_bert_and_roberta_cannot_express(tmp_path, family, changes, name):
+    """Fields BertConfig and RobertaConfig have no key for: every layer one full attention without QK-norm, BERT's
+    own MLM head, no transform before the QA head."""
+    hf = _bert() if family == "bert" else _roberta()
+    assert_to_hf_refuses(pf.from_hf(save_hf(hf, tmp_path / "hf")).cfg, changes, name, tmp_path / "out")

@@ -9,7 +9,7 @@ import torch
 from transformers import Cohere2Config, Cohere2ForCausalLM, Cohere2Model
 
 import posformer as pf
-from hf_oracle import TOLERANCE, check_family, padded_batch, save_hf
+from hf_oracle import TOLERANCE, assert_to_hf_refuses, check_family, padded_batch, save_hf
 from posformer.hf.cohere2 import config_to_hf
 
 LOCAL, GLOBAL = "sliding_attention", "full_attention"
@@ -115,3 +115,19 @@ def test_a_logit_scale_is_refused_by_families_without_one(tmp_path):
         pf.to_hf(model, tmp_path)
     with pytest.raises(ValueError, match="logit_scale"):
         cfg.replace(logit_scale=0.5, head_bias=True)
+
+
+@pytest.mark.parametrize(
+    "changes, name",
+    [
+        ({"embed_norm": True}, "embed_norm=True"),
+        ({"scale_embeddings": True}, "scale_embeddings=True"),
+        ({"scale_tied_head": True, "tie_embeddings": True}, "scale_tied_head=True"),
+        ({"type_vocab_size": 2}, "type_vocab_size=2"),
+        ({"head": "masked_lm"}, "'masked_lm'"),
+    ],
+)
+def test_to_hf_refuses_what_cohere2_cannot_express(tmp_path, changes, name):
+    """Fields Cohere2Config has no key for: transformers would build the model without them."""
+    cfg = pf.from_hf(save_hf(_cohere2(), tmp_path / "hf")).cfg
+    assert_to_hf_refuses(cfg, changes, name, tmp_path / "out")

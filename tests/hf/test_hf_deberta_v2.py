@@ -17,7 +17,7 @@ from transformers import (
 )
 
 import posformer as pf
-from hf_oracle import assert_same_outputs, check_family, padded_batch, save_hf
+from hf_oracle import assert_same_outputs, assert_to_hf_refuses, check_family, padded_batch, save_hf
 
 SIZES = dict(
     vocab_size=97,
@@ -232,3 +232,21 @@ def test_sequence_classification_is_refused_before_weights(tmp_path):
     _hf(DebertaV2ForSequenceClassification).save_pretrained(tmp_path)
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match=r"\*ForMaskedLM"):
         pf.from_hf(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "changes, name",
+    [
+        ({"qk_norm": True}, "qk_norm=True"),
+        ({"sliding_window": 4}, "sliding_window=4"),
+        ({"layer_types": ["full_attention", "nope"], "layer_settings": {"nope": {"position": "none"}}}, "layer_types="),
+        ({"query_temperature": {"scale": 0.1, "floor_size": 4}}, "query_temperature="),
+        ({"head": "span_qa", "head_transform": True}, "head_transform=True"),
+        ({"mlm_head": "lm", "head_transform": True}, "mlm_head='lm'"),
+    ],
+)
+def test_to_hf_refuses_what_deberta_v2_cannot_express(tmp_path, changes, name):
+    """Fields DebertaV2Config has no key for: every layer one full attention without QK-norm, its own MLM head, no
+    transform before the QA head."""
+    cfg = pf.from_hf(save_hf(_hf(DebertaV2ForMaskedLM), tmp_path / "hf")).cfg
+    assert_to_hf_refuses(cfg, changes, name, tmp_path / "out")

@@ -154,3 +154,13 @@ def test_to_hf_refuses_what_deepseek_v3_cannot_express(tmp_path):
         pf.to_hf(pf.Transformer(plain), tmp_path / "plain")
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match="latent_attention=.*llama's attention is not"):
         pf.to_hf(pf.Transformer(model.cfg.replace(hf_model_type="llama")), tmp_path / "llama")
+
+
+@pytest.mark.parametrize("arch", ["encoder", "encoder_decoder"])
+def test_deepseek_v3_export_names_an_arch_other_than_decoder(tmp_path, arch):
+    """DeepseekV3Model is a causal decoder: the export names `arch` itself, not only through Config's own rule that
+    latent attention is a decoder's (which refuses the other archs today)."""
+    cfg = pf.from_hf(save_hf(_deepseek(), tmp_path)).cfg
+    cfg.arch = arch  # set past `Config.validate`, so that the family's own check is what answers
+    with pytest.raises(pf.hf.UnsupportedCheckpoint, match=f"arch='{arch}'"):
+        config_to_hf(cfg)

@@ -13,7 +13,15 @@ from transformers import BertConfig, EncoderDecoderConfig, EncoderDecoderModel, 
 
 import posformer as pf
 from hf_noise import perturb_constants
-from hf_oracle import assert_same_outputs, check_family, padded_batch, removed_in_transformers_5, round_trip
+from hf_oracle import (
+    assert_same_outputs,
+    assert_to_hf_refuses,
+    check_family,
+    padded_batch,
+    removed_in_transformers_5,
+    round_trip,
+    save_hf,
+)
 
 RELATIVE_KEY = removed_in_transformers_5("BERT's relative_key and relative_key_query position embeddings")
 
@@ -171,3 +179,18 @@ def test_unsupported_features_are_named(tmp_path, config, feature):
     config().save_pretrained(tmp_path)
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match=feature):
         pf.from_hf(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "changes, name",
+    [
+        ({"qk_norm": True}, "qk_norm=True"),
+        ({"sliding_window": 4}, "sliding_window=4"),
+        ({"query_temperature": {"scale": 0.1, "floor_size": 4}}, "query_temperature="),
+        ({"head_transform_bias": False}, "head_transform_bias=False"),
+    ],
+)
+def test_to_hf_refuses_what_bert2bert_cannot_express(tmp_path, changes, name):
+    """Fields BertConfig has no key for, in either stack: every layer one full attention without QK-norm."""
+    cfg = pf.from_hf(save_hf(_bert2bert(), tmp_path / "hf")).cfg
+    assert_to_hf_refuses(cfg, changes, name, tmp_path / "out")

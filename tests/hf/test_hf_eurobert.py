@@ -12,7 +12,7 @@ import torch
 import transformers
 
 import posformer as pf
-from hf_oracle import assert_same_outputs, check_family, padded_batch, save_hf
+from hf_oracle import assert_same_outputs, assert_to_hf_refuses, check_family, padded_batch, save_hf
 
 if not hasattr(transformers, "EuroBertConfig"):
     pytest.skip("this transformers has no EuroBERT (5.x has)", allow_module_level=True)
@@ -93,3 +93,18 @@ def test_what_posformer_does_not_implement_is_refused_by_name(tmp_path, changes,
     (tmp_path / "config.json").write_text(json.dumps({**config, **changes}))
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match=message):
         pf.from_hf(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "changes, name",
+    [
+        ({"parallel_residual": True}, "parallel_residual=True"),
+        ({"sliding_window": 4}, "sliding_window=4"),
+        ({"attn_scale": 0.3}, "attention scale other than head_dim"),
+        ({"type_vocab_size": 2}, "type_vocab_size=2"),
+    ],
+)
+def test_to_hf_refuses_what_eurobert_cannot_express(tmp_path, changes, name):
+    """Fields EuroBertConfig has no key for: transformers would build the model without them."""
+    cfg = pf.from_hf(save_hf(_eurobert(), tmp_path / "hf")).cfg
+    assert_to_hf_refuses(cfg, changes, name, tmp_path / "out")

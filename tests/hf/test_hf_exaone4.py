@@ -13,7 +13,7 @@ import torch
 from transformers import Exaone4Config, Exaone4ForCausalLM, Exaone4Model
 
 import posformer as pf
-from hf_oracle import check_family, padded_batch, save_hf
+from hf_oracle import assert_generates_hf_tokens, check_family, padded_batch, save_hf
 from posformer.hf.exaone4 import config_to_hf
 
 LOCAL, GLOBAL = "sliding_attention", "full_attention"
@@ -78,11 +78,7 @@ def test_against_hf_exaone4_default_pattern(tmp_path):
 
 def test_exaone4_generates_hf_tokens_at_short_and_long_inputs(tmp_path):
     hf = _exaone4()
-    model = pf.from_hf(save_hf(hf, tmp_path))
-    for length in (6, 24):
-        batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=length).items()}  # full, left-padded
-        expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
-        assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected), length
+    assert_generates_hf_tokens(pf.from_hf(save_hf(hf, tmp_path)), hf, 97, lengths=(6, 24))
 
 
 def test_exaone4_writes_its_own_fields_back(tmp_path):
@@ -119,3 +115,12 @@ def test_unsupported_exaone4_features_are_refused_by_name(tmp_path, feature):
     _exaone4(**feature).save_pretrained(tmp_path)
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match=next(iter(feature))):
         pf.from_hf(tmp_path)
+
+
+def test_exaone4_export_names_a_parallel_residual(tmp_path):
+    """transformers' EXAONE 4 layer is sequential: the export names `parallel_residual` itself, not only through
+    Config's own rule that a parallel residual is pre-norm (which refuses it with norm_placement "output" today)."""
+    cfg = pf.from_hf(save_hf(_exaone4(), tmp_path)).cfg
+    cfg.parallel_residual = True  # set past `Config.validate`, so that the family's own check is what answers
+    with pytest.raises(pf.hf.UnsupportedCheckpoint, match="parallel_residual=True"):
+        config_to_hf(cfg)

@@ -10,7 +10,7 @@ import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, Gemma3TextModel
 
 import posformer as pf
-from hf_oracle import check_family, padded_batch, save_hf
+from hf_oracle import assert_to_hf_refuses, check_family, padded_batch, save_hf
 from posformer.hf.gemma3 import config_to_hf
 
 SIZES = dict(
@@ -82,3 +82,21 @@ def test_unsupported_gemma3_features_are_refused_by_name(tmp_path, feature):
     _gemma3(**feature).save_pretrained(tmp_path)
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match=next(iter(feature))):
         pf.from_hf(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "changes, name",
+    [
+        ({"embed_norm": True}, "embed_norm=True"),
+        ({"head_bias": True}, "head_bias=True"),
+        ({"head_transform": True}, "head_transform=True"),
+        ({"scale_tied_head": True, "tie_embeddings": True}, "scale_tied_head=True"),
+        ({"type_vocab_size": 2}, "type_vocab_size=2"),
+        ({"head": "span_qa"}, "'span_qa'"),
+        ({"query_temperature": {"scale": 0.1, "floor_size": 4}}, "query_temperature="),
+    ],
+)
+def test_to_hf_refuses_what_gemma3_cannot_express(tmp_path, changes, name):
+    """Fields Gemma3TextConfig has no key for: transformers would build the model without them."""
+    cfg = pf.from_hf(save_hf(_gemma3(), tmp_path / "hf")).cfg
+    assert_to_hf_refuses(cfg, changes, name, tmp_path / "out")

@@ -17,7 +17,7 @@ pytest.importorskip("transformers.models.gemma4", reason="this transformers has 
 from transformers import Gemma4ForCausalLM, Gemma4TextConfig, Gemma4TextModel  # noqa: E402
 
 import posformer as pf  # noqa: E402
-from hf_oracle import check_family, padded_batch, save_hf  # noqa: E402
+from hf_oracle import assert_to_hf_refuses, check_family, padded_batch, save_hf  # noqa: E402
 
 LOCAL, GLOBAL = "sliding_attention", "full_attention"
 SIZES = dict(
@@ -119,3 +119,20 @@ def test_unsupported_gemma4_features_are_refused_by_name(tmp_path, feature):
     (tmp_path / "config.json").write_text(json.dumps({**config, **feature}))
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match=next(iter(feature))):
         pf.from_hf(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "changes, name",
+    [
+        ({"embed_norm": True}, "embed_norm=True"),
+        ({"head_bias": True}, "head_bias=True"),
+        ({"head_transform": True}, "head_transform=True"),
+        ({"scale_tied_head": True, "tie_embeddings": True}, "scale_tied_head=True"),
+        ({"type_vocab_size": 2}, "type_vocab_size=2"),
+        ({"head": "span_qa"}, "'span_qa'"),
+    ],
+)
+def test_to_hf_refuses_what_gemma4_cannot_express(tmp_path, changes, name):
+    """Fields Gemma4TextConfig has no key for: transformers would build the model without them."""
+    cfg = pf.from_hf(save_hf(_gemma4(), tmp_path / "hf")).cfg
+    assert_to_hf_refuses(cfg, changes, name, tmp_path / "out")

@@ -16,7 +16,16 @@ from transformers import Glm4MoeConfig, Glm4MoeForCausalLM, Glm4MoeModel
 from transformers.models.glm4_moe.modeling_glm4_moe import Glm4MoeTopkRouter
 
 import posformer as pf
-from hf_oracle import TRANSFORMERS_5, assert_same_outputs, check_family, padded_batch, save_hf
+from hf_oracle import (
+    TRANSFORMERS_5,
+    assert_generates_hf_tokens,
+    assert_same_outputs,
+    assert_to_hf_refuses,
+    check_family,
+    padded_batch,
+    save_fused_experts,
+    save_hf,
+)
 from posformer.modules.sigmoid_router import sigmoid_route
 
 SIZES = dict(
@@ -86,11 +95,7 @@ def test_against_hf_glm4_moe_base_model(tmp_path):
 def test_glm4_moe_generates_hf_tokens(tmp_path):
     """From a full and a left-padded prompt, with the KV cache, shorter and longer than max_position_embeddings."""
     hf = _glm(use_qk_norm=True, attention_bias=True)
-    model = pf.from_hf(save_hf(hf, tmp_path))
-    for length in (6, 40):
-        batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=length).items()}  # full, left-padded
-        expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
-        assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected), length
+    assert_generates_hf_tokens(pf.from_hf(save_hf(hf, tmp_path)), hf, 97, lengths=(6, 40))
 
 
 def _hf_route(router: Glm4MoeTopkRouter, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,18 +138,7 @@ def test_glm4_moe_reads_fused_experts(tmp_path):
     """transformers 5's layout (one gate_up_proj and one down_proj per expert layer), beside the router's weight
     and correction bias and the shared experts, checked to be 5's own state dict under 5."""
     hf = _glm()
-    state = load_file(save_hf(hf, tmp_path) / "model.safetensors")
-    fused = {key: value for key, value in state.items() if ".mlp.experts." not in key}
-    for layer in (1, 2):
-        prefix = f"model.layers.{layer}.mlp.experts"
-        expert = [[state[f"{prefix}.{e}.{name}.weight"] for e in range(8)] for name in ("gate_proj", "up_proj")]
-        fused[f"{prefix}.gate_up_proj"] = torch.stack([torch.cat(pair) for pair in zip(*expert)])
-        fused[f"{prefix}.down_proj"] = torch.stack([state[f"{prefix}.{e}.down_proj.weight"] for e in range(8)])
-    if TRANSFORMERS_5:
-        own = hf.state_dict()
-        assert sorted(fused) == sorted(own) and all(torch.equal(fused[k], own[k]) for k in own)
-    save_file({key: value.contiguous() for key, value in fused.items()}, tmp_path / "model.safetensors")
-    assert_same_outputs(pf.from_hf(tmp_path), hf, padded_batch(97))
+    assert_same_outputs(pf.from_hf(save_fused_experts(hf, tmp_path)), hf, padded_batch(97))
 
 
 def test_glm4_moe_leaves_out_mtp_layers_as_hf_does(tmp_path):
@@ -221,17 +215,14 @@ def test_unsupported_glm4_moe_features_are_refused_by_name(tmp_path, feature, er
     ],
 )
 def test_to_hf_refuses_what_glm4_moe_cannot_express(tmp_path, changes, name):
-    model = pf.from_hf(save_hf(_glm(), tmp_path / "hf"))
-    with pytest.raises(pf.hf.UnsupportedCheckpoint, match=name):
-        pf.to_hf(pf.Transformer(model.cfg.replace(**changes)), tmp_path / "out")
+    assert_to_hf_refuses(pf.from_hf(save_hf(_glm(), tmp_path / "hf")).cfg, changes, name, tmp_path / "out")
 
 
 @pytest.mark.parametrize("family", ["qwen3_moe", "mixtral", "gpt_oss"])
 def test_softmax_families_refuse_the_sigmoid_router(tmp_path, family):
     """Named as the model's own family (`Config.hf_model_type`), before the family's own checks."""
-    model = pf.from_hf(save_hf(_glm(), tmp_path / "hf"))
-    with pytest.raises(pf.hf.UnsupportedCheckpoint, match="sigmoid_router"):
-        pf.to_hf(pf.Transformer(model.cfg.replace(hf_model_type=family)), tmp_path / "out")
+    cfg = pf.from_hf(save_hf(_glm(), tmp_path / "hf")).cfg
+    assert_to_hf_refuses(cfg, {"hf_model_type": family}, "sigmoid_router", tmp_path / "out")
 
 
 @pytest.mark.parametrize("key, value", [("n_group", "4"), ("routed_scaling_factor", "2.5"), ("use_qk_norm", 1)])

@@ -9,7 +9,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model
 
 import posformer as pf
 from hf_noise import perturb_constants
-from hf_oracle import assert_same_outputs, check_family, padded_batch, round_trip
+from hf_oracle import assert_same_outputs, assert_to_hf_refuses, check_family, padded_batch, round_trip, save_hf
 
 SIZES = dict(
     vocab_size=97,
@@ -96,3 +96,20 @@ def test_gpt2_export_refuses_rope(tmp_path):
     )
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match="position='rope'"):
         pf.to_hf(pf.Transformer(cfg), tmp_path)
+
+
+@pytest.mark.parametrize(
+    "changes, name",
+    [
+        ({"qk_norm": True}, "qk_norm=True"),
+        ({"sliding_window": 4}, "sliding_window=4"),
+        ({"layer_types": ["full_attention", "nope"], "layer_settings": {"nope": {"position": "none"}}}, "layer_types="),
+        ({"head_transform": True}, "head_transform=True"),
+        ({"query_temperature": {"scale": 0.1, "floor_size": 4}}, "query_temperature="),
+        ({"n_decoder_layers": 1}, "decoder_layers=1"),
+    ],
+)
+def test_to_hf_refuses_what_gpt2_cannot_express(tmp_path, changes, name):
+    """Fields GPT2Config has no key for: every layer one full attention without QK-norm, a plain LM head."""
+    cfg = pf.from_hf(save_hf(_gpt2(), tmp_path / "hf")).cfg
+    assert_to_hf_refuses(cfg, changes, name, tmp_path / "out")

@@ -14,7 +14,15 @@ from transformers import GptOssConfig, GptOssForCausalLM, GptOssModel
 from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts, load_balancing_loss_func
 
 import posformer as pf
-from hf_oracle import TOLERANCE, TRANSFORMERS_5, causal_labels, check_family, padded_batch, save_hf
+from hf_oracle import (
+    TOLERANCE,
+    TRANSFORMERS_5,
+    assert_generates_hf_tokens,
+    causal_labels,
+    check_family,
+    padded_batch,
+    save_hf,
+)
 from posformer.hf.gpt_oss import config_to_hf
 from posformer.modules.moe import clamped_swiglu
 
@@ -96,10 +104,7 @@ def test_against_hf_gpt_oss_base_model(tmp_path):
 def test_gpt_oss_generates_hf_tokens(tmp_path):
     """From a full and a left-padded prompt, with the KV cache, past the window of 4."""
     hf = _gpt_oss(rope_scaling=YARN)
-    model = pf.from_hf(save_hf(hf, tmp_path))
-    batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=9).items()}  # full, left-padded
-    expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
-    assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected)
+    assert_generates_hf_tokens(pf.from_hf(save_hf(hf, tmp_path)), hf, 97, lengths=(9,))
 
 
 def _switch_loss_of_router_logits(hf, batch: dict, out) -> torch.Tensor:
@@ -186,6 +191,7 @@ def test_unsupported_gpt_oss_features_are_refused_by_name(feature):
         ({"attention_sinks": False}, "attention_sinks"),
         ({"moe_layers": [True, False]}, "moe_layers"),
         ({"hf_model_type": "mixtral"}, "attention_sinks"),
+        ({"shared_expert_d_ff": 24}, "shared_expert_d_ff=24"),
     ],
 )
 def test_to_hf_refuses_what_gpt_oss_cannot_express(tmp_path, changes, name):

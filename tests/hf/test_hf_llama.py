@@ -18,7 +18,7 @@ from transformers import (
 )
 
 import posformer as pf
-from hf_oracle import check_family, padded_batch, save_hf
+from hf_oracle import assert_to_hf_refuses, check_family, padded_batch, save_hf
 
 SIZES = dict(
     vocab_size=97,
@@ -245,3 +245,41 @@ def test_qwen2_with_windows_on_some_layers_generates_hf_tokens(tmp_path):
     batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=9).items()}
     expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
     assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected)
+
+
+TEMPERATURE = {"scale": 0.1, "floor_size": 4}
+
+
+@pytest.mark.parametrize(
+    "family, changes, name",
+    [
+        ("llama", {"parallel_residual": True}, "parallel_residual=True"),
+        ("llama", {"embed_norm": True}, "embed_norm=True"),
+        ("llama", {"scale_embeddings": True}, "scale_embeddings=True"),
+        ("llama", {"attn_scale": 0.3}, "attention scale other than head_dim"),
+        ("llama", {"head_transform": True}, "head_transform=True"),
+        ("llama", {"head_bias": True}, "head_bias=True"),
+        ("llama", {"head": "span_qa"}, "'span_qa'"),
+        ("llama", {"type_vocab_size": 2}, "type_vocab_size=2"),
+        ("llama", {"query_temperature": TEMPERATURE}, "query_temperature="),
+        ("llama", {"n_decoder_layers": 1}, "decoder_layers=1"),
+        ("qwen2", {"first_attn_norm": False}, "first_attn_norm=False"),
+        ("qwen3", {"scale_tied_head": True, "tie_embeddings": True}, "scale_tied_head=True"),
+        ("smollm3", {"arch": "encoder", "head": "none"}, "arch='encoder'"),
+        ("mistral", {"qkv_bias": True, "attn_out_bias": True}, "qkv_bias=True"),
+        ("mistral", {"ffn_bias": True}, "ffn_bias=True"),
+    ],
+)
+def test_to_hf_refuses_what_the_llama_families_cannot_express(tmp_path, family, changes, name):
+    """Fields these config classes have no key for: transformers would build the model without them."""
+    cfg = pf.from_hf(save_hf(_llama(), tmp_path / "hf")).cfg
+    if family == "qwen3":
+        cfg = cfg.replace(qk_norm=True)
+    assert_to_hf_refuses(cfg.replace(hf_model_type=family), changes, name, tmp_path / "out")
+
+
+def test_mistral_has_no_biases_whatever_its_config_says():
+    """Why Mistral's export refuses biases: transformers' Mistral builds no bias, with attention_bias or not."""
+    torch.manual_seed(0)
+    hf = MistralForCausalLM(MistralConfig(**SIZES, attention_bias=True, mlp_bias=True))
+    assert not [name for name, _ in hf.named_parameters() if name.endswith("bias")]

@@ -12,7 +12,7 @@ import torch
 from transformers import Llama4ForCausalLM, Llama4TextConfig, Llama4TextModel
 
 import posformer as pf
-from hf_oracle import TOLERANCE, check_family, padded_batch, save_hf
+from hf_oracle import TOLERANCE, assert_generates_hf_tokens, check_family, padded_batch, save_hf
 from posformer.hf.llama4 import config_to_hf
 
 SIZES = dict(
@@ -107,10 +107,7 @@ def test_llama4_without_temperature_generates_hf_tokens_from_a_left_padded_promp
     """Without the temperature, a left-padded row decodes as transformers decodes it: its chunks count from its first
     real token and its RoPE positions from 0 there."""
     hf = _llama4(attn_temperature_tuning=False, **EVERY_SECOND)
-    model = pf.from_hf(save_hf(hf, tmp_path))
-    batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=9).items()}  # full, left-padded by 3
-    expected = hf.generate(**batch, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
-    assert torch.equal(model.generate(**batch, max_new_tokens=12, eos_token_id=[]), expected)
+    assert_generates_hf_tokens(pf.from_hf(save_hf(hf, tmp_path)), hf, 97, lengths=(9,), new_tokens=12)
 
 
 def test_llama4_writes_its_own_fields_back(tmp_path):

@@ -11,7 +11,15 @@ from safetensors.torch import load_file
 from transformers import MarianConfig, MarianModel, MarianMTModel
 
 import posformer as pf
-from hf_oracle import TRANSFORMERS_5, assert_same_outputs, check_family, padded_batch, round_trip, save_hf
+from hf_oracle import (
+    TRANSFORMERS_5,
+    assert_same_outputs,
+    assert_to_hf_refuses,
+    check_family,
+    padded_batch,
+    round_trip,
+    save_hf,
+)
 
 SIZES = dict(
     vocab_size=97,
@@ -196,3 +204,25 @@ def test_marian_greedy_generation_matches_transformers(tmp_path):
     theirs = hf.generate(**batch, max_new_tokens=8, do_sample=False, num_beams=1)
     ours = model.generate(batch["input_ids"], max_new_tokens=8, attention_mask=batch["attention_mask"])
     assert torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize(
+    "changes, name",
+    [
+        ({"norm_eps": 1e-6}, "norm_eps=1e-06"),
+        ({"qk_norm": True}, "qk_norm=True"),
+        ({"sliding_window": 4}, "sliding_window=4"),
+        ({"head_transform": True}, "head_transform=True"),
+        ({"query_temperature": {"scale": 0.1, "floor_size": 4}}, "query_temperature="),
+    ],
+)
+def test_to_hf_refuses_what_marian_has_no_key_for(tmp_path, changes, name):
+    """Marian's LayerNorms keep torch's eps of 1e-5 (its config has none); no QK-norm, window or head transform."""
+    cfg = pf.from_hf(save_hf(_marian(), tmp_path / "hf")).cfg
+    assert_to_hf_refuses(cfg, changes, name, tmp_path / "out")
+
+
+def test_marian_layer_norms_have_torch_default_eps():
+    """Why `to_hf` refuses another `norm_eps`: transformers' Marian builds every LayerNorm with torch's default."""
+    eps = {m.eps for m in _marian().modules() if isinstance(m, torch.nn.LayerNorm)}
+    assert eps == {torch.nn.LayerNorm(4).eps} == {1e-5}

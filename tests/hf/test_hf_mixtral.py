@@ -11,6 +11,7 @@ from transformers import MixtralConfig, MixtralForCausalLM, MixtralModel
 import posformer as pf
 from hf_oracle import (
     TOLERANCE,
+    assert_generates_hf_tokens,
     assert_same_outputs,
     causal_labels,
     check_family,
@@ -80,10 +81,7 @@ def test_mixtral_generates_hf_tokens(tmp_path):
     """From a full and a left-padded prompt, with the KV cache, and past a window of 4."""
     for changes, length in (({}, 6), ({"sliding_window": 4}, 9)):
         hf = _mixtral(**changes)
-        model = pf.from_hf(save_hf(hf, tmp_path / str(length)))
-        batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=length).items()}  # full, left-padded
-        expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
-        assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected), changes
+        assert_generates_hf_tokens(pf.from_hf(save_hf(hf, tmp_path / str(length))), hf, 97, lengths=(length,))
 
 
 def test_mixtral_aux_loss_and_training_loss_are_hf_ones(tmp_path):
@@ -125,6 +123,10 @@ def test_unsupported_mixtral_features_are_refused_by_name(tmp_path, feature):
         ({"moe_layers": [True, False]}, "moe_layers"),
         ({"qk_norm": True}, "qk_norm"),
         ({"hf_model_type": "llama"}, "n_experts"),
+        ({"router_bias": True}, "router_bias=True"),
+        ({"router_softmax": "top_k"}, "router_softmax='top_k'"),
+        ({"expert_activation": "swiglu_clamped"}, "expert_activation='swiglu_clamped'"),
+        ({"shared_expert_d_ff": 24}, "shared_expert_d_ff=24"),
     ],
 )
 def test_to_hf_refuses_what_mixtral_cannot_express(tmp_path, changes, name):

@@ -8,7 +8,7 @@ import torch
 from transformers import Phi3Config, Phi3ForCausalLM, Phi3Model
 
 import posformer as pf
-from hf_oracle import check_family, padded_batch, save_hf
+from hf_oracle import assert_to_hf_refuses, check_family, padded_batch, save_hf
 
 SIZES = dict(
     vocab_size=97,
@@ -106,3 +106,20 @@ def test_phi3_longrope_generation_across_the_switch_equals_hf_full_passes(tmp_pa
         next_ids = hf(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1].argmax(-1)
         ids, mask = torch.cat([ids, next_ids[:, None]], 1), torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
     assert torch.equal(ours, ids)
+
+
+@pytest.mark.parametrize(
+    "changes, name",
+    [
+        ({"arch": "encoder_decoder"}, "arch='encoder_decoder'"),
+        ({"parallel_residual": True}, "parallel_residual=True"),
+        ({"scale_embeddings": True}, "scale_embeddings=True"),
+        ({"attn_scale": 0.3}, "attention scale other than head_dim"),
+        ({"head": "masked_lm"}, "'masked_lm'"),
+        ({"layer_types": ["full_attention", "nope"], "layer_settings": {"nope": {"position": "none"}}}, "layer_types="),
+    ],
+)
+def test_to_hf_refuses_what_phi3_cannot_express(tmp_path, changes, name):
+    """Fields Phi3Config has no key for (one kind of layer: its sliding_window slides every one)."""
+    cfg = pf.from_hf(save_hf(_phi3(), tmp_path / "hf")).cfg
+    assert_to_hf_refuses(cfg, changes, name, tmp_path / "out")

@@ -14,6 +14,7 @@ from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM, Qwen3MoeModel
 import posformer as pf
 from hf_oracle import (
     TOLERANCE,
+    assert_generates_hf_tokens,
     assert_same_outputs,
     causal_labels,
     check_family,
@@ -96,11 +97,7 @@ def test_qwen3_moe_writes_the_number_of_experts_for_its_version(tmp_path, versio
 def test_qwen3_moe_generates_hf_tokens(tmp_path):
     """From a full and a left-padded prompt, with the KV cache, shorter and longer than max_position_embeddings."""
     hf = _qwen3_moe(num_hidden_layers=3, mlp_only_layers=[1])
-    model = pf.from_hf(save_hf(hf, tmp_path))
-    for length in (6, 40):
-        batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=length).items()}  # full, left-padded
-        expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
-        assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected), length
+    assert_generates_hf_tokens(pf.from_hf(save_hf(hf, tmp_path)), hf, 97, lengths=(6, 40))
 
 
 def test_qwen3_moe_aux_loss_and_training_loss_are_hf_ones(tmp_path):
@@ -144,7 +141,15 @@ def test_unsupported_qwen3_moe_features_are_refused_by_name(tmp_path, feature, n
 
 @pytest.mark.parametrize(
     "changes, name",
-    [({"qk_norm": False}, "qk_norm"), ({"ffn_bias": True}, "ffn_bias"), ({"hf_model_type": "qwen3"}, "n_experts")],
+    [
+        ({"qk_norm": False}, "qk_norm"),
+        ({"ffn_bias": True}, "ffn_bias"),
+        ({"hf_model_type": "qwen3"}, "n_experts"),
+        ({"router_bias": True}, "router_bias=True"),
+        ({"router_softmax": "sigmoid_input"}, "router_softmax='sigmoid_input'"),
+        ({"expert_activation": "swiglu_clamped"}, "expert_activation='swiglu_clamped'"),
+        ({"shared_expert_d_ff": 24}, "shared_expert_d_ff=24"),
+    ],
 )
 def test_to_hf_refuses_what_qwen3_moe_cannot_express(tmp_path, changes, name):
     model = pf.from_hf(save_hf(_qwen3_moe(), tmp_path / "hf"))

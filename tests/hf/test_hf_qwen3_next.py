@@ -14,7 +14,15 @@ from safetensors.torch import load_file, save_file
 from transformers import Qwen3NextConfig, Qwen3NextForCausalLM, Qwen3NextModel
 
 import posformer as pf
-from hf_oracle import TRANSFORMERS_5, assert_same_outputs, check_family, padded_batch, save_hf
+from hf_oracle import (
+    assert_generates_hf_tokens,
+    assert_same_outputs,
+    assert_to_hf_refuses,
+    check_family,
+    padded_batch,
+    save_fused_experts,
+    save_hf,
+)
 
 SIZES = dict(
     vocab_size=97,
@@ -91,11 +99,7 @@ def test_qwen3_next_generates_hf_tokens(tmp_path):
     """From a full and a left-padded prompt, with the cache (the DeltaNet's state and the attention's keys), at 6
     tokens and at 70 (past a chunk)."""
     hf = _qwen3_next(attention_bias=True)
-    model = pf.from_hf(save_hf(hf, tmp_path))
-    for length in (6, 70):
-        batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=length).items()}  # full, left-padded
-        expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
-        assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected), length
+    assert_generates_hf_tokens(pf.from_hf(save_hf(hf, tmp_path)), hf, 97, lengths=(6, 70))
 
 
 def test_to_hf_writes_the_fused_projections_and_fields_back(tmp_path):
@@ -119,18 +123,7 @@ def test_qwen3_next_reads_fused_experts(tmp_path):
     """transformers 5's layout (one gate_up_proj and one down_proj per expert layer), beside the router, the shared
     expert and its gate, checked to be 5's own state dict under 5."""
     hf = _qwen3_next()
-    state = load_file(save_hf(hf, tmp_path) / "model.safetensors")
-    fused = {key: value for key, value in state.items() if ".mlp.experts." not in key}
-    for layer in range(4):
-        prefix = f"model.layers.{layer}.mlp.experts"
-        expert = [[state[f"{prefix}.{e}.{name}.weight"] for e in range(8)] for name in ("gate_proj", "up_proj")]
-        fused[f"{prefix}.gate_up_proj"] = torch.stack([torch.cat(pair) for pair in zip(*expert)])
-        fused[f"{prefix}.down_proj"] = torch.stack([state[f"{prefix}.{e}.down_proj.weight"] for e in range(8)])
-    if TRANSFORMERS_5:
-        own = hf.state_dict()
-        assert sorted(fused) == sorted(own) and all(torch.equal(fused[k], own[k]) for k in own)
-    save_file({key: value.contiguous() for key, value in fused.items()}, tmp_path / "model.safetensors")
-    assert_same_outputs(pf.from_hf(tmp_path), hf, padded_batch(97))
+    assert_same_outputs(pf.from_hf(save_fused_experts(hf, tmp_path)), hf, padded_batch(97))
 
 
 def test_qwen3_next_leaves_out_mtp_weights_as_hf_does(tmp_path):
@@ -192,14 +185,12 @@ def test_unfused_projections_are_refused_by_name(tmp_path):
     ],
 )
 def test_to_hf_refuses_what_qwen3_next_cannot_express(tmp_path, changes, name):
-    model = pf.from_hf(save_hf(_qwen3_next(), tmp_path / "hf"))
-    with pytest.raises(pf.hf.UnsupportedCheckpoint, match=name):
-        pf.to_hf(pf.Transformer(model.cfg.replace(**changes)), tmp_path / "out")
+    assert_to_hf_refuses(pf.from_hf(save_hf(_qwen3_next(), tmp_path / "hf")).cfg, changes, name, tmp_path / "out")
 
 
 @pytest.mark.parametrize("family", ["qwen3_moe", "glm4_moe", "llama4_text"])
 def test_other_families_refuse_gated_deltanet_layers_and_gates(tmp_path, family):
     """Named as the model's own family (`Config.hf_model_type`), before the family's own checks."""
-    model = pf.from_hf(save_hf(_qwen3_next(), tmp_path / "hf"))
-    with pytest.raises(pf.hf.UnsupportedCheckpoint, match="attention_output_gate|mixer|shared_expert_gate"):
-        pf.to_hf(pf.Transformer(model.cfg.replace(hf_model_type=family)), tmp_path / "out")
+    cfg = pf.from_hf(save_hf(_qwen3_next(), tmp_path / "hf")).cfg
+    changes = {"hf_model_type": family}
+    assert_to_hf_refuses(cfg, changes, "attention_output_gate|mixer|shared_expert_gate", tmp_path / "out")

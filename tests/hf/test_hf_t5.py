@@ -14,7 +14,15 @@ from transformers import (
 )
 
 import posformer as pf
-from hf_oracle import TRANSFORMERS_5, assert_same_outputs, check_family, padded_batch, round_trip
+from hf_oracle import (
+    TRANSFORMERS_5,
+    assert_same_outputs,
+    assert_to_hf_refuses,
+    check_family,
+    padded_batch,
+    round_trip,
+    save_hf,
+)
 
 SIZES = dict(
     vocab_size=97,
@@ -149,3 +157,19 @@ def test_t5_greedy_generation_matches_transformers(tmp_path):
     theirs = hf.generate(**batch, max_new_tokens=8, do_sample=False, num_beams=1)
     ours = model.generate(batch["input_ids"], max_new_tokens=8, attention_mask=batch["attention_mask"])
     assert torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize(
+    "changes, name",
+    [
+        ({"separate_decoder_embeddings": True}, "separate_decoder_embeddings=True"),
+        ({"qk_norm": True}, "qk_norm=True"),
+        ({"sliding_window": 4}, "sliding_window=4"),
+        ({"head_transform": True}, "head_transform=True"),
+        ({"query_temperature": {"scale": 0.1, "floor_size": 4}}, "query_temperature="),
+    ],
+)
+def test_to_hf_refuses_what_t5_has_no_key_for(tmp_path, changes, name):
+    """T5's two stacks read one `shared` embedding; no QK-norm, window or head transform."""
+    cfg = pf.from_hf(save_hf(_t5(), tmp_path / "hf")).cfg
+    assert_to_hf_refuses(cfg, changes, name, tmp_path / "out")

@@ -56,18 +56,35 @@ class LogitsProcessors:
         self.no_repeat_ngram_size = no_repeat_ngram_size
         self.eos = eos
         self.min_new_tokens = min_new_tokens
-        self.padding: Tensor | None = None  # (B,) each prompt's left padding, set once the prompt is known
+        self.padding = None
+        self._eos_ids: Tensor | None = None  # `eos` as a tensor on the scores' device, made at its first use
+
+    @property
+    def padding(self) -> Tensor | None:
+        """(B,) each prompt's left padding, set once the prompt is known; None: no padding to leave out."""
+        return self._padding
+
+    @padding.setter
+    def padding(self, padding: Tensor | None) -> None:
+        self._padding = padding
+        self._row_padding = padding  # one entry per row of the scores: repeated for beams at their first step
+
+    def _padding_of_rows(self, rows: int) -> Tensor | None:
+        """The left padding of each of `rows` rows: the prompts' (rows = B) or their beams' (rows = B * beams)."""
+        if self._row_padding is not None and self._row_padding.shape[0] != rows:
+            self._row_padding = self._padding.repeat_interleave(rows // self._padding.shape[0])
+        return self._row_padding
 
     def __call__(self, scores: Tensor, sequences: Tensor, generated: int) -> Tensor:
         """scores (N, V) of rows whose sequences so far are (N, L), `generated` of their tokens new -> (N, V). The
         rows are the prompts' (N = B) or, in beam search, their beams next to each other (N = B * num_beams)."""
         if self.repetition_penalty != 1.0:
-            padding = self.padding
-            if padding is not None and padding.shape[0] != scores.shape[0]:
-                padding = padding.repeat_interleave(scores.shape[0] // padding.shape[0])
+            padding = self._padding_of_rows(scores.shape[0])
             scores = penalize_repetitions(scores, sequences, self.repetition_penalty, padding)
         if self.no_repeat_ngram_size > 0:
             scores = ban_repeated_ngrams(scores, sequences, self.no_repeat_ngram_size)
         if generated < self.min_new_tokens and self.eos:
-            scores = scores.index_fill(-1, torch.tensor(self.eos, device=scores.device), float("-inf"))
+            if self._eos_ids is None or self._eos_ids.device != scores.device:
+                self._eos_ids = torch.tensor(self.eos, device=scores.device)
+            scores = scores.index_fill(-1, self._eos_ids, float("-inf"))
         return scores

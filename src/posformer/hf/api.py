@@ -6,8 +6,9 @@ import contextlib
 import dataclasses
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -15,6 +16,7 @@ from posformer.checkpoints.generation_file import read_generation_config
 from posformer.checkpoints.manifest import verify_if_present
 from posformer.checkpoints.sizes import check_fits, meta_model
 from posformer.config import Config
+from posformer.config.model_card import README, TrainingRun, model_card
 from posformer.generation import GENERATION_CONFIG_FILE
 from posformer.hf.char_byte_tokenizers import char_tokenizer, fast_tokenizer, stored_chars
 from posformer.hf.config_kinds import check_hf_config_kinds
@@ -28,15 +30,17 @@ from posformer.hf.tokenizer_class import read_fast, unknown_class
 from posformer.hf.tokenizer_files import TOKENIZER_CONFIG, check_tokenizer_dir, has_vocabulary
 from posformer.hf.versions import export_version
 from posformer.model import Transformer
-from posformer.model_card import README, TrainingRun, model_card
 from posformer.modules.heads import build_head
 from posformer.utils.safe_write import write_text_atomic
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def _default_dtype(dtype: torch.dtype):
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
     """Allocate new floating tensors in `dtype` (so a bf16 model is never built in float32 first)."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
@@ -74,7 +78,7 @@ def replace_head(model: Transformer, head: str) -> list[str]:
     return sorted(f"head.{k}" for k, v in new_head.named_parameters() if v is not words)
 
 
-def config_from_hf_file(hf_config: dict, path: str) -> tuple[Config, Family]:
+def config_from_hf_file(hf_config: dict[str, Any], path: str) -> tuple[Config, Family]:
     """(posformer Config, family) of the Hugging Face config read from `path`; every error names `path`.
 
     The known keys' kinds are checked first (`config_kinds`); what a family's mapping still cannot read
@@ -94,7 +98,7 @@ def config_from_hf_file(hf_config: dict, path: str) -> tuple[Config, Family]:
 
 
 def from_hf(
-    path_or_hub_id: str | os.PathLike,
+    path_or_hub_id: str | os.PathLike[str],
     dtype: torch.dtype | None = None,
     device: str | torch.device | None = None,
     head: str | None = None,
@@ -170,20 +174,28 @@ def from_hf(
 def _without_a_family(cfg: Config) -> list[tuple[str, Any]]:
     """The (field, value) pairs of `cfg`, or of one of its layer types, that its family of `to_hf` cannot write:
     smeared keys, sink tokens, a pointer-generator, gated attention, learned attention sinks (but in a family that
-    has them: gpt_oss), and chunked attention, an L2 QK-norm or a QK-norm on some layers only (but in a family
-    that writes them, `Family.writes`: llama4_text); KV sharing, per-layer inputs, layer scalars, a value norm, a
-    logit soft cap, values from the keys and head or FFN sizes of some layers only (gemma4_text writes them); gated
-    attention and gated DeltaNet layers (qwen3_next and qwen3_5_text write them), a gated shared expert (qwen3_next)."""
-    family = FAMILIES.get(cfg.hf_model_type)
+    has them: gpt_oss), and chunked attention, a query temperature, an L2 QK-norm or a QK-norm on some layers only
+    (but in a family that writes them, `Family.writes`: llama4_text); KV sharing, per-layer inputs, layer scalars, a
+    value norm, a logit soft cap, values from the keys and head or FFN sizes of some layers only (gemma4_text writes
+    them); gated attention and gated DeltaNet layers (qwen3_next and qwen3_5_text write them), a gated shared expert
+    (qwen3_next)."""
+    family = None if cfg.hf_model_type is None else FAMILIES.get(cfg.hf_model_type)
     writes = () if family is None else family.writes + (("attention_sinks",) if family.attention_sinks else ())
-    names = ("key_smear", "sink_tokens", "pointer_generator", "attention_output_gate", "attention_sinks")
+    names: tuple[str, ...] = (
+        "key_smear",
+        "sink_tokens",
+        "pointer_generator",
+        "attention_output_gate",
+        "attention_sinks",
+    )
     names += ("sigmoid_router",)  # DeepSeek-V3's router, which the softmax-routed families cannot write
     names += ("shared_expert_gate",)  # Qwen3-Next's gate on the shared expert
     names += ("kv_sources", "per_layer_inputs", "layer_scalars", "value_norm", "logit_softcap")  # Gemma 4's
     found = [(name, getattr(cfg, name)) for name in names if getattr(cfg, name) and name not in writes]
     layers = cfg.layer_configs(cfg.decoder_layers)
-    per_layer = {
+    per_layer: dict[str, list[Any]] = {
         "attention_chunk": [c.attention_chunk for c in layers if c.attention_chunk is not None],
+        "query_temperature": [c.query_temperature for c in layers if c.query_temperature is not None],
         "qk_norm_kind": [c.qk_norm_kind for c in layers if c.qk_norm_kind != "norm"],
         "mixer": [c.mixer for c in layers if c.mixer != "attention"],  # gated DeltaNet layers
         "values_from_keys": [True for c in layers if c.values_from_keys],  # Gemma 4's attention_k_eq_v
@@ -204,15 +216,15 @@ def _without_a_family(cfg: Config) -> list[tuple[str, Any]]:
 
 def to_hf(
     model: Transformer,
-    out_dir: str | os.PathLike,
+    out_dir: str | os.PathLike[str],
     rope_parameters: bool = False,
     hf_model_type: str | None = None,
     transformers_version: str | None = None,
     run: TrainingRun | None = None,
 ) -> Path:
     """Write `model` as a Hugging Face checkpoint (`config.json` + `model.safetensors`) into `out_dir`, with a
-    model card (README.md, `posformer.model_card`: the config, the encoding, `run`'s data, steps and final metrics
-    where given, how to load it; it names AutoTokenizer when `out_dir` already holds tokenizer files).
+    model card (README.md, `posformer.config.model_card`: the config, the encoding, `run`'s data, steps and final
+    metrics where given, how to load it; it names AutoTokenizer when `out_dir` already holds tokenizer files).
     The model's `generation_config`, when it sets anything, is written as generation_config.json.
 
     The family is `hf_model_type` when given, else `model.cfg.hf_model_type` (set by `from_hf` and by the
@@ -252,7 +264,7 @@ def to_hf(
     try:
         hf_config = family.config_to_hf(cfg)
     except UnsupportedCheckpoint as err:  # the encoding itself, when it is the reason: who holds it, if anyone
-        reason = position_refusal(cfg, cfg.hf_model_type)
+        reason = position_refusal(cfg, model_type)
         if reason is None:
             raise
         raise UnsupportedCheckpoint(f"to_hf: {reason} ({err})") from None
@@ -283,7 +295,7 @@ def to_hf(
     return out_dir
 
 
-def load_tokenizer(path_or_hub_id: str | os.PathLike):
+def load_tokenizer(path_or_hub_id: str | os.PathLike[str]) -> PreTrainedTokenizerBase:
     """The tokenizer stored in a checkpoint directory, as a `transformers` fast tokenizer.
 
     Reads `tokenizer.json` (or the slow files transformers converts, such as
@@ -313,6 +325,7 @@ def load_tokenizer(path_or_hub_id: str | os.PathLike):
     try:
         if unknown_class(directory) is not None:
             return read_fast(directory, **overrides)
-        return AutoTokenizer.from_pretrained(str(directory), **overrides)
+        tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(str(directory), **overrides)
+        return tokenizer
     except Exception as err:  # transformers raises many kinds (OSError, ValueError, ImportError, KeyError ...)
         raise ValueError(f"no usable tokenizer in {directory}: {type(err).__name__}: {str(err).strip()}") from err

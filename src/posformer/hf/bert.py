@@ -37,6 +37,7 @@ from torch import Tensor
 
 from posformer.config import Config
 from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.layout import PLAIN_LAYERS, require_fields
 from posformer.hf.mapping import Rule, fused_linear, linear, norm, same
 
 POSITIONS = {"absolute": "learned", "relative_key": "relative_key", "relative_key_query": "relative_key_query"}
@@ -125,6 +126,13 @@ def config_from_hf(hf: dict) -> Config:
     return encoder_config(hf, "Bert")
 
 
+def plain_encoder_fields(cfg: Config) -> dict:
+    """The fields a BERT-layout encoder (BERT, RoBERTa, DeBERTa-v2) has one value of: every layer one full attention
+    without QK-norm, no transform before a QA or classification head, BERT's own MLM head."""
+    mlm = {"mlm_head": "bert", "head_transform_bias": True} if cfg.head_kind == "masked_lm" else {}
+    return {**PLAIN_LAYERS, "head_transform": False, **mlm}
+
+
 def encoder_config_to_hf(cfg: Config, arch_name: str) -> dict:
     """The HF config of a BERT-layout encoder; raises `UnsupportedCheckpoint` for what that layout cannot hold."""
     model_type = cfg.hf_model_type
@@ -160,6 +168,7 @@ def encoder_config_to_hf(cfg: Config, arch_name: str) -> dict:
         raise unsupported(model_type, "no token-type embeddings (type_vocab_size=0) (to_hf)")
     if cfg.head_kind not in HEAD_CLASSES:
         raise unsupported(model_type, f"head={cfg.head_kind!r} (supported: {', '.join(HEAD_CLASSES)}) (to_hf)")
+    require_fields(cfg, model_type, **plain_encoder_fields(cfg))
     out = {
         "model_type": model_type,
         "architectures": [arch_name + HEAD_CLASSES[cfg.head_kind]],

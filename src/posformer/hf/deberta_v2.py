@@ -54,7 +54,7 @@ from torch import Tensor, nn
 
 from posformer.config import Config
 from posformer.hf.activations import activation_from_hf, activation_to_hf
-from posformer.hf.bert import lm_bias_rule, lm_bias_state
+from posformer.hf.bert import lm_bias_rule, lm_bias_state, plain_encoder_fields
 from posformer.hf.family import Family, UnsupportedCheckpoint, architecture, register, unsupported
 from posformer.hf.layout import require_fields, require_head
 from posformer.hf.mapping import Rule, fused_linear, linear, norm, same
@@ -218,11 +218,11 @@ def config_to_hf(cfg: Config) -> dict:
         scale_embeddings=False,
         parallel_residual=False,
         activation_dropout=0.0,
+        **plain_encoder_fields(cfg),
     )
     if cfg.n_heads * cfg.head_dim != cfg.d_model:
         raise UnsupportedCheckpoint(
-            f"to_hf: a {MODEL_TYPE} checkpoint needs n_heads * head_dim == d_model, got "
-            f"{cfg.n_heads} * {cfg.head_dim} != {cfg.d_model}"
+            f"to_hf: a {MODEL_TYPE} checkpoint needs n_heads * head_dim == d_model, got {cfg.n_heads} * {cfg.head_dim}"
         )
     out = {
         "model_type": MODEL_TYPE,

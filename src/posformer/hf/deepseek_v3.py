@@ -20,14 +20,14 @@ from __future__ import annotations
 import math
 
 from posformer.config import Config
-from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.decoder_fields import causal_lm_fields
+from posformer.hf.family import Family, register, unsupported
 from posformer.hf.layout import require_fields, require_head
-from posformer.hf.llama import GATED, HIDDEN_ACT, decoder_rules, first_token_id, ignore, llama_like_to_hf
+from posformer.hf.llama import GATED, HIDDEN_ACT, decoder_rules, ignore, llama_like_to_hf
 from posformer.hf.mapping import Rule, fused_linear, linear, norm
 from posformer.hf.rope import rope_params, rope_to_hf, scaling_dict
 
 MODEL_TYPE = "deepseek_v3"
-HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
 
 
 def _yarn_mscale(factor: float, mscale: float) -> float:
@@ -105,13 +105,7 @@ def config_from_hf(hf: dict) -> Config:
         qkv_bias=bias,
         attn_out_bias=bias,
         ffn_bias=False,
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        head=architecture(hf, HEADS, "causal_lm"),
-        pad_token_id=hf.get("pad_token_id"),
-        bos_token_id=hf.get("bos_token_id", 0),
-        eos_token_id=first_token_id(hf.get("eos_token_id", 1)),
-        init_std=hf.get("initializer_range", 0.02),
-        hf_model_type=MODEL_TYPE,
+        **causal_lm_fields(hf, MODEL_TYPE, bos_token_id=0, eos_token_id=1),
     )
 
 
@@ -120,11 +114,14 @@ def config_to_hf(cfg: Config) -> dict:
     require_fields(
         cfg,
         MODEL_TYPE,
+        arch="decoder",
+        decoder_layers=cfg.n_layers,
         position="rope",
         norm="rmsnorm",
         norm_placement="pre",
         use_final_norm=True,
         embed_norm=False,
+        first_attn_norm=True,
         parallel_residual=False,
         ffn_bias=False,
         attn_out_bias=cfg.qkv_bias,

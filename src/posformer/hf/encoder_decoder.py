@@ -141,6 +141,7 @@ def config_to_hf(cfg: Config) -> dict:
         "separate_decoder_embeddings": True,
         "head_kind": "seq2seq_lm",
         "head_transform": True,
+        "head_transform_bias": True,
         "head_bias": True,
     }
     problems = [f"{k}={getattr(cfg, k)!r}" for k, v in wanted.items() if getattr(cfg, k) != v]

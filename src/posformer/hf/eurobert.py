@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from posformer.config import Config
 from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.layout import require_default_scale, require_fields
 from posformer.hf.llama import GATED, HIDDEN_ACT, first_token_id, layer_norms, llama_like_to_hf, separate_projections
 from posformer.hf.mapping import Rule, linear, norm, same
 from posformer.hf.rope import rope_params, rope_to_hf
@@ -85,6 +86,16 @@ def config_to_hf(cfg: Config) -> dict:
         raise unsupported(
             MODEL_TYPE, "biases other than attention_bias on q, k, v and o, and mlp_bias on the FFN and head (to_hf)"
         )
+    require_fields(
+        cfg,
+        MODEL_TYPE,
+        use_final_norm=True,
+        first_attn_norm=True,
+        parallel_residual=False,
+        sliding_window=None,
+        type_vocab_size=0,
+    )
+    require_default_scale(cfg, MODEL_TYPE)
     return {
         **llama_like_to_hf(cfg, MODEL_TYPE, "EuroBert"),
         "architectures": [HEAD_CLASSES[cfg.head_kind]],

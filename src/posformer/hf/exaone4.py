@@ -18,7 +18,7 @@ from __future__ import annotations
 from posformer.config import Config
 from posformer.hf.family import Family, register, unsupported
 from posformer.hf.layer_kinds import GLOBAL, LOCAL, checked_layer_types, layers_to_hf
-from posformer.hf.layout import require_fields, require_head
+from posformer.hf.layout import require_default_scale, require_fields, require_head
 from posformer.hf.llama import (
     GATED,
     HIDDEN_ACT,
@@ -125,6 +125,7 @@ def config_to_hf(cfg: Config) -> dict:
         norm_placement="output",
         use_final_norm=True,
         embed_norm=False,
+        parallel_residual=False,
         qk_norm=True,
         qk_norm_over="head",
         qkv_bias=False,
@@ -138,8 +139,7 @@ def config_to_hf(cfg: Config) -> dict:
     )
     if cfg.activation not in HIDDEN_ACT or cfg.position_params.get("layout") != "half":
         raise unsupported(MODEL_TYPE, "a FFN other than a gated one, or RoPE's interleaved layout (to_hf)")
-    if abs(cfg.scale - cfg.head_dim**-0.5) > 1e-12:
-        raise unsupported(MODEL_TYPE, f"an attention scale other than head_dim ** -0.5: {cfg.scale} (to_hf)")
+    require_default_scale(cfg, MODEL_TYPE)
     return {
         **llama_like_to_hf(cfg, MODEL_TYPE, "Exaone4"),
         "head_dim": cfg.head_dim,

@@ -39,7 +39,8 @@ class Family:
     attention_sinks: whether the family's attention has learned sinks (`to_hf` refuses `Config.attention_sinks`
       for the families that have none).
     writes: the per-layer settings `to_hf` refuses for the families that have none and this family writes:
-      "attention_chunk" (chunked attention), "qk_norm_kind" (an L2 QK-norm), "qk_norm" (on some layers only);
+      "attention_chunk" (chunked attention), "qk_norm_kind" (an L2 QK-norm), "qk_norm" (on some layers only),
+      "query_temperature" (log-n query scaling);
       and "sigmoid_router" (DeepSeek-V3's router, `Config.sigmoid_router`: glm4_moe); Gemma 4's "kv_sources",
       "per_layer_inputs", "layer_scalars", "value_norm", "logit_softcap", "values_from_keys" and per-layer
       "d_head", "n_kv_heads", "d_ff" (gemma4_text); "attention_output_gate" (gated attention) and "mixer" (gated

@@ -15,6 +15,7 @@ from __future__ import annotations
 from posformer.config import Config
 from posformer.hf.family import Family, register, unsupported
 from posformer.hf.layer_kinds import GLOBAL, LOCAL, layer_types_from_hf
+from posformer.hf.layout import require_decoder_layout
 from posformer.hf.llama import (
     decoder_rules,
     first_token_id,
@@ -128,6 +129,9 @@ def config_to_hf(cfg: Config) -> dict:
         )
     if cfg.qkv_bias != cfg.attn_out_bias or cfg.ffn_bias:
         raise unsupported(MODEL_TYPE, "attention biases on some projections only, or FFN biases (to_hf)")
+    require_decoder_layout(
+        cfg, MODEL_TYPE, norm="rmsnorm_unit_offset", norm_placement="sandwich", scale_embeddings=True
+    )
     activation = {ours: theirs for theirs, ours in ACTIVATIONS.items()}[cfg.activation]
     return {
         **llama_like_to_hf(cfg, MODEL_TYPE, "Gemma3", model="Gemma3TextModel"),

@@ -31,6 +31,7 @@ from posformer.config import Config
 from posformer.hf.family import Family, register, unsupported
 from posformer.hf.gemma3 import _sandwich_norms
 from posformer.hf.layer_kinds import GLOBAL, LOCAL, layer_types_from_hf
+from posformer.hf.layout import require_decoder_layout
 from posformer.hf.llama import first_token_id, llama_like_from_hf, llama_like_to_hf
 from posformer.hf.mapping import Rule, fused_linear, linear, norm, same
 from posformer.hf.rope import has_v5_layer_params, rope_params
@@ -237,6 +238,7 @@ def _check_layout(cfg: Config) -> None:
         )
     if cfg.qkv_bias != cfg.attn_out_bias or cfg.ffn_bias:
         raise unsupported(MODEL_TYPE, "attention biases on some projections only, or FFN biases (to_hf)")
+    require_decoder_layout(cfg, MODEL_TYPE, norm_placement="sandwich", scale_embeddings=True)
 
 
 def _one(values: list, what: str) -> object:

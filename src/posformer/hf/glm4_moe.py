@@ -33,17 +33,17 @@ import re
 from torch import Tensor
 
 from posformer.config import Config
+from posformer.hf.decoder_fields import gated_decoder_fields
 from posformer.hf.family import Family, register, unsupported
 from posformer.hf.fused_experts import split_fused_experts
-from posformer.hf.layout import require_fields, require_head
+from posformer.hf.layout import require_decoder_layout, require_default_scale
 from posformer.hf.llama import HIDDEN_ACT, ignore, llama_like_to_hf
-from posformer.hf.mapping import Rule, fused_linear, linear, same
-from posformer.hf.mixtral import attention_rules, common_fields, experts_rule, moe_decoder_rules
-from posformer.hf.rope import rope_params, rope_to_hf, scaling_dict
+from posformer.hf.mapping import Rule, same
+from posformer.hf.mixtral import EXPERT_NAMES, attention_rules, dense_ffn_rules, moe_decoder_rules, routed_experts_rules
+from posformer.hf.rope import partial_rope_params, rope_to_hf
 from posformer.utils.validation import is_int
 
 MODEL_TYPE = "glm4_moe"
-EXPERT_NAMES = ("gate_proj", "up_proj", "down_proj")
 DEFAULT_ROTARY_FRACTION = 0.5  # transformers' Glm4MoeConfig: partial_rotary_factor 0.5 when not given
 SHARED = "shared_expert"  # `MoEFeedForward`'s shared expert (`Config.shared_expert_d_ff`)
 
@@ -62,16 +62,6 @@ def _moe_layers(hf: dict) -> list[bool]:
     return [i >= dense for i in range(n)]
 
 
-def _rope(hf: dict) -> dict:
-    """`rope_params`, with GLM's own default `rotary_fraction` 0.5 when no `partial_rotary_factor` is given."""
-    params = rope_params(hf)
-    scaling, _, v5 = scaling_dict(hf)
-    given = (scaling or {}).get("partial_rotary_factor") if v5 else None
-    if given is None and hf.get("partial_rotary_factor") is None:
-        params["rotary_fraction"] = DEFAULT_ROTARY_FRACTION
-    return params
-
-
 def config_from_hf(hf: dict) -> Config:
     layers = _moe_layers(hf)
     n_shared = hf.get("n_shared_experts", 1)
@@ -79,13 +69,8 @@ def config_from_hf(hf: dict) -> Config:
         raise unsupported(MODEL_TYPE, f"n_shared_experts={n_shared!r} (expected an integer >= 0)")
     shared = n_shared * hf.get("moe_intermediate_size", 1408)
     return Config(
-        **{
-            **common_fields(hf, MODEL_TYPE),
-            "n_kv_heads": hf.get("num_key_value_heads", 8),
-            "router_aux_loss_coef": 0.0,
-        },
-        bos_token_id=hf.get("bos_token_id"),
-        norm_eps=hf.get("rms_norm_eps", 1e-5),
+        **{**gated_decoder_fields(hf, MODEL_TYPE, norm_eps=1e-5), "n_kv_heads": hf.get("num_key_value_heads", 8)},
+        router_aux_loss_coef=0.0,  # transformers computes no load-balancing loss for GLM-4.5
         d_ff=hf.get("intermediate_size", 10944),
         n_experts=hf.get("n_routed_experts", 128),
         experts_per_token=hf.get("num_experts_per_tok", 8),
@@ -99,7 +84,7 @@ def config_from_hf(hf: dict) -> Config:
             "scale": hf.get("routed_scaling_factor", 1.0),
         },
         position="rope",
-        position_params=_rope(hf),
+        position_params=partial_rope_params(hf, DEFAULT_ROTARY_FRACTION),
         max_positions=hf.get("max_position_embeddings", 131072),
         qkv_bias=bool(hf.get("attention_bias", False)),
         attn_out_bias=False,
@@ -120,25 +105,12 @@ def _n_shared_experts(cfg: Config) -> int:
 
 
 def config_to_hf(cfg: Config) -> dict:
-    require_head(cfg, MODEL_TYPE)
-    require_fields(
+    require_decoder_layout(
         cfg,
         MODEL_TYPE,
-        arch="decoder",
-        position="rope",
-        norm="rmsnorm",
-        norm_placement="pre",
-        use_final_norm=True,
-        embed_norm=False,
-        parallel_residual=False,
         ffn_bias=False,
         attn_out_bias=False,
         qk_norm_over="head",
-        scale_embeddings=False,
-        type_vocab_size=0,
-        head_bias=False,
-        head_transform=False,
-        scale_tied_head=False,
         query_temperature=None,
         sliding_window=None,
         layer_types=None,
@@ -151,8 +123,7 @@ def config_to_hf(cfg: Config) -> dict:
         raise unsupported(MODEL_TYPE, "Config.sigmoid_router=None (its router is DeepSeek-V3's sigmoid one) (to_hf)")
     if cfg.activation not in HIDDEN_ACT or cfg.position_params.get("layout") != "half":
         raise unsupported(MODEL_TYPE, "experts other than gated ones, or RoPE's interleaved layout (to_hf)")
-    if abs(cfg.scale - cfg.head_dim**-0.5) > 1e-12:
-        raise unsupported(MODEL_TYPE, f"an attention scale other than head_dim ** -0.5: {cfg.scale} (to_hf)")
+    require_default_scale(cfg, MODEL_TYPE)
     layers = cfg.moe_layers or [True] * cfg.n_layers
     dense = layers.index(True)
     if any(not experts for experts in layers[dense:]):
@@ -190,20 +161,11 @@ def rules(cfg: Config) -> list[Rule]:
     def ffn(ours: str, theirs: str, layer: int) -> list[Rule]:
         mlp = f"{theirs}.mlp"
         if not cfg.uses_experts(layer):
-            up = fused_linear(f"{ours}.ffn.up", (f"{mlp}.gate_proj", f"{mlp}.up_proj"), (cfg.ff_dim,) * 2, False)
-            return up + linear(f"{ours}.ffn.down", f"{mlp}.down_proj", bias=False)
-        names = [[f"{mlp}.experts.{e}.{w}.weight" for e in range(cfg.n_experts)] for w in EXPERT_NAMES]
-        out = [
-            same(f"{ours}.ffn.router.weight", f"{mlp}.gate.weight"),
-            same(f"{ours}.ffn.sigmoid_router.score_bias", f"{mlp}.gate.e_score_correction_bias"),
-        ]
-        out += experts_rule(f"{ours}.ffn.experts", *names, cfg.expert_ff_dim)
+            return dense_ffn_rules(f"{ours}.ffn", mlp, cfg.ff_dim)
+        out = routed_experts_rules(cfg, f"{ours}.ffn", mlp)
+        out.append(same(f"{ours}.ffn.sigmoid_router.score_bias", f"{mlp}.gate.e_score_correction_bias"))
         if cfg.shared_expert_d_ff is not None:
-            shared, width = f"{mlp}.shared_experts", cfg.shared_expert_d_ff
-            out += fused_linear(
-                f"{ours}.ffn.{SHARED}.up", (f"{shared}.gate_proj", f"{shared}.up_proj"), (width,) * 2, False
-            )
-            out += linear(f"{ours}.ffn.{SHARED}.down", f"{shared}.down_proj", bias=False)
+            out += dense_ffn_rules(f"{ours}.ffn.{SHARED}", f"{mlp}.shared_experts", cfg.shared_expert_d_ff)
         return out
 
     return moe_decoder_rules(cfg, attention_rules(cfg), ffn)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from posformer.config import Config
 from posformer.hf.activations import activation_from_hf, activation_to_hf
 from posformer.hf.family import Family, UnsupportedCheckpoint, architecture, register
-from posformer.hf.layout import require_fields, require_head
+from posformer.hf.layout import PLAIN_LAYERS, require_fields, require_head
 from posformer.hf.mapping import Rule, linear, norm, same
 from posformer.hf.qkv_layout import per_head_qkv
 from posformer.hf.rope import rope_params, rope_to_hf
@@ -93,6 +93,10 @@ def config_to_hf(cfg: Config) -> dict:
         type_vocab_size=0,
         head_bias=False,
         scale_tied_head=False,
+        **PLAIN_LAYERS,
+        head_transform=False,
+        first_attn_norm=True,
+        decoder_layers=cfg.n_layers,
     )
     params = cfg.position_params
     if params.get("layout", "half") != "half":

@@ -24,17 +24,17 @@ from __future__ import annotations
 import torch
 
 from posformer.config import Config
-from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.decoder_fields import causal_lm_fields
+from posformer.hf.family import Family, register, unsupported
 from posformer.hf.layer_kinds import GLOBAL, LOCAL, layer_types_from_hf, layers_to_hf
-from posformer.hf.layout import require_fields, require_head
-from posformer.hf.llama import first_token_id, ignore, llama_like_to_hf
+from posformer.hf.layout import require_decoder_layout, require_default_scale
+from posformer.hf.llama import ignore, llama_like_to_hf
 from posformer.hf.mapping import Rule, same
-from posformer.hf.mixtral import attention_rules, moe_decoder_rules
+from posformer.hf.mixtral import attention_rules, moe_decoder_rules, transposed_experts
 from posformer.hf.rope import rope_params, rope_to_hf
 from posformer.modules.moe import SWIGLU_LIMIT
 
 MODEL_TYPE = "gpt_oss"
-HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
 DEFAULT_ROPE_SCALING = {
     "rope_type": "yarn",
     "factor": 32.0,
@@ -91,13 +91,7 @@ def config_from_hf(hf: dict) -> Config:
         qkv_bias=bias,
         attn_out_bias=bias,
         ffn_bias=True,
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        head=architecture(hf, HEADS, "causal_lm"),
-        pad_token_id=hf.get("pad_token_id"),
-        bos_token_id=hf.get("bos_token_id"),
-        eos_token_id=first_token_id(hf.get("eos_token_id")),
-        init_std=hf.get("initializer_range", 0.02),
-        hf_model_type=MODEL_TYPE,
+        **causal_lm_fields(hf, MODEL_TYPE),
     )
 
 
@@ -113,22 +107,9 @@ def _layers_to_hf(cfg: Config) -> dict:
 
 
 def config_to_hf(cfg: Config) -> dict:
-    require_head(cfg, MODEL_TYPE)
-    require_fields(
+    require_decoder_layout(
         cfg,
         MODEL_TYPE,
-        arch="decoder",
-        position="rope",
-        norm="rmsnorm",
-        norm_placement="pre",
-        use_final_norm=True,
-        embed_norm=False,
-        parallel_residual=False,
-        scale_embeddings=False,
-        type_vocab_size=0,
-        head_bias=False,
-        head_transform=False,
-        scale_tied_head=False,
         query_temperature=None,
         qk_norm=False,
         attn_out_bias=cfg.qkv_bias,
@@ -138,11 +119,11 @@ def config_to_hf(cfg: Config) -> dict:
         router_softmax="top_k",
         expert_activation="swiglu_clamped",
         moe_layers=None,
+        shared_expert_d_ff=None,
     )
     if cfg.position_params.get("layout") != "half":
         raise unsupported(MODEL_TYPE, "RoPE's interleaved layout (to_hf)")
-    if abs(cfg.scale - cfg.head_dim**-0.5) > 1e-12:
-        raise unsupported(MODEL_TYPE, f"an attention scale other than head_dim ** -0.5: {cfg.scale} (to_hf)")
+    require_default_scale(cfg, MODEL_TYPE)
     return {
         **llama_like_to_hf(cfg, MODEL_TYPE, "GptOss"),
         "intermediate_size": cfg.expert_ff_dim,
@@ -174,10 +155,6 @@ def _interleaved(ours: str, theirs: str, d_ff: int, transpose: bool) -> Rule:
     return Rule(ours, (theirs,), to_ours, to_theirs)
 
 
-def _transposed_experts(ours: str, theirs: str) -> Rule:
-    return Rule(ours, (theirs,), lambda ts: ts[0].transpose(1, 2), lambda t: [t.transpose(1, 2)])
-
-
 def rules(cfg: Config) -> list[Rule]:
     """q/k/v fused (with biases), the sinks; each layer's router (weight and bias) and its experts' interleaved
     gate_up_proj (and bias), down_proj (and bias)."""
@@ -193,7 +170,7 @@ def rules(cfg: Config) -> list[Rule]:
             same(f"{ours}.ffn.router.bias", f"{mlp}.router.bias"),
             _interleaved(f"{ours}.ffn.experts.up", f"{mlp}.experts.gate_up_proj", d_ff, transpose=True),
             _interleaved(f"{ours}.ffn.experts.up_bias", f"{mlp}.experts.gate_up_proj_bias", d_ff, transpose=False),
-            _transposed_experts(f"{ours}.ffn.experts.down", f"{mlp}.experts.down_proj"),
+            transposed_experts(f"{ours}.ffn.experts.down", f"{mlp}.experts.down_proj"),
             same(f"{ours}.ffn.experts.down_bias", f"{mlp}.experts.down_proj_bias"),
         ]
 

@@ -12,6 +12,7 @@ from typing import Callable
 
 from posformer.config import Config
 from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.layout import require_decoder_layout, require_default_scale
 from posformer.hf.mapping import Rule, fused_linear, linear, norm, same
 from posformer.hf.rope import rope_params, rope_to_hf
 
@@ -195,6 +196,9 @@ def config_to_hf(cfg: Config) -> dict:
         or cfg.activation not in HIDDEN_ACT
     ):
         raise unsupported(model_type, "a layout other than RoPE + pre-RMSNorm + gated FFN (to_hf)")
+    no_biases = dict(qkv_bias=False, attn_out_bias=False, ffn_bias=False) if model_type == "mistral" else {}
+    require_decoder_layout(cfg, model_type, **no_biases)  # Mistral's projections have no biases
+    require_default_scale(cfg, model_type)
     if model_type == "qwen2" and not (cfg.qkv_bias and not cfg.attn_out_bias and not cfg.ffn_bias):
         raise unsupported(model_type, "biases other than q/k/v only (to_hf)")
     if model_type == "qwen3" and (cfg.qkv_bias != cfg.attn_out_bias or cfg.ffn_bias):

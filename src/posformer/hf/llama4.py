@@ -23,22 +23,20 @@ Heads: Llama4ForCausalLM (causal_lm), Llama4TextModel (none).
 from __future__ import annotations
 
 from posformer.config import Config
-from posformer.hf.family import Family, architecture, register, unsupported
-from posformer.hf.layout import require_fields, require_head
-from posformer.hf.llama import GATED, HIDDEN_ACT, first_token_id, ignore, llama_like_to_hf
+from posformer.hf.decoder_fields import gated_decoder_fields
+from posformer.hf.family import Family, register, unsupported
+from posformer.hf.layout import require_decoder_layout, require_default_scale, require_fields
+from posformer.hf.llama import HIDDEN_ACT, ignore, llama_like_to_hf
 from posformer.hf.mapping import Rule, fused_linear, linear, same
-from posformer.hf.mixtral import moe_decoder_rules
+from posformer.hf.mixtral import dense_ffn_rules, moe_decoder_rules, transposed_experts
 from posformer.hf.rope import rope_params, rope_to_hf, scaling_dict
 
 MODEL_TYPE = "llama4_text"
-HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
 LAYER_TYPES = ("full_attention", "chunked_attention")
 DEFAULT_CHUNK = 8192  # `attention_chunk_size` written when no layer chunks (transformers 4.57.6 needs one)
 
 
 def _check_features(hf: dict) -> None:
-    if hf.get("hidden_act", "silu") not in GATED:
-        raise unsupported(MODEL_TYPE, f"hidden_act={hf['hidden_act']!r} (supported: {', '.join(GATED)})")
     for key in ("router_jitter_noise", "attention_bias"):
         if hf.get(key):
             raise unsupported(MODEL_TYPE, f"{key}={hf[key]!r}")
@@ -109,36 +107,18 @@ def _experts(hf: dict) -> dict:
 
 
 def config_from_hf(hf: dict) -> Config:
+    fields = gated_decoder_fields(hf, MODEL_TYPE, norm_eps=1e-5, bos_token_id=1, eos_token_id=2)
     _check_features(hf)
     return Config(
-        arch="decoder",
-        vocab_size=hf["vocab_size"],
-        d_model=hf["hidden_size"],
-        n_layers=hf["num_hidden_layers"],
-        n_heads=hf["num_attention_heads"],
-        n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
-        d_head=hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"],
+        **{**fields, "d_head": hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]},
         d_ff=hf.get("intermediate_size_mlp", 16384),
         **_experts(hf),
         position="rope",
         position_params={**rope_params(hf, default_theta=500000.0), "layout": "interleaved"},
         max_positions=hf.get("max_position_embeddings", 4096 * 32),
         **_layers(hf),
-        norm="rmsnorm",
-        norm_eps=hf.get("rms_norm_eps", 1e-5),
-        norm_placement="pre",
-        activation=GATED[hf.get("hidden_act", "silu")],
-        attention_dropout=hf.get("attention_dropout", 0.0),
         qkv_bias=False,
         attn_out_bias=False,
-        ffn_bias=False,
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        head=architecture(hf, HEADS, "causal_lm"),
-        pad_token_id=hf.get("pad_token_id"),
-        bos_token_id=hf.get("bos_token_id", 1),
-        eos_token_id=first_token_id(hf.get("eos_token_id", 2)),
-        init_std=hf.get("initializer_range", 0.02),
-        hf_model_type=MODEL_TYPE,
     )
 
 
@@ -211,30 +191,10 @@ def _experts_to_hf(cfg: Config) -> dict:
 
 
 def config_to_hf(cfg: Config) -> dict:
-    require_head(cfg, MODEL_TYPE)
-    require_fields(
-        cfg,
-        MODEL_TYPE,
-        arch="decoder",
-        position="rope",
-        norm="rmsnorm",
-        norm_placement="pre",
-        use_final_norm=True,
-        embed_norm=False,
-        parallel_residual=False,
-        qkv_bias=False,
-        attn_out_bias=False,
-        ffn_bias=False,
-        scale_embeddings=False,
-        type_vocab_size=0,
-        head_bias=False,
-        head_transform=False,
-        scale_tied_head=False,
-    )
+    require_decoder_layout(cfg, MODEL_TYPE, qkv_bias=False, attn_out_bias=False, ffn_bias=False)
     if cfg.activation not in HIDDEN_ACT or cfg.position_params.get("layout") != "interleaved":
         raise unsupported(MODEL_TYPE, "a feed-forward other than a gated one, or RoPE's half layout (to_hf)")
-    if abs(cfg.scale - cfg.head_dim**-0.5) > 1e-12:
-        raise unsupported(MODEL_TYPE, f"an attention scale other than head_dim ** -0.5: {cfg.scale} (to_hf)")
+    require_default_scale(cfg, MODEL_TYPE)
     rope = rope_to_hf(cfg)
     if rope["rope_scaling"] is not None and rope["rope_scaling"]["rope_type"] != "llama3":
         raise unsupported(MODEL_TYPE, f"rope scaling {rope['rope_scaling']['rope_type']!r} (llama3 only) (to_hf)")
@@ -247,17 +207,6 @@ def config_to_hf(cfg: Config) -> dict:
         **_layers_to_hf(cfg),
         **_experts_to_hf(cfg),
     }
-
-
-def _dense(ours: str, theirs: str, d_ff: int) -> list[Rule]:
-    """A SwiGLU's gate_proj / up_proj fused into posformer's `up`, and its down_proj."""
-    up = fused_linear(f"{ours}.up", (f"{theirs}.gate_proj", f"{theirs}.up_proj"), (d_ff, d_ff), False)
-    return up + linear(f"{ours}.down", f"{theirs}.down_proj", bias=False)
-
-
-def _transposed_experts(ours: str, theirs: str) -> Rule:
-    """posformer's batched expert weights (E, out, in) <- transformers' (E, in, out)."""
-    return Rule(ours, (theirs,), lambda ts: ts[0].transpose(1, 2), lambda t: [t.transpose(1, 2)])
 
 
 def rules(cfg: Config) -> list[Rule]:
@@ -275,12 +224,12 @@ def rules(cfg: Config) -> list[Rule]:
     def ffn(ours: str, theirs: str, layer: int) -> list[Rule]:
         hf = f"{theirs}.feed_forward"
         if not cfg.uses_experts(layer):
-            return _dense(f"{ours}.ffn", hf, cfg.ff_dim)
+            return dense_ffn_rules(f"{ours}.ffn", hf, cfg.ff_dim)
         return [
             same(f"{ours}.ffn.router.weight", f"{hf}.router.weight"),
-            _transposed_experts(f"{ours}.ffn.experts.up", f"{hf}.experts.gate_up_proj"),
-            _transposed_experts(f"{ours}.ffn.experts.down", f"{hf}.experts.down_proj"),
-            *_dense(f"{ours}.ffn.shared_expert", f"{hf}.shared_expert", cfg.shared_expert_d_ff),
+            transposed_experts(f"{ours}.ffn.experts.up", f"{hf}.experts.gate_up_proj"),
+            transposed_experts(f"{ours}.ffn.experts.down", f"{hf}.experts.down_proj"),
+            *dense_ffn_rules(f"{ours}.ffn.shared_expert", f"{hf}.shared_expert", cfg.shared_expert_d_ff),
         ]
 
     return moe_decoder_rules(cfg, attention, ffn)
@@ -294,6 +243,6 @@ FAMILY = register(
         rules,
         ignore,
         experts=True,
-        writes=("attention_chunk", "qk_norm_kind", "qk_norm"),
+        writes=("attention_chunk", "qk_norm_kind", "qk_norm", "query_temperature"),
     )
 )

@@ -134,6 +134,10 @@ def _layout_problems(cfg: Config) -> list[str]:
         "ffn_bias": True,
         "embed_norm": False,
         "type_vocab_size": 0,
+        "norm_eps": 1e-5,  # transformers' nn.LayerNorm default: Marian's config has no eps
+        "qk_norm": False,
+        "sliding_window": None,
+        "head_transform": False,
     }
     problems = [f"{k}={getattr(cfg, k)!r}" for k, v in wanted.items() if getattr(cfg, k) != v]
     if cfg.use_final_norm:

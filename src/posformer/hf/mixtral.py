@@ -9,6 +9,11 @@ and `w2` (down), SwiGLU of `intermediate_size` units, are rows of the batched `e
 noise on the router's input) is refused. Heads: MixtralForCausalLM (causal_lm), MixtralModel (none).
 transformers 5 saves these per-expert tensors too; its in-memory layout (`mlp.gate`, `mlp.experts.gate_up_proj`,
 `mlp.experts.down_proj`) is read as well (`fused_experts`).
+
+The mixture-of-experts families share this module's weight rules: the decoder (`decoder_layer_rules`,
+`moe_decoder_rules`), q/k/v (`attention_rules`), a router and its per-expert projections (`routed_experts_rules`,
+`experts_rule`), fused experts stored (in, out) (`transposed_experts`) and a dense SwiGLU (`dense_ffn_rules`: dense
+layers and shared experts); and Mixtral's and Qwen3-MoE's config fields (`common_fields`, `common_to_hf`).
 """
 
 from __future__ import annotations
@@ -19,15 +24,16 @@ import torch
 from torch import Tensor
 
 from posformer.config import Config
-from posformer.hf.family import Family, architecture, register, unsupported
+from posformer.hf.decoder_fields import gated_decoder_fields
+from posformer.hf.family import Family, register, unsupported
 from posformer.hf.fused_experts import split_fused_experts
-from posformer.hf.layout import require_fields, require_head
-from posformer.hf.llama import GATED, HIDDEN_ACT, first_token_id, ignore, layer_norms, llama_like_to_hf
+from posformer.hf.layout import require_decoder_layout, require_default_scale
+from posformer.hf.llama import HIDDEN_ACT, ignore, layer_norms, llama_like_to_hf
 from posformer.hf.mapping import Rule, fused_linear, linear, norm, same
 from posformer.hf.rope import rope_params, rope_to_hf
 
 MODEL_TYPE = "mixtral"
-HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
+EXPERT_NAMES = ("gate_proj", "up_proj", "down_proj")  # an expert's projections, as most families name them
 
 
 def experts_rule(ours: str, gates: list[str], ups: list[str], downs: list[str], d_ff: int) -> list[Rule]:
@@ -47,20 +53,47 @@ def experts_rule(ours: str, gates: list[str], ups: list[str], downs: list[str], 
     ]
 
 
-def moe_decoder_rules(
-    cfg: Config, attention: Callable[[str, str], list[Rule]], ffn: Callable[[str, str, int], list[Rule]]
-) -> list[Rule]:
-    """The weight rules of a LLaMA-layout decoder whose feed-forward is its family's own: `attention(ours, theirs)`
-    gives one layer's q/k/v/o (with any QK-norm), `ffn(ours, theirs, layer)` its feed-forward (experts or dense)."""
+def routed_experts_rules(cfg: Config, ours: str, moe: str, names: tuple[str, str, str] = EXPERT_NAMES) -> list[Rule]:
+    """An expert layer's router `{moe}.gate` (no bias) -> `{ours}.router`, and its experts' per-expert projections
+    `{moe}.experts.{e}.{name}.weight`, `names` = (gate, up, down) -> `{ours}.experts` (`experts_rule`)."""
+    experts = [[f"{moe}.experts.{e}.{name}.weight" for e in range(cfg.n_experts)] for name in names]
+    return [same(f"{ours}.router.weight", f"{moe}.gate.weight")] + experts_rule(
+        f"{ours}.experts", *experts, cfg.expert_ff_dim
+    )
+
+
+def transposed_experts(ours: str, theirs: str) -> Rule:
+    """posformer's batched expert weights (n_experts, out, in) <- fused experts stored (n_experts, in, out)."""
+    return Rule(ours, (theirs,), lambda ts: ts[0].transpose(1, 2), lambda t: [t.transpose(1, 2)])
+
+
+def dense_ffn_rules(ours: str, theirs: str, d_ff: int) -> list[Rule]:
+    """A SwiGLU `theirs` (gate_proj, up_proj, down_proj; no biases) -> posformer's `FeedForward` `ours` (gate and up
+    fused in `up`): a dense layer, or a shared expert."""
+    up = fused_linear(f"{ours}.up", (f"{theirs}.gate_proj", f"{theirs}.up_proj"), (d_ff, d_ff), False)
+    return up + linear(f"{ours}.down", f"{theirs}.down_proj", bias=False)
+
+
+def decoder_layer_rules(cfg: Config, layer: Callable[[str, str, int], list[Rule]]) -> list[Rule]:
+    """The weight rules of a pre-norm decoder under LLaMA's names: the embedding, each layer's two norms and
+    `layer(ours, theirs, i)` (its mixer and feed-forward, the family's own), the final norm and an untied LM head."""
     base = "model." if cfg.head_kind == "causal_lm" else ""
     out = [same("embed_tokens.weight", f"{base}embed_tokens.weight")]
     for i in range(cfg.n_layers):
         ours, theirs = f"decoder.layers.{i}", f"{base}layers.{i}"
-        out += layer_norms(ours, theirs) + attention(ours, theirs) + ffn(ours, theirs, i)
+        out += layer_norms(ours, theirs) + layer(ours, theirs, i)
     out += norm("decoder.norm", f"{base}norm", bias=False)
     if cfg.head_kind == "causal_lm" and not cfg.tie_embeddings:
         out.append(same("head.proj.weight", "lm_head.weight"))
     return out
+
+
+def moe_decoder_rules(
+    cfg: Config, attention: Callable[[str, str], list[Rule]], ffn: Callable[[str, str, int], list[Rule]]
+) -> list[Rule]:
+    """`decoder_layer_rules` of a decoder whose layers all attend: `attention(ours, theirs)` gives one layer's
+    q/k/v/o (with any QK-norm), `ffn(ours, theirs, layer)` its feed-forward (experts or dense)."""
+    return decoder_layer_rules(cfg, lambda ours, theirs, i: attention(ours, theirs) + ffn(ours, theirs, i))
 
 
 def attention_rules(cfg: Config) -> Callable[[str, str], list[Rule]]:
@@ -80,45 +113,22 @@ def attention_rules(cfg: Config) -> Callable[[str, str], list[Rule]]:
     return attention
 
 
-def common_fields(hf: dict, model_type: str) -> dict:
-    """The `Config` fields Mixtral and Qwen3-MoE read alike: sizes, RoPE, norms, activation, head, token ids."""
-    activation = hf.get("hidden_act", "silu")
-    if activation not in GATED:
-        raise unsupported(model_type, f"hidden_act={activation!r} (supported: {', '.join(GATED)})")
-    return dict(
-        arch="decoder",
-        vocab_size=hf["vocab_size"],
-        d_model=hf["hidden_size"],
-        n_layers=hf["num_hidden_layers"],
-        n_heads=hf["num_attention_heads"],
-        n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
-        d_head=hf.get("head_dim"),
-        norm="rmsnorm",
-        norm_placement="pre",
-        activation=GATED[activation],
-        attention_dropout=hf.get("attention_dropout", 0.0),
-        ffn_bias=False,
-        router_aux_loss_coef=float(hf.get("router_aux_loss_coef", 0.001)),
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        head=architecture(hf, HEADS, "causal_lm"),
-        pad_token_id=hf.get("pad_token_id"),
-        eos_token_id=first_token_id(hf.get("eos_token_id")),
-        init_std=hf.get("initializer_range", 0.02),
-        hf_model_type=model_type,
-    )
+def common_fields(
+    hf: dict, model_type: str, *, norm_eps: float, bos_token_id: int | None = None, eos_token_id: int | None = None
+) -> dict:
+    """The `Config` fields Mixtral and Qwen3-MoE read alike: `gated_decoder_fields` (with the family's defaults)
+    and the load-balancing loss's weight, `router_aux_loss_coef`."""
+    return {
+        **gated_decoder_fields(hf, model_type, norm_eps=norm_eps, bos_token_id=bos_token_id, eos_token_id=eos_token_id),
+        "router_aux_loss_coef": float(hf.get("router_aux_loss_coef", 0.001)),
+    }
 
 
 def config_from_hf(hf: dict) -> Config:
     if hf.get("router_jitter_noise"):
         raise unsupported(MODEL_TYPE, f"router_jitter_noise={hf['router_jitter_noise']} (noise on the router's input)")
-    fields = common_fields(hf, MODEL_TYPE)
-    fields.update(
-        eos_token_id=first_token_id(hf.get("eos_token_id", 2)),
-        bos_token_id=hf.get("bos_token_id", 1),
-        norm_eps=hf.get("rms_norm_eps", 1e-5),
-    )
     return Config(
-        **fields,
+        **common_fields(hf, MODEL_TYPE, norm_eps=1e-5, bos_token_id=1, eos_token_id=2),
         d_ff=hf["intermediate_size"],
         n_experts=hf.get("num_local_experts", 8),
         experts_per_token=hf.get("num_experts_per_tok", 2),
@@ -134,31 +144,21 @@ def config_from_hf(hf: dict) -> Config:
 def common_to_hf(cfg: Config, model_type: str, name: str, **expected) -> dict:
     """The HF fields Mixtral and Qwen3-MoE write alike (`name`: the architectures' prefix), after refusing by name
     what neither can express (and the family's own `expected` field values)."""
-    require_head(cfg, model_type)
-    require_fields(
+    require_decoder_layout(
         cfg,
         model_type,
-        arch="decoder",
-        position="rope",
-        norm="rmsnorm",
-        norm_placement="pre",
-        use_final_norm=True,
-        embed_norm=False,
-        parallel_residual=False,
         ffn_bias=False,
-        scale_embeddings=False,
-        type_vocab_size=0,
-        head_bias=False,
-        head_transform=False,
-        scale_tied_head=False,
         query_temperature=None,
         layer_types=None,
+        router_bias=False,
+        router_softmax="all",
+        expert_activation=None,
+        shared_expert_d_ff=None,
         **expected,
     )
     if cfg.activation not in HIDDEN_ACT or cfg.position_params.get("layout") != "half":
         raise unsupported(model_type, "experts other than gated ones, or RoPE's interleaved layout (to_hf)")
-    if abs(cfg.scale - cfg.head_dim**-0.5) > 1e-12:
-        raise unsupported(model_type, f"an attention scale other than head_dim ** -0.5: {cfg.scale} (to_hf)")
+    require_default_scale(cfg, model_type)
     return {
         **llama_like_to_hf(cfg, model_type, name),
         "head_dim": cfg.head_dim,
@@ -193,11 +193,7 @@ def rules(cfg: Config) -> list[Rule]:
     """q/k/v fused; each layer's router `block_sparse_moe.gate` and its experts' w1/w3 (up) and w2 (down)."""
 
     def ffn(ours: str, theirs: str, layer: int) -> list[Rule]:
-        moe, n = f"{theirs}.block_sparse_moe", range(cfg.n_experts)
-        names = [[f"{moe}.experts.{e}.{w}.weight" for e in n] for w in ("w1", "w3", "w2")]
-        return [same(f"{ours}.ffn.router.weight", f"{moe}.gate.weight")] + experts_rule(
-            f"{ours}.ffn.experts", *names, cfg.expert_ff_dim
-        )
+        return routed_experts_rules(cfg, f"{ours}.ffn", f"{theirs}.block_sparse_moe", ("w1", "w3", "w2"))
 
     return moe_decoder_rules(cfg, attention_rules(cfg), ffn)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from posformer.config import Config
 from posformer.hf.family import Family, register, unsupported
+from posformer.hf.layout import require_decoder_layout, require_default_scale
 from posformer.hf.llama import decoder_rules, ignore, llama_like_from_hf, llama_like_to_hf
 from posformer.hf.mapping import Rule, same
 from posformer.hf.rope import rope_params, rope_to_hf
@@ -51,6 +52,8 @@ def config_to_hf(cfg: Config) -> dict:
         raise unsupported("phi3", "a layout other than RoPE + pre-RMSNorm + SwiGLU without QK-norm (to_hf)")
     if cfg.qkv_bias or cfg.attn_out_bias or cfg.ffn_bias or cfg.d_head not in (None, cfg.d_model // cfg.n_heads):
         raise unsupported("phi3", "biases or a head size other than d_model / n_heads (to_hf)")
+    require_decoder_layout(cfg, "phi3", layer_types=None)  # one kind of layer: its sliding_window slides every one
+    require_default_scale(cfg, "phi3")
     params = cfg.position_params
     if params.get("layout") != "half" or (params.get("scaling") or {}).get("attention_factor") is not None:
         raise unsupported("phi3", "RoPE's interleaved layout or a longrope attention_factor (to_hf)")

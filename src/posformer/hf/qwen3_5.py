@@ -22,7 +22,8 @@ from torch import Tensor, nn
 from posformer.config import Config
 from posformer.hf.family import Family, register, unsupported
 from posformer.hf.mapping import Rule
-from posformer.hf.qwen3_hybrid import dense_ffn_rules, hybrid_fields, hybrid_rules, hybrid_to_hf, ignore, without_mtp
+from posformer.hf.mixtral import dense_ffn_rules
+from posformer.hf.qwen3_hybrid import hybrid_fields, hybrid_rules, hybrid_to_hf, ignore, without_mtp
 from posformer.hf.rope import v5_rope_parameters
 from posformer.hf.versions import writer_major
 

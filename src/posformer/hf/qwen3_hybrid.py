@@ -27,17 +27,18 @@ import torch
 from torch import Tensor
 
 from posformer.config import Config
-from posformer.hf.family import architecture, unsupported
+from posformer.hf.decoder_fields import causal_lm_fields
+from posformer.hf.family import unsupported
 from posformer.hf.gated_deltanet import gated_deltanet_rules
-from posformer.hf.layout import require_fields, require_head
-from posformer.hf.llama import first_token_id, layer_norms, llama_like_to_hf
-from posformer.hf.mapping import Rule, fused_linear, linear, norm, same
-from posformer.hf.rope import rope_params, rope_to_hf, scaling_dict
+from posformer.hf.layout import require_decoder_layout
+from posformer.hf.llama import llama_like_to_hf
+from posformer.hf.mapping import Rule, linear, norm
+from posformer.hf.mixtral import decoder_layer_rules
+from posformer.hf.rope import partial_rope_params, rope_to_hf
 from posformer.utils.validation import is_int
 
 LINEAR, FULL = "linear_attention", "full_attention"
 LAYER_SETTINGS = {LINEAR: {"mixer": "gated_deltanet"}}
-HEADS = {"ForCausalLM": "causal_lm", "Model": "none"}
 DEFAULT_ROTARY_FRACTION = 0.25  # transformers' partial_rotary_factor when the config gives none
 CHUNK_SIZE = 64  # transformers' chunked gated delta rule (torch fallback and flash-linear-attention)
 MTP_PREFIX = "mtp."
@@ -56,16 +57,6 @@ def layer_types(hf: dict, model_type: str) -> list[str]:
     if len(given) != n or any(kind not in (LINEAR, FULL) for kind in given):
         raise unsupported(model_type, f"layer_types={given!r} (expected {n} of {LINEAR!r} and {FULL!r}, one per layer)")
     return list(given)
-
-
-def _rope(hf: dict) -> dict:
-    """`rope_params`, with the families' default `rotary_fraction` 0.25 when no `partial_rotary_factor` is given."""
-    params = rope_params(hf)
-    scaling, _, v5 = scaling_dict(hf)
-    given = (scaling or {}).get("partial_rotary_factor") if v5 else None
-    if given is None and hf.get("partial_rotary_factor") is None:
-        params["rotary_fraction"] = DEFAULT_ROTARY_FRACTION
-    return params
 
 
 def _deltanet_sizes(hf: dict) -> dict:
@@ -100,7 +91,7 @@ def hybrid_fields(hf: dict, model_type: str, d_ff: int, kv_heads: int) -> dict:
         d_head=hf.get("head_dim", 256),
         d_ff=hf.get("intermediate_size", d_ff),
         position="rope",
-        position_params=_rope(hf),
+        position_params=partial_rope_params(hf, DEFAULT_ROTARY_FRACTION),
         max_positions=hf.get("max_position_embeddings", 32768),
         norm="rmsnorm_unit_offset",
         norm_eps=hf.get("rms_norm_eps", 1e-6),
@@ -115,30 +106,17 @@ def hybrid_fields(hf: dict, model_type: str, d_ff: int, kv_heads: int) -> dict:
         layer_types=types if hybrid else None,
         layer_settings={LINEAR: dict(LAYER_SETTINGS[LINEAR])} if hybrid else {},
         gated_deltanet=_deltanet_sizes(hf) if hybrid else None,
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        head=architecture(hf, HEADS, "causal_lm"),
-        pad_token_id=hf.get("pad_token_id"),
-        bos_token_id=hf.get("bos_token_id"),
-        eos_token_id=first_token_id(hf.get("eos_token_id")),
-        init_std=hf.get("initializer_range", 0.02),
-        hf_model_type=model_type,
+        **causal_lm_fields(hf, model_type),
     )
 
 
 def hybrid_to_hf(cfg: Config, model_type: str, name: str, model: str | None = None) -> dict:
     """The HF fields both families write alike (`name`: the architectures' prefix, `model` the base model's class),
     after refusing by name what neither can express. RoPE in v4's keys, `partial_rotary_factor` always written."""
-    require_head(cfg, model_type)
-    require_fields(
+    require_decoder_layout(
         cfg,
         model_type,
-        arch="decoder",
-        position="rope",
         norm="rmsnorm_unit_offset",
-        norm_placement="pre",
-        use_final_norm=True,
-        embed_norm=False,
-        parallel_residual=False,
         activation="swiglu",
         ffn_bias=False,
         attn_out_bias=cfg.qkv_bias,
@@ -153,11 +131,6 @@ def hybrid_to_hf(cfg: Config, model_type: str, name: str, model: str | None = No
         values_from_keys=False,
         value_norm=False,
         kv_sources=None,
-        scale_embeddings=False,
-        type_vocab_size=0,
-        head_bias=False,
-        head_transform=False,
-        scale_tied_head=False,
         logit_softcap=None,
         per_layer_inputs=None,
         layer_scalars=False,
@@ -221,28 +194,20 @@ def gated_attention_rules(cfg: Config, ours: str, theirs: str) -> list[Rule]:
     return out + linear(f"{ours}.attn.out", f"{attn}.o_proj", cfg.attn_out_bias)
 
 
-def dense_ffn_rules(ours: str, theirs: str, d_ff: int) -> list[Rule]:
-    """A SwiGLU `theirs` (gate_proj, up_proj, down_proj) -> our `FeedForward` `ours` (gate and up fused in `up`)."""
-    up = fused_linear(f"{ours}.up", (f"{theirs}.gate_proj", f"{theirs}.up_proj"), (d_ff, d_ff), False)
-    return up + linear(f"{ours}.down", f"{theirs}.down_proj", bias=False)
-
-
 def hybrid_rules(cfg: Config, ffn: Callable[[str, str, int], list[Rule]]) -> list[Rule]:
-    """The weight rules of the whole decoder: each layer's norms, its mixer (gated DeltaNet under Qwen3.5's names,
-    `linear_attn`; or gated attention, `self_attn`) and `ffn(ours, theirs, layer)`, the family's feed-forward."""
-    base = "model." if cfg.head_kind == "causal_lm" else ""
-    out = [same("embed_tokens.weight", f"{base}embed_tokens.weight")]
-    for i, kind in enumerate(cfg.layer_types or [FULL] * cfg.n_layers):
-        ours, theirs = f"decoder.layers.{i}", f"{base}layers.{i}"
-        if kind == LINEAR:
+    """The weight rules of the whole decoder (`decoder_layer_rules`): each layer's mixer (gated DeltaNet under
+    Qwen3.5's names, `linear_attn`; or gated attention, `self_attn`) and `ffn(ours, theirs, layer)`, the family's
+    feed-forward."""
+    kinds = cfg.layer_types or [FULL] * cfg.n_layers
+
+    def layer(ours: str, theirs: str, i: int) -> list[Rule]:
+        if kinds[i] == LINEAR:
             mixer = gated_deltanet_rules(f"{ours}.attn", f"{theirs}.linear_attn")
         else:
             mixer = gated_attention_rules(cfg, ours, theirs)
-        out += layer_norms(ours, theirs) + mixer + ffn(ours, theirs, i)
-    out += norm("decoder.norm", f"{base}norm", bias=False)
-    if cfg.head_kind == "causal_lm" and not cfg.tie_embeddings:
-        out.append(same("head.proj.weight", "lm_head.weight"))
-    return out
+        return mixer + ffn(ours, theirs, i)
+
+    return decoder_layer_rules(cfg, layer)
 
 
 def without_mtp(state: dict[str, Tensor], model_type: str) -> dict[str, Tensor]:

@@ -26,14 +26,21 @@ from posformer.config import Config
 from posformer.hf.family import Family, register, unsupported
 from posformer.hf.fused_experts import split_fused_experts
 from posformer.hf.llama import ignore
-from posformer.hf.mapping import Rule, fused_linear, linear, same
-from posformer.hf.mixtral import attention_rules, common_fields, common_to_hf, experts_rule, moe_decoder_rules
+from posformer.hf.mapping import Rule
+from posformer.hf.mixtral import (
+    EXPERT_NAMES,
+    attention_rules,
+    common_fields,
+    common_to_hf,
+    dense_ffn_rules,
+    moe_decoder_rules,
+    routed_experts_rules,
+)
 from posformer.hf.rope import rope_params
 from posformer.hf.versions import writer_major
 from posformer.utils.validation import is_int
 
 MODEL_TYPE = "qwen3_moe"
-EXPERT_NAMES = ("gate_proj", "up_proj", "down_proj")
 
 
 def _num_experts(hf: dict) -> int:
@@ -70,9 +77,7 @@ def config_from_hf(hf: dict) -> Config:
     layers = _moe_layers(hf)
     bias = bool(hf.get("attention_bias", False))
     return Config(
-        **common_fields(hf, MODEL_TYPE),
-        bos_token_id=hf.get("bos_token_id"),
-        norm_eps=hf.get("rms_norm_eps", 1e-6),
+        **common_fields(hf, MODEL_TYPE, norm_eps=1e-6),
         d_ff=hf.get("intermediate_size", 6144),
         n_experts=_num_experts(hf),
         experts_per_token=hf.get("num_experts_per_tok", 8),
@@ -110,14 +115,9 @@ def rules(cfg: Config) -> list[Rule]:
     projections, a dense layer's gate/up fused into `ffn.up`."""
 
     def ffn(ours: str, theirs: str, layer: int) -> list[Rule]:
-        mlp = f"{theirs}.mlp"
         if not cfg.uses_experts(layer):
-            up = fused_linear(f"{ours}.ffn.up", (f"{mlp}.gate_proj", f"{mlp}.up_proj"), (cfg.ff_dim,) * 2, False)
-            return up + linear(f"{ours}.ffn.down", f"{mlp}.down_proj", bias=False)
-        names = [[f"{mlp}.experts.{e}.{w}.weight" for e in range(cfg.n_experts)] for w in EXPERT_NAMES]
-        return [same(f"{ours}.ffn.router.weight", f"{mlp}.gate.weight")] + experts_rule(
-            f"{ours}.ffn.experts", *names, cfg.expert_ff_dim
-        )
+            return dense_ffn_rules(f"{ours}.ffn", f"{theirs}.mlp", cfg.ff_dim)
+        return routed_experts_rules(cfg, f"{ours}.ffn", f"{theirs}.mlp")
 
     return moe_decoder_rules(cfg, attention_rules(cfg), ffn)
 

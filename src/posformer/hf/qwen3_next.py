@@ -28,12 +28,11 @@ from posformer.hf.family import Family, register, unsupported
 from posformer.hf.fused_experts import split_fused_experts
 from posformer.hf.gated_deltanet import fuse_qwen3_next, split_qwen3_next
 from posformer.hf.mapping import Rule, WeightMapError, same
-from posformer.hf.mixtral import experts_rule
-from posformer.hf.qwen3_hybrid import dense_ffn_rules, hybrid_fields, hybrid_rules, hybrid_to_hf, ignore, without_mtp
+from posformer.hf.mixtral import EXPERT_NAMES, dense_ffn_rules, routed_experts_rules
+from posformer.hf.qwen3_hybrid import hybrid_fields, hybrid_rules, hybrid_to_hf, ignore, without_mtp
 from posformer.utils.validation import is_int
 
 MODEL_TYPE = "qwen3_next"
-EXPERT_NAMES = ("gate_proj", "up_proj", "down_proj")
 SPLIT = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a")  # our (and Qwen3.5's) projections
 _FUSED_QKVZ = re.compile(r"(?P<mixer>.*\.linear_attn)\.in_proj_qkvz\.weight")
 
@@ -108,10 +107,8 @@ def rules(cfg: Config) -> list[Rule]:
         mlp = f"{theirs}.mlp"
         if not cfg.uses_experts(layer):
             return dense_ffn_rules(f"{ours}.ffn", mlp, cfg.ff_dim)
-        names = [[f"{mlp}.experts.{e}.{w}.weight" for e in range(cfg.n_experts)] for w in EXPERT_NAMES]
         return [
-            same(f"{ours}.ffn.router.weight", f"{mlp}.gate.weight"),
-            *experts_rule(f"{ours}.ffn.experts", *names, cfg.expert_ff_dim),
+            *routed_experts_rules(cfg, f"{ours}.ffn", mlp),
             *dense_ffn_rules(f"{ours}.ffn.shared_expert", f"{mlp}.shared_expert", cfg.shared_expert_d_ff),
             same(f"{ours}.ffn.shared_expert_gate.weight", f"{mlp}.shared_expert_gate.weight"),
         ]

@@ -17,6 +17,7 @@ import copy
 from posformer.config import Config
 from posformer.hf import llama
 from posformer.hf.family import Family, register, unsupported
+from posformer.hf.layout import require_fields
 
 MODEL_TYPE = "qwen3_vl_text"
 DEFAULT_SECTION = [24, 20, 20]  # transformers' default when the config names none
@@ -54,6 +55,7 @@ def config_to_hf(cfg: Config) -> dict:
         raise unsupported(MODEL_TYPE, "RoPE without an interleaved mrope_section (it rotates by three axes) (to_hf)")
     if cfg.head_kind != "none":
         raise unsupported(MODEL_TYPE, f"head {cfg.head_kind!r} (Qwen3VLTextModel has none) (to_hf)")
+    require_fields(cfg, MODEL_TYPE, sliding_window=None, layer_types=None)  # every layer full attention with RoPE
     section = params.pop("mrope_section")
     params.pop("mrope_interleaved")
     out = llama.config_to_hf(cfg.replace(position_params=params, hf_model_type="qwen3"))

@@ -132,6 +132,17 @@ def rope_params(hf: dict, default_theta: float = 10000.0, layer_type: str | None
     return params
 
 
+def partial_rope_params(hf: dict, default_fraction: float) -> dict:
+    """`rope_params` of a family whose config class rotates `default_fraction` of each head when the config gives no
+    `partial_rotary_factor` (top level, or inside v5's `rope_parameters`): GLM-4.5's 0.5, Qwen3-Next's 0.25."""
+    params = rope_params(hf)
+    scaling, _, v5 = scaling_dict(hf)
+    given = (scaling or {}).get("partial_rotary_factor") if v5 else None
+    if given is None and hf.get("partial_rotary_factor") is None:
+        params["rotary_fraction"] = default_fraction
+    return params
+
+
 def _proportional(params: dict, scaling: dict) -> dict:
     """transformers 5.x's "proportional" RoPE (Gemma): every pair of the head rotates with base^(-2i/head_dim), but
     only the first floor(partial_rotary_factor * head_dim / 2), the highest frequencies; the others get frequency

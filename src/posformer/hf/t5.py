@@ -167,6 +167,12 @@ def _layout_problems(cfg: Config) -> list[str]:
         "head_bias": False,
         "type_vocab_size": 0,
         "parallel_residual": False,
+        "first_attn_norm": True,
+        "qk_norm": False,
+        "sliding_window": None,
+        "layer_types": None,
+        "head_transform": False,
+        "separate_decoder_embeddings": False,  # the encoder and the decoder read one `shared` table
     }
     problems = [f"{k}={getattr(cfg, k)!r}" for k, v in wanted.items() if getattr(cfg, k) != v]
     if cfg.arch == "decoder" or cfg.head_kind not in ("seq2seq_lm", "none"):

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from posformer.checkpoints.model_dir import read_json
 from posformer.hf.tokenizer_files import TOKENIZER_CONFIG, TOKENIZER_JSON
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 BASE_LOGGER = "transformers.tokenization_utils_base"
 CLASS_MISMATCH = "The tokenizer class you load from this checkpoint is not the same type"
@@ -47,7 +51,7 @@ class _DropClassMismatch(logging.Filter):
         return not record.getMessage().startswith(CLASS_MISMATCH)
 
 
-def read_fast(directory: Path, **overrides: str):
+def read_fast(directory: Path, **overrides: str) -> PreTrainedTokenizerFast:
     """`directory`'s tokenizer.json and tokenizer_config.json settings as a `transformers.PreTrainedTokenizerFast`;
     `overrides`: keyword arguments for `from_pretrained` (`tokenizer_files.check_tokenizer_dir`'s file paths)."""
     from transformers import PreTrainedTokenizerFast

@@ -101,9 +101,9 @@ class GatedDeltaNet(nn.Module):
         """x: (B, T, d_model) at positions pos (B, T), after the tokens the `cache` has seen (mask covers both:
         only its padding is read); with a `packing`, x holds its real tokens only: (N, d_model).
 
-        Returns the output, shaped as x, and None (no attention weights: `need_weights` is refused).
+        Returns the output, shaped as x, and None (no attention weights). `need_weights` and packed documents are
+        refused by `refuse_unsupported`, which the `Stack` calls once, before any of its layers runs.
         """
-        refuse_unsupported(mask, need_weights)
         x = x if packing is None else packing.unpack(x)
         batch, length, _ = x.shape
         keep = self._real_tokens(mask, length)

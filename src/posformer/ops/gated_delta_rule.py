@@ -76,15 +76,16 @@ def gated_delta_rule_recurrent(
     return out.to(out_dtype), memory
 
 
-def _chunk_terms(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor) -> tuple[Tensor, ...]:
+def _chunk_terms(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, later: Tensor, identity: Tensor
+) -> tuple[Tensor, ...]:
     """What the chunks (B, H, N, C, ...) compute in parallel, before the state passes through them in order:
-    (written, reads_state, within, q_decayed, k_to_end, chunk_decay), see `gated_delta_rule_chunked`."""
-    chunk_size = q.shape[-2]
+    (written, reads_state, within, q_decayed, k_to_end, chunk_decay), see `gated_delta_rule_chunked`. `later`
+    (C, C) bool is True where s > r, `identity` the (C, C) float32 identity: made once per call."""
     gamma = g.cumsum(-1)  # (B, H, N, C)
-    later = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=q.device).triu(1)  # s > r
     decay = (gamma[..., :, None] - gamma[..., None, :]).masked_fill(later, float("-inf")).exp()  # D (.., C, C)
     k_beta = k * beta[..., None]
-    system = (k_beta @ k.transpose(-1, -2) * decay).tril(-1) + torch.eye(chunk_size, device=q.device)  # I + A
+    system = (k_beta @ k.transpose(-1, -2) * decay).tril(-1) + identity  # I + A
     written = torch.linalg.solve_triangular(system, v * beta[..., None], upper=False, unitriangular=True)
     reads_state = torch.linalg.solve_triangular(
         system, k_beta * gamma.exp()[..., None], upper=False, unitriangular=True
@@ -138,10 +139,13 @@ def gated_delta_rule_chunked(
 
     q, k, v, g, beta = (in_chunks(x) for x in (q, k, v, g, beta))
     memory = k.new_zeros(batch, heads, key_dim, value_dim) if state is None else state.float()
+    later = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=q.device).triu(1)  # s > r
+    identity = torch.eye(chunk_size, device=q.device)
     outputs = []
     for first in range(0, chunks, CHUNKS_AT_ONCE):
         group = slice(first, min(first + CHUNKS_AT_ONCE, chunks))
-        terms = _chunk_terms(q[:, :, group], k[:, :, group], v[:, :, group], g[:, :, group], beta[:, :, group])
+        parts = (x[:, :, group] for x in (q, k, v, g, beta))
+        terms = _chunk_terms(*parts, later, identity)
         written, reads_state, within, q_decayed, k_to_end, chunk_decay = terms
         for n in range(written.shape[2]):
             u = written[:, :, n] - reads_state[:, :, n] @ memory  # (B, H, C, dv)

@@ -1,4 +1,4 @@
-"""What a training run recorded about one of its checkpoints, for the model card (`model_card.TrainingRun`).
+"""What a training run recorded about one of its checkpoints, for the model card (`config.model_card.TrainingRun`).
 
     run = training_run(Path("runs/x/checkpoints/step-00000500"))   # None for a folder outside a run
     run = training_run(Path("runs/x"))                             # its newest checkpoint, as posformer.load reads
@@ -16,7 +16,7 @@ from typing import Any
 
 from posformer.checkpoints.manifest import MANIFEST
 from posformer.checkpoints.model_dir import model_file, read_json
-from posformer.model_card import TrainingRun
+from posformer.config.model_card import TrainingRun
 from posformer.train.metrics_log import MetricsLog
 from posformer.train.training_checkpoint import PREFIX, CheckpointManager
 from posformer.utils.user_files import read_yaml_file

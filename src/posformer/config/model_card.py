@@ -6,7 +6,8 @@
 `Transformer.save_pretrained` and `to_hf` write it beside config.json (`README.md`, the name the Hugging Face Hub
 shows). It is a pure function of the `Config`, the exported config.json where there is one, and `TrainingRun`: what a
 training run recorded (`posformer.train.run_record.training_run` reads it from a run's checkpoint). Nothing
-in it depends on the machine it was written on: the directory is named by its base name.
+in it depends on the machine it was written on: the directory is named by its base name. It sits in `config/`, the
+layer of what it reads, so that the model's own writer (`pretrained.write_pretrained`) can import it.
 """
 
 from __future__ import annotations
