@@ -24,11 +24,11 @@ import torch
 from safetensors.torch import save_model
 from torch import nn
 
+from posformer.config.model_card import README, TrainingRun, model_card
 from posformer.generation.generation_config import GENERATION_CONFIG_FILE
-from posformer.model_card import README, TrainingRun, model_card
 from posformer.utils.file_limits import not_blank
 from posformer.utils.file_mode import with_umask_mode
-from posformer.utils.safe_write import make_dirs
+from posformer.utils.safe_write import check_extra_files, make_dirs, write_text_atomic
 from posformer.utils.tokenizer_config import make_portable
 
 if TYPE_CHECKING:
@@ -62,10 +62,13 @@ def write_pretrained(
     Files are written into a new temporary folder inside `out_dir` and moved into place one by one with
     `os.replace`, so a crash never leaves a half-written file and a symlink at a file's name is replaced, never
     written through (`utils.safe_write`). `extra_files` maps file names to text contents (a tokenizer, training
-    state); `tokenizer` (with `save_pretrained(directory)`) writes its files there too, its tokenizer_config.json
-    in the form transformers 4.x and 5.x both read (`utils.tokenizer_config`). Weights of another layout left
-    from an earlier save (shards and their index, a .bin) are removed, so the directory holds one.
+    state), each a plain name of a file in `out_dir` other than the ones written here (a ValueError otherwise,
+    before anything is written); `tokenizer` (with `save_pretrained(directory)`) writes its files there too, its
+    tokenizer_config.json in the form transformers 4.x and 5.x both read (`utils.tokenizer_config`; one it cannot
+    read is a ValueError naming it, and nothing is moved into `out_dir`). Weights of another layout left from an
+    earlier save (shards and their index, a .bin) are removed, so the directory holds one.
     """
+    check_extra_files(extra_files or {}, (CONFIG_FILE, WEIGHTS_FILE, GENERATION_CONFIG_FILE, README), "save_pretrained")
     out_dir = make_dirs(not_blank(out_dir, "save_pretrained: the output directory"))
     staging = Path(tempfile.mkdtemp(prefix=".saving-", dir=out_dir))
     try:
@@ -76,7 +79,7 @@ def write_pretrained(
         if generation is not None and not generation.is_empty():  # generate's defaults, in Hugging Face's format
             (staging / GENERATION_CONFIG_FILE).write_text(generation.to_json())
         for name, text in (extra_files or {}).items():
-            (staging / name).write_text(text)
+            write_text_atomic(staging / name, text, staging)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(staging))
         make_portable(staging)

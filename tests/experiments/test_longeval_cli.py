@@ -14,6 +14,7 @@ from posformer.cli import main
 from posformer.data.text import default_corpus
 from posformer.experiments import corpus
 from posformer.experiments.corpus import HELD_OUT_BOOKS
+from posformer.utils.tokenizer_config import saved_tokenizer_files
 
 TASKS = "single_noise,multikey,vt,cwe"
 ARGS = ["--lengths", "256,512", "--tasks", TASKS, "--depths", "0,1", "--trials", "2", "--no-progress"]
@@ -25,7 +26,7 @@ def saved(tmp_path_factory):
     root = tmp_path_factory.mktemp("longeval")
     text = default_corpus().read_text(encoding="utf-8")
     tokenizer = corpus.train_bpe({"shakespeare": text}, vocab_size=400, max_chars=100_000)
-    files = corpus.tokenizer_files(tokenizer)
+    files = saved_tokenizer_files(tokenizer)
     for name, position in (("rope", "rope"), ("learned", "learned")):
         cfg = pf.Config(
             arch="decoder",

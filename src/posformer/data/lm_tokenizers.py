@@ -15,14 +15,13 @@ tokenizer.json has no eos token of its own, so its EOD is the first of `EOD_TOKE
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from posformer.data.text import ByteTokenizer, CharTokenizer
 from posformer.hf.char_byte_tokenizers import EOD_TOKEN, stored_chars, tokenizer_files
 from posformer.utils.file_limits import TOKENIZER, check_size
-from posformer.utils.tokenizer_config import make_portable
+from posformer.utils.tokenizer_config import saved_tokenizer_files
 from posformer.utils.user_files import regular_file
 
 EOD_TOKENS = (EOD_TOKEN, "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[SEP]")
@@ -119,11 +118,5 @@ def _tokenizer_json(path: Path, name: str) -> HFTokenizer:
 def _saved_files(tokenizer) -> dict[str, str]:
     """The JSON files `tokenizer.save_pretrained` writes, as ASCII text (what AutoTokenizer needs of a fast one),
     the tokenizer_config.json in the form transformers 4.x and 5.x both read (`utils.tokenizer_config`)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        tokenizer.save_pretrained(tmp)
-        make_portable(tmp)
-        return {
-            p.name: json.dumps(json.loads(p.read_text(encoding="utf-8")), ensure_ascii=True)
-            for p in sorted(Path(tmp).iterdir())
-            if p.suffix == ".json"
-        }
+    saved = saved_tokenizer_files(tokenizer, suffix=".json")
+    return {name: json.dumps(json.loads(text), ensure_ascii=True) for name, text in saved.items()}

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,7 +22,6 @@ from typing import TYPE_CHECKING
 from posformer.data.shared import fetch_hint
 from posformer.data.text_files import default_corpus
 from posformer.utils.file_limits import DATA
-from posformer.utils.tokenizer_config import make_portable
 from posformer.utils.user_files import read_text_file
 from posformer.utils.validation import fail
 
@@ -127,15 +125,6 @@ def train_bpe(texts: dict[str, str], vocab_size: int, max_chars: int, split_digi
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, unk_token=EOS, model_input_names=["input_ids"]
     )
-
-
-def tokenizer_files(tokenizer) -> dict[str, str]:
-    """The Hugging Face files of `tokenizer` as {name: text}, for the Trainer's `extra_files` (its
-    tokenizer_config.json in the form transformers 4.x and 5.x both read, `utils.tokenizer_config`)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        tokenizer.save_pretrained(tmp)
-        make_portable(tmp)
-        return {p.name: p.read_text(encoding="utf-8") for p in sorted(Path(tmp).iterdir()) if p.is_file()}
 
 
 def encode(tokenizer, text: str, max_chars: int | None = None) -> Tensor:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from posformer.generation.decoding import Decoding
+from posformer.generation.decoding import Decoding, initial_room
 from posformer.generation.plan import Plan
 
 # The score of the beams that do not exist yet at the first step: every
@@ -45,15 +45,26 @@ def _gather(x: Tensor, index: Tensor) -> Tensor:
 
 
 class Finished:
-    """The best finished hypotheses of each prompt: tokens and beam indices (B, N, max_new), lengths and scores
-    (B, N)."""
+    """The best finished hypotheses of each prompt: tokens and beam indices (B, N, room), lengths and scores
+    (B, N). The room starts at `decoding.initial_room(max_new)` new tokens and grows (doubling, up to max_new) when
+    a longer hypothesis joins, so a huge max_new_tokens allocates only what the search reaches; past a
+    hypothesis's length its row holds `fill` and beam -1."""
 
     def __init__(self, batch: int, num_beams: int, max_new: int, fill: int, device: torch.device) -> None:
-        self.tokens = torch.full((batch, num_beams, max_new), fill, dtype=torch.long, device=device)
-        self.beams = torch.full((batch, num_beams, max_new), -1, dtype=torch.long, device=device)
+        room = initial_room(max_new)
+        self.tokens = torch.full((batch, num_beams, room), fill, dtype=torch.long, device=device)
+        self.beams = torch.full((batch, num_beams, room), -1, dtype=torch.long, device=device)
         self.lengths = torch.zeros(batch, num_beams, dtype=torch.long, device=device)
         self.scores = torch.full((batch, num_beams), float("-inf"), device=device)
-        self.fill = fill
+        self.fill, self.max_new = fill, max_new
+
+    def _make_room(self, n: int) -> None:
+        """Widen tokens and beams to hold `n` new tokens at least (doubling, at most max_new)."""
+        room = self.tokens.shape[-1]
+        if n > room:
+            more = min(max(2 * room, n), self.max_new) - room
+            self.tokens = torch.nn.functional.pad(self.tokens, (0, more), value=self.fill)
+            self.beams = torch.nn.functional.pad(self.beams, (0, more), value=-1)
 
     def full(self) -> Tensor:
         """(B,) whether every slot holds a hypothesis."""
@@ -62,9 +73,11 @@ class Finished:
     def add(self, tokens: Tensor, beams: Tensor, scores: Tensor) -> None:
         """Merge candidates tokens and beam indices (B, M, n) with scores (B, M) (-inf: not a candidate); keep the
         best N."""
-        max_new, n = self.tokens.shape[-1], tokens.shape[-1]
-        padded = torch.nn.functional.pad(tokens, (0, max_new - n), value=self.fill)
-        padded_beams = torch.nn.functional.pad(beams, (0, max_new - n), value=-1)
+        n = tokens.shape[-1]
+        self._make_room(n)
+        room = self.tokens.shape[-1]
+        padded = torch.nn.functional.pad(tokens, (0, room - n), value=self.fill)
+        padded_beams = torch.nn.functional.pad(beams, (0, room - n), value=-1)
         all_scores = torch.cat((self.scores, scores), dim=1)
         best = all_scores.topk(self.scores.shape[1], dim=1).indices
         self.scores = _gather(all_scores, best)

@@ -8,6 +8,14 @@ from torch import Tensor
 from posformer import positions
 from posformer.utils.validation import check_token_in_vocabulary
 
+PREALLOCATED_NEW_TOKENS = 4096  # room made at once for new tokens; the cache grows past it
+
+
+def initial_room(max_new_tokens: int) -> int:
+    """The new tokens a buffer of a decoding (the KV cache, beam search's finished hypotheses) makes room for at
+    once: `max_new_tokens`, at most `PREALLOCATED_NEW_TOKENS`; past them the buffer grows."""
+    return min(max_new_tokens, PREALLOCATED_NEW_TOKENS)
+
 
 class Decoding:
     """The incremental decoding state of a batch: model, KV cache, attention mask and positions.
@@ -16,11 +24,13 @@ class Decoding:
     for a decoder, the start token (B, 1) for an encoder-decoder. `start()` runs
     the prefix (and the encoder) once; `step(new)` feeds one token per row;
     `reorder(index)` selects rows (beam search) in the cache and in the state.
-    The cache is allocated once for the prefix and `max_new_tokens` more tokens. When a step takes a
-    decoder to a length at which its encoding's cached keys are stale (`positions.rotary.GoesStale`:
-    LongRoPE switching to its long factors, once; dynamic YaRN past its fixed length, at every step), the
-    whole sequence is run again into a fresh cache (Hugging Face's Phi-3 drops its cache there too), so
-    every step's logits are those of a full pass; only such a decoder keeps every token so far (`sequence`).
+    The cache is allocated once for the prefix and `max_new_tokens` more tokens, at most `PREALLOCATED_NEW_TOKENS`
+    of them: past those it grows (doubling), so a large max_new_tokens (a generation_config.json may say 2**31 - 1)
+    allocates only what the decoding reaches. When a step takes a decoder to a length at which its encoding's
+    cached keys are stale (`positions.rotary.GoesStale`: LongRoPE switching to its long factors, once; dynamic
+    YaRN past its fixed length, at every step), the whole sequence is run again into a fresh cache (Hugging Face's
+    Phi-3 drops its cache there too), so every step's logits are those of a full pass; only such a decoder keeps
+    every token so far (`sequence`).
     """
 
     def __init__(
@@ -50,7 +60,7 @@ class Decoding:
             self.source_mask = attention_mask
             self.tokens = input_ids.new_full((batch, 1), cfg.decoder_start_token_id)
             self.length = 1
-        self.capacity = self.tokens.shape[1] + max_new_tokens
+        self.capacity = self.tokens.shape[1] + initial_room(max_new_tokens)
         self.cache = model.new_cache(self.capacity)
 
     def start(self) -> Tensor:

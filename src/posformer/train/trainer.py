@@ -55,7 +55,7 @@ from posformer.train.rng import rng_state, seed_everything, set_rng_state
 from posformer.train.run_lock import RunDirLock, check_writable
 from posformer.train.settings import TrainerSettings
 from posformer.train.trackers import Trackers
-from posformer.train.training_checkpoint import CheckpointManager
+from posformer.train.training_checkpoint import CheckpointManager, check_checkpoint_files
 from posformer.train.write_errors import RunFileError, describe, writing
 from posformer.utils.file_limits import not_blank
 from posformer.utils.progress import progress_bar
@@ -94,6 +94,7 @@ class Trainer:
         resume_policy: ResumePolicy | None = None,
     ) -> None:
         settings.validate()
+        check_checkpoint_files(extra_files or {})
         device = distributed.resolve_device(settings.device)
         settings = dataclasses.replace(settings, precision=resolve_precision(settings.precision, device))
         if settings.precision == "fp16" and device.type != "cuda":

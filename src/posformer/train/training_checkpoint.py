@@ -36,7 +36,7 @@ from posformer.checkpoints.model_dir import model_file
 from posformer.checkpoints.native import CONFIG_FILE, WEIGHTS_FILE, check_checkpoint
 from posformer.train.trainer_state import check_trainer_state
 from posformer.utils.file_mode import with_umask_mode
-from posformer.utils.safe_write import make_dirs
+from posformer.utils.safe_write import check_extra_files, make_dirs, write_text_atomic
 
 STATE_FILE = "trainer_state.pt"
 PREFIX = "step-"
@@ -47,6 +47,13 @@ __all__ = ["Checkpoint", "CheckpointManager", "CorruptCheckpoint", "MANIFEST", "
 class Checkpoint:
     step: int
     path: Path
+
+
+def check_checkpoint_files(extra_files: dict[str, str]) -> None:
+    """The names of files to write into every checkpoint beside the model (a tokenizer's files) are plain file
+    names, none of the checkpoint's own: `../x` would leave the staging folder (through a link planted beside it).
+    A ValueError naming the entry otherwise."""
+    check_extra_files(extra_files, (WEIGHTS_FILE, CONFIG_FILE, STATE_FILE, MANIFEST), "checkpoint")
 
 
 def _fsync(path: Path) -> None:
@@ -130,8 +137,10 @@ class CheckpointManager:
         """Write checkpoint `step` atomically and prune to the newest `keep_last`. Returns its path.
 
         `model` is the module, or its full state dict (gathered from FSDP shards) with
-        tied names sharing one tensor; either way tied tensors are stored once.
+        tied names sharing one tensor; either way tied tensors are stored once. `extra_files` ({name: text},
+        written as UTF-8) must be plain file names other than the checkpoint's own (`check_checkpoint_files`).
         """
+        check_checkpoint_files(extra_files or {})
         make_dirs(self.root, self.root.parent)  # checkpoints/ is a real folder of the run, not a link out of it
         final = self.root / f"{PREFIX}{step:08d}"
         staging = self.root / f".tmp-{final.name}-{os.getpid()}"
@@ -140,9 +149,9 @@ class CheckpointManager:
         try:
             save_model(model if isinstance(model, nn.Module) else _StateDict(model), str(staging / WEIGHTS_FILE))
             with_umask_mode(staging / WEIGHTS_FILE)
-            (staging / CONFIG_FILE).write_text(config_json)
+            write_text_atomic(staging / CONFIG_FILE, config_json, staging)
             for name, text in (extra_files or {}).items():
-                (staging / name).write_text(text)
+                write_text_atomic(staging / name, text, staging)
             torch.save(state, staging / STATE_FILE)
             files = {}
             for file in sorted(staging.iterdir()):

@@ -12,6 +12,8 @@ given, and a crash never leaves a file half-written.
   naming the path.
 - `make_dirs(path, root)` creates the folders from `root` (the folder a command was given) down to `path`, each
   one a real folder: a symlink among them is refused, so nothing is created outside `root`.
+- `check_extra_files(files, own, writer)` checks the names of files a caller asks to have written into a folder
+  (save_pretrained's and a training checkpoint's `extra_files`): plain file names, none of the writer's own.
 
 Files written inside a folder posformer has just created (a checkpoint's staging folder, a `mkdtemp` or
 `TemporaryDirectory`) cannot meet a planted link; they are written there directly and the folder, or each file,
@@ -72,6 +74,23 @@ def make_dirs(path: str | os.PathLike, root: str | os.PathLike | None = None) ->
         if not stat.S_ISDIR(mode):
             raise WriteRefused(here, "a file, not a directory" if stat.S_ISREG(mode) else _kind(mode))
     return path
+
+
+def check_extra_files(files: Mapping[str, str], own: tuple[str, ...], writer: str) -> None:
+    """Each name of `files` ({name: text} to write into one folder) is a plain file name: no folder, not '.' or
+    '..', so a file of that folder itself, never one reached through a parent or a link beside it; none is one of
+    `own` (the files `writer` writes itself); each content is text. A ValueError naming `writer` and the entry
+    otherwise, to raise before anything is written."""
+    for name, text in files.items():
+        if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
+            raise ValueError(
+                f"{writer}: extra_files name {name!r} is invalid: expected the plain name of a file in the "
+                "output directory (no folder, no '..')"
+            )
+        if name in own:
+            raise ValueError(f"{writer}: extra_files name {name!r} is invalid: {writer} writes that file itself")
+        if not isinstance(text, str):
+            raise ValueError(f"{writer}: extra_files[{name!r}] is a {type(text).__name__}; expected text")
 
 
 def _temporary(path: Path, data: bytes) -> Path:

@@ -40,7 +40,7 @@ from posformer.model import Transformer
 from posformer.tasks.qa.evaluation import QAEvaluator
 from posformer.tasks.qa.extractive import SpanPredictor, span_train_tensors
 from posformer.tasks.qa.job_data import calibration_split, load_eval_examples, load_train_examples
-from posformer.tasks.qa.models import default_pretrained_model, fine_tuning_changes, load_qa_model, tokenizer_files
+from posformer.tasks.qa.models import default_pretrained_model, fine_tuning_changes, load_qa_model
 from posformer.tasks.qa.null_answers import (
     calibrate_null_threshold,
     keep_null_windows,
@@ -70,6 +70,7 @@ from posformer.train.distributed import resolve_device
 from posformer.train.precision import PRECISION_NAMES, autocast, resolve_precision
 from posformer.train.write_errors import writing
 from posformer.utils.safe_write import write_text_atomic
+from posformer.utils.tokenizer_config import saved_tokenizer_files
 from posformer.utils.validation import check_choice, fail
 
 if TYPE_CHECKING:
@@ -197,7 +198,7 @@ def train_qa(o: QAJobOptions, log: Callable[[str], None] = print) -> dict[str, A
         o.output_dir,
         evaluate=evaluator if o.eval_steps or not calibration else None,  # calibrated: evaluated after
         run_config=run_config,
-        extra_files=tokenizer_files(tokenizer),
+        extra_files=saved_tokenizer_files(tokenizer),
         log=log,
         progress=o.progress,
         resume_policy=qa_resume_policy(),

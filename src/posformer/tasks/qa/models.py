@@ -10,13 +10,11 @@ fresh span head to a base model.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from posformer.model import Transformer
 from posformer.tasks.qa.seq2seq import bert2bert_token_ids
-from posformer.utils.tokenizer_config import make_portable
 
 MODEL_HEAD = {"seq2seq": "seq2seq_lm", "span": "span_qa"}
 
@@ -124,12 +122,3 @@ def _hf_config(directory: Path) -> dict:
         return {}
     config = read_json(directory, "config.json")
     return {} if "posformer" in config else config
-
-
-def tokenizer_files(tokenizer) -> dict[str, str]:
-    """The text files of `tokenizer.save_pretrained`, to store in every checkpoint beside the model (its
-    tokenizer_config.json in the form transformers 4.x and 5.x both read, `utils.tokenizer_config`)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        tokenizer.save_pretrained(tmp)
-        make_portable(tmp)
-        return {p.name: p.read_text() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
