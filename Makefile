@@ -10,7 +10,7 @@ TORCH  ?= torch==2.13.0
 HF5        := .venv-hf5
 NEWEST_HF  ?= transformers==5.24.0
 
-.PHONY: demo demo-seq2seq demo-lm test test-hf5 lint format bench docs-tables install dev clean
+.PHONY: demo demo-seq2seq demo-lm test test-hf5 lint typecheck format bench docs-tables install dev clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -70,14 +70,19 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff format --check src tests
 	$(BIN)/ruff check src tests
 
+# mypy --strict on the modules of the public API ([tool.mypy] in pyproject.toml; src/posformer/py.typed marks the
+# package as typed for a user's own checker); about 40 s on 2 CPU cores from a cold cache, a few seconds after.
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy
+
 format: $(VENV)/.installed-dev
 	$(BIN)/ruff format src tests
 	$(BIN)/ruff check --fix src tests
 
 # Both venvs exist before the first run: tests/hf/test_tokenizer_versions.py reads, in the other venv (HF5_VENV,
 # HF4_VENV), the tokenizers this one writes.
-test: lint $(HF5)/.installed
-	@HF5_VENV=$(HF5) $(BIN)/python -m pytest -q --durations=10; rc=$$?; \
+test: lint typecheck $(HF5)/.installed
+	@HF5_VENV=$(HF5) $(BIN)/python -m pytest -q -n auto --dist loadscope --durations=10; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: the suite is missing" >&2; exit 1; fi; exit $$rc
 	@$(MAKE) --no-print-directory test-hf5
 
@@ -97,4 +102,4 @@ docs-tables: $(VENV)/.installed
 	| while read -r args; do eval "$(BIN)/posformer $$args" || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(HF5) runs .pytest_cache .hypothesis
+	rm -rf $(VENV) $(HF5) runs .pytest_cache .hypothesis .mypy_cache

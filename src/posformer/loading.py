@@ -20,7 +20,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 import torch
 
@@ -36,10 +36,13 @@ from posformer.hf.hf_checkpoint import read_config as read_hf_config
 from posformer.hf.hf_checkpoint import resolve
 from posformer.loading_options import DtypeLike, requested_device, requested_dtype, saved_dtype
 from posformer.model import Transformer
-from posformer.utils.file_limits import TOKENIZER
+from posformer.utils.file_limits import TOKENIZER, check_size
 from posformer.utils.safe_write import replacing, write_text_atomic
 from posformer.utils.tokenizer_config import TOKENIZER_CONFIG, portable_tokenizer_config
 from posformer.utils.user_files import read_text_file
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -70,11 +73,12 @@ class HFTextTokenizer:
     """A `transformers` tokenizer seen as text <-> ids: special tokens added on encode, dropped on decode
     (posformer's byte-level tokenizer has none: its ids are the UTF-8 bytes, and decoding gives the text back)."""
 
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
         self.tokenizer = tokenizer
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer(text)["input_ids"]
+        ids: list[int] = self.tokenizer(text)["input_ids"]
+        return ids
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -140,7 +144,7 @@ def checkpoint_dir(directory: Path, files: tuple[str, ...] = MODEL_FILES) -> Pat
 
 
 def load_from(
-    path_or_hub_id: str | os.PathLike,
+    path_or_hub_id: str | os.PathLike[str],
     dtype: torch.dtype | None = None,
     device: str | None = None,
     changes: dict[str, Any] | None = None,
@@ -167,7 +171,7 @@ def load_from(
 
 
 def load_model(
-    path_or_hub_id: str | os.PathLike,
+    path_or_hub_id: str | os.PathLike[str],
     dtype: DtypeLike = None,
     device: str | torch.device | None = None,
     *,
@@ -183,11 +187,11 @@ def load_model(
     dtype (or torch_dtype): a floating torch dtype, its name ("bfloat16"), or "auto", the dtype the weights were
     saved in; default float32. device (or device_map): "cpu", "cuda", "cuda:N" or "auto" (`loading_options`)."""
     wanted, where = requested_dtype(dtype, torch_dtype), requested_device(device, device_map)
-    model, folder = load_from(path_or_hub_id, dtype=None if wanted == "auto" else wanted, device=where)
+    model, folder = load_from(path_or_hub_id, dtype=wanted if isinstance(wanted, torch.dtype) else None, device=where)
     return model.to(saved_dtype(folder)) if wanted == "auto" else model
 
 
-def _config_json(folder: Path) -> dict | None:
+def _config_json(folder: Path) -> dict[str, Any] | None:
     """The JSON object of `folder`'s config.json; None when it is absent or not one (`from_hf` then says why)."""
     if not model_file(folder, CONFIG_FILE).is_file():
         return None
@@ -197,7 +201,7 @@ def _config_json(folder: Path) -> dict | None:
         return None
 
 
-def load_config(path_or_hub_id: str | os.PathLike) -> tuple[Config, Path]:
+def load_config(path_or_hub_id: str | os.PathLike[str]) -> tuple[Config, Path]:
     """The `Config` of what `load_model` would load, and the directory it reads, without reading any weights: a
     posformer config.json, or a Hugging Face one mapped by its family (`from_hf`'s mapping)."""
     directory = checkpoint_dir(resolve(path_or_hub_id), (CONFIG_FILE,))
@@ -207,14 +211,14 @@ def load_config(path_or_hub_id: str | os.PathLike) -> tuple[Config, Path]:
     return cfg, directory
 
 
-def load_tokenizer(path_or_hub_id: str | os.PathLike):
+def load_tokenizer(path_or_hub_id: str | os.PathLike[str]) -> PreTrainedTokenizerBase:
     """The tokenizer beside any model `load_model` takes (a run dir stands for its newest checkpoint whose
     tokenizer files check out), as a `transformers` fast tokenizer (`hf.api.load_tokenizer`: every tokenizer
     posformer writes, and Hugging Face's). Public as `posformer.load_tokenizer`."""
     return hf_load_tokenizer(checkpoint_dir(resolve(path_or_hub_id), TOKENIZER_FILES))
 
 
-def load_text_tokenizer(path_or_hub_id: str | os.PathLike) -> TextTokenizer:
+def load_text_tokenizer(path_or_hub_id: str | os.PathLike[str]) -> TextTokenizer:
     """The tokenizer stored beside a model: posformer's character tokenizer (either file form, see
     `hf.char_byte_tokenizers`; a character outside its vocabulary is an error), or a Hugging Face one."""
     directory = checkpoint_dir(resolve(path_or_hub_id), TOKENIZER_FILES)
@@ -240,14 +244,18 @@ def copy_tokenizer_files(source: Path, out_dir: Path, hf_only: bool = False) -> 
     trained before posformer wrote Hugging Face files is written in that form instead (tokenizer.json and
     tokenizer_config.json, the same ids). Each file is read through `tokenizer_paths`: a symlink to a file outside
     `source` is refused, never copied. A tokenizer_config.json is written in the form transformers 4.x and 5.x
-    both read (`utils.tokenizer_config`: 5.x's `TokenizersBackend` as `PreTrainedTokenizerFast`).
+    both read (`utils.tokenizer_config`: 5.x's `TokenizersBackend` as `PreTrainedTokenizerFast`); one that is not
+    a JSON object is a ValueError naming it. Every file's size is checked against a tokenizer file's limit before
+    any is read or written.
     """
     paths = tokenizer_paths(source)
+    for path in paths.values():
+        check_size(path, str(path), TOKENIZER)
     found = stored_chars(source) if hf_only else None
     written = tokenizer_files(char_tokenizer(found.chars)) if found is not None and found.legacy else {}
     if TOKENIZER_CONFIG in paths and TOKENIZER_CONFIG not in written:
         text = read_text_file(paths[TOKENIZER_CONFIG], "tokenizer config", TOKENIZER)
-        written[TOKENIZER_CONFIG] = portable_tokenizer_config(text)
+        written[TOKENIZER_CONFIG] = portable_tokenizer_config(text, str(paths[TOKENIZER_CONFIG]))
     for name, text in written.items():
         write_text_atomic(out_dir / name, text)
     for name, path in paths.items():

@@ -7,6 +7,7 @@ block has cross-attention.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -118,23 +119,19 @@ class Transformer(Pretrained, FamiliarNames, nn.Module):
         """With `Config.tie_embeddings`, share the LM head's projection weight with the decoder's token
         embeddings (the only token embeddings of an encoder or a decoder model)."""
         words = self.token_embeddings("decoder")[0]
-        if (
-            self.cfg.tie_embeddings
-            and self.head is not None
-            and hasattr(self.head, "proj")
-            and self.head.proj.weight.shape == words.weight.shape
-        ):
-            self.head.proj.weight = words.weight
+        proj = getattr(self.head, "proj", None)
+        if self.cfg.tie_embeddings and isinstance(proj, nn.Linear) and proj.weight.shape == words.weight.shape:
+            proj.weight = words.weight
 
     def _embed(self, ids: Tensor, token_type_ids: Tensor | None = None, stack: str = "encoder") -> Tensor:
         """(B, T) ids -> (B, T, d_model): the token embeddings of `stack`, plus its token-type embeddings."""
         words, types = self.token_embeddings(stack)
-        x = words(ids) * self.embed_scale
+        x: Tensor = words(ids) * self.embed_scale
         if types is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(ids)
             else:
-                check_shape(token_type_ids, "token_type_ids", tuple(ids.shape), integers=True)
+                check_shape(token_type_ids, "token_type_ids", (ids.shape[0], ids.shape[1]), integers=True)
                 check_in_range(
                     token_type_ids,
                     0,
@@ -262,7 +259,7 @@ class Transformer(Pretrained, FamiliarNames, nn.Module):
         stack = self.decoder if cfg.arch == "decoder" else getattr(self, "encoder", None)
         documents, labels = packed_documents(cfg, stack, document_ids, input_ids, labels, cache)
         decoder_input_ids = self._decoder_inputs(decoder_input_ids, labels)
-        routers = ([], []) if self.has_experts else (None, None)  # the encoder's router logits, the decoder's
+        routers: tuple[list[Tensor] | None, list[Tensor] | None] = ([], []) if self.has_experts else (None, None)
         source = (input_ids, attention_mask, position_ids, token_type_ids)
         target = (decoder_input_ids, decoder_attention_mask, decoder_position_ids)
         hidden, memory, attentions, source_mask = self._stacks(
@@ -328,14 +325,19 @@ class Transformer(Pretrained, FamiliarNames, nn.Module):
             memory, attentions = self.encode(ids, mask, positions, types, output_attentions, routers[0])
             if cache is not None:
                 cache.encoder_hidden, cache.encoder_mask = memory, mask
-        hidden, weights = self.decode(*target, cache, memory, mask, output_attentions, routers[1])
+        decoder_ids, decoder_mask, decoder_positions = target
+        if decoder_ids is None:
+            raise ValueError("an encoder_decoder model needs decoder_input_ids or labels")
+        hidden, weights = self.decode(
+            decoder_ids, decoder_mask, decoder_positions, cache, memory, mask, output_attentions, routers[1]
+        )
         return hidden, memory, attentions + weights, mask
 
     def _head(
         self,
         hidden: Tensor,
         memory: Tensor | None,
-        source: tuple[Tensor, Tensor | None, Tensor | None],
+        source: tuple[Tensor, Tensor | None, Tensor],
         labels: Tensor | None,
         spans: tuple[Tensor | None, Tensor | None],
         return_logits: bool,
@@ -346,6 +348,8 @@ class Transformer(Pretrained, FamiliarNames, nn.Module):
         encoder-decoder adds, on the encoder's output `memory`."""
         if self.pointer_generator is not None:
             head = copy_or_generate(self, hidden, memory, source, labels, return_logits)
+        elif self.head is None:  # head "none": hidden states alone (`check_head_options` wants return_logits)
+            head = HeadOutput()
         else:
             encoder_mask = source[1] if self.cfg.arch == "encoder" else None
             head = apply_head(self.head, self.cfg, hidden, labels, *spans, encoder_mask, return_logits)
@@ -363,11 +367,11 @@ class Transformer(Pretrained, FamiliarNames, nn.Module):
         """(aux_loss, loss): the experts' load-balancing loss and `loss` with its share added while training
         (`head_outputs.aux_loss`); (None, loss) without experts. masks: the attention masks of the input and the
         decoder's input; decoder_ids: the (B, T) ids the decoder ran on."""
-        if not self.has_experts:
+        encoder, decoder = routers
+        if not self.has_experts or encoder is None or decoder is None:
             return None, loss
-        arch = self.cfg.arch
-        decoder_mask = {"decoder": masks[0], "encoder_decoder": masks[1]}.get(arch)
-        return aux_loss(self.cfg, self.training, loss, *routers, decoder_mask, decoder_ids.shape[1])
+        decoder_mask = {"decoder": masks[0], "encoder_decoder": masks[1]}.get(self.cfg.arch)
+        return aux_loss(self.cfg, self.training, loss, encoder, decoder, decoder_mask, decoder_ids.shape[1])
 
     def shift_right(self, labels: Tensor) -> Tensor:
         """Decoder inputs for teacher forcing: labels (B, T) -> (B, T); see `modules.shift_right`."""
@@ -389,6 +393,8 @@ class Transformer(Pretrained, FamiliarNames, nn.Module):
         return Cache(len(self.decoder.layers), None if keys_seen is not None else capacity, keys_seen)
 
     generate = generate  # `posformer.generation.generate` itself: help(model.generate) shows its signature and doc
+    if TYPE_CHECKING:  # `model(input_ids, ...)` is checked as `forward` is, and gives a `ModelOutput`
+        __call__ = forward
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

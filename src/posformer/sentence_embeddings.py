@@ -9,7 +9,7 @@ normalize_embeddings=True)`, provided the same `max_length` truncation is used
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +17,9 @@ from torch import Tensor
 
 from posformer import positions
 from posformer.model import Transformer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
@@ -30,7 +33,7 @@ def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
     return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
 
 
-def max_length_of(model: Transformer, tokenizer) -> int:
+def max_length_of(model: Transformer, tokenizer: PreTrainedTokenizerBase) -> int:
     """The longest input both the tokenizer and the model's position encoding accept."""
     cfg = model.cfg
     limit = positions.get(cfg.position).max_length(cfg.position_params, cfg.max_positions) or cfg.max_positions
@@ -41,7 +44,7 @@ def max_length_of(model: Transformer, tokenizer) -> int:
 @torch.no_grad()
 def sentence_embeddings(
     model: Transformer,
-    tokenizer,
+    tokenizer: PreTrainedTokenizerBase,
     sentences: Sequence[str],
     max_length: int | None = None,
     batch_size: int = 32,
@@ -81,6 +84,8 @@ def sentence_embeddings(
                 attention_mask=mask,
                 token_type_ids=None if types is None else types.to(device),
             )
+            if out.last_hidden_state is None:  # every forward of a Transformer returns it
+                raise ValueError("sentence_embeddings: the model returned no last_hidden_state")
             pooled = mean_pool(out.last_hidden_state.float(), mask)
             chunks.append(F.normalize(pooled, p=2, dim=-1) if normalize else pooled)
     finally:

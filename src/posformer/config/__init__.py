@@ -180,7 +180,7 @@ class Config:
     d_head: int | None = None
     d_ff: int | None = None
     position: str = "sinusoidal"
-    position_params: dict = field(default_factory=dict)
+    position_params: dict[str, Any] = field(default_factory=dict)
     max_positions: int = 512
     norm: str = "layernorm"
     norm_eps: float = 1e-5
@@ -207,7 +207,7 @@ class Config:
     expert_activation: str | None = None
     shared_expert_d_ff: int | None = None
     shared_expert_gate: bool = False
-    sigmoid_router: dict | None = None
+    sigmoid_router: dict[str, Any] | None = None
     attn_scale: float | None = None
     qk_norm: bool = False
     qk_norm_over: str = "head"
@@ -221,16 +221,16 @@ class Config:
     value_norm: bool = False
     kv_sources: list[int | None] | None = None
     sink_tokens: int = 0
-    query_temperature: dict | None = None
-    latent_attention: dict | None = None
+    query_temperature: dict[str, Any] | None = None
+    latent_attention: dict[str, Any] | None = None
     mixer: str = "attention"
-    gated_deltanet: dict | None = None
+    gated_deltanet: dict[str, Any] | None = None
     random_positions: int | None = None
     layer_types: list[str] | None = None
-    layer_settings: dict = field(default_factory=dict)
+    layer_settings: dict[str, Any] = field(default_factory=dict)
     attn_impl: str = "sdpa"
     scale_embeddings: bool = False
-    per_layer_inputs: dict | None = None
+    per_layer_inputs: dict[str, Any] | None = None
     layer_scalars: bool = False
     parallel_residual: bool = False
     tie_embeddings: bool = True

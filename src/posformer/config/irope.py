@@ -24,7 +24,7 @@ def irope_layers(
     n_layers: int,
     chunk: int | None = 8192,
     every: int = 4,
-    temperature: dict | None = LLAMA4_TEMPERATURE,
+    temperature: dict[str, Any] | None = LLAMA4_TEMPERATURE,
     qk_norm: bool = True,
 ) -> dict[str, Any]:
     """The `Config` fields {"layer_types", "layer_settings"} of Llama 4's iRoPE over `n_layers` layers.

@@ -101,14 +101,17 @@ class LayerCache:
             fail("k.shape[0] (batch)", k.shape[0], f"the cache's batch size {self._k.shape[0]}")
         elif self.length + new > self._k.shape[2]:
             self._grow(max(self.length + new, 2 * self._k.shape[2]))
+        if self._terms is not None and terms is None:
+            fail("terms", None, "the keys' terms (B, H, T, d), as the cache's first append gave them")
+        keys, values, positions = self._buffers()
         end = self.length + new
-        self._k[:, :, self.length : end] = k
-        self._v[:, :, self.length : end] = v
-        self._pos[:, self.length : end] = pos
-        if self._terms is not None:
+        keys[:, :, self.length : end] = k
+        values[:, :, self.length : end] = v
+        positions[:, self.length : end] = pos
+        if self._terms is not None and terms is not None:
             self._terms[:, :, self.length : end] = terms
         self.length = end
-        return self.k, self.v, self.pos
+        return keys[:, :, :end], values[:, :, :end], positions[:, :end]
 
     def append_positions(self, pos: Tensor) -> None:
         """Record positions pos (B, T) for a layer that keeps no keys (it keeps `recurrent`): keys and values of
@@ -119,7 +122,7 @@ class LayerCache:
     def reorder(self, index: Tensor) -> None:
         """Select batch rows (beam search): index (B',); the buffers keep their capacity."""
         if self._k is not None:
-            self._k, self._v, self._pos = (buffer.index_select(0, index) for buffer in (self._k, self._v, self._pos))
+            self._k, self._v, self._pos = (buffer.index_select(0, index) for buffer in self._buffers())
         if self._terms is not None:
             self._terms = self._terms.index_select(0, index)
         if self.last_key is not None:
@@ -133,9 +136,10 @@ class LayerCache:
         if self._k is None:
             return
         kept = index.numel()
-        self._k[:, :, :kept] = self._k[:, :, index]
-        self._v[:, :, :kept] = self._v[:, :, index]
-        self._pos[:, :kept] = self._pos[:, index]
+        keys, values, positions = self._buffers()
+        keys[:, :, :kept] = keys[:, :, index]
+        values[:, :, :kept] = values[:, :, index]
+        positions[:, :kept] = positions[:, index]
         if self._terms is not None:
             self._terms[:, :, :kept] = self._terms[:, :, index]
         self.length = kept
@@ -147,13 +151,21 @@ class LayerCache:
         self._pos = pos.new_empty(batch, capacity)
         self._terms = None if terms is None else terms.new_empty(batch, terms.shape[1], capacity, terms.shape[3])
 
+    def _buffers(self) -> tuple[Tensor, Tensor, Tensor]:
+        """The whole buffers k, v (B, Hkv, C, dh) and pos (B, C), which the first `append` allocates together."""
+        if self._k is None or self._v is None or self._pos is None:
+            raise RuntimeError("the layer cache holds no buffers before its first append")
+        return self._k, self._v, self._pos
+
     def _grow(self, capacity: int) -> None:
-        k, v, pos, terms = self.k, self.v, self.pos, self.terms
+        k, v, pos = self._buffers()
+        k, v, pos, terms = k[:, :, : self.length], v[:, :, : self.length], pos[:, : self.length], self.terms
         self._allocate(k, v, pos, capacity, terms)
-        self._k[:, :, : self.length] = k
-        self._v[:, :, : self.length] = v
-        self._pos[:, : self.length] = pos
-        if terms is not None:
+        keys, values, positions = self._buffers()
+        keys[:, :, : self.length] = k
+        values[:, :, : self.length] = v
+        positions[:, : self.length] = pos
+        if terms is not None and self._terms is not None:
             self._terms[:, :, : self.length] = terms
 
 
@@ -169,7 +181,7 @@ class MemoryCache:
 
     def reorder(self, index: Tensor) -> None:
         """Select batch rows (beam search): index (B',)."""
-        if self.k is not None:
+        if self.k is not None and self.v is not None:
             self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
 
 

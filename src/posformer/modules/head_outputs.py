@@ -111,7 +111,7 @@ def apply_head(
 def copy_or_generate(
     model: nn.Module,
     hidden: Tensor,
-    memory: Tensor,
+    memory: Tensor | None,
     source: tuple[Tensor, Tensor | None, Tensor],
     labels: Tensor | None,
     return_logits: bool,
@@ -120,6 +120,8 @@ def copy_or_generate(
     (B, T, V) float32 of the mixture of its head's logits and a copy of the encoder's input, for the decoder's hidden
     (B, T, d_model) and the encoder's output `memory` (B, S, d_model). source: (encoder input ids (B, S), their
     attention mask or None, decoder input ids (B, >= T), whose last T are hidden's)."""
+    if memory is None:
+        raise ValueError("the pointer-generator copies from the encoder's input: it needs an encoder_decoder model")
     source_ids, source_mask, decoder_ids = source
     logits = model.pointer_generator(
         hidden,
@@ -145,7 +147,7 @@ def plus(loss: Tensor | None, term: Tensor) -> Tensor:
 def with_encoder_span_loss(
     model: nn.Module,
     head: HeadOutput,
-    memory: Tensor,
+    memory: Tensor | None,
     source_mask: Tensor | None,
     start: Tensor | None,
     end: Tensor | None,
@@ -155,6 +157,8 @@ def with_encoder_span_loss(
     (B,) added to its loss."""
     if start is None or end is None:
         raise ValueError("the encoder's span loss needs both start_positions and end_positions")
+    if memory is None:
+        raise ValueError("the encoder's span loss reads the encoder's output: it needs an encoder_decoder model")
     start_logits, end_logits = model.encoder_span(memory)
     if source_mask is not None:
         start_logits = mask_padded_logits(start_logits, source_mask)

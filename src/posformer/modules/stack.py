@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from contextlib import ExitStack
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -84,7 +85,7 @@ class Stack(nn.Module):
         )
         if not cfg.first_attn_norm:  # the embedding norm just before it normalises its input (ModernBERT)
             self.layers[0].attn_res.norm = nn.Identity()
-        self.reaches = list(dict.fromkeys(block.reach for block in self.layers))  # each distinct one
+        self.reaches: list[KeyReach] = list(dict.fromkeys(block.reach for block in self.layers))  # each distinct one
         self.norm = make_norm(cfg) if cfg.use_final_norm else None
 
     @staticmethod
@@ -216,3 +217,6 @@ class Stack(nn.Module):
         if self.norm is not None:
             x = self.norm(x)
         return (x if packing is None else packing.unpack(x)), weights
+
+    if TYPE_CHECKING:  # `stack(x, pos, masks, ...)` is checked as `forward` is
+        __call__ = forward

@@ -47,6 +47,7 @@ class Sinusoidal(PositionEncoding):
     """Fixed sinusoids added to the embeddings; `base` (N) and `layout` configurable. Any length."""
 
     defaults = {"base": 10000.0, "layout": "interleaved"}
+    inv_freq: Tensor  # (d_model/2,) buffer
 
     @classmethod
     def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
@@ -89,7 +90,7 @@ class Learned(PositionEncoding):
     @classmethod
     def max_length(cls, params: Mapping[str, Any], max_positions: int) -> int:
         """The rows after the reserved `offset` ones: max_positions - offset."""
-        return max_positions - params["offset"]
+        return max_positions - int(params["offset"])
 
     def __init__(
         self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1
@@ -111,4 +112,5 @@ class Learned(PositionEncoding):
         )
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
-        return x + self.table(pos + self.offset if self.offset else pos)
+        added: Tensor = self.table(pos + self.offset if self.offset else pos)  # (B, T, d_model)
+        return x + added

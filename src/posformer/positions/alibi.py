@@ -54,6 +54,7 @@ class ALiBi(PositionEncoding):
 
     adds_bias = True
     flex_form = "distance_table"
+    slopes: Tensor  # (n_heads,) buffer
 
     def __init__(
         self, sizes: Sizes, params: Mapping[str, Any] | None = None, causal: bool = True, n_layers: int = 1

@@ -39,7 +39,7 @@ ROPE_DEFAULTS: dict[str, Any] = {
 
 
 def rope_inv_freq(
-    dim: int, base: float = 10000.0, scaling: dict | None = None, seq_len: int | None = None
+    dim: int, base: float = 10000.0, scaling: dict[str, Any] | None = None, seq_len: int | None = None
 ) -> tuple[Tensor, float]:
     """The inverse frequencies of RoPE with an optional context-extension scaling.
 
@@ -142,7 +142,8 @@ def rope_cos_sin(pos: Tensor, inv_freq: Tensor, factor: float = 1.0) -> tuple[Te
     """
     if inv_freq.requires_grad:
         raise ValueError("rope_cos_sin: inv_freq must not require grad (the tables take no gradient)")
-    return _cos_sin_op(pos, inv_freq, float(factor))
+    tables: tuple[Tensor, Tensor] = _cos_sin_op(pos, inv_freq, float(factor))
+    return tables
 
 
 @torch.library.custom_op("posformer::rope_cos_sin", mutates_args=())
@@ -170,7 +171,8 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     """
     if cos.requires_grad or sin.requires_grad:
         raise ValueError("apply_rotary: cos and sin must not require grad (the rotation's backward reaches x only)")
-    return Rotation.apply(x, cos, sin, layout)
+    rotated: Tensor = Rotation.apply(x, cos, sin, layout)  # type: ignore[no-untyped-call]  # torch's apply: unannotated
+    return rotated
 
 
 def _longest(q_pos: Tensor, k_pos: Tensor) -> int | None:
@@ -207,6 +209,9 @@ class Rotary(PositionEncoding):
     defaults = ROPE_DEFAULTS
     reads_axes: ClassVar[bool] = True
     scalings: ClassVar[tuple[str, ...]] = ("linear", "ntk", "dynamic", "yarn", "dynamic_yarn", "llama3")
+    kept: Tensor  # (r/2,) buffer: 1 for the pairs that rotate, 0 for those that `frequency_fraction` leaves still
+    inv_freq: Tensor  # (r/2,) buffer, times `kept`
+    pair_axes: Tensor | None  # (r/2,) buffer: the axis each pair reads (M-RoPE); None otherwise
 
     @classmethod
     def check_config(cls, sizes: Sizes, params: Mapping[str, Any], causal: bool = True) -> None:
@@ -264,13 +269,13 @@ class Rotary(PositionEncoding):
         """Whether a forward of `length` (largest position + 1) finds keys cached by shorter forwards rotated
         with other frequencies (`GoesStale`): LongRoPE just past its switch, dynamic YaRN at every longer L."""
         beyond = self.stale_beyond()
-        if beyond is None:
+        if beyond is None or self.scaling is None:
             return False
         return length > beyond if self.scaling["type"] == "dynamic_yarn" else length == beyond + 1
 
     def frequencies_for(self, seq_len: int | None) -> tuple[Tensor, float]:
         """inv_freq (r/2,) and attention factor for a forward whose largest position is seq_len - 1."""
-        if not self.length_dependent or seq_len is None or seq_len <= fixed_up_to(self.scaling):
+        if self.scaling is None or not self.length_dependent or seq_len is None or seq_len <= fixed_up_to(self.scaling):
             return self.inv_freq, self.attention_factor
         inv_freq, factor = rope_inv_freq(self.rotary_dim, self.theta, self.scaling, seq_len=seq_len)
         inv_freq = inv_freq.to(self.inv_freq.device, torch.promote_types(self.inv_freq.dtype, torch.float32))
@@ -291,7 +296,7 @@ class Rotary(PositionEncoding):
 
     def _cos_sin(self, pos: Tensor, inv_freq: Tensor, factor: float) -> tuple[Tensor, Tensor]:
         """pos: (B, T), or (3, B, T) with axes (M-RoPE) -> the tables (B, 1, T, r/2)."""
-        if pos.dim() == 3:
+        if pos.dim() == 3 and self.pair_axes is not None:
             return mrope_cos_sin(pos, inv_freq, self.pair_axes, factor)
         return rope_cos_sin(pos, inv_freq, factor)
 

@@ -111,6 +111,9 @@ class T5Bias(PositionEncoding):
     def bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
         """-> table[bucket(k_pos - q_pos)]: (B or 1, H, Tq, Tk), the same for every layer: computed once per
         forward, as T5 computes it in its first layer and hands it on."""
-        return self.per_forward(
-            "bias", q_pos, k_pos, lambda q_rows, k_rows: self.table(self.buckets(q_rows, k_rows)).permute(0, 3, 1, 2)
-        )
+        return self.per_forward("bias", q_pos, k_pos, self._bias)
+
+    def _bias(self, q_rows: Tensor, k_rows: Tensor) -> Tensor:
+        """q_rows: (B or 1, Tq), k_rows: (B or 1, Tk) -> table[bucket]: (B or 1, H, Tq, Tk)."""
+        table: Tensor = self.table(self.buckets(q_rows, k_rows))  # (B or 1, Tq, Tk, H)
+        return table.permute(0, 3, 1, 2)
