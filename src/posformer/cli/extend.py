@@ -1,5 +1,5 @@
-"""`posformer extend`: extend a trained RoPE model's context (PI, NTK, YaRN, dynamic YaRN, LongRoPE, and the
-training-free ReRoPE, Self-Extend, dual chunk attention and StreamingLLM) and measure it."""
+"""`posformer extend`: extend a trained RoPE model's context (PI, NTK, YaRN, dynamic YaRN, LongRoPE, the
+training-free ReRoPE, Self-Extend, dual chunk attention and StreamingLLM, and DroPE) and measure it."""
 
 from __future__ import annotations
 
@@ -52,13 +52,16 @@ From the same trained weights, for each --methods entry:
   dual_chunk   dual chunk attention (An et al. 2024): positions within chunks of 3L/4 - L/8
   streaming    StreamingLLM (Xiao et al. 2024): 4 attention sinks and the last L - 4 tokens, cache positions
   window       StreamingLLM's baseline: the last L tokens, no sinks
-each method is scored at eval time (its scaling or distance on the trained weights) and, the RoPE scalings,
-after --steps optimizer steps at target_len on the run's training text (every method sees the same
-batches). Every model, the source too, is scored by perplexity at L, 2L, ... target_len and 2 target_len on
-the same held-out tokens (95% bootstrap intervals over blocks), by passkey retrieval (Mohtashami & Jaggi
-2023) on a length x depth grid (exact match of greedy decoding), and by the long-context suite of
-`posformer longeval` on the same grid (--set suite_tasks=[...]; [] for none), with an effective length per
-row.
+  RoPE dropped from every layer (every weight kept), then recalibrated at L:
+  drope        DroPE (Gelberg et al. 2025): --steps steps at L, each as many tokens as a fine-tuning step;
+               read at any length as is
+each method is scored at eval time (its scaling or distance on the trained weights; drope: without RoPE)
+and, the RoPE scalings, after --steps optimizer steps at target_len on the run's training text (every
+method sees the same batches). Every model, the source too, is scored by perplexity at L, 2L, ...
+target_len and 2 target_len on the same held-out tokens (95% bootstrap intervals over blocks), by passkey
+retrieval (Mohtashami & Jaggi 2023) on a length x depth grid (exact match of greedy decoding), and by the
+long-context suite of `posformer longeval` on the same grid (--set suite_tasks=[...]; [] for none), with an
+effective length per row.
 
 Before any work, the memory of scoring at each length and of a fine-tuning step at target_len is estimated and
 compared with what the device has free (`experiments.memory_fit`): what would not fit is refused up front, named
@@ -129,7 +132,7 @@ def add_extend_arguments(parser: argparse.ArgumentParser) -> None:
 
 COMMAND = Command(
     "extend",
-    help="extend a trained RoPE model's context (PI, NTK, YaRN, LongRoPE): perplexity and passkey",
+    help="extend a trained RoPE model's context (PI, NTK, YaRN, LongRoPE, DroPE ...): perplexity and passkey",
     description=DESCRIPTION,
     epilog=EPILOG,
     formatter_class=argparse.RawDescriptionHelpFormatter,

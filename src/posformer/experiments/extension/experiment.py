@@ -1,13 +1,15 @@
 """`posformer extend`: extend a trained RoPE model's context, the way the papers do, and measure what it gained.
 
-For each method (none, pi, ntk, yarn, dynyarn, longrope, rerope, self_extend, dual_chunk, streaming; `methods`),
-from the same trained weights:
+For each method (none, pi, ntk, yarn, dynyarn, longrope, rerope, self_extend, dual_chunk, streaming, window,
+drope; `methods`), from the same trained weights:
   1. eval-time: the method's RoPE scaling for factor target_len / L (dynyarn: its factor from each forward's
-     length), or its RoPE with a piecewise distance, on the trained weights (not for none);
+     length), or its RoPE with a piecewise distance, or (drope) no position encoding, on the trained weights (not
+     for none);
   2. fine-tuned, for the methods whose papers fine-tune (`methods.FINE_TUNED`: the scalings): the same scaling
      (dynyarn: YaRN's at target_len, dynamic past it, `methods`), then `steps` optimizer steps at target_len on the
      run's training text (Chen et al. 2023 fine-tune PI for 1000 steps, Peng et al. 2023 YaRN for 400). Every
-     method sees the same batches in the same order.
+     method sees the same batches in the same order. DroPE is recalibrated instead: RoPE dropped, `steps` steps at
+     L on the same text, each step the same tokens as a fine-tuning step (`ExtendSettings.recalibration_batch`).
 Every model (the source too) is scored by perplexity at each eval length on the same held-out tokens, with
 bootstrap intervals over blocks of the longest eval length, by passkey retrieval on a length x depth grid, and by
 the long-context suite's tasks on the same grid (`extension.suite`: exact match, effective length).
@@ -17,6 +19,7 @@ fine-tune of method m is the Trainer run OUTPUT/rows/m (resumable; `posformer ge
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Callable
@@ -26,9 +29,10 @@ import torch
 from posformer import positions
 from posformer.checkpoints.native import save_pretrained
 from posformer.experiments import corpus
-from posformer.experiments.extension import report, suite_report
+from posformer.experiments.extension import figure, report, suite_report
 from posformer.experiments.extension.longrope import search_long_factors, search_short_factors
 from posformer.experiments.extension.methods import (
+    DROPPED,
     FINE_TUNED,
     PIECEWISE,
     check_rope_model,
@@ -144,7 +148,7 @@ class Extension:
 
     def run_method(self, method: str) -> dict[str, dict]:
         """{row: record} for `method`: its eval-time row (not for none) and, for a method that is fine-tuned
-        (`FINE_TUNED`), its fine-tuned row (steps > 0)."""
+        (`FINE_TUNED`), its fine-tuned row (steps > 0; drope: recalibrated at L)."""
         s, model = self.s, self.source.model
         search = self._search(model, s.target_len) if method == "longrope" else None
         long_factor = search and search["long_factor"]
@@ -163,19 +167,25 @@ class Extension:
             }
         if s.steps == 0 or method not in FINE_TUNED:
             return rows
-        row = f"{method}+ft"
+        row, stage = f"{method}+ft", "recalibrated" if method in DROPPED else "fine-tuned"
         try:
             if method == "longrope" and (s.longrope_stages or s.longrope_short):
                 tuned, record = self._longrope_recipe(params)
+            elif method in DROPPED:  # DroPE: trained at L, the same tokens a step as a fine-tune at target_len
+                windows = s.recalibration_batch()
+                start = with_params(model, tune_params, s.target_len, position)
+                tuned, record = self._train(start, s.train_len, s.steps, method, windows)
+                record.update(length=s.train_len, windows=windows)
             else:
-                tuned, record = self._fine_tune(model, tune_params, s.target_len, s.steps, method)
+                start = with_params(model, tune_params, s.target_len)
+                tuned, record = self._train(start, s.target_len, s.steps, method)
         except TrainingStopped as err:
             self.log(f"{method}: {err}")
-            rows[row] = {"method": method, "stage": "fine-tuned", "error": str(err)}
+            rows[row] = {"method": method, "stage": stage, "error": str(err)}
             return rows
         rows[row] = {
             "method": method,
-            "stage": "fine-tuned",
+            "stage": stage,
             "scaling": tuned.cfg.position_params.get("scaling"),
             "steps": s.steps,
             **record,
@@ -185,8 +195,9 @@ class Extension:
 
     @staticmethod
     def _piecewise_record(method: str, params: dict) -> dict:
-        """For a method of RoPE with a piecewise distance: its encoding and the parameters it chose ({} else)."""
-        if method not in PIECEWISE:
+        """For a method of RoPE with a piecewise distance, or drope: its encoding and the parameters it chose ({}
+        else)."""
+        if method not in PIECEWISE + DROPPED:
             return {}
         own = {k: v for k, v in params.items() if k not in positions.get("rope").defaults}
         return {"position": position_of(method), "method_params": own}
@@ -223,27 +234,23 @@ class Extension:
             "evaluated": result.evaluated,
         }
 
-    def _fine_tune(
-        self,
-        start: Transformer,
-        params: dict,
-        length: int,
-        steps: int,
-        name: str,
+    def _train(
+        self, tuned: Transformer, length: int, steps: int, name: str, batch_size: int | None = None
     ) -> tuple[Transformer, dict]:
-        """`start`'s weights with `params`, fine-tuned `steps` steps at `length` (the Trainer run rows/NAME) ->
-        (the model, {final_loss, train_wall_s}). Raises TrainingStopped."""
+        """`tuned` (a fresh copy, trained in place) fine-tuned `steps` steps at `length`, `batch_size` windows a
+        step (None: the knob's), as the Trainer run rows/NAME -> (the model, {final_loss, train_wall_s}). Raises
+        TrainingStopped."""
         s = self.s
-        tuned = with_params(start, params, length)
         run_dir = self.layout.new_row_dir(name)
-        self.log(f"\n== {name}: fine-tuning {steps} steps at {length} in {run_dir}")
+        self.log(f"\n== {name}: training {steps} steps at {length} in {run_dir}")
         batches = WindowBatches(self.source.train_ids, length, s.seed)
         if s.passkey_fraction > 0:
             batches = PasskeyMix(batches, self.source.encode, length, s.passkey_fraction, s.seed)
+        settings = s.trainer_settings(steps)
         trainer = Trainer(
             tuned,
             batches,
-            s.trainer_settings(steps),
+            dataclasses.replace(settings, batch_size=batch_size or settings.batch_size),
             run_dir,
             run_config={"extend": s.to_dict(), "model": tuned.cfg.to_dict()},
             extra_files=self.source.files,
@@ -263,14 +270,14 @@ class Extension:
         for length, n in zip(s.longrope_stages, steps):
             found = self._search(model, length, previous)
             stage = extended_params(model, "longrope", length, s.train_len, found["long_factor"])
-            model, trained = self._fine_tune(model, stage, length, n, f"longrope-{length}")
+            model, trained = self._train(with_params(model, stage, length), length, n, f"longrope-{length}")
             record["stages"].append({**found, "steps": n, **trained})
             previous = (length, found["long_factor"])
         if previous is not None:
             found = self._search(model, s.target_len, previous)
             params = extended_params(model, "longrope", s.target_len, s.train_len, found["long_factor"])
             record["longrope_search"] = found
-        tuned, trained = self._fine_tune(model, params, s.target_len, steps[-1], "longrope")
+        tuned, trained = self._train(with_params(model, params, s.target_len), s.target_len, steps[-1], "longrope")
         record.update(trained)
         if s.longrope_short:
             self.log(f"longrope: searching the short factors for {s.train_len}")
@@ -300,11 +307,11 @@ class Extension:
 
 def draw(results: dict, layout: ExperimentLayout) -> None:
     """The figures of an extension run: perplexity and passkey by length, and the long-context suite's."""
-    report.plot_ppl(results, layout.root / "ppl.png")
-    report.plot_passkey(results, layout.root / "passkey.png")
+    figure.plot_ppl(results, layout.root / "ppl.png")
+    figure.plot_passkey(results, layout.root / "passkey.png")
     if suite_report.suite_rows(results):
-        suite_report.plot_suite(results, layout.root / "suite.png")
-        suite_report.plot_effective(results, layout.root / "effective_length.png")
+        figure.plot_suite(results, layout.root / "suite.png")
+        figure.plot_effective(results, layout.root / "effective_length.png")
 
 
 def memory_needs(settings: ExtendSettings, model: Transformer, device: torch.device) -> list[Need]:
@@ -323,10 +330,13 @@ def memory_needs(settings: ExtendSettings, model: Transformer, device: torch.dev
         batch = max(1, s.eval_batch_tokens // n)
         advice = evaluation_advice(n, batch, "eval_lens and passkey_lengths: --set KNOB=[...]")
         needs += [evaluation_need(c, n, batch, what, advice, device, 2) for what, c in scorers.items()]
-    if s.steps > 0 and any(m in FINE_TUNED for m in s.methods):
-        advice = "Lower batch_size (--batch-size) or target_len, or give --steps 0 (eval-time scaling only)."
+    advice = "Lower batch_size (--batch-size) or target_len, or give --steps 0 (eval-time scaling only)."
+    if s.steps > 0 and any(m in FINE_TUNED and m not in DROPPED for m in s.methods):
         for n in {s.target_len, *(s.longrope_stages if "longrope" in s.methods else [])}:
             needs.append(training_need(cfg, n, s.batch_size, "fine-tuning", advice, device, 2))
+    if s.steps > 0 and "drope" in s.methods:
+        dropped = cfg.replace(position="none", position_params={})
+        needs.append(training_need(dropped, s.train_len, s.recalibration_batch(), "recalibration", advice, device, 2))
     return needs
 
 

@@ -23,6 +23,11 @@ dual_chunk   dual chunk attention (An et al. 2024): chunk_size = 3 trained_len /
              (ChunkLlama's `replace_with_chunkllama`)
 streaming    StreamingLLM (Xiao et al. 2024): 4 sinks and a window of trained_len - 4 (a cache of trained_len)
 window       StreamingLLM's baseline, window attention: the encoding `streaming` without sinks, a window of trained_len
+
+RoPE dropped (position "none" on every layer, every weight kept), then recalibrated at trained_len:
+drope        DroPE (Gelberg et al. 2025, github.com/SakanaAI/DroPE): its eval-time row is the trained weights
+             without RoPE; its trained row ("+ft") is recalibrated at trained_len (`extension.drope`) and read at
+             every length with no scaling
 """
 
 from __future__ import annotations
@@ -34,9 +39,10 @@ if TYPE_CHECKING:
 
 SCALINGS = ("none", "pi", "ntk", "yarn", "dynyarn", "longrope")
 PIECEWISE = ("rerope", "self_extend", "dual_chunk", "streaming", "window")
-ENCODING_OF = {"window": "streaming"}  # the others are the name of their encoding
-METHODS = SCALINGS + PIECEWISE
-FINE_TUNED = SCALINGS  # the methods whose papers fine-tune; the others are training-free
+DROPPED = ("drope",)  # RoPE removed, then recalibrated at trained_len
+ENCODING_OF = {"window": "streaming", "drope": "none"}  # the other piecewise methods are the name of their encoding
+METHODS = SCALINGS + PIECEWISE + DROPPED
+FINE_TUNED = SCALINGS + DROPPED  # the methods whose papers train (DroPE: at trained_len); the others training-free
 SCALING_OF = {"pi": "linear", "ntk": "ntk", "yarn": "yarn"}
 
 
@@ -49,8 +55,8 @@ def check_rope_model(model: Transformer, where: str, methods: tuple[str, ...] | 
         raise ValueError(
             f"extend: {where} uses position {cfg.position!r}"
             + (" with per-layer settings" if cfg.layer_types else "")
-            + f"; the context-extension methods ({', '.join(methods)}) rescale or remap RoPE: give a run whose "
-            "model has position 'rope'"
+            + f"; the context-extension methods ({', '.join(methods)}) rescale, remap or drop RoPE: give a run "
+            "whose model has position 'rope'"
         )
     if cfg.position_params.get("scaling") is not None:
         raise ValueError(
@@ -71,8 +77,9 @@ def longrope_scaling(long_factor: list[float], target_len: int, trained_len: int
 
 
 def position_of(method: str) -> str:
-    """The position encoding of a model extended by `method`: "rope" for a scaling, else the method's own."""
-    return ENCODING_OF.get(method, method) if method in PIECEWISE else "rope"
+    """The position encoding of a model extended by `method`: "rope" for a scaling, "none" for drope, else the
+    method's own."""
+    return "rope" if method in SCALINGS else ENCODING_OF.get(method, method)
 
 
 def extended_params(
@@ -101,6 +108,8 @@ def extended_params(
         return dict(encoding.for_lengths(params, target_len, trained_len))
     if method == "none":
         return params
+    if method in DROPPED:
+        return {}  # position "none" has no parameters: RoPE's are dropped with it
     if method == "dynyarn":  # the training-free form reads any length: its factor comes from the length alone
         return positions.Rotary.rescaled_params(
             params, "dynamic_yarn", target_len if fine_tuned else trained_len, trained_len

@@ -1,9 +1,7 @@
-"""The report of `posformer extend`: perplexity by length, passkey grids, the summary at the target length, and the
-figures (ppl.png: perplexity against length with bootstrap bands; passkey.png: one length x depth heatmap a row)."""
+"""The report of `posformer extend`: perplexity by length, passkey grids and the summary at the target length (its
+figures: `extension.figure`)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from posformer.experiments.extension import suite_report
 from posformer.experiments.extension.retrieval_claims import retrieval_claims_table
@@ -11,11 +9,12 @@ from posformer.experiments.extrapolation.bootstrap import ratio_interval
 from posformer.experiments.extrapolation.report import ppl_interval_of
 from posformer.experiments.tables import markdown_table
 
-PANELS_PER_LINE = 4
 STAGE_NOTE = {
     "trained": "the trained model, RoPE unchanged",
     "eval-time": "the method's scaling, or its piecewise RoPE distance, on the trained weights",
     "fine-tuned": "the method's scaling, then fine-tuned at the target length",
+    "recalibrated": "DroPE: RoPE dropped from every layer (its eval-time row: the trained weights without it), then "
+    "trained at L and read at every length without scaling",
 }
 
 
@@ -101,6 +100,11 @@ COMPARISONS = [  # (what the ratio tests, numerator row, denominator row): below
     ("training-free, StreamingLLM vs plain extrapolation (the trained model)", "streaming", "source"),
     ("StreamingLLM's sinks vs window attention without them (StreamingLLM paper: sinks better)", "streaming", "window"),
     ("training-free, Self-Extend vs eval-time YaRN", "self_extend", "yarn"),
+    ("DroPE: recalibration vs RoPE dropped alone", "drope+ft", "drope"),
+    ("DroPE vs plain extrapolation (the trained model)", "drope+ft", "source"),
+    ("DroPE vs eval-time YaRN (neither trained past L)", "drope+ft", "yarn"),
+    ("DroPE vs YaRN fine-tuned at the target length", "drope+ft", "yarn+ft"),
+    ("DroPE vs training-free Self-Extend", "drope+ft", "self_extend"),
 ]
 
 
@@ -132,12 +136,21 @@ def passkey_table(results: dict, row: str) -> str:
 
 def markdown(results: dict) -> str:
     cfg, source = results["config"], results.get("source", {})
+    stages = {r.get("stage") for r in results["rows"].values()}
+    recalibrated = [r for r in results["rows"].values() if r.get("stage") == "recalibrated" and "windows" in r]
+    drope = (
+        f"DroPE: {cfg['steps']} steps of {recalibrated[0]['windows']} x {cfg['train_len']} tokens. "
+        if recalibrated
+        else ""
+    )
     parts = [
         f"# Context extension: L={cfg['train_len']} -> {cfg['target_len']}\n",
         f"Source: {source.get('description', '?')} ({source.get('parameters', 0):,} parameters). "
         f"Fine-tune: {cfg['steps']} steps of {cfg['batch_size']} x {cfg['target_len']} tokens, lr {cfg['lr']}. "
-        f"Passkey: {cfg['passkey_trials']} keys per cell. Rows: "
-        + "; ".join(f"{stage}: {note}" for stage, note in STAGE_NOTE.items())
+        f"{drope}Passkey: {cfg['passkey_trials']} keys per cell. Rows: "
+        + "; ".join(
+            f"{stage}: {note}" for stage, note in STAGE_NOTE.items() if stage != "recalibrated" or stage in stages
+        )
         + ".\n",
     ]
     rows = _scored(results)
@@ -203,81 +216,3 @@ def recipe_line(row: dict) -> str:
             f"factors 1, {short['ppl']:.3f} with {', '.join(f'{v:.2f}' for v in short['short_factor'])}"
         )
     return "LongRoPE recipe: " + "; ".join(steps) + ".\n"
-
-
-def plot_ppl(results: dict, path: Path) -> Path:
-    """Perplexity against length (log-log), one line per row (dashed: eval-time) with its 95% band."""
-    from posformer.utils.figure import pyplot, save_png
-
-    plt = pyplot()
-    cfg = results["config"]
-    rows = _scored(results)
-    sets = [s for s in results.get("data", {}).get("eval_sets", {}) if rows and s in next(iter(rows.values()))["ppl"]]
-    fig, axes = plt.subplots(1, max(1, len(sets)), figsize=(6.5 * max(1, len(sets)), 4.8), squeeze=False)
-    colors = plt.get_cmap("tab10").colors
-    methods = [None] + cfg["methods"]
-    for ax, name in zip(axes[0], sets):
-        for row, r in rows.items():
-            color = colors[methods.index(r["method"]) % len(colors)]
-            lengths = cfg["eval_lens"]
-            ax.plot(
-                lengths,
-                [r["ppl"][name][str(n)] for n in lengths],
-                "--" if r["stage"] == "eval-time" else "-",
-                marker="o",
-                ms=3,
-                color=color,
-                label=row,
-            )
-            bands = [ppl_interval_of(r, name, n) for n in lengths]
-            if all(b is not None for b in bands):
-                ax.fill_between(lengths, [b[0] for b in bands], [b[1] for b in bands], color=color, alpha=0.15, lw=0)
-        for x in (cfg["train_len"], cfg["target_len"]):
-            ax.axvline(x, color="grey", lw=0.8, ls=":")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(cfg["eval_lens"], [str(n) for n in cfg["eval_lens"]])
-        ax.set_xlabel("evaluation length (tokens)")
-        ax.set_ylabel("perplexity")
-        ax.set_title(f"{name}: L={cfg['train_len']} extended to {cfg['target_len']}")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return save_png(fig, path)
-
-
-def plot_passkey(results: dict, path: Path) -> Path:
-    """One heatmap per row: passkey exact match, lengths (x) by depths (y); blank cells do not fit."""
-    import numpy as np
-
-    from posformer.utils.figure import pyplot, save_png
-
-    plt = pyplot()
-    cfg = results["config"]
-    rows = _scored(results)
-    columns = min(PANELS_PER_LINE, len(rows))
-    lines = -(-len(rows) // columns)
-    fig, axes = plt.subplots(lines, columns, figsize=(2.6 * columns + 1, 2.8 * lines), squeeze=False)
-    image = None
-    for ax in axes.flat[len(rows) :]:
-        ax.set_visible(False)
-    for ax, (row, r) in zip(axes.flat, rows.items()):
-        grid = np.array(
-            [
-                [
-                    np.nan if r["passkey"][str(n)][str(d)] is None else r["passkey"][str(n)][str(d)]["exact"]
-                    for n in cfg["passkey_lengths"]
-                ]
-                for d in cfg["passkey_depths"]
-            ]
-        )
-        image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
-        ax.set_xticks(
-            range(len(cfg["passkey_lengths"])), [str(n) for n in cfg["passkey_lengths"]], rotation=45, fontsize=7
-        )
-        ax.set_yticks(range(len(cfg["passkey_depths"])), [f"{d:g}" for d in cfg["passkey_depths"]], fontsize=7)
-        ax.set_title(row, fontsize=9)
-        ax.set_xlabel("length", fontsize=8)
-        ax.set_ylabel("depth", fontsize=8)
-    fig.tight_layout()
-    fig.colorbar(image, ax=axes.ravel().tolist(), label="exact match", shrink=0.8)
-    return save_png(fig, path)

@@ -18,6 +18,8 @@ RETRIEVAL_COMPARISONS = [  # (what the difference tests, row a, row b): above 0 
     ("after fine-tuning, YaRN vs PI", "yarn+ft", "pi+ft"),
     ("training-free, Self-Extend vs YaRN fine-tuned", "self_extend", "yarn+ft"),
     ("StreamingLLM vs unchanged RoPE (its paper: no retrieval past the window)", "streaming", "source"),
+    ("DroPE vs unchanged RoPE (DroPE paper: retrieves past L without training past L)", "drope+ft", "source"),
+    ("DroPE vs YaRN fine-tuned at the target length", "drope+ft", "yarn+ft"),
 ]
 
 

@@ -55,12 +55,17 @@ class ExtendSettings(TrainingKnobs):
     )
     steps: int = option(
         200,
-        "fine-tuning steps at target_len of the methods that are fine-tuned, the RoPE scalings (0: eval-time only, "
-        "nothing fine-tuned)",
+        "fine-tuning steps at target_len of the methods that are fine-tuned, the RoPE scalings, and DroPE's "
+        "recalibration steps at train_len (0: eval-time only, nothing trained)",
         minimum=0,
         maximum=MAX_STEPS,
     )
-    batch_size: int = option(8, "sequences of target_len tokens per step", minimum=1, maximum=MAX_BATCH)
+    batch_size: int = option(
+        8,
+        "sequences of target_len tokens per step (DroPE: the same tokens as windows of train_len)",
+        minimum=1,
+        maximum=MAX_BATCH,
+    )
     passkey_fraction: float = option(
         0.0,
         "fraction of the fine-tuning windows replaced by passkey prompts of the fine-tuning length (0: text alone, "
@@ -193,6 +198,11 @@ class ExtendSettings(TrainingKnobs):
             fail("extend: longrope_stages", stages, expected)
         if stages and "longrope" in self.methods and 0 < self.steps < 2 * len(stages) + 1:
             fail("extend: steps", self.steps, f"at least {2 * len(stages) + 1} with {len(stages)} LongRoPE stages")
+
+    def recalibration_batch(self) -> int:
+        """DroPE's windows of train_len a step: as many tokens as a fine-tuning step's batch_size x target_len
+        (rounded, at least 1), so that its recalibration and the fine-tunes read the same number of tokens."""
+        return max(1, round(self.batch_size * self.target_len / self.train_len))
 
     def stage_steps(self) -> list[int]:
         """The fine-tuning steps of each LongRoPE stage, then of the target: the stages share 40% of `steps`

@@ -18,6 +18,7 @@ from torch import Tensor
 from posformer.experiments import corpus
 from posformer.model import Transformer
 from posformer.utils.file_limits import TOKENIZER
+from posformer.utils.tokenizer_config import saved_tokenizer_files
 from posformer.utils.user_files import read_text_file, read_yaml_file, regular_file
 
 TEXT_EVAL_FRACTION = 0.1
@@ -90,7 +91,7 @@ def load_source(run_dir: str | Path, text: str | None, data_dir: str | None = No
         corpus.train_stream(tokenizer, texts.train, knobs.get("train_chars")),
         texts.eval_sets,
         knobs["train_len"],
-        corpus.tokenizer_files(tokenizer),
+        saved_tokenizer_files(tokenizer),
         f"the {model.cfg.position} row of an extrapolate run ({knobs['corpus']}, L={knobs['train_len']})",
     )
 

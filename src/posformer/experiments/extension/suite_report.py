@@ -1,16 +1,11 @@
-"""The long-context suite in `posformer extend`'s report: each row's exact match by task and length, the effective
-lengths under one rule (`extension.suite`), a heatmap per row (suite.png) and a bar chart of the effective lengths
-(effective_length.png)."""
+"""The long-context suite in `posformer extend`'s report: each row's exact match by task and length and the effective
+lengths under one rule (`extension.suite`); its figures (suite.png, effective_length.png): `extension.figure`."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from posformer.experiments.extension.suite import common_means, effective_lengths
 from posformer.experiments.longeval.grid import task_scores
 from posformer.experiments.tables import markdown_table
-
-PANELS_PER_LINE = 4
 
 
 def suite_rows(results: dict) -> dict[str, dict]:
@@ -66,48 +61,3 @@ def markdown(results: dict) -> list[str]:
     for row in rows:
         parts += [f"### suite, {row}: exact match by task and length\n", task_table(results, row) + "\n"]
     return parts
-
-
-def plot_suite(results: dict, path: Path) -> Path:
-    """One heatmap per row: exact match, lengths (x) by tasks (y); blank cells do not fit."""
-    import numpy as np
-
-    from posformer.utils.figure import pyplot, save_png
-
-    plt = pyplot()
-    rows = suite_rows(results)
-    lengths = results["config"]["passkey_lengths"]
-    columns = min(PANELS_PER_LINE, len(rows))
-    lines = -(-len(rows) // columns)
-    fig, axes = plt.subplots(lines, columns, figsize=(2.8 * columns + 1, 3.0 * lines), squeeze=False)
-    for ax in axes.flat[len(rows) :]:
-        ax.set_visible(False)
-    image = None
-    for ax, (row, r) in zip(axes.flat, rows.items()):
-        scores = task_scores(r["suite"])
-        tasks = list(scores)
-        grid = np.array([[scores[t].get(n, np.nan) for n in lengths] for t in tasks])
-        image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
-        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], rotation=45, fontsize=7)
-        ax.set_yticks(range(len(tasks)), tasks, fontsize=6)
-        ax.set_title(row, fontsize=9)
-    fig.tight_layout()
-    fig.colorbar(image, ax=axes.ravel().tolist(), label="exact match", shrink=0.8)
-    return save_png(fig, path)
-
-
-def plot_effective(results: dict, path: Path) -> Path:
-    """A bar per row: its effective length (0 when even the shortest length is below the threshold)."""
-    from posformer.utils.figure import pyplot, save_png
-
-    plt = pyplot()
-    score, found = _effective(results)
-    rows = list(found)
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.6 * len(rows) + 1), 3.6))
-    ax.bar(range(len(rows)), [found[r] or 0 for r in rows], color="tab:blue")
-    ax.set_xticks(range(len(rows)), rows, rotation=45, ha="right", fontsize=8)
-    ax.set_yscale("log", base=2)
-    ax.set_ylabel("effective length (tokens)")
-    ax.set_title(f"effective length: mean > {score:.3f}" if score is not None else "effective length")
-    fig.tight_layout()
-    return save_png(fig, path)
