@@ -34,6 +34,13 @@ Presets (every knob can be overridden by its flag or by --set KEY=VALUE):
          perplexity, which results.md reports); 98,304 eval bytes per set. About 4 minutes a row.
   gpu    Gutenberg + WikiText-2, L=512, ~100M parameters (d_model 768, 12 layers, vocab 16384),
          5000 steps of 32 x 512 tokens, bf16 on CUDA.
+  retrieval  which encodings use the context past L: the passkey source recipe of docs/longeval.md
+         (L=128, d_model 128, 4 layers, vocab 2048 with digits split, smeared keys, 600 steps of
+         packed copies, then 20% passkey prompts; 4000 steps) for none, rope (+yarn at eval time),
+         alibi, t5, fire, kerple, fox and stick_breaking; each row scored at L, 2L, 4L and 8L on
+         passkey exact match by depth (keys within the last L tokens and further back apart), the
+         suite's single needles and perplexity; past L a row counts only if it retrieves at L
+         (passkey >= 0.9). About 15 minutes of training a RoPE row on 2 threads (estimated).
 
 Protocols: nonoverlapping (default): the eval stream is cut into consecutive chunks of
 eval_len tokens; every predicted token counts. sliding (--stride S, default L/2): windows of
@@ -62,7 +69,7 @@ reciprocal rank beside the paper's, results.json, accuracy.png). Presets: quick 
 
 Outputs in --output-dir: results.md (perplexity and ppl(kL)/ppl(L) tables per eval set),
 results.json (every number, the resolved config, held-out books, wall times, versions),
-ppl.png (perplexity against eval length, 95% bands), tokenizer/, and rows/ROW/ (a Trainer run dir:
+ppl.png (perplexity against eval length, 95% intervals), tokenizer/, and rows/ROW/ (a Trainer run dir:
 `posformer generate --model OUTPUT/rows/rope` works). results.json is updated after each
 row: re-running into the same dir (or --resume) skips recorded rows and resumes a
 half-trained one from its checkpoint; a different configuration is refused.

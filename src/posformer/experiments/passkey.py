@@ -40,11 +40,14 @@ class AnswerPrompt(Protocol):
 
 @dataclass(frozen=True)
 class PasskeyPrompt:
-    """ids: (length,) the whole sequence, answer included; answer_start: the index of the answer's first token."""
+    """ids: (length,) the whole sequence, answer included; answer_start: the index of the answer's first token;
+    key_start, key_end: the key line's tokens are ids[key_start:key_end]."""
 
     ids: Tensor
     answer_start: int
     key: str
+    key_start: int
+    key_end: int
 
 
 def passkey_prompt(encode, length: int, depth: float, key: str) -> PasskeyPrompt | None:
@@ -63,7 +66,18 @@ def passkey_prompt(encode, length: int, depth: float, key: str) -> PasskeyPrompt
     filler = (filler * (room // len(filler) + 1))[:room]
     cut = round(depth * room)
     ids = filler[:cut] + key_line + filler[cut:] + question + answer
-    return PasskeyPrompt(torch.tensor(ids, dtype=torch.long), length - len(answer), key)
+    return PasskeyPrompt(torch.tensor(ids, dtype=torch.long), length - len(answer), key, cut, cut + len(key_line))
+
+
+def key_reach(prompt: PasskeyPrompt, window: int) -> str:
+    """Where the key line lies for a reader of its last `window` tokens (each query sees itself and the window - 1
+    tokens before it): "near" when the whole key line is within the prompt's last `window` tokens, so every query
+    that predicts an answer token sees all of it; "far" when it ends before the `window` tokens that end at the
+    first of those queries (answer_start - 1), so none of them sees any of it; "straddles" otherwise. A prompt of
+    at most `window` tokens is always "near"."""
+    if prompt.key_start >= prompt.ids.numel() - window:
+        return "near"
+    return "far" if prompt.key_end <= prompt.answer_start - window else "straddles"
 
 
 def random_keys(count: int, seed: int | torch.Generator) -> list[str]:

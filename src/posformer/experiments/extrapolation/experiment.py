@@ -5,7 +5,9 @@ One small causal LM per position encoding is trained at train_len L with the sha
 seed), steps and schedule, and the initial weights (every tensor of a reference model
 whose name and shape match is copied in). Each row is then evaluated at L, 2L, ... 16L
 on the same held-out tokens; the RoPE row also with eval-time scalings (linear/PI, NTK,
-dynamic NTK, YaRN; factor eval_len / L). Results go to OUTPUT/results.json and
+dynamic NTK, YaRN; factor eval_len / L). With retrieval_trials > 0 (`--preset retrieval`)
+every row, scaled ones too, is also scored on passkey retrieval by depth and on the
+suite's needles at each eval length (`retrieval`). Results go to OUTPUT/results.json and
 results.md (after each row, atomically) and ppl.png; row r's run is OUTPUT/rows/r (`layout`).
 Re-running into the same OUTPUT skips recorded rows and resumes a half-trained one.
 """
@@ -25,8 +27,10 @@ from posformer.experiments.copy_rows import CopyMix
 from posformer.experiments.extrapolation.evaluation import block_losses, represents, tokens_read
 from posformer.experiments.extrapolation.figure import plot
 from posformer.experiments.extrapolation.report import markdown
+from posformer.experiments.extrapolation.retrieval import RetrievalScorer
 from posformer.experiments.extrapolation.settings import ExtrapolationSettings, model_config
 from posformer.experiments.layout import ExperimentLayout
+from posformer.experiments.longeval.haystacks import text_ids
 from posformer.experiments.longeval.mix import SuiteMix
 from posformer.experiments.memory_fit import Need, check_fit, evaluation_advice, evaluation_need, training_need
 from posformer.experiments.passkey import PasskeyMix
@@ -39,6 +43,7 @@ from posformer.train.distributed import resolve_device
 from posformer.train.trainer import Trainer, TrainingStopped
 from posformer.utils.progress import progress_bar
 from posformer.utils.safe_write import write_text_atomic
+from posformer.utils.tokenizer_config import saved_tokenizer_files
 
 
 def initial_model(
@@ -60,7 +65,7 @@ class Experiment:
         data_dir = settings.data_dir or default_data_dir()
         texts = corpus.load_corpus(settings.corpus, data_dir, settings.held_out, settings.wikitext)
         self.tokenizer = self._tokenizer(texts.train)
-        self.files = corpus.tokenizer_files(self.tokenizer)
+        self.files = saved_tokenizer_files(self.tokenizer)
         self.vocab_size = len(self.tokenizer)
         self.train_ids = corpus.train_stream(self.tokenizer, texts.train, settings.train_chars)
         longest = max(settings.eval_lens)
@@ -87,6 +92,17 @@ class Experiment:
             },
         }
         self.reference = seeded_model(model_config(settings, "none", self.vocab_size), settings.seed)
+        self.retrieval = self._retrieval_scorer(texts.eval_sets) if settings.scores_retrieval else None
+
+    def _retrieval_scorer(self, eval_sets: dict[str, dict[str, str]]) -> RetrievalScorer:
+        """The retrieval scoring, its book haystacks the first evaluation set's held-out texts (checked before any
+        row is trained)."""
+        name = next(iter(eval_sets))
+        haystack = text_ids(self.encode, list(eval_sets[name].values()))
+        self.summary["retrieval_haystack"] = {"eval_set": name, "tokens": haystack.numel()}
+        s = self.s
+        return RetrievalScorer(s, self.encode, haystack, s.train_len, s.eval_lens, s.seed, s.eval_batch_tokens,
+                               self.progress)  # fmt: skip
 
     def _tokenizer(self, texts: dict[str, str]):
         """Trained once per output dir and kept in OUTPUT/tokenizer, so a resumed run reuses it."""
@@ -99,7 +115,7 @@ class Experiment:
             f"training a byte-level BPE tokenizer (vocab {self.s.vocab_size}, {self.s.tokenizer_chars:,} characters)"
         )
         tokenizer = corpus.train_bpe(texts, self.s.vocab_size, self.s.tokenizer_chars, self.s.split_digits)
-        for name, text in corpus.tokenizer_files(tokenizer).items():
+        for name, text in saved_tokenizer_files(tokenizer).items():
             write_text_atomic(folder / name, text, self.layout.root)
         return tokenizer
 
@@ -132,13 +148,7 @@ class Experiment:
             disable=not self.progress,
         )
         for n in s.eval_lens:
-            scored = model
-            if scaling is not None:
-                cfg = model.cfg
-                params = encoding.rescaled_params(cfg.position_params, scaling, max(n, s.train_len), s.train_len)
-                scored = Transformer(cfg.replace(position_params=params))
-                scored.load_state_dict(model.state_dict())
-                scored.to(next(model.parameters()).device)
+            scored = model if scaling is None else self.rescaled(model, scaling, n)
             for name, streams in self.streams.items():
                 bar.set_postfix_str(f"{name} @ {n}")
                 losses = block_losses(
@@ -157,6 +167,17 @@ class Experiment:
                     blocks[name][str(n)] = {"nll": losses.nll.tolist(), "count": losses.count.tolist()}
         bar.close()
         return table, blocks
+
+    def rescaled(self, model: Transformer, scaling: str, length: int) -> Transformer:
+        """`model` with its RoPE rescaled by the context-extension method `scaling` for `length` (factor
+        max(length, L) / L), the same weights."""
+        cfg, s = model.cfg, self.s
+        params = positions.get(cfg.position).rescaled_params(
+            cfg.position_params, scaling, max(length, s.train_len), s.train_len
+        )
+        scored = Transformer(cfg.replace(position_params=params))
+        scored.load_state_dict(model.state_dict())
+        return scored.to(next(model.parameters()).device)
 
     def run_row(self, position: str) -> dict[str, dict]:
         """Train (or resume) and evaluate one row -> {row name: record}, with the RoPE scaling rows for rope."""
@@ -195,6 +216,8 @@ class Experiment:
         started = time.monotonic()
         record["ppl"], record["blocks"] = self.evaluate(model, position)
         record["eval_wall_s"] = round(time.monotonic() - started, 2)
+        if self.retrieval is not None:
+            record["retrieval"] = self.retrieval.score(lambda n: model, position)
         rows = {position: record}
         encoding = positions.get(position) if position in positions.names() else None  # a mechanism is its own row
         scalings = encoding.scalings if isinstance(encoding, Rescalable) else ()
@@ -211,6 +234,8 @@ class Experiment:
                 "blocks": blocks,
             }
             rows[row]["eval_wall_s"] = round(time.monotonic() - started, 2)
+            if self.retrieval is not None:
+                rows[row]["retrieval"] = self.retrieval.score(lambda n, k=kind: self.rescaled(model, k, n), row)
         return rows
 
 

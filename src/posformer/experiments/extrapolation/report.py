@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from posformer.experiments.extrapolation import retrieval_report
 from posformer.experiments.extrapolation.bootstrap import ppl_interval, ratio_interval
 from posformer.experiments.tables import markdown_table
 
@@ -74,7 +75,8 @@ def eval_sets(results: dict) -> list[str]:
 
 
 def markdown(results: dict) -> str:
-    """The whole results.md: setup line, then per evaluation set its perplexity and ratio tables."""
+    """The whole results.md: setup line, then per evaluation set its perplexity and ratio tables, then retrieval
+    (rows scored on it: `retrieval_report`)."""
     cfg = results["config"]
     stride = f", stride {cfg['stride'] or cfg['train_len'] // 2}" if cfg["protocol"] == "sliding" else ""
     parts = [
@@ -97,4 +99,4 @@ def markdown(results: dict) -> str:
             f"{max(cfg['eval_lens'])} tokens]\n"
         )
         parts.append(ratio_table(results, name) + "\n")
-    return "\n".join(parts)
+    return "\n".join(parts + retrieval_report.markdown(results))

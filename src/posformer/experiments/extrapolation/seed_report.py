@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from itertools import combinations
 
+from posformer.experiments.extrapolation import retrieval_seed_report
 from posformer.experiments.extrapolation.report import eval_sets
 from posformer.experiments.seeds.runs import seed_runs
 from posformer.experiments.seeds.stats import compare, exp_cell, spread
@@ -104,7 +105,7 @@ def _pair_sections(record: dict, eval_set: str) -> list[str]:
 
 
 def markdown(record: dict) -> str:
-    """results.md of a language-model extrapolation over seeds."""
+    """results.md of a language-model extrapolation over seeds, retrieval last (`retrieval_seed_report`)."""
     cfg, seeds = record["config"], list(record["per_seed"])
     parts = [
         f"# Length extrapolation over {len(seeds)} seeds ({', '.join(seeds)}): train at L={cfg['train_len']}, "
@@ -122,4 +123,4 @@ def markdown(record: dict) -> str:
             _table(record, name, ratio=True) + "\n",
             *_pair_sections(record, name),
         ]
-    return "\n".join(parts)
+    return "\n".join(parts + retrieval_seed_report.markdown(record))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from posformer.experiments.corpus import CORPORA, HELD_OUT_BOOKS
+from posformer.experiments.extrapolation.retrieval_knobs import RETRIEVAL_MULTIPLES, RetrievalKnobs
 from posformer.experiments.mechanism_rows import MECHANISM_ROWS, row_base
 from posformer.experiments.presets import from_preset
 from posformer.experiments.row_knobs import RowKnobs
@@ -84,13 +85,39 @@ PRESETS: dict[str, dict[str, Any]] = {  # each: what differs from the defaults
         device="cuda",
         precision="bf16",
     ),
+    # which encodings retrieve past L: the passkey source recipe of docs/longeval.md (`runs/pk128`: 600 steps of
+    # packed copies, then book windows with 20% passkey prompts) for every row, scored at L, 2L, 4L and 8L on the
+    # passkey grid by depth, the suite's single needles and the held-out books' perplexity. 4,000 steps, not pk128's
+    # 6,000: about 15 minutes a RoPE row on 2 idle threads (pk128: 0.23 s a step); whether 4,000 keep passkey >= 0.9
+    # at L is for the runs to show (docs/longeval.md)
+    "retrieval": dict(
+        positions=["none", "rope", "alibi", "t5", "fire", "kerple", "fox", "stick_breaking"],
+        rope_scalings=["yarn"],
+        steps=4000,
+        batch_size=16,
+        lr=5e-3,
+        warmup=200,
+        d_model=128,
+        vocab_size=2048,
+        wikitext=False,
+        eval_tokens=12288,
+        eval_batch_tokens=4096,
+        train_chars=12_000_000,
+        split_digits=True,
+        key_smear=True,
+        copy_warmup=600,
+        passkey_fraction=0.2,
+        retrieval_trials=20,
+        save_every=500,
+        threads=2,
+    ),
 }
 
 
 @dataclass
-class ExtrapolationSettings(RowKnobs, TrainingKnobs):
+class ExtrapolationSettings(RowKnobs, TrainingKnobs, RetrievalKnobs):
     """Every knob of the benchmark, set by a preset, its flag (those declared with one) or `--set KNOB=VALUE`; the
-    rows, the model's shape and the training knobs are the shared groups'."""
+    rows, the model's shape, the training knobs and the retrieval scoring are the shared groups'."""
 
     vocab_size: int = option(4096, "BPE vocabulary size", minimum=1, maximum=MAX_VOCAB)
     eval_tokens: int = option(
@@ -181,7 +208,8 @@ class ExtrapolationSettings(RowKnobs, TrainingKnobs):
     def preset(cls, name: str, /, **overrides: Any) -> "ExtrapolationSettings":
         settings = from_preset(cls, PRESETS, name, overrides, "extrapolate")
         if settings.eval_lens is None and is_int(settings.train_len):  # else validate() names train_len
-            settings.eval_lens = [settings.train_len * k for k in (1, 2, 4, 8, 16)]
+            multiples = RETRIEVAL_MULTIPLES if settings.scores_retrieval else (1, 2, 4, 8, 16)
+            settings.eval_lens = [settings.train_len * k for k in multiples]
         settings.validate()
         return settings
 
@@ -233,7 +261,16 @@ class ExtrapolationSettings(RowKnobs, TrainingKnobs):
             tasks = self.suite_tasks
             if not isinstance(tasks, list) or not tasks or any(t not in TASKS for t in tasks):
                 fail(_knob("suite_tasks"), self.suite_tasks, f"null or a non-empty list drawn from {', '.join(TASKS)}")
+        if self.scores_retrieval:
+            self.check_retrieval(_knob(""), self.train_len, self.eval_lens, self.positions, self._reads_past_l)
         check_field_kinds(self, "extrapolate: ")
+
+    def _reads_past_l(self, row: str) -> bool:
+        """Whether row `row` is a causal LM read past train_len (a Config error names why it cannot be one)."""
+        from posformer import positions
+
+        model_config(self, row, self.vocab_size)
+        return positions.get(row_base(row)).extrapolates
 
 
 def _knob(name: str) -> str:

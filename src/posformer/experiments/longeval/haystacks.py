@@ -105,13 +105,19 @@ def book_files(split: str, data_dir: str | Path | None = None) -> list[Path]:
 
 
 def book_ids(encode: Encode, split: str, data_dir: str | Path | None = None, max_chars: int = 400_000) -> Tensor:
-    """(N,) the token stream of `split`'s books: each book's text between its Gutenberg markers, from its 5% mark,
-    at most `max_chars` characters of it, the books joined by a blank line."""
+    """(N,) the token stream of `split`'s books, each book's text between its Gutenberg markers (`text_ids`)."""
     from posformer.experiments.corpus import read_document, strip_gutenberg
 
-    texts = []
-    for path in book_files(split, data_dir):
-        text = strip_gutenberg(read_document(path), path.name)
+    return text_ids(
+        encode, [strip_gutenberg(read_document(path), path.name) for path in book_files(split, data_dir)], max_chars
+    )
+
+
+def text_ids(encode: Encode, texts: list[str], max_chars: int = 400_000) -> Tensor:
+    """(N,) a haystack stream of `texts` (books): each from the paragraph break after its 5% mark (past the front
+    matter), at most `max_chars` characters of it, the texts joined by a blank line."""
+    kept = []
+    for text in texts:
         start = text.find(BOOK_SEPARATOR, int(len(text) * SKIP_FRACTION))
-        texts.append(text[max(start, 0) :][:max_chars].strip())
-    return torch.tensor(encode(BOOK_SEPARATOR.join(texts)), dtype=torch.long)
+        kept.append(text[max(start, 0) :][:max_chars].strip())
+    return torch.tensor(encode(BOOK_SEPARATOR.join(kept)), dtype=torch.long)
