@@ -63,7 +63,7 @@ Write the figures of the study notes as PNG files into --output-dir:
 With --results DIR [DIR ...], the figures of experiment output directories, redrawn from their
 results.json (NAME = the directory's name):
   NAME-ppl.png          `posformer extrapolate` / `posformer extend`: perplexity against length,
-                        with 95% bootstrap bands
+                        with 95% intervals as error bars
   NAME-accuracy.png     `posformer extrapolate --task`: exact match against length per encoding
   NAME-passkey.png      `posformer extend`: passkey retrieval heatmaps (length x depth) per row
   tasks-summary.png     two or more task directories: one panel per task

@@ -9,6 +9,7 @@
 | t5_learned | a trained model's T5 bias | `t5_learned_bias` | `draw_t5_learned` |
 | attention | a trained model's attention map | `attention_map` | `draw_attention` |
 | memory | `bench --memory`: peak memory against length | `memory_curves` | `draw_memory` |
+| doc_tables | a result figure from a page's tables | `lm_tables`, `task_panels` | `lm_figure`, `task_figure` |
 """
 
 from posformer.plots.alibi import alibi_bias_maps, draw_alibi

@@ -9,7 +9,10 @@ from typing import Callable
 
 from posformer.train.write_errors import writing
 from posformer.utils.file_limits import LINE, limited_lines
-from posformer.utils.safe_write import open_append, replacing, write_text_atomic
+from posformer.utils.safe_write import open_append, write_text_atomic
+
+SMOOTH_FROM = 50  # steps from which the loss curve gets a running mean over the raw steps
+SMOOTH_POINTS = 40  # the running mean's window is about 1/SMOOTH_POINTS of the steps
 
 
 def _warn(message: str) -> None:
@@ -76,33 +79,60 @@ def _preview(raw: bytes, width: int = 60) -> str:
     return repr(text if len(text) <= width else text[:width] + "...")
 
 
+def running_mean(values: list[float], window: int) -> list[float]:
+    """The mean of each run of `window` consecutive values (len(values) - window + 1 of them)."""
+    if window < 1 or window > len(values):
+        raise ValueError(f"running_mean: window must be in 1..{len(values)}, got {window}")
+    total, out = sum(values[:window]), []
+    for k in range(window, len(values) + 1):
+        out.append(total / window)
+        if k < len(values):
+            total += values[k] - values[k - window]
+    return out
+
+
 def plot_losses(records: list[dict], path: Path, title: str) -> Path | None:
-    """Training loss (and every eval metric named *loss) against step, as a PNG. None without matplotlib.
+    """Training loss (and every eval metric named *loss) against step, as a PNG in the house style
+    (`utils.figure`). Over `SMOOTH_FROM` steps, each step's loss is drawn faint and a running mean of about
+    1/`SMOOTH_POINTS` of the steps over it, centred on its window. None without matplotlib.
 
     Raises `RunFileError` (naming `path`) when the PNG cannot be written."""
     try:
-        import matplotlib
+        from posformer.utils.figure import PALETTE, line_style, pyplot, save_png
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
     except ImportError:
         return None
     train = [(r["step"], r["loss"]) for r in records if "loss" in r]
     evals = [(r["step"], r["eval"]) for r in records if "eval" in r]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    if train:
-        ax.plot(*zip(*train), label="train loss", linewidth=1)
-    for name in sorted({k for _, e in evals for k in e if k.endswith("loss")}):
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    if len(train) >= SMOOTH_FROM:
+        steps, losses = zip(*train)
+        window = max(2, len(train) // SMOOTH_POINTS)
+        ax.plot(
+            steps, losses, color=PALETTE[0], linestyle="-", linewidth=0.7, alpha=0.35, label="train loss, each step"
+        )
+        middle = window // 2
+        mean = running_mean(list(losses), window)
+        ax.plot(
+            steps[middle : middle + len(mean)],
+            mean,
+            color=PALETTE[0],
+            linestyle="-",
+            linewidth=2.0,
+            label=f"train loss, mean of {window} steps",
+        )
+    elif train:
+        ax.plot(*zip(*train), label="train loss", **line_style(0, len(train)))
+    for k, name in enumerate(sorted({key for _, e in evals for key in e if key.endswith("loss")})):
         points = [(s, e[name]) for s, e in evals if name in e]
-        ax.plot(*zip(*points), marker="o", label=name)
+        ax.plot(*zip(*points), label=name, **line_style(k + 1, len(points)))
     ax.set_xlabel("optimizer step")
-    ax.set_ylabel("loss (nats/token)")
+    ax.set_ylabel("loss (cross-entropy, nats)")
     ax.set_title(title)
-    ax.legend()
+    if train or evals:
+        ax.legend()
     ax.grid(alpha=0.3)
-    try:
-        with writing(path, "the loss curve"), replacing(path) as tmp:
-            fig.savefig(tmp, dpi=120, bbox_inches="tight")
-    finally:
-        plt.close(fig)
+    with writing(path, "the loss curve"):
+        save_png(fig, path)
     return path

@@ -4,8 +4,9 @@
   `PALETTE` with cycling line styles as the default colour cycle).
 - `line_style(i)`: the colour, line style and marker of the i-th line of a plot, so that lines differ in shape
   as well as in colour (`DISTINCT_LINES` of them differ in every pair of the three).
-- `draw_interval_lines(ax, curves)`: lines with a 95% interval at each point as thin error bars, each line's points
-  shifted a little along a log x axis (`dodge_factors`), for plots of many rows whose filled bands would overlap.
+- `draw_interval_lines(ax, curves, styles)`: lines with a 95% interval at each point as thin error bars, each line's
+  points shifted a little along a log x axis (`dodge_factors`, `dodge_limit`), for plots of many rows whose filled
+  bands would overlap.
 - `panel_grid`, `label_outer_panels`, `shared_colorbar`: a grid of heatmaps with one colour bar and axis labels
   only on the outer panels.
 - `save_png(fig, path)`: writes the PNG atomically; before that, every log or symlog axis of the figure (colour
@@ -30,7 +31,14 @@ DISTINCT_LINES = len(PALETTE) * len(LINE_STYLES)
 MARKERS_PER_LINE = 10  # a dense line gets about this many markers, not one per point
 DODGE_STEP = 0.06  # octaves between the points of neighbouring lines at one x (`dodge_factors`)
 DODGE_OCTAVES = 0.3  # the lines' points at one x spread over at most this much of an octave, centred on it
+DODGE_SHARE = 0.4  # ... and over at most this share of the narrowest gap between two x values (in octaves)
 REFERENCE_COLOR = "#666666"  # reference lines (training length, thresholds): grey, thin, dotted
+SHORT_LOG_SPAN = 120.0  # a log axis spanning less than this ratio gets round-number ticks (`plain_log_ticks`)
+# (axis ratio below which, mantissas about evenly spaced on a log scale) of `round_log_ticks`
+ROUND_MANTISSAS = ((12.0, (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8)), (math.inf, (1, 1.5, 2, 3, 5, 7)))
+LINEAR_TICKS_BELOW = 3.0  # a log axis spanning less than this ratio is labelled as a linear one ...
+LINEAR_TICKS = 5  # ... with about this many ticks
+MISSING_COLOR = "#D9D9D9"  # a heatmap cell with no value (NaN, drawn transparent) shows the axes in this grey
 
 FONT_SIZES = {
     "font.size": 11,
@@ -92,23 +100,42 @@ def line_style(index: int, n_points: int | None = None) -> dict:
     return style
 
 
-def dodge_factors(n_lines: int) -> list[float]:
+def dodge_factors(n_lines: int, most: float = DODGE_OCTAVES) -> list[float]:
     """The multiplier of line i's x values on a log axis: 2 ** offset_i, offsets evenly spaced and centred on 0
-    (the points at one x span min(DODGE_STEP * (n_lines - 1), DODGE_OCTAVES) octaves)."""
+    (the points at one x span min(DODGE_STEP * (n_lines - 1), most) octaves)."""
     if n_lines <= 1:
         return [1.0] * n_lines
-    span = min(DODGE_STEP * (n_lines - 1), DODGE_OCTAVES)
+    span = min(DODGE_STEP * (n_lines - 1), most)
     return [2.0 ** (span * (i / (n_lines - 1) - 0.5)) for i in range(n_lines)]
 
 
-def draw_interval_lines(ax, curves: dict[str, list[tuple[float, float, float | None, float | None]]]) -> None:
+def dodge_limit(xs) -> float:
+    """The octaves the points at one x may span so that the groups of neighbouring x values stay apart: at most
+    `DODGE_OCTAVES`, and at most DODGE_SHARE of the narrowest gap between two of the (positive) `xs`."""
+    found = sorted({math.log2(x) for x in xs if x > 0})
+    gaps = [b - a for a, b in zip(found, found[1:])]
+    return min([DODGE_OCTAVES] + [DODGE_SHARE * gap for gap in gaps])
+
+
+def draw_interval_lines(
+    ax,
+    curves: dict[str, list[tuple[float, float, float | None, float | None]]],
+    styles: dict[str, dict] | None = None,
+    dodge: bool | None = None,
+) -> bool:
     """One line per label of {label: [(x, y, low, high)]} (low, high: None where there is no interval), styled by
+    `styles[label]` where given (keyword arguments of `Axes.plot`: color, linestyle, marker, fillstyle), else by
     `line_style`, each interval a thin error bar. Filled bands of a dozen lines overlap into one blot where the lines
-    agree; bars on points shifted apart (`dodge_factors`; the x axis must be logarithmic) stay readable."""
+    agree; bars on points shifted apart (`dodge_factors`; the x axis must be logarithmic) stay readable. `dodge`:
+    whether to shift them (None: when some point has an interval). Whether the points were shifted."""
     labels = [label for label, points in curves.items() if points]
-    for i, (label, factor) in enumerate(zip(labels, dodge_factors(len(labels)))):
+    any_interval = any(p[2] is not None and p[3] is not None for label in labels for p in curves[label])
+    most = dodge_limit([p[0] for label in labels for p in curves[label]])
+    dodge = any_interval if dodge is None else dodge
+    factors = dodge_factors(len(labels), most) if dodge else [1.0] * len(labels)
+    for i, (label, factor) in enumerate(zip(labels, factors)):
         points = curves[label]
-        style = line_style(i)
+        style = (styles or {}).get(label) or line_style(i)
         x = [p[0] * factor for p in points]
         ax.plot(x, [p[1] for p in points], label=label, linewidth=1.4, markersize=4.5, **style)
         banded = [(xi, p) for xi, p in zip(x, points) if p[2] is not None and p[3] is not None]
@@ -123,6 +150,7 @@ def draw_interval_lines(ax, curves: dict[str, list[tuple[float, float, float | N
                 capsize=2.5,
                 alpha=0.8,
             )
+    return dodge and len(labels) > 1
 
 
 def plain_number(value: float) -> str:
@@ -159,13 +187,16 @@ def _formatter_classes():
 
 def plain_log_ticks(ax) -> None:
     """Replace the scientific-notation labels of `ax`'s log and symlog axes by plain numbers: every tick when the
-    ticks were set by hand (`set_xticks(ticks)`), else matplotlib's choice of ticks; explicit labels
-    (`set_xticks(ticks, labels)`) and linear axes are left as they are."""
+    ticks were set by hand (`set_xticks(ticks)`), else matplotlib's choice of ticks, or round numbers on an axis of
+    less than about a decade (`SHORT_LOG_SPAN`); explicit labels (`set_xticks(ticks, labels)`) and linear axes are
+    left as they are."""
     from matplotlib.ticker import FixedLocator, LogFormatter
 
     plain, plain_log = _formatter_classes()
     for axis in (ax.xaxis, ax.yaxis):
         if axis.get_scale() not in ("log", "symlog"):
+            continue
+        if _short_log_axis_ticks(axis, plain):
             continue
         base = axis.get_transform().base
         for formatter, locator, minor in (
@@ -181,6 +212,53 @@ def plain_log_ticks(ax) -> None:
                     base=base, labelOnlyBase=False, minor_thresholds=(2, 0.4) if minor else (1, 0.4)
                 )
             (axis.set_minor_formatter if minor else axis.set_major_formatter)(replacement)
+
+
+def round_log_ticks(low: float, high: float) -> list[float]:
+    """Round numbers between `low` and `high` (0 < low < high) to label a log axis of about two decades or less:
+    every mantissa of `ROUND_MANTISSAS` (the finer set the shorter the axis) x 10^k in range, about evenly spaced
+    on a log scale; over a ratio below `LINEAR_TICKS_BELOW`, the multiples of one step of 1, 2, 2.5 or 5 x 10^k,
+    about `LINEAR_TICKS` of them (a log scale that short is nearly linear)."""
+    if not 0 < low < high:
+        raise ValueError(f"round_log_ticks: expected 0 < low < high, got {low} and {high}")
+    if high / low >= LINEAR_TICKS_BELOW:
+        mantissas = next(m for ratio, m in ROUND_MANTISSAS if high / low < ratio)
+        decades = range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
+        found = (float(f"{m * 10.0**k:.6g}") for k in decades for m in mantissas)
+        return [x for x in found if low <= x <= high]
+    rough = (high - low) / LINEAR_TICKS
+    power = 10.0 ** math.floor(math.log10(rough))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= rough)
+    first = math.ceil(low / step - 1e-9)
+    return [float(f"{k * step:.6g}") for k in range(first, math.floor(high / step + 1e-9) + 1)]
+
+
+def _short_log_axis_ticks(axis, plain) -> bool:
+    """On a base-10 log axis with matplotlib's ticks that spans less than `SHORT_LOG_SPAN` (about two decades), the
+    decades leave a few labelled ticks, often none near most of the data: label round numbers spread over the
+    axis instead (`round_log_ticks`: 12, 15, 20, 25, 30, 40, ...), the minor ticks unlabelled. Whether the axis was
+    changed."""
+    from matplotlib.ticker import Locator, LogLocator, NullFormatter
+
+    class RoundLogLocator(Locator):
+        def __call__(self):
+            return self.tick_values(*self.axis.get_view_interval())
+
+        def tick_values(self, vmin, vmax):
+            low, high = sorted((vmin, vmax))
+            return round_log_ticks(low, high) if 0 < low < high else []
+
+    if axis.get_scale() != "log" or axis.get_transform().base != 10:
+        return False
+    if not isinstance(axis.get_major_locator(), LogLocator):
+        return False
+    low, high = sorted(axis.get_view_interval())
+    if not (0 < low and high / low < SHORT_LOG_SPAN):
+        return False
+    axis.set_major_locator(RoundLogLocator())
+    axis.set_major_formatter(plain())
+    axis.set_minor_formatter(NullFormatter())
+    return True
 
 
 def panel_grid(plt, n_panels: int, columns: int, panel_size: tuple[float, float]):

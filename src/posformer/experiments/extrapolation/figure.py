@@ -11,7 +11,7 @@ from pathlib import Path
 from posformer.experiments.extrapolation.report import eval_sets, ppl_interval_of
 from posformer.experiments.extrapolation.seed_report import curves
 from posformer.experiments.seeds.runs import is_over_seeds, seed_runs
-from posformer.utils.figure import REFERENCE_COLOR, draw_interval_lines, pyplot, save_png
+from posformer.utils.figure import REFERENCE_COLOR, draw_interval_lines, line_style, pyplot, save_png
 
 
 def _curves(results: dict, eval_set: str) -> dict[str, list[tuple[int, float, float | None, float | None]]]:
@@ -33,30 +33,48 @@ def plot(results: dict, path: Path) -> Path:
     """ppl.png: perplexity against eval length (log2 x, log y with plain labels), one line per row with a 95%
     error bar at each point (of one run: the bootstrap over blocks; over seeds: the interval over seeds), one
     panel per eval set."""
-    plt = pyplot()
     cfg = results["config"]
     over_seeds = is_over_seeds(results)
     sets = eval_sets(seed_runs(results)[0] if over_seeds else results)
-    panels = max(1, len(sets))
-    fig, axes = plt.subplots(1, panels, figsize=(6.0 * panels + 2.0, 5.0), squeeze=False, layout="constrained")
-    for ax, name in zip(axes[0], sets):
-        draw_interval_lines(ax, _curves(results, name))
-        ax.axvline(
-            cfg["train_len"], color=REFERENCE_COLOR, lw=1.0, ls=":", label=f"training length L = {cfg['train_len']}"
-        )
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(cfg["eval_lens"], [f"{n:,}" for n in cfg["eval_lens"]])
-        ax.xaxis.set_minor_locator(plt.NullLocator())
-        ax.set_yscale("log")
-        ax.set_xlabel("evaluation length (tokens)")
-        ax.set_ylabel(f"perplexity ({cfg['protocol']})")
-        ax.set_title(f"{name}: trained at L={cfg['train_len']}")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
     bars = (
         f"geometric mean of {len(seed_runs(results))} seeds, bars: 95% interval over seeds"
         if over_seeds
         else "bars: 95% bootstrap interval over blocks"
     )
-    fig.suptitle(f"Perplexity against evaluation length\n({bars}; rows shifted slightly along x)")
+    curves = {name: _curves(results, name) for name in sets}
+    return draw_sets(curves, cfg["train_len"], cfg["eval_lens"], cfg["protocol"], bars, path)
+
+
+def draw_sets(
+    curves: dict[str, dict[str, list[tuple[int, float, float | None, float | None]]]],
+    train_len: int,
+    eval_lens: list[int],
+    protocol: str,
+    bars: str,
+    path: str | Path,
+) -> Path:
+    """One panel per eval set of {set: {row: [(length, ppl, low, high)]}}, as `plot` draws a run; `bars`: what the
+    error bars are, for the title."""
+    plt = pyplot()
+    panels = max(1, len(curves))
+    fig, axes = plt.subplots(1, panels, figsize=(6.0 * panels + 2.0, 5.0), squeeze=False, layout="constrained")
+    names = list(dict.fromkeys(row for rows in curves.values() for row, points in rows.items() if points))
+    styles = {row: line_style(i) for i, row in enumerate(names)}  # a row looks the same in every panel
+    dodge = any(p[2] is not None for rows in curves.values() for points in rows.values() for p in points)
+    shifted = False
+    for ax, (name, rows) in zip(axes[0], curves.items()):
+        shifted |= draw_interval_lines(ax, rows, styles, dodge)
+        ax.axvline(train_len, color=REFERENCE_COLOR, lw=1.0, ls=":", label=f"training length L = {train_len}")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(eval_lens, [f"{n:,}" for n in eval_lens])
+        ax.xaxis.set_minor_locator(plt.NullLocator())
+        ax.set_yscale("log")
+        ax.set_xlabel("evaluation length (tokens)")
+        ax.set_ylabel(f"perplexity ({protocol})")
+        ax.set_title(f"{name}: trained at L={train_len}")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(
+        f"Perplexity against evaluation length\n({bars}{'; rows shifted slightly along x' if shifted else ''})"
+    )
     return save_png(fig, path)

@@ -17,7 +17,8 @@ from posformer.experiments.rows import fit_row, seeded_model
 from posformer.experiments.runner import Runner
 from posformer.experiments.synthetic.dataset import TaskBatches, eval_examples
 from posformer.experiments.synthetic.evaluation import exact_match
-from posformer.experiments.synthetic.report import markdown, plot
+from posformer.experiments.synthetic.figure import plot
+from posformer.experiments.synthetic.report import markdown
 from posformer.experiments.synthetic.settings import TaskSettings, model_config
 from posformer.train.trainer import Trainer, TrainingStopped
 

@@ -1,4 +1,5 @@
-"""The tables and the figure of a task run, and how its ranking compares with Kazemnejad et al. (2023).
+"""The tables of a task run, and how its ranking compares with Kazemnejad et al. (2023); its figures:
+`synthetic.figure`.
 
 The paper ranks five encodings by their accuracy beyond the training lengths and reports each one's mean
 reciprocal rank over its tasks: NoPE 0.69, T5 0.55, ALiBi 0.50, Rotary 0.33, APE 0.22. Here the ranks are
@@ -6,8 +7,6 @@ taken at each evaluation length beyond train_len (ties share the best rank) and 
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from posformer.experiments.tables import markdown_table
 
@@ -72,69 +71,6 @@ def markdown(results: dict) -> str:
             ),
         ]
     return "\n".join(lines) + "\n"
-
-
-def _curves(results: dict) -> dict[str, tuple[list[float], list[float], list[float]] | list[float]]:
-    """{row: accuracies by eval length} of one run; over seeds {row: (means, lows, highs)} (95% over seeds)."""
-    from posformer.experiments.seeds.stats import spread
-
-    lengths = results["config"]["eval_lens"]
-    if "per_seed" not in results:
-        return {
-            row: [r["accuracy"][str(n)] for n in lengths]
-            for row, r in results["rows"].items()
-            if r.get("error") is None
-        }
-    runs = list(results["per_seed"].values())
-    curves = {}
-    for row in runs[0]["rows"]:
-        if any(run["rows"].get(row, {}).get("error", "missing") is not None for run in runs):
-            continue
-        found = [spread([run["rows"][row]["accuracy"][str(n)] for run in runs]) for n in lengths]
-        bands = [f.interval or (f.mean, f.mean) for f in found]
-        curves[row] = ([f.mean for f in found], [max(0.0, b[0]) for b in bands], [min(1.0, b[1]) for b in bands])
-    return curves
-
-
-def _draw(ax, results: dict) -> None:
-    cfg = results["config"]
-    for row, curve in _curves(results).items():
-        if isinstance(curve, tuple):
-            line = ax.plot(cfg["eval_lens"], curve[0], marker="o", ms=3, label=row)[0]
-            ax.fill_between(cfg["eval_lens"], curve[1], curve[2], color=line.get_color(), alpha=0.15, lw=0)
-        else:
-            ax.plot(cfg["eval_lens"], curve, marker="o", ms=3, label=row)
-    ax.axvline(cfg["train_len"], color="grey", lw=0.8, ls=":")
-    ax.set_xlabel(f"{cfg['task']} length n")
-    ax.set_ylabel("exact-match accuracy")
-    ax.set_ylim(-0.02, 1.02)
-    seeds = f", mean of {len(results['per_seed'])} seeds, 95% band" if "per_seed" in results else ""
-    ax.set_title(f"{cfg['task']}: trained at n <= {cfg['train_len']}{seeds}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-
-
-def plot(results: dict, path: Path) -> Path:
-    """accuracy.png: exact-match accuracy against task length, one line per encoding."""
-    from posformer.utils.figure import pyplot, save_png
-
-    fig, ax = pyplot().subplots(figsize=(6.5, 4.5))
-    _draw(ax, results)
-    return save_png(fig, path)
-
-
-def plot_summary(runs: dict[str, dict], path: Path, columns: int = 3) -> Path:
-    """One panel per task run ({name: results}), as `plot` draws each."""
-    from posformer.utils.figure import pyplot, save_png
-
-    lines = -(-len(runs) // columns)
-    fig, axes = pyplot().subplots(lines, columns, figsize=(5 * columns, 3.8 * lines), squeeze=False)
-    for ax in axes.flat[len(runs) :]:
-        ax.set_visible(False)
-    for ax, results in zip(axes.flat, runs.values()):
-        _draw(ax, results)
-    fig.tight_layout()
-    return save_png(fig, path)
 
 
 def summary_markdown(runs: dict[str, dict]) -> str:
