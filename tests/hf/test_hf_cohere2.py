@@ -9,7 +9,7 @@ import torch
 from transformers import Cohere2Config, Cohere2ForCausalLM, Cohere2Model
 
 import posformer as pf
-from hf_oracle import TOLERANCE, assert_to_hf_refuses, check_family, padded_batch, save_hf
+from hf_oracle import TOLERANCE, assert_generates_hf_tokens, assert_to_hf_refuses, check_family, padded_batch, save_hf
 from posformer.hf.cohere2 import config_to_hf
 
 LOCAL, GLOBAL = "sliding_attention", "full_attention"
@@ -69,10 +69,7 @@ def test_against_hf_cohere2_default_pattern_base_model(tmp_path):
 def test_cohere2_generates_hf_tokens_at_short_and_long_inputs(tmp_path):
     hf = _cohere2()
     model = pf.from_hf(save_hf(hf, tmp_path))
-    for length in (6, 24):
-        batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=length).items()}  # full, left-padded
-        expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
-        assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected), length
+    assert_generates_hf_tokens(model, hf, 97, lengths=(6, 24))
 
 
 @torch.no_grad()
@@ -125,6 +122,7 @@ def test_a_logit_scale_is_refused_by_families_without_one(tmp_path):
         ({"scale_tied_head": True, "tie_embeddings": True}, "scale_tied_head=True"),
         ({"type_vocab_size": 2}, "type_vocab_size=2"),
         ({"head": "masked_lm"}, "'masked_lm'"),
+        ({"attn_scale": 0.3}, "attention scale other than head_dim"),
     ],
 )
 def test_to_hf_refuses_what_cohere2_cannot_express(tmp_path, changes, name):

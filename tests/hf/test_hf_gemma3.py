@@ -10,7 +10,7 @@ import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, Gemma3TextModel
 
 import posformer as pf
-from hf_oracle import assert_to_hf_refuses, check_family, padded_batch, save_hf
+from hf_oracle import assert_generates_hf_tokens, assert_to_hf_refuses, check_family, padded_batch, save_hf
 from posformer.hf.gemma3 import config_to_hf
 
 SIZES = dict(
@@ -60,10 +60,7 @@ def test_against_hf_gemma3_default_pattern_base_model(tmp_path):
 def test_gemma3_generates_hf_tokens_at_short_and_long_inputs(tmp_path):
     hf = _gemma3()
     model = pf.from_hf(save_hf(hf, tmp_path))
-    for length in (6, 24):
-        batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=length).items()}  # full, left-padded
-        expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
-        assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected), length
+    assert_generates_hf_tokens(model, hf, 97, lengths=(6, 24))
 
 
 def test_gemma3_writes_its_own_fields_back(tmp_path):

@@ -17,7 +17,7 @@ pytest.importorskip("transformers.models.gemma4", reason="this transformers has 
 from transformers import Gemma4ForCausalLM, Gemma4TextConfig, Gemma4TextModel  # noqa: E402
 
 import posformer as pf  # noqa: E402
-from hf_oracle import assert_to_hf_refuses, check_family, padded_batch, save_hf  # noqa: E402
+from hf_oracle import assert_generates_hf_tokens, assert_to_hf_refuses, check_family, padded_batch, save_hf  # noqa: E402
 
 LOCAL, GLOBAL = "sliding_attention", "full_attention"
 SIZES = dict(
@@ -89,10 +89,7 @@ def test_against_hf_gemma4_values_from_keys(tmp_path):
 def test_gemma4_generates_hf_tokens_at_short_and_long_inputs(tmp_path):
     hf = _gemma4()
     model = pf.from_hf(save_hf(hf, tmp_path))
-    for length in (6, 24):
-        batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=length).items()}  # full, left-padded
-        expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
-        assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected), length
+    assert_generates_hf_tokens(model, hf, 97, lengths=(6, 24))
 
 
 def test_gemma4_writes_its_own_fields_back(tmp_path):

@@ -18,7 +18,7 @@ from transformers import (
 )
 
 import posformer as pf
-from hf_oracle import assert_to_hf_refuses, check_family, padded_batch, save_hf
+from hf_oracle import assert_generates_hf_tokens, assert_to_hf_refuses, check_family, padded_batch, save_hf
 
 SIZES = dict(
     vocab_size=97,
@@ -147,10 +147,7 @@ def test_mistral_generates_hf_tokens_past_its_window(tmp_path):
     holds more keys than the window, the mask hides the older ones."""
     hf = _mistral(4)
     model = pf.from_hf(save_hf(hf, tmp_path))
-    for length in (5, 9):  # the left-padded row: 3 pads, then 2 and 6 tokens
-        batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=length).items()}  # full, left-padded
-        expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
-        assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected), length
+    assert_generates_hf_tokens(model, hf, 97, lengths=(5, 9))  # the left-padded row: 3 pads, then 2 and 6 tokens
 
 
 def _qwen3(**changes) -> Qwen3ForCausalLM:
@@ -189,11 +186,7 @@ def test_qwen3_generates_hf_tokens_at_short_and_long_inputs(tmp_path):
     max_position_embeddings: the tokens of HF's `generate`."""
     hf = _qwen3(max_position_embeddings=32).eval()
     model = pf.from_hf(save_hf(hf, tmp_path))
-    for length in (6, 40):
-        batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=length).items()}  # full, left-padded
-        expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
-        ours = model.generate(**batch, max_new_tokens=8, eos_token_id=[])
-        assert torch.equal(ours, expected), length
+    assert_generates_hf_tokens(model, hf, 97, lengths=(6, 40))
 
 
 def test_against_hf_qwen3_sliding_on_some_layers(tmp_path):
@@ -242,9 +235,7 @@ def test_against_hf_qwen2_sliding_window_on_some_layers(tmp_path, max_window_lay
 def test_qwen2_with_windows_on_some_layers_generates_hf_tokens(tmp_path):
     hf = _qwen2_windowed(1)
     model = pf.from_hf(save_hf(hf, tmp_path))
-    batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=9).items()}
-    expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
-    assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected)
+    assert_generates_hf_tokens(model, hf, 97, lengths=(9,))
 
 
 TEMPERATURE = {"scale": 0.1, "floor_size": 4}

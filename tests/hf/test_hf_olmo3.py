@@ -13,7 +13,14 @@ import torch
 from transformers import Olmo3Config, Olmo3ForCausalLM, Olmo3Model
 
 import posformer as pf
-from hf_oracle import TRANSFORMERS_5, assert_same_outputs, check_family, padded_batch, save_hf
+from hf_oracle import (
+    TRANSFORMERS_5,
+    assert_generates_hf_tokens,
+    assert_same_outputs,
+    check_family,
+    padded_batch,
+    save_hf,
+)
 from posformer.hf.olmo3 import config_to_hf
 
 LOCAL, GLOBAL = "sliding_attention", "full_attention"
@@ -85,10 +92,7 @@ def test_against_hf_olmo3_default_pattern_base_model(tmp_path):
 def test_olmo3_generates_hf_tokens_at_short_and_long_inputs(tmp_path):
     hf = _olmo3()
     model = pf.from_hf(save_hf(hf, tmp_path))
-    for length in (6, 24):
-        batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=length).items()}  # full, left-padded
-        expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
-        assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected), length
+    assert_generates_hf_tokens(model, hf, 97, lengths=(6, 24))
 
 
 def test_olmo3_writes_its_own_fields_back(tmp_path):
@@ -155,6 +159,13 @@ def test_olmo3_reads_v4_keys_as_their_writer_meant(tmp_path, writer, theta):
     path.write_text(json.dumps({**flat, "rope_parameters": {"rope_theta": 100.0}, "transformers_version": "5.24.0"}))
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match="rope_parameters=.*not keyed by layer type"):
         pf.from_hf(tmp_path / "v4")
+
+
+def test_olmo3_export_refuses_an_attention_scale_of_its_own(tmp_path):
+    """Olmo3Config has no attention scale: HF's Olmo 3 always uses head_dim ** -0.5."""
+    model = pf.from_hf(save_hf(_olmo3(), tmp_path / "hf"))
+    with pytest.raises(pf.hf.UnsupportedCheckpoint, match="attention scale other than head_dim"):
+        pf.to_hf(pf.Transformer(model.cfg.replace(attn_scale=0.3)), tmp_path / "out")
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 import posformer as pf
-from hf_oracle import assert_same_outputs, check_family, padded_batch, save_hf
+from hf_oracle import assert_generates_hf_tokens, assert_same_outputs, check_family, padded_batch, save_hf
 
 QWEN3_5 = hasattr(transformers, "Qwen3_5TextConfig")
 needs_qwen3_5 = pytest.mark.skipif(not QWEN3_5, reason=f"transformers {transformers.__version__} has no Qwen3.5")
@@ -122,10 +122,7 @@ def test_qwen3_5_generates_hf_tokens(tmp_path):
     """From a full and a left-padded prompt, with the cache, at 6 tokens and at 70 (past a chunk)."""
     hf = _qwen3_5(attention_bias=True)
     model = pf.from_hf(save_hf(hf, tmp_path))
-    for length in (6, 70):
-        batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=length).items()}  # full, left-padded
-        expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
-        assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected), length
+    assert_generates_hf_tokens(model, hf, 97, lengths=(6, 70))
 
 
 @needs_qwen3_5

@@ -12,7 +12,7 @@ from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VL
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextModel
 
 import posformer as pf
-from hf_oracle import assert_same_outputs, check_family, padded_batch, round_trip, save_hf
+from hf_oracle import assert_generates_hf_tokens, assert_same_outputs, check_family, padded_batch, round_trip, save_hf
 from posformer.hf.family import UnsupportedCheckpoint
 
 V5 = int(transformers.__version__.split(".")[0]) >= 5
@@ -133,9 +133,7 @@ def _qwen3_vl_with_head(tmp_path) -> tuple[Qwen3VLForConditionalGeneration, pf.T
 def test_qwen3_vl_text_generates_hf_tokens_from_text_ids(tmp_path):
     """A full and a left-padded prompt: HF's positions count real tokens on all three axes alike."""
     hf, model = _qwen3_vl_with_head(tmp_path)
-    batch = {key: value[[0, 2]] for key, value in padded_batch(97).items()}
-    expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
-    assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected)
+    assert_generates_hf_tokens(model, hf, 97, lengths=(11,))
 
 
 def test_qwen3_vl_text_generates_hf_tokens_after_an_image(tmp_path):

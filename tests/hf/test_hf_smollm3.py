@@ -9,7 +9,7 @@ import torch
 from transformers import SmolLM3Config, SmolLM3ForCausalLM
 
 import posformer as pf
-from hf_oracle import check_family, padded_batch, save_hf
+from hf_oracle import assert_generates_hf_tokens, check_family, padded_batch, save_hf
 from posformer.hf.llama import config_to_hf
 
 SIZES = dict(
@@ -52,10 +52,7 @@ def test_against_hf_smollm3_explicit_nope_layers_with_windows(tmp_path):
 def test_smollm3_generates_hf_tokens_at_short_and_long_inputs(tmp_path):
     hf = _smollm3(no_rope_layers=[1, 0, 1, 0])
     model = pf.from_hf(save_hf(hf, tmp_path))
-    for length in (6, 24):
-        batch = {key: value[[0, 2]] for key, value in padded_batch(97, length=length).items()}  # full, left-padded
-        expected = hf.generate(**batch, max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)
-        assert torch.equal(model.generate(**batch, max_new_tokens=8, eos_token_id=[]), expected), length
+    assert_generates_hf_tokens(model, hf, 97, lengths=(6, 24))
 
 
 def test_a_nope_layer_is_refused_by_families_without_them():

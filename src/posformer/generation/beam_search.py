@@ -114,12 +114,13 @@ def beam_search(state: Decoding, plan: Plan) -> tuple[Tensor, Tensor, Tensor]:
     scores[:, 0] = 0.0
     done = torch.zeros(batch, dtype=torch.bool, device=device)
     rows = torch.arange(batch, device=device)[:, None] * num_beams
+    beam_prefix = prefix.repeat_interleave(num_beams, dim=0)  # (B * num_beams, T)
 
     logits = state.start().repeat_interleave(num_beams, dim=0)
     state.reorder(torch.arange(batch, device=device).repeat_interleave(num_beams))
     for step in range(max_new_tokens):
         length = step + 1  # new tokens in every candidate
-        sequences = torch.cat((prefix.repeat_interleave(num_beams, dim=0), running.flatten(0, 1)), dim=1)
+        sequences = torch.cat((beam_prefix, running.flatten(0, 1)), dim=1)
         log_probs = plan.processors(torch.log_softmax(logits, dim=-1), sequences, step)
         plan.recorder.add(log_probs, logits)
         log_probs = log_probs.view(batch, num_beams, -1) + scores[:, :, None]

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from posformer.config import Config
 from posformer.hf.family import Family, register, unsupported
 from posformer.hf.layer_kinds import GLOBAL, LOCAL, layer_types_from_hf, layers_to_hf
-from posformer.hf.layout import require_decoder_layout
+from posformer.hf.layout import require_decoder_layout, require_default_scale
 from posformer.hf.llama import (
     GATED,
     HIDDEN_ACT,
@@ -108,8 +108,7 @@ def config_to_hf(cfg: Config) -> dict:
         )
     if cfg.qkv_bias != cfg.attn_out_bias or cfg.ffn_bias:
         raise unsupported(MODEL_TYPE, "attention biases on some projections only, or FFN biases (to_hf)")
-    if abs(cfg.scale - cfg.head_dim**-0.5) > 1e-12:
-        raise unsupported(MODEL_TYPE, f"an attention scale other than head_dim ** -0.5: {cfg.scale} (to_hf)")
+    require_default_scale(cfg, MODEL_TYPE)
     require_decoder_layout(cfg, MODEL_TYPE, norm="layernorm", parallel_residual=True)
     return {
         **llama_like_to_hf(cfg, MODEL_TYPE, "Cohere2"),

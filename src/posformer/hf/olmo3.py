@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from posformer.config import Config
 from posformer.hf.family import Family, register, unsupported
 from posformer.hf.layer_kinds import GLOBAL, LOCAL, layer_types_from_hf, layers_to_hf
-from posformer.hf.layout import require_fields, require_head
+from posformer.hf.layout import require_default_scale, require_fields, require_head
 from posformer.hf.llama import (
     GATED,
     HIDDEN_ACT,
@@ -169,8 +169,7 @@ def config_to_hf(cfg: Config) -> dict:
     )
     if cfg.activation not in HIDDEN_ACT or cfg.position_params.get("layout") != "half":
         raise unsupported(MODEL_TYPE, "a FFN other than a gated one, or RoPE's interleaved layout (to_hf)")
-    if abs(cfg.scale - cfg.head_dim**-0.5) > 1e-12:
-        raise unsupported(MODEL_TYPE, f"an attention scale other than head_dim ** -0.5: {cfg.scale} (to_hf)")
+    require_default_scale(cfg, MODEL_TYPE)
     layers, local = _layers_to_hf(cfg)
     unscaled = {**cfg.position_params, "scaling": None}
     rope = rope_to_hf(cfg) if local is None or local == unscaled else _nested_rope(cfg, local)
