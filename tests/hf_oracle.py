@@ -97,6 +97,20 @@ def assert_generates_hf_tokens(
         assert torch.equal(ours, expected), f"prompt of {length} tokens"
 
 
+# the fields a family with one full attention per layer, no QK-norm and a plain head has no key for, each with
+# the name its refusal gives: the seq2seq families' (T5, Marian) shared part, then the decoder-only families'
+PLAIN_STACK_REFUSALS = [
+    ({"qk_norm": True}, "qk_norm=True"),
+    ({"sliding_window": 4}, "sliding_window=4"),
+    ({"head_transform": True}, "head_transform=True"),
+    ({"query_temperature": {"scale": 0.1, "floor_size": 4}}, "query_temperature="),
+]
+PLAIN_DECODER_REFUSALS = PLAIN_STACK_REFUSALS + [
+    ({"layer_types": ["full_attention", "nope"], "layer_settings": {"nope": {"position": "none"}}}, "layer_types="),
+    ({"n_decoder_layers": 1}, "decoder_layers=1"),
+]
+
+
 def assert_to_hf_refuses(cfg: pf.Config, changes: dict, name: str, directory: Path) -> None:
     """`pf.to_hf` of a model of `cfg` with `changes` raises `UnsupportedCheckpoint` naming `name` (a pattern)."""
     with pytest.raises(pf.hf.UnsupportedCheckpoint, match=name):

@@ -9,7 +9,15 @@ from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model
 
 import posformer as pf
 from hf_noise import perturb_constants
-from hf_oracle import assert_same_outputs, assert_to_hf_refuses, check_family, padded_batch, round_trip, save_hf
+from hf_oracle import (
+    PLAIN_DECODER_REFUSALS,
+    assert_same_outputs,
+    assert_to_hf_refuses,
+    check_family,
+    padded_batch,
+    round_trip,
+    save_hf,
+)
 
 SIZES = dict(
     vocab_size=97,
@@ -98,17 +106,7 @@ def test_gpt2_export_refuses_rope(tmp_path):
         pf.to_hf(pf.Transformer(cfg), tmp_path)
 
 
-@pytest.mark.parametrize(
-    "changes, name",
-    [
-        ({"qk_norm": True}, "qk_norm=True"),
-        ({"sliding_window": 4}, "sliding_window=4"),
-        ({"layer_types": ["full_attention", "nope"], "layer_settings": {"nope": {"position": "none"}}}, "layer_types="),
-        ({"head_transform": True}, "head_transform=True"),
-        ({"query_temperature": {"scale": 0.1, "floor_size": 4}}, "query_temperature="),
-        ({"n_decoder_layers": 1}, "decoder_layers=1"),
-    ],
-)
+@pytest.mark.parametrize("changes, name", PLAIN_DECODER_REFUSALS)
 def test_to_hf_refuses_what_gpt2_cannot_express(tmp_path, changes, name):
     """Fields GPT2Config has no key for: every layer one full attention without QK-norm, a plain LM head."""
     cfg = pf.from_hf(save_hf(_gpt2(), tmp_path / "hf")).cfg

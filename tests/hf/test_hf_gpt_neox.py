@@ -8,7 +8,7 @@ from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, GPTNeoXModel
 
 import posformer as pf
 from hf_noise import perturb_constants
-from hf_oracle import assert_to_hf_refuses, check_family, padded_batch, save_hf
+from hf_oracle import PLAIN_DECODER_REFUSALS, assert_to_hf_refuses, check_family, padded_batch, save_hf
 from posformer.hf.qkv_layout import ours_to_per_head, per_head_to_ours
 
 SIZES = dict(
@@ -76,17 +76,7 @@ def test_gpt_neox_unknown_activation_is_refused(tmp_path):
         pf.from_hf(tmp_path)
 
 
-@pytest.mark.parametrize(
-    "changes, name",
-    [
-        ({"qk_norm": True}, "qk_norm=True"),
-        ({"sliding_window": 4}, "sliding_window=4"),
-        ({"layer_types": ["full_attention", "nope"], "layer_settings": {"nope": {"position": "none"}}}, "layer_types="),
-        ({"head_transform": True}, "head_transform=True"),
-        ({"query_temperature": {"scale": 0.1, "floor_size": 4}}, "query_temperature="),
-        ({"n_decoder_layers": 1}, "decoder_layers=1"),
-    ],
-)
+@pytest.mark.parametrize("changes, name", PLAIN_DECODER_REFUSALS)
 def test_to_hf_refuses_what_gpt_neox_cannot_express(tmp_path, changes, name):
     """Fields GPTNeoXConfig has no key for: every layer one full attention without QK-norm, a plain LM head."""
     cfg = pf.from_hf(save_hf(_neox(), tmp_path / "hf")).cfg

@@ -12,6 +12,7 @@ from transformers import MarianConfig, MarianModel, MarianMTModel
 
 import posformer as pf
 from hf_oracle import (
+    PLAIN_STACK_REFUSALS,
     TRANSFORMERS_5,
     assert_same_outputs,
     assert_to_hf_refuses,
@@ -206,16 +207,7 @@ def test_marian_greedy_generation_matches_transformers(tmp_path):
     assert torch.equal(ours, theirs)
 
 
-@pytest.mark.parametrize(
-    "changes, name",
-    [
-        ({"norm_eps": 1e-6}, "norm_eps=1e-06"),
-        ({"qk_norm": True}, "qk_norm=True"),
-        ({"sliding_window": 4}, "sliding_window=4"),
-        ({"head_transform": True}, "head_transform=True"),
-        ({"query_temperature": {"scale": 0.1, "floor_size": 4}}, "query_temperature="),
-    ],
-)
+@pytest.mark.parametrize("changes, name", [({"norm_eps": 1e-6}, "norm_eps=1e-06")] + PLAIN_STACK_REFUSALS)
 def test_to_hf_refuses_what_marian_has_no_key_for(tmp_path, changes, name):
     """Marian's LayerNorms keep torch's eps of 1e-5 (its config has none); no QK-norm, window or head transform."""
     cfg = pf.from_hf(save_hf(_marian(), tmp_path / "hf")).cfg

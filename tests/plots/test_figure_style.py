@@ -32,20 +32,9 @@ def contrast_on_white(hex_colour: str) -> float:
 
 
 @pytest.fixture
-def drawn(monkeypatch) -> list:
+def drawn(keep_drawn) -> list:
     """The figures the drawing functions save, kept (drawn again after saving) for inspection."""
-    figures = []
-    real_save = figure.save_png
-
-    def keep(fig, path):
-        out = real_save(fig, path)
-        fig.canvas.draw()
-        figures.append(fig)
-        return out
-
-    for module in (alibi, attention, memory, rope, t5_buckets, t5_learned, lm_figure):
-        monkeypatch.setattr(module, "save_png", keep)
-    return figures
+    return keep_drawn(alibi, attention, memory, rope, t5_buckets, t5_learned, lm_figure)
 
 
 def data_lines(ax) -> list:

@@ -28,20 +28,9 @@ T_975_2DF = 4.302652729911275  # Student's t, 97.5% quantile, 2 degrees of freed
 
 
 @pytest.fixture
-def drawn(monkeypatch) -> list:
+def drawn(keep_drawn) -> list:
     """The figures the drawing functions save, kept (drawn again after saving) for inspection."""
-    figures = []
-    real_save = figure.save_png
-
-    def keep(fig, path):
-        out = real_save(fig, path)
-        fig.canvas.draw()
-        figures.append(fig)
-        return out
-
-    for module in (extend_figure, lm_figure, task_figure, figure):
-        monkeypatch.setattr(module, "save_png", keep)
-    return figures
+    return keep_drawn(extend_figure, lm_figure, task_figure, figure)
 
 
 def data_lines(ax) -> list:

@@ -30,23 +30,14 @@ def causal_lm_fields(
     )
 
 
-def gated_decoder_fields(
-    hf: dict,
-    model_type: str,
-    *,
-    norm_eps: float,
-    bos_token_id: int | None = None,
-    eos_token_id: int | list[int] | None = None,
-) -> dict:
-    """A pre-RMSNorm decoder with a gated feed-forward of `hidden_act` and no FFN biases (Mixtral, Qwen3-MoE,
-    GLM-4.5, Llama 4): its sizes (GQA, `head_dim` when given), the norm (`rms_norm_eps`, else `norm_eps`), the
-    activation (another than silu, gelu or relu refused by name), attention dropout, and `causal_lm_fields`. The
-    position encoding, `d_ff` and the attention biases are the family's own."""
+def gated_layer_fields(hf: dict, model_type: str, *, norm_eps: float) -> dict:
+    """The sizes (GQA, `head_dim` when given), the pre-RMSNorm (`rms_norm_eps`, else `norm_eps`), the gated
+    feed-forward's activation (another than silu, gelu or relu refused by name) and attention dropout of a LLaMA-like
+    stack of layers, decoder or encoder (EuroBERT)."""
     activation = hf.get("hidden_act", "silu")
     if activation not in GATED:
         raise unsupported(model_type, f"hidden_act={activation!r} (supported: {', '.join(GATED)})")
     return dict(
-        arch="decoder",
         vocab_size=hf["vocab_size"],
         d_model=hf["hidden_size"],
         n_layers=hf["num_hidden_layers"],
@@ -58,6 +49,23 @@ def gated_decoder_fields(
         norm_placement="pre",
         activation=GATED[activation],
         attention_dropout=hf.get("attention_dropout", 0.0),
+    )
+
+
+def gated_decoder_fields(
+    hf: dict,
+    model_type: str,
+    *,
+    norm_eps: float,
+    bos_token_id: int | None = None,
+    eos_token_id: int | list[int] | None = None,
+) -> dict:
+    """A pre-RMSNorm decoder with a gated feed-forward of `hidden_act` and no FFN biases (Mixtral, Qwen3-MoE,
+    GLM-4.5, Llama 4): `gated_layer_fields` and `causal_lm_fields`. The position encoding, `d_ff` and the attention
+    biases are the family's own."""
+    return dict(
+        arch="decoder",
+        **gated_layer_fields(hf, model_type, norm_eps=norm_eps),
         ffn_bias=False,
         **causal_lm_fields(hf, model_type, bos_token_id=bos_token_id, eos_token_id=eos_token_id),
     )

@@ -22,7 +22,7 @@ import math
 from posformer.config import Config
 from posformer.hf.decoder_fields import causal_lm_fields
 from posformer.hf.family import Family, register, unsupported
-from posformer.hf.layout import require_fields, require_head
+from posformer.hf.layout import require_decoder_layout
 from posformer.hf.llama import GATED, HIDDEN_ACT, decoder_rules, ignore, llama_like_to_hf
 from posformer.hf.mapping import Rule, fused_linear, linear, norm
 from posformer.hf.rope import rope_params, rope_to_hf, scaling_dict
@@ -110,28 +110,8 @@ def config_from_hf(hf: dict) -> Config:
 
 
 def config_to_hf(cfg: Config) -> dict:
-    require_head(cfg, MODEL_TYPE)
-    require_fields(
-        cfg,
-        MODEL_TYPE,
-        arch="decoder",
-        decoder_layers=cfg.n_layers,
-        position="rope",
-        norm="rmsnorm",
-        norm_placement="pre",
-        use_final_norm=True,
-        embed_norm=False,
-        first_attn_norm=True,
-        parallel_residual=False,
-        ffn_bias=False,
-        attn_out_bias=cfg.qkv_bias,
-        scale_embeddings=False,
-        type_vocab_size=0,
-        head_bias=False,
-        head_transform=False,
-        scale_tied_head=False,
-        sliding_window=None,
-        layer_types=None,
+    require_decoder_layout(
+        cfg, MODEL_TYPE, ffn_bias=False, attn_out_bias=cfg.qkv_bias, sliding_window=None, layer_types=None
     )
     latent = cfg.latent_attention
     if latent is None:

@@ -13,9 +13,10 @@ config class's default.
 from __future__ import annotations
 
 from posformer.config import Config
+from posformer.hf.decoder_fields import gated_layer_fields
 from posformer.hf.family import Family, architecture, register, unsupported
 from posformer.hf.layout import require_default_scale, require_fields
-from posformer.hf.llama import GATED, HIDDEN_ACT, first_token_id, layer_norms, llama_like_to_hf, separate_projections
+from posformer.hf.llama import HIDDEN_ACT, first_token_id, layer_norms, llama_like_to_hf, separate_projections
 from posformer.hf.mapping import Rule, linear, norm, same
 from posformer.hf.rope import rope_params, rope_to_hf
 
@@ -27,27 +28,14 @@ HEAD_CLASSES = {head: name for name, head in HEADS.items()}
 def config_from_hf(hf: dict) -> Config:
     if hf.get("pretraining_tp", 1) not in (1, None):
         raise unsupported(MODEL_TYPE, f"tensor-parallel slicing pretraining_tp={hf['pretraining_tp']}")
-    act = hf.get("hidden_act", "silu")
-    if act not in GATED:
-        raise unsupported(MODEL_TYPE, f"hidden_act={act!r} (supported: {', '.join(GATED)})")
     attention_bias, mlp_bias = bool(hf.get("attention_bias", False)), bool(hf.get("mlp_bias", False))
     return Config(
         arch="encoder",
-        vocab_size=hf["vocab_size"],
-        d_model=hf["hidden_size"],
-        n_layers=hf["num_hidden_layers"],
-        n_heads=hf["num_attention_heads"],
-        n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
-        d_head=hf.get("head_dim"),
+        **gated_layer_fields(hf, MODEL_TYPE, norm_eps=1e-5),
         d_ff=hf["intermediate_size"],
         position="rope",
         position_params=rope_params(hf),
         max_positions=hf.get("max_position_embeddings", 8192),
-        norm="rmsnorm",
-        norm_eps=hf.get("rms_norm_eps", 1e-5),
-        norm_placement="pre",
-        activation=GATED[act],
-        attention_dropout=hf.get("attention_dropout", 0.0),
         qkv_bias=attention_bias,
         attn_out_bias=attention_bias,
         ffn_bias=mlp_bias,

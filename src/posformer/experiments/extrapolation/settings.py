@@ -87,13 +87,12 @@ PRESETS: dict[str, dict[str, Any]] = {  # each: what differs from the defaults
     ),
     # which encodings retrieve past L: the passkey source recipe of docs/longeval.md (`runs/pk128`: 600 steps of
     # packed copies, then book windows with 20% passkey prompts) for every row, scored at L, 2L, 4L and 8L on the
-    # passkey grid by depth, the suite's single needles and the held-out books' perplexity. 4,000 steps, not pk128's
-    # 6,000: about 15 minutes a RoPE row on 2 idle threads (pk128: 0.23 s a step); whether 4,000 keep passkey >= 0.9
-    # at L is for the runs to show (docs/longeval.md)
+    # passkey grid by depth, the suite's single needles and the held-out books' perplexity. pk128's 6,000 steps:
+    # 4,000 left RoPE at passkey 0.80 at L, under the 0.9 gate (runs/retrieval-check, docs/longeval.md)
     "retrieval": dict(
         positions=["none", "rope", "alibi", "t5", "fire", "kerple", "fox", "stick_breaking"],
         rope_scalings=["yarn"],
-        steps=4000,
+        steps=6000,
         batch_size=16,
         lr=5e-3,
         warmup=200,
