@@ -23,6 +23,7 @@ FIGURES = DOCS / "figures"
 REDRAWN = [
     ("extrapolation_bytes_seeds.png", "extrapolation.md", "lm-bytes", lm_figure),
     ("extrapolation_bytes_2024_seeds.png", "extrapolation.md", "lm-bytes-2024", lm_figure),
+    ("extrapolation_bytes_2026_seeds.png", "extrapolation.md", "lm-bytes-2026", lm_figure),
     ("extrapolation_gpu.png", "results/extrapolate-gpu-400-steps.md", None, lm_figure),
     ("tasks_quick_seeds.png", "tasks.md", "tasks-quick", task_figure),
 ]
