@@ -18,8 +18,9 @@ TINY_TASK = ["--task", "copy", "--positions", "none,rope", "--no-progress", "--s
 
 def test_seeds_are_a_count_from_seed_or_a_list() -> None:
     assert parse_seeds("3", 5) == [5, 6, 7] and parse_seeds("0, 4,2", 9) == [0, 4, 2]
+    assert parse_seeds("0,", 9) == [0] and parse_seeds("1", 4) == [4]
     for bad, why in (
-        ("0", "a count >= 1"),
+        ("0", "a count is at least 1; seed 0 alone is the list '0,'"),
         ("a,b", "comma-separated seeds"),
         ("1,1", "listed twice"),
         ("-1,2", ">= 0"),

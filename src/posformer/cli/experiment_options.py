@@ -25,7 +25,7 @@ class ExperimentRunOptions:
     seeds: str | None = option(
         None,
         "run the whole experiment once per seed, each into OUTPUT/seed-S/, and report every measure as its mean "
-        "over seeds with a 95% interval: N (the seeds --seed .. --seed + N - 1) or a list (0,1,2)",
+        "over seeds with a 95% interval: N (the seeds --seed .. --seed + N - 1) or a list (0,1,2; one seed: 2,)",
         metavar="N|S,S,...",
     )
     progress: bool = option(True, "no progress bars", flag="--no-progress")

@@ -25,15 +25,20 @@ SEED_DIR_PREFIX = "seed-"
 
 
 def parse_seeds(text: str, first: int) -> list[int]:
-    """--seeds: 'N' (the seeds first .. first + N - 1) or a comma-separated list of distinct seeds ('0,1,2')."""
+    """--seeds: 'N' (the seeds first .. first + N - 1) or a comma-separated list of distinct seeds ('0,1,2'; one
+    seed alone as a list: '2,')."""
     parts = [part.strip() for part in str(text).split(",") if part.strip()]
     try:
         numbers = [int(part) for part in parts]
     except ValueError:
         raise ValueError(f"--seeds {text!r}: expected a count (3) or comma-separated seeds (0,1,2)") from None
-    if not numbers or any(n < 0 for n in numbers) or (len(numbers) == 1 and numbers[0] < 1):
+    if not numbers or any(n < 0 for n in numbers):
         raise ValueError(f"--seeds {text!r}: expected a count >= 1 or seeds >= 0")
-    seeds = list(range(first, first + numbers[0])) if len(numbers) == 1 else numbers
+    is_list = "," in str(text)
+    if not is_list and numbers[0] < 1:
+        one = numbers[0]
+        raise ValueError(f"--seeds {text!r}: a count is at least 1; seed {one} alone is the list '{one},'")
+    seeds = numbers if is_list else list(range(first, first + numbers[0]))
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"--seeds {text!r}: a seed is listed twice")
     return seeds
