@@ -36,7 +36,7 @@ Presets (every knob can be overridden by its flag or by --set KEY=VALUE):
          5000 steps of 32 x 512 tokens, bf16 on CUDA.
   retrieval  which encodings use the context past L: the passkey source recipe of docs/longeval.md
          (L=128, d_model 128, 4 layers, vocab 2048 with digits split, smeared keys, 600 steps of
-         packed copies, then 20% passkey prompts; 6000 steps) for none, rope (+yarn at eval time),
+         packed copies, then 30% passkey prompts; 6000 steps) for none, rope (+yarn at eval time),
          alibi, t5, fire, kerple, fox and stick_breaking; each row scored at L, 2L, 4L and 8L on
          passkey exact match by depth (keys within the last L tokens and further back apart), the
          suite's single needles and perplexity; past L a row counts only if it retrieves at L
