@@ -21,17 +21,19 @@ TINY = [
 ]  # fmt: skip
 
 
-def test_the_preset_is_pk128s_recipe_at_l_2l_4l_and_8l_with_every_row_the_issue_names():
+def test_the_preset_is_pk128s_recipe_with_30pct_passkey_at_l_2l_4l_and_8l_with_every_row_the_issue_names():
+    """pk128's 6,000 steps and warm-up, 30% passkey prompts (20% left RoPE under the gate: docs/longeval.md)."""
     s = ExtrapolationSettings.preset("retrieval")
     assert (s.train_len, s.eval_lens, s.d_model, s.layers, s.heads, s.vocab_size) == (128, [128, 256, 512, 1024],
                                                                                     128, 4, 4, 2048)  # fmt: skip
-    assert (s.lr, s.warmup, s.split_digits, s.key_smear, s.copy_warmup, s.passkey_fraction) == (
+    assert (s.steps, s.lr, s.warmup, s.split_digits, s.key_smear, s.copy_warmup, s.passkey_fraction) == (
+        6000,
         5e-3,
         200,
         True,
         True,
         600,
-        0.2,
+        0.3,
     )
     assert s.positions == ["none", "rope", "alibi", "t5", "fire", "kerple", "fox", "stick_breaking"]
     assert s.rope_scalings == ["yarn"] and s.retrieval_trials == 20 and s.retrieval_gate == 0.9

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import posformer as pf
+from figure_capture import keep_saved_figures
 from posformer import plots
 from posformer.experiments.extrapolation import figure as lm_figure
 from posformer.plots import alibi, attention, memory, rope, t5_buckets, t5_learned
@@ -32,9 +33,9 @@ def contrast_on_white(hex_colour: str) -> float:
 
 
 @pytest.fixture
-def drawn(keep_drawn) -> list:
+def drawn(monkeypatch) -> list:
     """The figures the drawing functions save, kept (drawn again after saving) for inspection."""
-    return keep_drawn(alibi, attention, memory, rope, t5_buckets, t5_learned, lm_figure)
+    return keep_saved_figures(monkeypatch, alibi, attention, memory, rope, t5_buckets, t5_learned, lm_figure)
 
 
 def data_lines(ax) -> list:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from figure_capture import keep_saved_figures
 from posformer.experiments.doc_blocks import read_block
 from posformer.experiments.extension import figure as extend_figure
 from posformer.experiments.extension.suite import effective_lengths
@@ -28,9 +29,9 @@ T_975_2DF = 4.302652729911275  # Student's t, 97.5% quantile, 2 degrees of freed
 
 
 @pytest.fixture
-def drawn(keep_drawn) -> list:
+def drawn(monkeypatch) -> list:
     """The figures the drawing functions save, kept (drawn again after saving) for inspection."""
-    return keep_drawn(extend_figure, lm_figure, task_figure, figure)
+    return keep_saved_figures(monkeypatch, extend_figure, lm_figure, task_figure, figure)
 
 
 def data_lines(ax) -> list:
