@@ -27,14 +27,13 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=20)
     args = parser.parse_args()
     model = pf.load(args.run).eval()
-    checkpoint = sorted((args.run / "checkpoints").glob("step-*"))[-1]
-    tokenizer = load_text_tokenizer(checkpoint)
+    tokenizer = load_text_tokenizer(args.run)
     keys = random_keys(args.keys, 7)
     window = args.train_len
     with torch.no_grad():
         for length in (window, 2 * window):
             for depth in (0.75, 1.0):
-                right = torch.zeros(0)
+                right = torch.zeros(0, dtype=torch.long)
                 key_mass, far_mass, first_mass = (torch.zeros(model.cfg.n_layers) for _ in range(3))
                 for key in keys:
                     prompt = passkey_prompt(tokenizer.encode, length, depth, key)
@@ -43,7 +42,7 @@ def main() -> None:
                     out = model(prompt.ids[None], output_attentions=True)
                     at = torch.arange(prompt.answer_start - 1, len(prompt.ids) - 1)
                     hits = (out.logits[0, at].argmax(-1) == prompt.ids[at + 1]).int()
-                    right = hits if right.numel() == 0 else right + hits
+                    right = hits if right.numel() == 0 else right + hits  # (answer tokens,)
                     question = prompt.answer_start - 1
                     for layer, weights in enumerate(out.attentions):
                         row = weights[0, :, question].float().mean(0)
