@@ -1,0 +1,68 @@
+"""Which keys a model reads: passkey exact match by the shape of the key, at L and 4L.
+
+    .venv/bin/python docs/results/probe_passkey_keys.py RUN/rows/ROW [--train-len 128] [--keys 300]
+
+A model that copies a key by content alone, writing after each digit the digit that followed it in the key line,
+cannot tell two occurrences of a digit apart: it fails exactly the keys in which one digit is followed by two
+different digits ("ambiguous", e.g. 46044: 4 is followed by 6 and by 4). The keys (5 digits, each its own token
+in the preset's BPE) are split into: all digits distinct; a digit recurs but each digit has one successor in the
+key (e.g. 24933, 34101); ambiguous. Prompts of `experiments.passkey` at depth 0.5, scored teacher-forced as the
+passkey score; the keys from one seeded draw (seed 123), so not the preset's evaluation keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+import posformer as pf
+from posformer.experiments.passkey import passkey_prompt, random_keys
+from posformer.loading import load_text_tokenizer
+
+SHAPES = ("distinct digits", "a digit recurs, one successor each", "ambiguous: a digit with two successors")
+
+
+def key_shape(key: str) -> str:
+    """One of SHAPES for a key of digits."""
+    if len(set(key)) == len(key):
+        return SHAPES[0]
+    successors: dict[str, set[str]] = {}
+    for digit, following in zip(key, key[1:]):
+        successors.setdefault(digit, set()).add(following)
+    return SHAPES[2] if any(len(after) > 1 for after in successors.values()) else SHAPES[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path)
+    parser.add_argument("--train-len", type=int, default=128)
+    parser.add_argument("--keys", type=int, default=300)
+    args = parser.parse_args()
+    model = pf.load(args.run).eval()
+    tokenizer = load_text_tokenizer(args.run)
+    keys = random_keys(args.keys, 123)
+    lengths = (args.train_len, 4 * args.train_len)
+    right = {(shape, length): 0 for shape in SHAPES for length in lengths}
+    with torch.no_grad():
+        for length in lengths:
+            for key in keys:
+                prompt = passkey_prompt(tokenizer.encode, length, 0.5, key)
+                if prompt is None:
+                    raise ValueError(f"a passkey prompt does not fit {length} tokens")
+                logits = model(prompt.ids[None]).logits
+                assert logits is not None
+                at = torch.arange(prompt.answer_start - 1, len(prompt.ids) - 1)
+                right[key_shape(key), length] += int((logits[0, at].argmax(-1) == prompt.ids[at + 1]).all())
+    print(f"{args.run}: passkey exact match at depth 0.5 by the key's shape ({len(keys)} keys)")
+    print("| key | keys | " + " | ".join(str(length) for length in lengths) + " |")
+    print("|---|---:|" + "---:|" * len(lengths))
+    for shape in SHAPES:
+        count = sum(key_shape(key) == shape for key in keys)
+        cells = [f"{right[shape, length] / count:.2f}" for length in lengths]
+        print(f"| {shape} | {count} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
