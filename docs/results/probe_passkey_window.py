@@ -21,7 +21,7 @@ from torch import Tensor
 
 import posformer as pf
 from posformer.experiments.extension.methods import extended_params, with_params
-from posformer.experiments.passkey import PasskeyPrompt, passkey_prompt, random_keys
+from posformer.experiments.passkey import PasskeyPrompt, passkey_prompt, random_keys, retrieval
 from posformer.loading import TextTokenizer, load_text_tokenizer
 from posformer.model import Transformer
 from posformer.positions.streaming import Streaming
@@ -61,8 +61,10 @@ def windowed_model(model: Transformer, train_len: int, length: int) -> tuple[Tra
     return windowed, encoding
 
 
-def read(model: Transformer, encoding: Streaming, prompt: PasskeyPrompt, rows: Tensor, layers: set[int]) -> Tensor:
-    """(answer tokens,) int: 1 where the argmax is the answer's token, the window's mask kept on `rows` of `layers`."""
+def read(
+    model: Transformer, encoding: Streaming, prompt: PasskeyPrompt, rows: Tensor, layers: set[int]
+) -> tuple[bool, float]:
+    """(exact match, share of answer tokens right) of `retrieval`, the window's mask kept on `rows` of `layers`."""
     plain_bias = type(encoding).bias
 
     def bias(q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, layer: int) -> Tensor:
@@ -72,12 +74,10 @@ def read(model: Transformer, encoding: Streaming, prompt: PasskeyPrompt, rows: T
 
     encoding.bias = bias  # type: ignore[method-assign]
     try:
-        logits = model(prompt.ids[None]).logits
+        exact, right = retrieval(model, [prompt])
     finally:
         del encoding.bias
-    assert logits is not None
-    at = torch.arange(prompt.answer_start - 1, len(prompt.ids) - 1)
-    return (logits[0, at].argmax(-1) == prompt.ids[at + 1]).int()
+    return bool(exact[0]), float(right[0])
 
 
 def main() -> None:
@@ -114,9 +114,9 @@ def main() -> None:
                     prompt = passkey_prompt(tokenizer.encode, length, depth, key)
                     if prompt is None:
                         raise ValueError(f"a passkey prompt does not fit {length} tokens")
-                    hits = read(model, encoding, prompt, chooser(prompt), layers)
-                    exact += int(hits.all())
-                    tokens += float(hits.float().mean()) / len(keys)
+                    hit, share = read(model, encoding, prompt, chooser(prompt), layers)
+                    exact += int(hit)
+                    tokens += share / len(keys)
                 cells.append(f"{exact / len(keys):.2f} / {tokens:.2f}")
             print(f"| {name} | " + " | ".join(cells) + " |")
         for read_length in (args.train_len, length):
