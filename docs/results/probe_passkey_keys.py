@@ -1,4 +1,4 @@
-"""Which keys a model reads: passkey exact match by the shape of the key, at L and 4L.
+"""Which keys a model reads: passkey exact match by the shape of the key, at L, 2L, 4L and 8L.
 
     .venv/bin/python docs/results/probe_passkey_keys.py RUN/rows/ROW [--train-len 128] [--keys 300]
 
@@ -7,7 +7,8 @@ cannot tell two occurrences of a digit apart: it fails exactly the keys in which
 different digits ("ambiguous", e.g. 46044: 4 is followed by 6 and by 4). The keys (5 digits, each its own token
 in the preset's BPE) are split into: all digits distinct; a digit recurs but each digit has one successor in the
 key (e.g. 24933, 34101); ambiguous. Prompts of `experiments.passkey` at depth 0.5, scored teacher-forced as the
-passkey score; the keys from one seeded draw (seed 123), so not the preset's evaluation keys.
+passkey score (at 2L the key line straddles the last L tokens, at 4L and 8L it lies further back); the keys
+from one seeded draw (seed 123), so not the preset's evaluation keys.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def main() -> None:
     model = pf.load(args.run).eval()
     tokenizer = load_text_tokenizer(args.run)
     keys = random_keys(args.keys, 123)
-    lengths = (args.train_len, 4 * args.train_len)
+    lengths = tuple(factor * args.train_len for factor in (1, 2, 4, 8))
     right: dict[tuple[str, int], int] = {}
     for length in lengths:
         prompts = [passkey_prompt(tokenizer.encode, length, 0.5, key) for key in keys]
@@ -60,6 +61,8 @@ def main() -> None:
         count = sum(key_shape(key) == shape for key in keys)
         cells = [f"{right[shape, length] / count:.2f}" for length in lengths]
         print(f"| {shape} | {count} | " + " | ".join(cells) + " |")
+    every = [f"{sum(right[shape, length] for shape in SHAPES) / len(keys):.2f}" for length in lengths]
+    print(f"| every key | {len(keys)} | " + " | ".join(every) + " |")
 
 
 if __name__ == "__main__":
