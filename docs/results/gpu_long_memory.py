@@ -1,7 +1,8 @@
 """Issue 33 baseline on a GPU: peak memory and time of one training step (forward, backward, AdamW) per encoding and
 length, batch 1, d_model 768, 4 layers, bf16 autocast; sdpa, and flex where the encoding takes it.
 
-    PYTHONPATH=src python docs/results/gpu_long_memory.py cuda 2048,8192,32768 [BUDGET_S] [NAMES] [sdpa|flex] > out.jsonl
+    PYTHONPATH=src python docs/results/gpu_long_memory.py cuda 2048,8192,32768 [BUDGET_S] [NAMES] [sdpa|flex] \
+        > out.jsonl
     PYTHONPATH=src python docs/results/gpu_long_memory.py cpu 64,128     # a smoke run
 """
 
