@@ -132,3 +132,26 @@ def test_adding_a_row_keeps_every_seeds_record_until_that_seed_returns(tmp_path)
     record = json.loads((tmp_path / "results.json").read_text())
     assert record["per_seed"] == {"0": {"rows": {"a": 0, "b": 0}}, "1": {"rows": {"a": 1}}}
     assert len(record["provenance"]) == 1  # the same command line and commit: recorded once
+
+
+def test_seeds_run_side_by_side_keep_each_others_records(tmp_path) -> None:
+    def rows_of(settings: _Settings, seed_root) -> dict:
+        return {"rows": {"a": settings.seed}}
+
+    def toy(seeds: list[int], run_one=rows_of) -> dict:
+        return run_over_seeds(_Settings(), tmp_path, seeds, run_one, lambda record: "", "toy", log=lambda _: None)
+
+    toy([0])
+
+    def seed_1_meanwhile(settings: _Settings, seed_root) -> dict:  # another process records seed 1 meanwhile
+        toy([1])
+        return rows_of(settings, seed_root)
+
+    toy([2], seed_1_meanwhile)
+    record = json.loads((tmp_path / "results.json").read_text())
+    assert record["per_seed"] == {"0": {"rows": {"a": 0}}, "2": {"rows": {"a": 2}}, "1": {"rows": {"a": 1}}}
+    assert record["seeds"] == [0, 2, 1]
+    toy([0, 2, 1, 3])
+    assert list(json.loads((tmp_path / "results.json").read_text())["per_seed"]) == ["0", "2", "1", "3"]
+    with pytest.raises(ValueError, match=r"holds seeds \['0', '2', '1', '3'\].*or give only new seeds"):
+        toy([3, 4])

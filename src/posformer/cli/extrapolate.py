@@ -78,7 +78,7 @@ Seeds (--seeds N): one seed orders no encodings. Each seed is then a whole run i
 weights, data order and draws, shared by its rows), and OUTPUT/results.md gives every measure as its mean over
 seeds with a 95% Student-t interval and compares every pair seed by seed: a pair is ordered only when the
 interval of its per-seed difference excludes 0. `posformer report OUTPUT` prints it again, or writes it into
-a docs page.
+a docs page. Seeds can run side by side, one process each (`--seeds 0,` and `--seeds 1,` into one OUTPUT).
 """
 
 EPILOG = (

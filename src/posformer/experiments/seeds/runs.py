@@ -8,7 +8,9 @@ the record of all of them.
       seed-S/        seed S's run, as a one-seed run writes it (its rows, results.json, results.md, figures)
 
 Within a seed the rows share the data order and initial weights, as in a one-seed run; seed S differs from
-seed S' in both. Each seed's run resumes on its own, so re-running into OUTPUT continues where it stopped.
+seed S' in both. Each seed's run resumes on its own, so re-running into OUTPUT continues where it stopped. Seeds
+can also run side by side, one process each (`--seeds 0,` and `--seeds 1,` into the same OUTPUT, one per core):
+each adds its seed to the record and keeps the seeds the others recorded.
 """
 
 from __future__ import annotations
@@ -59,8 +61,8 @@ def is_over_seeds(results: dict) -> bool:
     return "per_seed" in results
 
 
-def _recorded(root: Path, benchmark: str, seeds: list[int]) -> dict:
-    """The record in `root` (checked: a run over seeds of `benchmark` whose seeds begin `seeds`), else {}."""
+def _record_file(root: Path, benchmark: str) -> dict:
+    """OUTPUT/results.json (checked: a run over seeds of `benchmark`), else {}."""
     if (root / "rows").is_dir():
         raise ValueError(f"{root} holds a one-seed run; give --seeds runs another --output-dir")
     path = root / "results.json"
@@ -69,12 +71,27 @@ def _recorded(root: Path, benchmark: str, seeds: list[int]) -> dict:
     saved = read_mapping_file(path, "the results file")
     if saved.get("benchmark") != benchmark or not is_over_seeds(saved):
         raise ValueError(f"{path} holds a run of another kind ({saved.get('benchmark')!r}); use another --output-dir")
-    if [int(s) for s in saved["per_seed"]] != seeds[: len(saved["per_seed"])]:
+    return saved
+
+
+def _recorded(root: Path, benchmark: str, seeds: list[int]) -> dict:
+    """The record in `root`, checked against `seeds`: they begin with the recorded seeds (more seeds, or a re-run)
+    or share none of them (a seed run beside the others)."""
+    saved = _record_file(root, benchmark)
+    recorded = [int(s) for s in saved.get("per_seed", {})]
+    if recorded != seeds[: len(recorded)] and set(recorded) & set(seeds):
         raise ValueError(
-            f"{path} holds seeds {list(saved['per_seed'])}; --seeds gives {seeds} (the recorded ones must come "
-            "first, in order)"
+            f"{root / 'results.json'} holds seeds {[str(s) for s in recorded]}; --seeds gives {seeds} (the "
+            "recorded ones must come first, in order; or give only new seeds, to run them beside the others)"
         )
     return saved
+
+
+def _with_seeds_recorded_beside(root: Path, benchmark: str, per_seed: dict, ours: list[int]) -> dict:
+    """`per_seed` with every seed but `ours` as OUTPUT/results.json has it now (another process may have added
+    or re-run it since this run began)."""
+    latest = _record_file(root, benchmark).get("per_seed", {})
+    return {**per_seed, **{s: r for s, r in latest.items() if s not in {str(seed) for seed in ours}}}
 
 
 def run_over_seeds(
@@ -107,6 +124,8 @@ def run_over_seeds(
         log(f"\n=== seed {seed} ({index + 1} of {len(seeds)}) in {seed_dir(root, seed)}")
         run_dir = make_dirs(seed_dir(root, seed), root)  # a real folder of OUTPUT, not a link out of it
         record["per_seed"][str(seed)] = run_one(dataclasses.replace(settings, seed=seed), run_dir)
+        record["per_seed"] = _with_seeds_recorded_beside(root, benchmark, record["per_seed"], seeds[: index + 1])
+        record["seeds"] = [int(s) for s in record["per_seed"]]
         write_json_atomic(root / "results.json", record)
         write_text_atomic(root / "results.md", markdown(record))
     return record
