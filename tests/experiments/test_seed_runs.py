@@ -9,7 +9,7 @@ import math
 import pytest
 
 from posformer.cli import main
-from posformer.experiments.seeds.runs import parse_seeds, run_over_seeds
+from posformer.experiments.seeds.runs import parse_seeds, rows_in_order, run_over_seeds
 
 TINY_TASK = ["--task", "copy", "--positions", "none,rope", "--no-progress", "--steps", "12",
              "--set", "eval_examples=8", "--set", "d_model=16", "--set", "layers=1", "--set", "heads=2",
@@ -149,9 +149,16 @@ def test_seeds_run_side_by_side_keep_each_others_records(tmp_path) -> None:
 
     toy([2], seed_1_meanwhile)
     record = json.loads((tmp_path / "results.json").read_text())
-    assert record["per_seed"] == {"0": {"rows": {"a": 0}}, "2": {"rows": {"a": 2}}, "1": {"rows": {"a": 1}}}
-    assert record["seeds"] == [0, 2, 1]
-    toy([0, 2, 1, 3])
-    assert list(json.loads((tmp_path / "results.json").read_text())["per_seed"]) == ["0", "2", "1", "3"]
-    with pytest.raises(ValueError, match=r"holds seeds \['0', '2', '1', '3'\].*or give only new seeds"):
+    assert record["per_seed"] == {"0": {"rows": {"a": 0}}, "1": {"rows": {"a": 1}}, "2": {"rows": {"a": 2}}}
+    assert record["seeds"] == [0, 1, 2] and list(record["per_seed"]) == ["0", "1", "2"]  # by number, as run apart
+    toy([0, 1, 2, 3])  # the usual --seeds 4 goes on from seeds run side by side
+    assert list(json.loads((tmp_path / "results.json").read_text())["per_seed"]) == ["0", "1", "2", "3"]
+    with pytest.raises(ValueError, match=r"holds seeds \['0', '1', '2', '3'\].*or only new seeds"):
         toy([3, 4])
+
+
+def test_rows_follow_the_runs_positions_whichever_seed_ran_first() -> None:
+    first = {"rows": {"rope": {}, "rope+yarn": {}, "none": {}, "extra": {}}}  # rope recorded first in this seed
+    second = {"rows": {"none": {}, "rope": {}, "rope+yarn": {}}}
+    assert rows_in_order([first, second], ["none", "rope", "alibi"]) == ["none", "rope", "rope+yarn", "extra"]
+    assert rows_in_order([second, first], ["none", "rope", "alibi"]) == ["none", "rope", "rope+yarn", "extra"]

@@ -19,16 +19,18 @@ from posformer.experiments.extrapolation.retrieval_report import (
     passkey_exact,
     retrieves_at_l,
 )
-from posformer.experiments.seeds.runs import seed_runs
+from posformer.experiments.seeds.runs import rows_in_order, seed_runs
 from posformer.experiments.seeds.stats import compare, exp_cell, spread
 from posformer.experiments.tables import markdown_table
 
 UNIT = (0.0, 1.0)
 
 
-def scored_rows(runs: list[dict]) -> list[str]:
-    """The rows every seed scored on retrieval, in the first seed's order."""
-    return [row for row in runs[0]["rows"] if all("retrieval" in run["rows"].get(row, {}) for run in runs)]
+def scored_rows(record: dict) -> list[str]:
+    """The rows every seed scored on retrieval, in the order of the run's rows (`seeds.runs.rows_in_order`)."""
+    runs = seed_runs(record)
+    ordered = rows_in_order(runs, record["config"].get("positions", []))
+    return [row for row in ordered if all("retrieval" in run["rows"].get(row, {}) for run in runs)]
 
 
 def seeds_retrieving(runs: list[dict], row: str, train_len: int, gate: float) -> int:
@@ -58,7 +60,7 @@ def table(record: dict) -> str:
     cfg, runs = record["config"], seed_runs(record)
     train_len, tasks, eval_set = cfg["train_len"], cfg["retrieval_tasks"], eval_set_of(runs[0])
     body = []
-    for row in scored_rows(runs):
+    for row in scored_rows(record):
         counts = seeds_retrieving(runs, row, train_len, cfg["retrieval_gate"]) == len(runs)
         for n in cfg["eval_lens"]:
             *values, ppl = _per_seed(runs, row, n, tasks, eval_set)
@@ -71,7 +73,7 @@ def gate_line(record: dict) -> str:
     cfg, runs = record["config"], seed_runs(record)
     train_len, gate = cfg["train_len"], cfg["retrieval_gate"]
     found = []
-    for row in scored_rows(runs):
+    for row in scored_rows(record):
         at_l = spread([passkey_exact(run["rows"][row]["retrieval"]["passkey"][str(train_len)]) for run in runs])
         found.append(
             f"{row} in {seeds_retrieving(runs, row, train_len, gate)} of {len(runs)} (at L: {at_l.cell(2, UNIT)})"
@@ -88,7 +90,8 @@ def pair_table(record: dict, length: int) -> str | None:
     `length` (above 0: a retrieves more); None when fewer than two rows count or no key lies that far back."""
     cfg, runs = record["config"], seed_runs(record)
     train_len, far = cfg["train_len"], REACH_COLUMNS[2]
-    counted = [r for r in scored_rows(runs) if seeds_retrieving(runs, r, train_len, cfg["retrieval_gate"]) == len(runs)]
+    gate = cfg["retrieval_gate"]
+    counted = [r for r in scored_rows(record) if seeds_retrieving(runs, r, train_len, gate) == len(runs)]
     values = {
         row: [passkey_exact(run["rows"][row]["retrieval"]["passkey"][str(length)], far) for run in runs]
         for row in counted
@@ -109,8 +112,7 @@ def pair_table(record: dict, length: int) -> str | None:
 
 def markdown(record: dict) -> list[str]:
     """The retrieval sections of results.md over seeds ([] when no row was scored on retrieval in every seed)."""
-    runs = seed_runs(record)
-    if not scored_rows(runs):
+    if not scored_rows(record):
         return []
     cfg = record["config"]
     parts = [

@@ -14,7 +14,7 @@ from itertools import combinations
 
 from posformer.experiments.extrapolation import retrieval_seed_report
 from posformer.experiments.extrapolation.report import eval_sets
-from posformer.experiments.seeds.runs import seed_runs
+from posformer.experiments.seeds.runs import rows_in_order, seed_runs
 from posformer.experiments.seeds.stats import compare, exp_cell, spread
 from posformer.experiments.tables import markdown_table
 
@@ -33,15 +33,18 @@ def _log_values(runs: list[dict], row: str, eval_set: str, length: int, train_le
     return found
 
 
-def _rows(runs: list[dict], eval_set: str) -> list[str]:
-    return [row for row in runs[0]["rows"] if all(eval_set in run["rows"].get(row, {}).get("ppl", {}) for run in runs)]
+def _rows(record: dict, eval_set: str) -> list[str]:
+    """The rows every seed scored on `eval_set`, in the order of the run's rows (`seeds.runs.rows_in_order`)."""
+    runs = seed_runs(record)
+    ordered = rows_in_order(runs, record["config"].get("positions", []))
+    return [row for row in ordered if all(eval_set in run["rows"].get(row, {}).get("ppl", {}) for run in runs)]
 
 
 def _table(record: dict, eval_set: str, ratio: bool) -> str:
     runs, cfg = seed_runs(record), record["config"]
     lengths, train_len = cfg["eval_lens"], cfg["train_len"]
     body = []
-    for row in _rows(runs, eval_set):
+    for row in _rows(record, eval_set):
         cells = [row]
         for n in lengths:
             values = _log_values(runs, row, eval_set, n, train_len if ratio else None)
@@ -54,7 +57,7 @@ def curves(record: dict, eval_set: str) -> dict[str, list[tuple[int, float, floa
     """{row: [(length, geometric mean ppl, low, high)]} over seeds (95%), the lengths every seed could score."""
     runs, lengths = seed_runs(record), record["config"]["eval_lens"]
     found = {}
-    for row in _rows(runs, eval_set):
+    for row in _rows(record, eval_set):
         points = []
         for n in lengths:
             values = _log_values(runs, row, eval_set, n, None)
@@ -72,7 +75,8 @@ def pair_table(record: dict, eval_set: str, length: int) -> str:
     other encoding against rope+yarn; at `length` = L, the encodings by their perplexity at L."""
     runs, train_len = seed_runs(record), record["config"]["train_len"]
     at_l = length == train_len
-    logs = {row: _log_values(runs, row, eval_set, length, None if at_l else train_len) for row in _rows(runs, eval_set)}
+    base = None if at_l else train_len
+    logs = {row: _log_values(runs, row, eval_set, length, base) for row in _rows(record, eval_set)}
     ranked = sorted((row for row in logs if logs[row] is not None), key=lambda row: sum(logs[row]))
     plain = [row for row in ranked if "+" not in row]
     pairs = list(combinations(plain, 2))

@@ -56,6 +56,14 @@ def seed_runs(record: dict) -> list[dict]:
     return list(record["per_seed"].values())
 
 
+def rows_in_order(runs: list[dict], positions: list[str]) -> list[str]:
+    """Every row a seed recorded, in the order of `positions` (the run's rows; one scored at eval time, as
+    rope+yarn, right after its own), the others after them: the same order whichever seed ran first."""
+    found = list(dict.fromkeys(row for run in runs for row in run["rows"]))
+    rank = {name: index for index, name in enumerate(positions)}
+    return sorted(found, key=lambda row: rank.get(row.split("+")[0], len(rank)))
+
+
 def is_over_seeds(results: dict) -> bool:
     """Whether `results` is the record of several seeds (else: one run's results.json)."""
     return "per_seed" in results
@@ -75,23 +83,24 @@ def _record_file(root: Path, benchmark: str) -> dict:
 
 
 def _recorded(root: Path, benchmark: str, seeds: list[int]) -> dict:
-    """The record in `root`, checked against `seeds`: they begin with the recorded seeds (more seeds, or a re-run)
+    """The record in `root`, checked against `seeds`: they include every recorded seed (more seeds, or a re-run)
     or share none of them (a seed run beside the others)."""
     saved = _record_file(root, benchmark)
-    recorded = [int(s) for s in saved.get("per_seed", {})]
-    if recorded != seeds[: len(recorded)] and set(recorded) & set(seeds):
+    recorded = {int(s) for s in saved.get("per_seed", {})}
+    if not recorded <= set(seeds) and recorded & set(seeds):
         raise ValueError(
-            f"{root / 'results.json'} holds seeds {[str(s) for s in recorded]}; --seeds gives {seeds} (the "
-            "recorded ones must come first, in order; or give only new seeds, to run them beside the others)"
+            f"{root / 'results.json'} holds seeds {[str(s) for s in sorted(recorded)]}; --seeds gives {seeds} (give "
+            "every recorded seed, to add seeds or re-run them; or only new seeds, to run them beside the others)"
         )
     return saved
 
 
 def _with_seeds_recorded_beside(root: Path, benchmark: str, per_seed: dict, ours: list[int]) -> dict:
     """`per_seed` with every seed but `ours` as OUTPUT/results.json has it now (another process may have added
-    or re-run it since this run began)."""
+    or re-run it since this run began), in the order of the seeds' numbers."""
     latest = _record_file(root, benchmark).get("per_seed", {})
-    return {**per_seed, **{s: r for s, r in latest.items() if s not in {str(seed) for seed in ours}}}
+    merged = {**per_seed, **{s: r for s, r in latest.items() if s not in {str(seed) for seed in ours}}}
+    return dict(sorted(merged.items(), key=lambda item: int(item[0])))
 
 
 def run_over_seeds(
