@@ -115,9 +115,11 @@ def cmd_extend(args: argparse.Namespace) -> int:
         print(f"written: {root / 'results.md'}, {root / 'results.json'}, {root / 'ppl.png'}, {root / 'passkey.png'}")
         return 0
     from posformer.experiments.extension import seed_report
+    from posformer.experiments.extension.source_identity import check_seed_sources
 
     def extend_one(seeded, directory):
         source = args.run_dir.replace("{seed}", str(seeded.seed))
+        check_seed_sources(root, seeded.seed, source)
         return run_extend(seeded, source, directory, progress=args.progress, data_dir=args.data_dir)
 
     return run_seeds(args, settings, root, extend_one, seed_report.markdown, "extend")

@@ -42,6 +42,7 @@ from posformer.experiments.extension.methods import (
 )
 from posformer.experiments.extension.settings import ExtendSettings
 from posformer.experiments.extension.source import Source, load_source
+from posformer.experiments.extension.source_identity import check_same_source, source_record
 from posformer.experiments.extension.suite import fitting_lengths, score_suite, suite_tokens
 from posformer.experiments.extrapolation.evaluation import block_losses, tokens_read
 from posformer.experiments.layout import ExperimentLayout
@@ -363,15 +364,9 @@ def run_extend(
     device = resolve_device(settings.device)
     check_fit("extend", memory_needs(settings, source.model, device), device)  # before any scoring or training
     results = runner.open(settings, "extend")
-    recorded = results.get("source", {}).get("run")
-    if recorded is not None and recorded != str(Path(run_dir).resolve()):
-        raise ValueError(f"{layout.root} holds the extension of {recorded}, not of {run_dir}; use another --output-dir")
-    results["source"] = {
-        "run": str(Path(run_dir).resolve()),
-        "description": source.description,
-        "parameters": source.model.num_parameters(),
-        "train_tokens": source.train_ids.numel(),
-    }
+    found = source_record(run_dir, source)
+    check_same_source(results.get("source", {}), found, layout.root)
+    results["source"] = found
     runner.save(results)  # the configuration is on record before any training: a resume with other settings fails
     started = time.monotonic()
     extension = Extension(settings, source, layout, log, progress, data_dir)
