@@ -1,8 +1,11 @@
 """Where a passkey read past L goes wrong: answer token by answer token, and where the last question token attends.
 
     .venv/bin/python docs/results/probe_passkey_depth.py RUN/rows/rope [--train-len 128] [--keys 20]
+        [--lengths 1 2] [--scaling yarn]
 
-For each length (L, 2L) and depth (0.75, 1): the same random keys as prompts of `experiments.passkey`; the number
+For each length (by default L and 2L; `--lengths` in multiples of L) and depth (0.75, 1), the model as trained or,
+with `--scaling`, with its RoPE rescaled for that length as the `retrieval` preset's rope+yarn row is (factor
+length / L, the same weights): the same random keys as prompts of `experiments.passkey`; the number
 of keys whose k-th answer token the model's argmax gets right (teacher-forced, as the passkey score), and, per
 layer, the attention of the last question token (where the first answer token is predicted), averaged over heads
 and keys, on the key line, on the tokens more than L back, and on the first four tokens.
@@ -16,8 +19,20 @@ from pathlib import Path
 import torch
 
 import posformer as pf
+from posformer import positions
 from posformer.experiments.passkey import passkey_prompt, random_keys
 from posformer.loading import load_text_tokenizer
+
+
+def rescaled(model: pf.Transformer, scaling: str, length: int, train_len: int) -> pf.Transformer:
+    """`model` with its RoPE rescaled by `scaling` for `length` (factor max(length, L) / L), the same weights."""
+    cfg = model.cfg
+    params = positions.get(cfg.position).rescaled_params(
+        cfg.position_params, scaling, max(length, train_len), train_len
+    )
+    scored = pf.Transformer(cfg.replace(position_params=params))
+    scored.load_state_dict(model.state_dict())
+    return scored.eval()
 
 
 def main() -> None:
@@ -25,13 +40,16 @@ def main() -> None:
     parser.add_argument("run", type=Path)
     parser.add_argument("--train-len", type=int, default=128)
     parser.add_argument("--keys", type=int, default=20)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--scaling", default=None, help="a RoPE context-extension method, e.g. yarn")
     args = parser.parse_args()
-    model = pf.load(args.run).eval()
+    trained = pf.load(args.run).eval()
     tokenizer = load_text_tokenizer(args.run)
     keys = random_keys(args.keys, 7)
     window = args.train_len
     with torch.no_grad():
-        for length in (window, 2 * window):
+        for length in (multiple * window for multiple in args.lengths):
+            model = trained if args.scaling is None else rescaled(trained, args.scaling, length, window)
             for depth in (0.75, 1.0):
                 right = torch.zeros(0, dtype=torch.long)
                 key_mass, far_mass, first_mass = (torch.zeros(model.cfg.n_layers) for _ in range(3))
