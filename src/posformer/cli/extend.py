@@ -78,11 +78,13 @@ at 8L on 2 cores).
 Outputs in --output-dir: results.md (summary at the target length, perplexity by length, passkey grids),
 results.json (every number, per-block losses, the resolved settings), ppl.png, passkey.png, and rows/METHOD/
 (the fine-tune's Trainer run: `posformer generate --model OUTPUT/rows/yarn`). Re-running into the same dir
-skips recorded methods and resumes a half-done fine-tune; a different configuration is refused.
+skips recorded methods and resumes a half-done fine-tune; a different configuration is refused, and so is
+a source whose weights changed since the record (results.json keeps their SHA-256).
 
 Seeds (--seeds N): each seed a whole run in OUTPUT/seed-S/, the source too when RUN names '{seed}'
 (runs/lm/seed-{seed}/rows/rope, from `posformer extrapolate --seeds`); OUTPUT/results.md gives the summary as
-means over seeds with 95% intervals and every paper's claim seed by seed.
+means over seeds with 95% intervals and every paper's claim seed by seed. Every seed's source must come from
+the same recipe (its run_config.yaml but the seed): one that does not is refused, the differing settings named.
 """
 
 EPILOG = (
