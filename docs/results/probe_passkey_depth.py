@@ -19,20 +19,9 @@ from pathlib import Path
 import torch
 
 import posformer as pf
-from posformer import positions
+from posformer.experiments.extrapolation.experiment import rescaled
 from posformer.experiments.passkey import passkey_prompt, random_keys
 from posformer.loading import load_text_tokenizer
-
-
-def rescaled(model: pf.Transformer, scaling: str, length: int, train_len: int) -> pf.Transformer:
-    """`model` with its RoPE rescaled by `scaling` for `length` (factor max(length, L) / L), the same weights."""
-    cfg = model.cfg
-    params = positions.get(cfg.position).rescaled_params(
-        cfg.position_params, scaling, max(length, train_len), train_len
-    )
-    scored = pf.Transformer(cfg.replace(position_params=params))
-    scored.load_state_dict(model.state_dict())
-    return scored.eval()
 
 
 def main() -> None:
@@ -49,7 +38,7 @@ def main() -> None:
     window = args.train_len
     with torch.no_grad():
         for length in (multiple * window for multiple in args.lengths):
-            model = trained if args.scaling is None else rescaled(trained, args.scaling, length, window)
+            model = trained if args.scaling is None else rescaled(trained, args.scaling, length, window).eval()
             for depth in (0.75, 1.0):
                 right = torch.zeros(0, dtype=torch.long)
                 key_mass, far_mass, first_mass = (torch.zeros(model.cfg.n_layers) for _ in range(3))

@@ -55,6 +55,18 @@ def initial_model(
     return seeded_model(model_config(settings, position, vocab_size), settings.seed, reference)
 
 
+def rescaled(model: Transformer, scaling: str, length: int, train_len: int) -> Transformer:
+    """`model` with its RoPE rescaled by the context-extension method `scaling` for `length` (factor
+    max(length, train_len) / train_len), the same weights, on the same device."""
+    cfg = model.cfg
+    params = positions.get(cfg.position).rescaled_params(
+        cfg.position_params, scaling, max(length, train_len), train_len
+    )
+    scored = Transformer(cfg.replace(position_params=params))
+    scored.load_state_dict(model.state_dict())
+    return scored.to(next(model.parameters()).device)
+
+
 class Experiment:
     """The data, tokenizer and reference model shared by every row, and the per-row work."""
 
@@ -148,7 +160,7 @@ class Experiment:
             disable=not self.progress,
         )
         for n in s.eval_lens:
-            scored = model if scaling is None else self.rescaled(model, scaling, n)
+            scored = model if scaling is None else rescaled(model, scaling, n, s.train_len)
             for name, streams in self.streams.items():
                 bar.set_postfix_str(f"{name} @ {n}")
                 losses = block_losses(
@@ -167,17 +179,6 @@ class Experiment:
                     blocks[name][str(n)] = {"nll": losses.nll.tolist(), "count": losses.count.tolist()}
         bar.close()
         return table, blocks
-
-    def rescaled(self, model: Transformer, scaling: str, length: int) -> Transformer:
-        """`model` with its RoPE rescaled by the context-extension method `scaling` for `length` (factor
-        max(length, L) / L), the same weights."""
-        cfg, s = model.cfg, self.s
-        params = positions.get(cfg.position).rescaled_params(
-            cfg.position_params, scaling, max(length, s.train_len), s.train_len
-        )
-        scored = Transformer(cfg.replace(position_params=params))
-        scored.load_state_dict(model.state_dict())
-        return scored.to(next(model.parameters()).device)
 
     def run_row(self, position: str) -> dict[str, dict]:
         """Train (or resume) and evaluate one row -> {row name: record}, with the RoPE scaling rows for rope."""
@@ -235,7 +236,7 @@ class Experiment:
             }
             rows[row]["eval_wall_s"] = round(time.monotonic() - started, 2)
             if self.retrieval is not None:
-                rows[row]["retrieval"] = self.retrieval.score(lambda n, k=kind: self.rescaled(model, k, n), row)
+                rows[row]["retrieval"] = self.retrieval.score(lambda n, k=kind: rescaled(model, k, n, s.train_len), row)
         return rows
 
 
